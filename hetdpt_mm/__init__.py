@@ -1,4 +1,10 @@
 """hetdpt_mm: heterogeneity-aware depth pruning of ViTs for OpenMMLab."""
+from .checkpoint import register_mmengine_loader
+from .registry import register_all_modules
+from .spec import META_KEY, PruneSpec
 from .version import __version__
 
-__all__ = ['__version__']
+register_mmengine_loader()
+register_all_modules()
+
+__all__ = ['__version__', 'PruneSpec', 'META_KEY']

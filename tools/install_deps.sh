@@ -9,6 +9,8 @@
 set -euo pipefail
 
 : "${PYTHON:?set PYTHON to the interpreter to install into}"
+# Absolute, without resolving the venv's symlink: the build runs elsewhere.
+case "$PYTHON" in */*) PYTHON="$(realpath -s "$PYTHON")" ;; esac
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${HETDPT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hetdpt_mm}"
 MMCV_VERSION=2.1.0
@@ -55,7 +57,8 @@ build_mmcv_from_source() {  # $1 = output directory
   work="$(mktemp -d)"
   say "no mmcv ${MMCV_VERSION} wheel for torch ${TORCH_INSTALLED}: building it from source"
   say "this compiles the CPU ops once per machine (about 25 minutes on 2 cores)"
-  pip download -q --no-deps --no-binary :all: -d "$work" "mmcv==${MMCV_VERSION}"
+  pip download -q --no-deps --no-build-isolation --no-binary :all: \
+    -d "$work" "mmcv==${MMCV_VERSION}"
   tar -xzf "$work"/mmcv-${MMCV_VERSION}.tar.gz -C "$work"
   # torch >= 2.10 headers need C++20; this is the only change to mmcv.
   sed -i 's/-std=c++17/-std=c++20/g' "$work/mmcv-${MMCV_VERSION}/setup.py"

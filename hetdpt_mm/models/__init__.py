@@ -1,0 +1,5 @@
+from .hetdpt_vit import ARCH_PRESETS, HetDPTViT
+from .state_dict import convert_state_dict, merge_ffn_weights
+
+__all__ = ['ARCH_PRESETS', 'HetDPTViT', 'convert_state_dict',
+           'merge_ffn_weights']

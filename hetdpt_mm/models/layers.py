@@ -1,0 +1,195 @@
+"""Building blocks of HetDPTViT: timm's ViT parts plus the HetDPT variants.
+
+A block is always timm's pre-norm :class:`timm.models.vision_transformer.Block`;
+what HetDPT changes is which attention layer, activation and FFN it is built
+with (METHOD.md section 1):
+
+============  ===================  =======================  ===============
+form          attention removed    GELU removed             both removed
+============  ===================  =======================  ===============
+gated         GatedAttention,      GatedGELU, gate closed   + residual GELU
+              gate closed                                   decided by gates
+pruned        AttentionBypass      Mlp with Identity act    + ResidualGELU
+merged        AttentionBypass      MergedFFN (one D x D)    + ResidualGELU
+============  ===================  =======================  ===============
+
+The pruned and merged forms have no gates and no per-block Python branches.
+"""
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from timm.layers import Attention
+from timm.models.vision_transformer import Block
+
+#: What a removed attention sublayer leaves on its residual branch.
+REMOVED_ATTN_OUTPUTS = ('norm', 'zero')
+#: When the extra GELU is applied to the residual stream after a block.
+RESIDUAL_GELU_MODES = ('both_removed', 'act_removed', 'never')
+
+
+class StraightThroughGate:
+    """Mixin: a hard 0/1 gate ``b`` with a learnable importance score ``m``.
+
+    The forward pass uses ``b``; the gradient with respect to the gate is
+    routed to ``m`` (straight-through).  For ``out = b * f(x) + (1 - b) * x``
+    that gradient is ``sum((f(x) - x) * dL/dout)`` (METHOD.md section 3).
+    ``m`` starts at 0 and is trained like any weight (without weight decay);
+    a closed gate skips ``f`` entirely, so ``m`` then stops changing.
+    """
+
+    def init_gate(self) -> None:
+        self.hetdpt_score = nn.Parameter(torch.zeros(()))
+        self.register_buffer('hetdpt_gate', torch.ones(()))
+        self.is_open = True
+
+    def set_open(self, is_open: bool) -> None:
+        self.hetdpt_gate.fill_(float(is_open))
+        self.is_open = bool(is_open)
+
+    def gate_value(self) -> torch.Tensor:
+        score = self.hetdpt_score
+        return self.hetdpt_gate + score - score.detach()
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        # Keep the Python flag that forward() reads in step with the buffer.
+        self.is_open = bool(self.hetdpt_gate.item() > 0.5)
+
+
+class GatedAttention(StraightThroughGate, Attention):
+    """timm Attention behind a straight-through gate (search form).
+
+    ``passthrough`` selects what the closed layer leaves: its input (released
+    HetDPT models: ``x + LN1(x)``) or nothing.
+    """
+
+    passthrough = True
+
+    def __init__(self, *args, **kwargs):
+        Attention.__init__(self, *args, **kwargs)
+        self.init_gate()
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        bypass = x if self.passthrough else torch.zeros_like(x)
+        if not self.is_open:
+            return bypass
+        out = Attention.forward(self, x, attn_mask=attn_mask,
+                                is_causal=is_causal)
+        gate = self.gate_value()
+        return gate * out + (1 - gate) * bypass
+
+
+class GatedGELU(StraightThroughGate, nn.GELU):
+    """The FFN activation behind a straight-through gate (search form)."""
+
+    def __init__(self):
+        nn.GELU.__init__(self)
+        self.init_gate()
+
+    def forward(self, x):
+        if not self.is_open:
+            return x
+        gate = self.gate_value()
+        return gate * nn.GELU.forward(self, x) + (1 - gate) * x
+
+
+class AttentionBypass(nn.Module):
+    """A removed attention sublayer of a released HetDPT model: the residual
+    branch carries the normalised input, ``x + LN1(x)``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        return x
+
+
+class AttentionZero(AttentionBypass):
+    """A removed attention sublayer that contributes nothing."""
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        return torch.zeros_like(x)
+
+
+class MergedFFN(nn.Module):
+    """An activation-free FFN ``fc2(fc1(x))`` merged into one ``D x D``
+    linear: ``W = W2 W1``, ``b = W2 b1 + b2``."""
+
+    def __init__(self, in_features: int, hidden_features: Optional[int] = None,
+                 bias: bool = True, **unused_mlp_kwargs):
+        super().__init__()
+        self.fc = nn.Linear(in_features, in_features, bias=bias)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+class HetDPTBlock(Block):
+    """timm's Block followed by an optional activation on the residual
+    stream (blocks with both layers removed in released HetDPT models)."""
+
+    def __init__(self, *args, residual_gelu: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.residual_act = nn.GELU() if residual_gelu else nn.Identity()
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        x = super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+        return self.residual_act(x)
+
+
+class GatedHetDPTBlock(Block):
+    """Search-form block: its gates decide at run time whether the residual
+    GELU applies, following ``residual_gelu`` (one of RESIDUAL_GELU_MODES)."""
+
+    def __init__(self, *args, residual_gelu: str = 'both_removed', **kwargs):
+        super().__init__(*args, **kwargs)
+        self.residual_gelu = residual_gelu
+        self.residual_act = nn.GELU()
+
+    def residual_gelu_active(self) -> bool:
+        act_closed = not self.mlp.act.is_open
+        if self.residual_gelu == 'both_removed':
+            return act_closed and not self.attn.is_open
+        return self.residual_gelu == 'act_removed' and act_closed
+
+    def forward(self, x, attn_mask=None, is_causal=False):
+        x = super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+        return self.residual_act(x) if self.residual_gelu_active() else x
+
+
+def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
+                drop_path: float, form: str, attn_removed: bool,
+                act_removed: bool, removed_attn_output: str,
+                residual_gelu: str, norm_layer, drop_rate: float = 0.,
+                attn_drop_rate: float = 0.) -> Block:
+    """Build one block of the given form; the only place that decides which
+    layer types make up a (pruned) block."""
+    common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                  qkv_bias=qkv_bias, drop_path=drop_path, proj_drop=drop_rate,
+                  attn_drop=attn_drop_rate, norm_layer=norm_layer)
+    passthrough = removed_attn_output == 'norm'
+    if form == 'gated':
+        block = GatedHetDPTBlock(attn_layer=GatedAttention,
+                                 act_layer=GatedGELU,
+                                 residual_gelu=residual_gelu, **common)
+        block.attn.passthrough = passthrough
+        block.attn.set_open(not attn_removed)
+        block.mlp.act.set_open(not act_removed)
+        return block
+    if attn_removed:
+        attn_layer = AttentionBypass if passthrough else AttentionZero
+    else:
+        attn_layer = Attention
+    act_layer = nn.Identity if act_removed else nn.GELU
+    mlp_kwargs = {}
+    if act_removed and form == 'merged':
+        mlp_kwargs['mlp_layer'] = MergedFFN
+    wants_residual_gelu = {
+        'both_removed': attn_removed and act_removed,
+        'act_removed': act_removed,
+        'never': False,
+    }[residual_gelu]
+    return HetDPTBlock(attn_layer=attn_layer, act_layer=act_layer,
+                       residual_gelu=wants_residual_gelu, **mlp_kwargs,
+                       **common)

@@ -1,0 +1,167 @@
+"""State-dict surgery for HetDPTViT, in one place.
+
+Every conversion between weight layouts goes through :func:`convert_state_dict`:
+dense timm/DeiT weights to a pruned structure, the gated search form to the
+pruned form, and pruned (activation-free, unmerged) FFNs to merged ones.  The
+backbone's ``init_weights``, its ``merged()`` method, the merge hook and
+``tools/merge_ckpt.py`` all use it.
+
+Keys follow timm's VisionTransformer layout, relative to the backbone::
+
+    cls_token, dist_token, pos_embed, patch_embed.proj.*, norm.*,
+    blocks.{i}.norm1.*, blocks.{i}.attn.{qkv,proj}.*, blocks.{i}.norm2.*,
+    blocks.{i}.mlp.{fc1,fc2}.*        (pruned/gated FFN)
+    blocks.{i}.mlp.fc.*               (merged activation-free FFN)
+    blocks.{i}.attn.hetdpt_{score,gate}, blocks.{i}.mlp.act.hetdpt_{score,gate}
+                                      (gated form only)
+"""
+import re
+from collections import OrderedDict
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import torch
+
+from ..spec import PruneSpec
+
+GATE_SUFFIXES = ('hetdpt_score', 'hetdpt_gate')
+_BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
+#: Keys every ViT backbone checkpoint has; used to recognise one.
+VIT_MARKERS = ('pos_embed', 'patch_embed.proj.weight')
+
+
+class StateDictMismatch(ValueError):
+    """Weights that do not fit the structure they are loaded into."""
+
+
+def merge_ffn_weights(
+        fc1_weight: torch.Tensor, fc1_bias: Optional[torch.Tensor],
+        fc2_weight: torch.Tensor, fc2_bias: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """``fc2(fc1(x)) = W x + b`` with ``W = W2 W1`` and ``b = W2 b1 + b2``.
+
+    Computed in float64 so that the merged layer matches the two-layer
+    computation to fp32 rounding, then cast back.
+    """
+    dtype = fc2_weight.dtype
+    w1, w2 = fc1_weight.double(), fc2_weight.double()
+    weight = w2 @ w1
+    bias = None
+    if fc1_bias is not None or fc2_bias is not None:
+        bias = torch.zeros(w2.shape[0], dtype=torch.float64)
+        if fc1_bias is not None:
+            bias = bias + w2 @ fc1_bias.double()
+        if fc2_bias is not None:
+            bias = bias + fc2_bias.double()
+        bias = bias.to(dtype)
+    return weight.to(dtype), bias
+
+
+def block_indices(state_dict: Mapping) -> List[int]:
+    return sorted({int(m.group(1)) for m in map(_BLOCK_KEY.match, state_dict)
+                   if m})
+
+
+def is_vit_state_dict(state_dict: Mapping) -> bool:
+    return all(k in state_dict for k in VIT_MARKERS) and bool(
+        block_indices(state_dict))
+
+
+def infer_layout(state_dict: Mapping) -> Dict[str, object]:
+    """What the keys alone say: depth, blocks without attention weights,
+    blocks with a merged FFN, and whether gate parameters are present."""
+    depth = max(block_indices(state_dict), default=-1) + 1
+    attn_missing = [
+        i for i in range(depth) if f'blocks.{i}.attn.qkv.weight' not in
+        state_dict]
+    merged = [i for i in range(depth)
+              if f'blocks.{i}.mlp.fc.weight' in state_dict]
+    gated = any(k.endswith(GATE_SUFFIXES) for k in state_dict)
+    return dict(depth=depth, attn_missing=attn_missing, merged=merged,
+                gated=gated)
+
+
+def gate_spec(state_dict: Mapping, depth: int) -> PruneSpec:
+    """The spec encoded by the closed gates of a gated-form state dict."""
+    closed = {}
+    for kind, path in (('attn', 'attn'), ('act', 'mlp.act')):
+        closed[kind] = [
+            i for i in range(depth)
+            if float(state_dict.get(f'blocks.{i}.{path}.hetdpt_gate', 1.)) <
+            0.5
+        ]
+    return PruneSpec(depth, closed['attn'], closed['act'])
+
+
+def convert_state_dict(state_dict: Mapping, spec: PruneSpec,
+                       form: str) -> 'OrderedDict[str, torch.Tensor]':
+    """Return ``state_dict`` in the layout of a ``form`` network with
+    ``spec``; the input is not modified.
+
+    Handles: dropping the weights of removed attention sublayers (dense or
+    gated input), dropping gate parameters (gated input, non-gated output),
+    and merging ``fc1``/``fc2`` of GELU-removed blocks (``form='merged'``).
+    Raises :class:`StateDictMismatch` when the weights cannot produce the
+    requested layout (e.g. un-merging a merged FFN).
+    """
+    out = OrderedDict()
+    for key, value in state_dict.items():
+        match = _BLOCK_KEY.match(key)
+        if match and form != 'gated':
+            index, rest = int(match.group(1)), match.group(2)
+            if rest.endswith(GATE_SUFFIXES):
+                continue
+            if index < spec.depth and spec.is_removed('attn', index) and \
+                    rest.startswith('attn.'):
+                continue
+        out[key] = value
+    for index in spec.act_removed:
+        prefix = f'blocks.{index}.mlp.'
+        has_merged = f'{prefix}fc.weight' in out
+        has_split = f'{prefix}fc1.weight' in out
+        if form == 'merged' and has_split:
+            weight, bias = merge_ffn_weights(
+                out.pop(f'{prefix}fc1.weight'), out.pop(f'{prefix}fc1.bias',
+                                                        None),
+                out.pop(f'{prefix}fc2.weight'), out.pop(f'{prefix}fc2.bias',
+                                                        None))
+            out[f'{prefix}fc.weight'] = weight
+            if bias is not None:
+                out[f'{prefix}fc.bias'] = bias
+        elif form != 'merged' and has_merged:
+            raise StateDictMismatch(
+                f'{prefix}fc.weight is a merged FFN; it cannot be loaded into '
+                f'a {form} network (merging is one-way). Build the backbone '
+                'with merged=True.')
+    for index in range(spec.depth):
+        if index not in spec.act_removed and \
+                f'blocks.{index}.mlp.fc.weight' in out:
+            raise StateDictMismatch(
+                f'blocks.{index}.mlp.fc.weight is a merged FFN but the spec '
+                f'keeps the GELU of block {index}: the spec does not match '
+                'the checkpoint')
+    return out
+
+
+def resize_pos_embed(pos_embed: torch.Tensor, src_prefix: int,
+                     dst_prefix: int, dst_grid: Tuple[int, int],
+                     mode: str = 'bicubic') -> torch.Tensor:
+    """Adapt a ``(1, prefix + H*W, D)`` position embedding to another grid
+    and number of prefix tokens (class / distillation token)."""
+    from timm.layers import resample_abs_pos_embed
+    if dst_prefix > src_prefix:
+        raise StateDictMismatch(
+            f'pos_embed has {src_prefix} prefix token position(s) but the '
+            f'backbone needs {dst_prefix}: set distilled/with_cls_token to '
+            'match the checkpoint')
+    pos_embed = torch.cat(
+        [pos_embed[:, :dst_prefix], pos_embed[:, src_prefix:]], dim=1)
+    num_patches = pos_embed.shape[1] - dst_prefix
+    side = int(round(num_patches**0.5))
+    if side * side != num_patches:
+        raise StateDictMismatch(
+            f'pos_embed has {num_patches} patch positions, not a square grid')
+    if (side, side) == tuple(dst_grid):
+        return pos_embed
+    return resample_abs_pos_embed(
+        pos_embed, list(dst_grid), old_size=[side, side],
+        num_prefix_tokens=dst_prefix, interpolation=mode, antialias=False)

@@ -1,0 +1,181 @@
+"""The one description of a depth-pruned ViT structure.
+
+A :class:`PruneSpec` says which attention sublayers and which FFN GELUs of a
+``depth``-block ViT are removed.  It is small, validated, JSON-serialisable
+and travels in checkpoint ``meta[META_KEY]`` (together with the form of the
+weights and the architecture), so that any tool can rebuild the exact network.
+"""
+import json
+import numbers
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+#: Key of the HetDPT record in a checkpoint's ``meta``.
+META_KEY = 'hetdpt'
+
+#: The two kinds of layers HetDPT removes (METHOD.md section 1).
+ATTN = 'attn'
+ACT = 'act'
+LAYER_KINDS = (ATTN, ACT)
+
+#: Forms in which the weights of a pruned network can be stored.
+FORMS = ('gated', 'pruned', 'merged')
+
+
+def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f'{name} must be a list of block indices, '
+                        f'got {values!r}')
+    indices = []
+    for value in values:
+        # bool is an int subclass, and 2.0 is not an index: both are
+        # almost always a mistake in a hand-written spec.
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f'{name} must hold integers, got {value!r} '
+                            f'({type(value).__name__})')
+        value = int(value)
+        if not 0 <= value < depth:
+            raise ValueError(f'{name} index {value} is out of range for '
+                             f'depth {depth} (valid: 0..{depth - 1})')
+        indices.append(value)
+    duplicates = sorted({i for i in indices if indices.count(i) > 1})
+    if duplicates:
+        raise ValueError(f'{name} has duplicated indices {duplicates}')
+    return tuple(sorted(indices))
+
+
+@dataclass(frozen=True)
+class PruneSpec:
+    """Removed attention sublayers and GELUs of a ``depth``-block ViT."""
+
+    depth: int
+    attn_removed: Tuple[int, ...] = field(default=())
+    act_removed: Tuple[int, ...] = field(default=())
+
+    def __post_init__(self):
+        if isinstance(self.depth, bool) or not isinstance(
+                self.depth, numbers.Integral) or self.depth < 1:
+            raise ValueError(f'depth must be a positive integer, '
+                             f'got {self.depth!r}')
+        object.__setattr__(self, 'depth', int(self.depth))
+        object.__setattr__(
+            self, 'attn_removed',
+            _as_indices(self.attn_removed, self.depth, 'attn_removed'))
+        object.__setattr__(
+            self, 'act_removed',
+            _as_indices(self.act_removed, self.depth, 'act_removed'))
+
+    # ----------------------------------------------------------- queries
+    @property
+    def n_attn(self) -> int:
+        return len(self.attn_removed)
+
+    @property
+    def n_act(self) -> int:
+        return len(self.act_removed)
+
+    @property
+    def num_removed(self) -> int:
+        return self.n_attn + self.n_act
+
+    @property
+    def ratios(self) -> Tuple[float, float]:
+        """Retained ratios ``(a, t)`` of attention and GELU layers (MAP)."""
+        return ((self.depth - self.n_attn) / self.depth,
+                (self.depth - self.n_act) / self.depth)
+
+    def removed(self, kind: str) -> Tuple[int, ...]:
+        if kind == ATTN:
+            return self.attn_removed
+        if kind == ACT:
+            return self.act_removed
+        raise ValueError(f'unknown layer kind {kind!r}; use one of '
+                         f'{LAYER_KINDS}')
+
+    def is_removed(self, kind: str, index: int) -> bool:
+        return index in self.removed(kind)
+
+    @property
+    def is_dense(self) -> bool:
+        return self.num_removed == 0
+
+    def with_removed(self, kind: str, index: int) -> 'PruneSpec':
+        """A new spec with one more layer of ``kind`` removed."""
+        if self.is_removed(kind, index):
+            raise ValueError(f'{kind} layer {index} is already removed')
+        removed = {ATTN: self.attn_removed, ACT: self.act_removed}
+        removed[kind] = removed[kind] + (index, )
+        return PruneSpec(self.depth, removed[ATTN], removed[ACT])
+
+    # ---------------------------------------------------- serialisation
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(depth=self.depth, attn_removed=list(self.attn_removed),
+                    act_removed=list(self.act_removed))
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> 'PruneSpec':
+        if not isinstance(data, Mapping):
+            raise TypeError(f'a prune spec must be a dict, got {data!r}')
+        unknown = set(data) - {'depth', 'attn_removed', 'act_removed'}
+        if unknown:
+            raise ValueError(f'unknown prune spec fields {sorted(unknown)}; '
+                             'expected depth, attn_removed, act_removed')
+        if 'depth' not in data:
+            raise ValueError('a prune spec needs `depth`')
+        return cls(data['depth'], data.get('attn_removed', ()),
+                   data.get('act_removed', ()))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_json(cls, text: str) -> 'PruneSpec':
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def coerce(cls, value, depth: Optional[int] = None) -> 'PruneSpec':
+        """Accept a PruneSpec, a dict, a JSON string or ``None`` (dense)."""
+        if isinstance(value, cls):
+            spec = value
+        elif value is None:
+            if depth is None:
+                raise ValueError('a dense spec needs a depth')
+            spec = cls(depth)
+        elif isinstance(value, str):
+            spec = cls.from_json(value)
+        else:
+            data = dict(value)
+            if depth is not None:
+                data.setdefault('depth', depth)
+            spec = cls.from_dict(data)
+        if depth is not None and spec.depth != depth:
+            raise ValueError(f'prune spec is for depth {spec.depth} but the '
+                             f'network has {depth} blocks')
+        return spec
+
+    def __str__(self) -> str:
+        return (f'PruneSpec(depth={self.depth}, '
+                f'attn_removed={list(self.attn_removed)}, '
+                f'act_removed={list(self.act_removed)})')
+
+
+def spec_meta(spec: PruneSpec, form: str, arch: Mapping,
+              semantics: Mapping) -> Dict[str, Any]:
+    """The record stored in ``checkpoint['meta'][META_KEY]``."""
+    if form not in FORMS:
+        raise ValueError(f'unknown form {form!r}; use one of {FORMS}')
+    return dict(spec=spec.to_dict(), form=form, arch=dict(arch),
+                semantics=dict(semantics))
+
+
+def read_spec_meta(checkpoint: Mapping) -> Optional[Dict[str, Any]]:
+    """Return the validated HetDPT record of a checkpoint, or ``None``."""
+    meta = checkpoint.get('meta') if isinstance(checkpoint, Mapping) else None
+    if not isinstance(meta, Mapping) or META_KEY not in meta:
+        return None
+    record = dict(meta[META_KEY])
+    record['spec'] = PruneSpec.from_dict(record['spec'])
+    if record.get('form') not in FORMS:
+        raise ValueError(f'checkpoint meta has unknown form '
+                         f'{record.get("form")!r}; expected one of {FORMS}')
+    return record

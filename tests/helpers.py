@@ -1,0 +1,24 @@
+"""Helpers shared by the tests (importable as `helpers`, see pytest.ini)."""
+import torch
+
+import hetdpt_mm  # noqa: F401  registers modules and the safe loader
+
+#: A spec with blocks of all four kinds (full, attention removed, GELU
+#: removed, both removed) used throughout the tests.
+MIXED_SPEC = dict(attn_removed=[0, 3, 7, 8, 11], act_removed=[2, 7, 8, 10, 11])
+
+
+def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):
+    """Give every parameter random values of a realistic scale (LayerNorm
+    weights around 1), so that equality tests are not trivially small."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in module.named_parameters():
+            if name.endswith('hetdpt_score'):
+                continue
+            noise = torch.randn(param.shape, generator=generator) * std
+            if 'norm' in name and name.endswith('weight'):
+                noise = noise + 1
+            param.copy_(noise)
+    return module
+
