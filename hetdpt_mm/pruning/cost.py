@@ -1,0 +1,349 @@
+"""Latency-aware budget allocation (an extension; the paper has none).
+
+HetDPT budgets by *layer count*, but the two layer types save different
+time: removing an attention sublayer saves its projections plus two
+``N^2 D`` token-mixing products, while removing a GELU only lets the FFN
+merge from ``2 N D 4D`` into ``N D^2`` multiply-adds. Attention grows with the
+square of the token count ``N``, so at detection resolution (800x1216 ->
+3801 tokens vs 197 at 224x224) one removed attention is worth far more.
+
+A cost model maps removed counts ``(n_attn, n_act)`` to a total cost; the
+allocators here search all count pairs against a speedup or accuracy target
+with MAP (:mod:`hetdpt_mm.pruning.map`) predicting the accuracy.
+"""
+import json
+import math
+import numbers
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from .map import (Bounds, Candidate, MAPFit, _as_int, _check_depth,
+                  evaluate_candidates, resolve_bounds)
+
+__all__ = [
+    'ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost',
+    'CostCandidate', 'CostAllocation', 'evaluate_cost_candidates',
+    'pareto_front', 'allocate_for_speedup', 'allocate_for_accuracy',
+]
+
+# DeiT variants: depth 12, patch 16, MLP ratio 4.
+ARCH_PRESETS: Dict[str, Dict[str, int]] = {
+    'deit-tiny': dict(embed_dim=192, num_heads=3),
+    'deit-small': dict(embed_dim=384, num_heads=6),
+    'deit-base': dict(embed_dim=768, num_heads=12),
+}
+
+
+class CostModel:
+    """Cost (MACs, milliseconds, ...) of a depth-pruned, merged ViT.
+
+    Subclasses define :meth:`total` and :meth:`describe`; ``depth`` is the
+    block count the model was built for, or ``None`` if it does not know.
+    """
+    depth: Optional[int] = None
+
+    def total(self, n_attn: int, n_act: int) -> float:
+        """Cost with ``n_attn`` attention sublayers removed and ``n_act``
+        GELU-free FFNs merged into one linear each."""
+        raise NotImplementedError
+
+    def speedup(self, n_attn: int, n_act: int) -> float:
+        """Dense cost over pruned (merged) cost."""
+        return self.total(0, 0) / self.total(n_attn, n_act)
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def _check_counts(self, n_attn: int, n_act: int) -> Tuple[int, int]:
+        counts = (_as_int(n_attn, 'n_attn'), _as_int(n_act, 'n_act'))
+        upper = self.depth if self.depth is not None else math.inf
+        for name, count in zip(('n_attn', 'n_act'), counts):
+            if not 0 <= count <= upper:
+                raise ValueError(f'{name}={count} is outside [0, {upper}]')
+        return counts
+
+
+@dataclass(frozen=True)
+class AnalyticCost(CostModel):
+    """Multiply-accumulate count of a pre-norm ViT for ``N`` tokens.
+
+    Per block: attention ``3ND^2`` (qkv) + ``N^2 D`` (scores) + ``N^2 D``
+    (weighted sum) + ``ND^2`` (proj); FFN ``2 N D (mlp_ratio D)``, which a
+    removed GELU turns into ``N D^2`` after merging. Patch embedding adds
+    ``patches * in_chans * patch^2 * D``; norms, softmax, GELU and heads are
+    left out. ``num_heads`` does not change MACs (heads split ``D``).
+    """
+    embed_dim: int
+    num_heads: int
+    mlp_ratio: float = 4.0
+    depth: int = 12
+    img_size: Union[int, Tuple[int, int]] = (224, 224)
+    patch_size: int = 16
+    num_prefix_tokens: int = 1
+    in_chans: int = 3
+
+    def __post_init__(self):
+        img_size = self.img_size
+        if isinstance(img_size, numbers.Real):
+            img_size = (img_size, img_size)
+        if len(img_size) != 2:
+            raise ValueError(f'img_size must be H or (H, W), got {img_size}')
+        height, width = (_as_int(v, 'img_size') for v in img_size)
+        for name, value in (('embed_dim', self.embed_dim),
+                            ('num_heads', self.num_heads),
+                            ('patch_size', self.patch_size),
+                            ('in_chans', self.in_chans),
+                            ('img_size', height), ('img_size', width)):
+            if _as_int(value, name) < 1:
+                raise ValueError(f'{name} must be positive, got {value}')
+        if _as_int(self.num_prefix_tokens, 'num_prefix_tokens') < 0:
+            raise ValueError('num_prefix_tokens must be >= 0')
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f'embed_dim {self.embed_dim} is not divisible '
+                             f'by num_heads {self.num_heads}')
+        if not (math.isfinite(self.mlp_ratio) and self.mlp_ratio > 0):
+            raise ValueError(f'mlp_ratio must be positive, '
+                             f'got {self.mlp_ratio}')
+        if min(height, width) < self.patch_size:
+            raise ValueError(f'img_size {height}x{width} is smaller than '
+                             f'one {self.patch_size}px patch')
+        object.__setattr__(self, 'img_size', (height, width))
+        object.__setattr__(self, 'depth', _check_depth(self.depth))
+
+    @classmethod
+    def from_arch(cls, arch: str, img_size=(224, 224),
+                  **overrides: Any) -> 'AnalyticCost':
+        """A preset from :data:`ARCH_PRESETS` (``deit-tiny/small/base``)."""
+        if arch not in ARCH_PRESETS:
+            raise ValueError(f'unknown arch {arch!r}; choose from '
+                             f'{", ".join(ARCH_PRESETS)}')
+        return cls(**{**ARCH_PRESETS[arch], 'img_size': img_size,
+                      **overrides})
+
+    @property
+    def num_patches(self) -> int:
+        height, width = self.img_size
+        return (height // self.patch_size) * (width // self.patch_size)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.num_patches + self.num_prefix_tokens
+
+    @property
+    def attention_macs(self) -> float:
+        n, d = self.num_tokens, self.embed_dim
+        return 3 * n * d * d + 2 * n * n * d + n * d * d
+
+    @property
+    def ffn_macs(self) -> float:
+        n, d = self.num_tokens, self.embed_dim
+        return 2 * n * d * int(self.mlp_ratio * d)
+
+    @property
+    def merged_ffn_macs(self) -> float:
+        return self.num_tokens * self.embed_dim**2
+
+    @property
+    def patch_embed_macs(self) -> float:
+        return (self.num_patches * self.in_chans * self.patch_size**2
+                * self.embed_dim)
+
+    @property
+    def attention_share(self) -> float:
+        """Attention's share of a dense block's MACs."""
+        return self.attention_macs / (self.attention_macs + self.ffn_macs)
+
+    def total(self, n_attn: int, n_act: int) -> float:
+        n_attn, n_act = self._check_counts(n_attn, n_act)
+        dense = (self.patch_embed_macs
+                 + self.depth * (self.attention_macs + self.ffn_macs))
+        return (dense - n_attn * self.attention_macs
+                - n_act * (self.ffn_macs - self.merged_ffn_macs))
+
+    def describe(self) -> str:
+        height, width = self.img_size
+        return (f'analytic MACs: D={self.embed_dim}, depth {self.depth}, '
+                f'{height}x{width} / patch {self.patch_size} -> '
+                f'{self.num_tokens} tokens; dense '
+                f'{self.total(0, 0) / 1e9:.2f} GMACs; attention '
+                f'{100 * self.attention_share:.1f}% of block MACs')
+
+
+@dataclass(frozen=True)
+class MeasuredCost(CostModel):
+    """Latency measured on a device, assuming savings add up per sublayer.
+
+    JSON format (any unit, used consistently; only ratios matter)::
+
+        {"dense_total": 86.3,  # latency of the dense model, e.g. ms/batch
+         "attn": 2.6,          # saved per removed attention sublayer
+         "ffn_saving": 4.1,    # saved per GELU-free FFN merged to one linear
+         "depth": 12}          # optional: number of blocks measured
+
+    Other keys (device, batch size, notes) are ignored.
+    """
+    dense_total: float
+    attn: float
+    ffn_saving: float
+    depth: Optional[int] = None
+    source: str = 'measured cost'
+
+    def __post_init__(self):
+        for name in ('dense_total', 'attn', 'ffn_saving'):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not math.isfinite(value)):
+                raise ValueError(f'{self.source}: "{name}" must be a finite '
+                                 f'number, got {value!r}')
+        if self.dense_total <= 0:
+            raise ValueError(f'{self.source}: "dense_total" must be > 0')
+        if self.attn < 0 or self.ffn_saving < 0:
+            raise ValueError(f'{self.source}: "attn" and "ffn_saving" are '
+                             'savings and must be >= 0')
+        if self.depth is not None:
+            object.__setattr__(self, 'depth', _check_depth(self.depth))
+            remaining = self.dense_total - self.depth * (self.attn
+                                                         + self.ffn_saving)
+            if remaining <= 0:
+                raise ValueError(
+                    f'{self.source}: removing everything at depth '
+                    f'{self.depth} would save more than dense_total')
+
+    @classmethod
+    def from_json(cls, path: Union[str, Path]) -> 'MeasuredCost':
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f'measured cost file not found: {path}')
+        try:
+            data = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(f'{path}: not valid JSON ({err})') from None
+        if not isinstance(data, dict):
+            raise ValueError(f'{path}: expected a JSON object')
+        missing = [k for k in ('dense_total', 'attn', 'ffn_saving')
+                   if k not in data]
+        if missing:
+            raise ValueError(f'{path}: missing keys {missing}; needs '
+                             '"dense_total", "attn", "ffn_saving" '
+                             '(optional "depth")')
+        return cls(dense_total=data['dense_total'], attn=data['attn'],
+                   ffn_saving=data['ffn_saving'], depth=data.get('depth'),
+                   source=str(path))
+
+    def total(self, n_attn: int, n_act: int) -> float:
+        n_attn, n_act = self._check_counts(n_attn, n_act)
+        remaining = (self.dense_total - n_attn * self.attn
+                     - n_act * self.ffn_saving)
+        if remaining <= 0:
+            raise ValueError(f'{self.source}: removing {n_attn} attention and '
+                             f'{n_act} GELU layers saves more than '
+                             'dense_total')
+        return remaining
+
+    def describe(self) -> str:
+        return (f'measured latency from {self.source}: dense '
+                f'{self.dense_total:g}, saved per attention {self.attn:g}, '
+                f'per merged FFN {self.ffn_saving:g}')
+
+
+@dataclass(frozen=True)
+class CostCandidate(Candidate):
+    """A :class:`Candidate` with its speedup under a cost model."""
+    speedup: float
+
+
+@dataclass(frozen=True)
+class CostAllocation:
+    """Result of a latency-aware search: ``best`` among ``feasible`` (the
+    candidates meeting the constraint); ``candidates`` holds every pair."""
+    objective: str
+    best: CostCandidate
+    feasible: Tuple[CostCandidate, ...]
+    candidates: Tuple[CostCandidate, ...]
+
+
+def evaluate_cost_candidates(fit: MAPFit, depth: int, cost: CostModel,
+                             bounds: Bounds = 'full') -> List[CostCandidate]:
+    """Every ``(n_attn, n_act)`` with both counts in ``bounds``, with MAP's
+    prediction and the speedup under ``cost``."""
+    depth = _check_depth(depth)
+    if cost.depth is not None and cost.depth != depth:
+        raise ValueError(f'cost model is for depth {cost.depth}, '
+                         f'but depth is {depth}')
+    lo, hi = resolve_bounds(bounds, depth)
+    pairs = [(n_attn, n_act) for n_attn in range(lo, hi + 1)
+             for n_act in range(lo, hi + 1)]
+    return [CostCandidate(**vars(c), speedup=cost.speedup(c.n_attn, c.n_act))
+            for c in evaluate_candidates(fit, depth, pairs)]
+
+
+def pareto_front(candidates: Sequence[CostCandidate]) -> List[CostCandidate]:
+    """Candidates no other beats in both speedup and predicted accuracy,
+    by increasing speedup."""
+    front: List[CostCandidate] = []
+    for c in sorted(candidates,
+                    key=lambda c: (-c.predicted_accuracy, -c.speedup)):
+        if not front or c.speedup > front[-1].speedup:
+            front.append(c)
+    return sorted(front, key=lambda c: c.speedup)
+
+
+def allocate_for_speedup(fit: MAPFit, depth: int, cost: CostModel,
+                         target_speedup: float,
+                         bounds: Bounds = 'full') -> CostAllocation:
+    """Maximise predicted accuracy over all count pairs (any total) whose
+    speedup is at least ``target_speedup``; ties go to the faster one."""
+    target = _positive(target_speedup, 'target speedup')
+    candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
+    # A relative slack keeps exact ratios (e.g. 1.5 hit exactly) feasible.
+    feasible = [c for c in candidates if c.speedup >= target * (1 - 1e-12)]
+    if not feasible:
+        fastest = max(candidates, key=lambda c: c.speedup)
+        raise ValueError(
+            f'no allocation reaches a {target:g}x speedup under '
+            f'{_bounds_text(bounds, depth)}; the fastest is '
+            f'{fastest.speedup:.3f}x at n_attn={fastest.n_attn}, '
+            f'n_act={fastest.n_act}')
+    best = max(feasible, key=lambda c: (c.predicted_accuracy, c.speedup))
+    return CostAllocation(
+        objective=f'max predicted accuracy with speedup >= {target:g}x',
+        best=best, feasible=tuple(feasible), candidates=tuple(candidates))
+
+
+def allocate_for_accuracy(fit: MAPFit, depth: int, cost: CostModel,
+                          min_accuracy: float,
+                          bounds: Bounds = 'full') -> CostAllocation:
+    """Maximise speedup over all count pairs whose predicted accuracy is at
+    least ``min_accuracy``; ties go to the more accurate one."""
+    if (isinstance(min_accuracy, bool)
+            or not isinstance(min_accuracy, numbers.Real)
+            or not math.isfinite(min_accuracy)):
+        raise ValueError(f'minimum accuracy must be a finite number, '
+                         f'got {min_accuracy!r}')
+    candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
+    feasible = [c for c in candidates
+                if c.predicted_accuracy >= min_accuracy]
+    if not feasible:
+        top = max(candidates, key=lambda c: c.predicted_accuracy)
+        raise ValueError(
+            f'no allocation is predicted to reach accuracy {min_accuracy:g} '
+            f'under {_bounds_text(bounds, depth)}; the highest prediction is '
+            f'{top.predicted_accuracy:.3f} at n_attn={top.n_attn}, '
+            f'n_act={top.n_act}')
+    best = max(feasible, key=lambda c: (c.speedup, c.predicted_accuracy))
+    return CostAllocation(
+        objective=f'max speedup with predicted accuracy >= {min_accuracy:g}',
+        best=best, feasible=tuple(feasible), candidates=tuple(candidates))
+
+
+def _positive(value: Any, name: str) -> float:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f'{name} must be a positive number, got {value!r}')
+    return float(value)
+
+
+def _bounds_text(bounds: Bounds, depth: int) -> str:
+    lo, hi = resolve_bounds(bounds, depth)
+    return f'bounds {bounds!r} (each count in [{lo}, {hi}])'
