@@ -1,0 +1,6 @@
+from .demo_data import (DIGIT_CLASSES, SEG_CLASSES, SHAPE_CLASSES,
+                        make_all, make_classification, make_detection,
+                        make_segmentation)
+
+__all__ = ['DIGIT_CLASSES', 'SEG_CLASSES', 'SHAPE_CLASSES', 'make_all',
+           'make_classification', 'make_detection', 'make_segmentation']

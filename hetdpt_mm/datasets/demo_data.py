@@ -1,0 +1,212 @@
+"""Small datasets for the CPU demo and the tests, in the real layouts.
+
+* ``cls/``: scikit-learn's 8x8 handwritten digits (real data that ships inside
+  the PyPI package), upscaled to 32x32 RGB, in ImageNet folder layout
+  (``train/<class>/*.png``, ``val/<class>/*.png``, ``meta/{train,val}.txt``).
+* ``coco/``: procedurally drawn shapes with exact boxes, COCO 2017 layout
+  (``train2017/``, ``val2017/``, ``annotations/instances_{train,val}2017.json``).
+* ``ade/``: the same kind of scenes with exact masks, ADE20K layout
+  (``images/{training,validation}/*.jpg``,
+  ``annotations/{training,validation}/*.png``; label 0 is "other", as in
+  ADE20K, so configs use ``reduce_zero_label=True``).
+
+Everything is deterministic from the seed.  Each part is built in a
+temporary directory and renamed into place, so a reader never sees half a
+dataset, and an existing part with the same settings is kept.
+"""
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+DIGIT_CLASSES = tuple(f'digit_{i}' for i in range(10))
+SHAPE_CLASSES = ('rectangle', 'ellipse', 'triangle')
+#: ADE-style segmentation classes (label value = index + 1; 0 = other).
+SEG_CLASSES = ('background', ) + SHAPE_CLASSES
+MANIFEST = 'hetdpt_demo.json'
+
+
+def _build_atomically(target: Path, settings: Dict, build) -> bool:
+    """Run ``build(tmp_dir)`` and rename the result to ``target``; skip when
+    ``target`` already holds a dataset made with the same settings."""
+    manifest = target / MANIFEST
+    if manifest.exists() and json.loads(manifest.read_text()) == settings:
+        return False
+    if target.exists() and not manifest.exists():
+        raise FileExistsError(
+            f'{target} exists and is not a hetdpt_mm demo dataset; '
+            'refusing to replace it')
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f'.{target.name}.', dir=target.parent))
+    try:
+        build(tmp)
+        (tmp / MANIFEST).write_text(json.dumps(settings, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return True
+
+
+# --------------------------------------------------------------- classification
+def make_classification(root, seed: int = 0, val_fraction: float = 0.2,
+                        size: int = 32) -> bool:
+    """Digits in ImageNet layout; returns False if it was already there."""
+    settings = dict(kind='classification', seed=seed,
+                    val_fraction=val_fraction, size=size)
+
+    def build(out: Path):
+        from sklearn.datasets import load_digits
+        digits = load_digits()
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(len(digits.target))
+        num_val = int(round(len(order) * val_fraction))
+        splits = dict(val=order[:num_val], train=order[num_val:])
+        (out / 'meta').mkdir(parents=True)
+        for split, indices in splits.items():
+            lines = []
+            for index in sorted(indices):
+                label = int(digits.target[index])
+                # 0..16 ink -> white digit on black, bilinear upscale.
+                pixels = (digits.images[index] * (255 / 16)).astype(np.uint8)
+                image = Image.fromarray(pixels).resize(
+                    (size, size), Image.BILINEAR).convert('RGB')
+                rel = f'{DIGIT_CLASSES[label]}/{index:04d}.png'
+                path = out / split / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                image.save(path)
+                lines.append(f'{rel} {label}')
+            (out / 'meta' / f'{split}.txt').write_text('\n'.join(lines) + '\n')
+        (out / 'classes.txt').write_text('\n'.join(DIGIT_CLASSES) + '\n')
+
+    return _build_atomically(Path(root), settings, build)
+
+
+# ------------------------------------------------------------------ scenes
+def _draw_scene(rng: np.random.Generator, height: int, width: int,
+                max_objects: int) -> Tuple[Image.Image, List[Dict],
+                                           np.ndarray]:
+    """A noisy background with 1..max_objects non-overlapping filled shapes.
+
+    Returns the image, the objects (class index, exact box) and a label map
+    (SEG_CLASSES index + 1 per pixel; later shapes paint over earlier ones,
+    so boxes are computed from the final masks).
+    """
+    background = rng.integers(40, 90, size=3)
+    noise = rng.normal(0, 12, size=(height, width, 3))
+    canvas = np.clip(background + noise, 0, 255).astype(np.uint8)
+    image = Image.fromarray(canvas)
+    labels = np.full((height, width), SEG_CLASSES.index('background') + 1,
+                     dtype=np.uint8)
+    instance = np.zeros((height, width), dtype=np.int32)
+    draw = ImageDraw.Draw(image)
+    objects = []
+    for obj_id in range(1, int(rng.integers(1, max_objects + 1)) + 1):
+        cls = int(rng.integers(len(SHAPE_CLASSES)))
+        w = int(rng.integers(width // 6, width // 2))
+        h = int(rng.integers(height // 6, height // 2))
+        x0 = int(rng.integers(0, width - w))
+        y0 = int(rng.integers(0, height - h))
+        colour = tuple(int(c) for c in rng.integers(130, 256, size=3))
+        mask_image = Image.new('L', (width, height), 0)
+        mask_draw = ImageDraw.Draw(mask_image)
+        box = [x0, y0, x0 + w - 1, y0 + h - 1]
+        if SHAPE_CLASSES[cls] == 'rectangle':
+            shape = ('rectangle', box)
+        elif SHAPE_CLASSES[cls] == 'ellipse':
+            shape = ('ellipse', box)
+        else:
+            shape = ('polygon', [(x0, y0 + h - 1), (x0 + w - 1, y0 + h - 1),
+                                 (x0 + w // 2, y0)])
+        getattr(draw, shape[0])(shape[1], fill=colour)
+        getattr(mask_draw, shape[0])(shape[1], fill=1)
+        mask = np.asarray(mask_image, dtype=bool)
+        labels[mask] = SEG_CLASSES.index(SHAPE_CLASSES[cls]) + 1
+        instance[mask] = obj_id
+        objects.append(dict(id=obj_id, category=cls))
+    # Boxes from the visible part of each shape (occlusion included).
+    visible = []
+    for obj in objects:
+        ys, xs = np.nonzero(instance == obj['id'])
+        if len(xs) < 16:
+            continue
+        x0, y0, x1, y1 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
+        visible.append(dict(category=obj['category'],
+                            bbox=[float(x0), float(y0), float(x1 - x0),
+                                  float(y1 - y0)],
+                            area=float(len(xs))))
+    return image, visible, labels
+
+
+def make_detection(root, seed: int = 0, num_train: int = 64,
+                   num_val: int = 16, size: Tuple[int, int] = (128, 128),
+                   max_objects: int = 3) -> bool:
+    """Shapes with exact boxes in COCO 2017 layout."""
+    settings = dict(kind='detection', seed=seed, num_train=num_train,
+                    num_val=num_val, size=list(size), max_objects=max_objects)
+
+    def build(out: Path):
+        rng = np.random.default_rng(seed)
+        (out / 'annotations').mkdir(parents=True)
+        categories = [dict(id=i + 1, name=name, supercategory='shape')
+                      for i, name in enumerate(SHAPE_CLASSES)]
+        for split, count in (('train2017', num_train), ('val2017', num_val)):
+            (out / split).mkdir()
+            images, annotations = [], []
+            for index in range(count):
+                image, objects, _ = _draw_scene(rng, *size, max_objects)
+                file_name = f'{index:012d}.jpg'
+                image.save(out / split / file_name, quality=95)
+                image_id = index + 1
+                images.append(dict(id=image_id, file_name=file_name,
+                                   height=size[0], width=size[1]))
+                for obj in objects:
+                    annotations.append(dict(
+                        id=len(annotations) + 1, image_id=image_id,
+                        category_id=obj['category'] + 1, bbox=obj['bbox'],
+                        area=obj['area'], iscrowd=0, segmentation=[]))
+            ann_file = out / 'annotations' / f'instances_{split}.json'
+            ann_file.write_text(json.dumps(dict(
+                images=images, annotations=annotations,
+                categories=categories)))
+
+    return _build_atomically(Path(root), settings, build)
+
+
+def make_segmentation(root, seed: int = 0, num_train: int = 64,
+                      num_val: int = 16, size: Tuple[int, int] = (128, 128),
+                      max_objects: int = 3) -> bool:
+    """Shapes with exact masks in ADE20K layout."""
+    settings = dict(kind='segmentation', seed=seed, num_train=num_train,
+                    num_val=num_val, size=list(size), max_objects=max_objects)
+
+    def build(out: Path):
+        rng = np.random.default_rng(seed + 1)
+        for split, count, prefix in (('training', num_train, 'train'),
+                                     ('validation', num_val, 'val')):
+            (out / 'images' / split).mkdir(parents=True)
+            (out / 'annotations' / split).mkdir(parents=True)
+            for index in range(count):
+                image, _, labels = _draw_scene(rng, *size, max_objects)
+                stem = f'ADE_{prefix}_{index + 1:08d}'
+                image.save(out / 'images' / split / f'{stem}.jpg', quality=95)
+                Image.fromarray(labels).save(out / 'annotations' / split /
+                                             f'{stem}.png')
+
+    return _build_atomically(Path(root), settings, build)
+
+
+def make_all(root, seed: int = 0) -> Dict[str, Path]:
+    """All three demo datasets under ``root``; returns their directories."""
+    root = Path(root)
+    paths = dict(cls=root / 'cls', coco=root / 'coco', ade=root / 'ade')
+    make_classification(paths['cls'], seed)
+    make_detection(paths['coco'], seed)
+    make_segmentation(paths['ade'], seed)
+    return paths

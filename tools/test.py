@@ -1,0 +1,97 @@
+"""Test (evaluate) a checkpoint of any mmpretrain / mmdet / mmseg config.
+
+    python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE.pkl]
+        [--show-dir DIR] [--out-metrics FILE.json] [--cfg-options k=v ...]
+        [--launcher pytorch]
+"""
+import argparse
+import json
+import os
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+
+from hetdpt_mm.fileio import atomic_write_text
+from hetdpt_mm.runner import build_runner, trust_checkpoints
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Test a model')
+    parser.add_argument('config', help='test config file path')
+    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('--work-dir', help='the dir to save logs and results')
+    parser.add_argument('--out', help='dump raw predictions to this pickle')
+    parser.add_argument('--out-metrics',
+                        help='write the evaluation metrics to this JSON')
+    parser.add_argument('--show', action='store_true',
+                        help='show prediction results')
+    parser.add_argument('--show-dir',
+                        help='directory where painted images are saved')
+    parser.add_argument('--wait-time', type=float, default=2,
+                        help='the interval of show (s)')
+    parser.add_argument(
+        '--trust-checkpoint', action='store_true',
+        help='load checkpoints with full pickle (only for files you trust)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    parser.add_argument('--launcher', default='none',
+                        choices=['none', 'pytorch', 'slurm', 'mpi'])
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def enable_visualization(cfg, args):
+    """Turn on the toolbox's visualization hook (mmdet / mmseg / mmpretrain
+    spell its switches differently)."""
+    hook = cfg.default_hooks.get('visualization')
+    if hook is None:
+        raise SystemExit('error: --show/--show-dir need a visualization hook '
+                         'in default_hooks')
+    if hook['type'] == 'VisualizationHook':  # mmpretrain
+        hook['enable'] = True
+        hook['out_dir'] = args.show_dir
+    else:  # mmdet DetVisualizationHook, mmseg SegVisualizationHook
+        hook['draw'] = True
+        if args.show_dir:
+            cfg.visualizer['save_dir'] = args.show_dir
+            if hook['type'] == 'DetVisualizationHook':
+                hook['test_out_dir'] = args.show_dir
+    if args.show:
+        hook['show'] = True
+        hook['wait_time'] = args.wait_time
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.trust_checkpoint:
+        trust_checkpoints()
+    if not osp.isfile(args.checkpoint):
+        raise SystemExit(f'error: checkpoint {args.checkpoint} does not exist')
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    cfg.load_from = args.checkpoint
+    if args.show or args.show_dir:
+        enable_visualization(cfg, args)
+    runner = build_runner(cfg)
+    if args.out:
+        from mmengine.evaluator import DumpResults
+        runner.test_evaluator.metrics.append(
+            DumpResults(out_file_path=args.out))
+    metrics = runner.test()
+    if args.out_metrics:
+        atomic_write_text(args.out_metrics, json.dumps(
+            {k: float(v) if hasattr(v, '__float__') else v
+             for k, v in metrics.items()}, indent=1))
+
+
+if __name__ == '__main__':
+    main()
