@@ -1,0 +1,1 @@
+"""MMEngine hooks of hetdpt_mm (registered in mmengine's HOOKS on import)."""
