@@ -46,10 +46,26 @@ def _numpy_safe_globals():
     return entries
 
 
+def _history_buffer_getattr(obj, name):
+    """Stands in for ``getattr`` while unpickling: HistoryBuffer pickles its
+    statistics methods as ``getattr(HistoryBuffer, 'mean')``; nothing else
+    may be looked up."""
+    from mmengine.logging.history_buffer import HistoryBuffer
+    allowed = {'min', 'max', 'current', 'mean'} | set(
+        HistoryBuffer._statistics_methods)
+    if obj is HistoryBuffer and name in allowed:
+        return getattr(obj, name)
+    raise pickle.UnpicklingError(
+        f'getattr({obj!r}, {name!r}) is not allowed in a checkpoint')
+
+
 def mmengine_safe_globals():
     """The exact non-tensor types found in MMEngine 0.10 checkpoints."""
     from mmengine.logging.history_buffer import HistoryBuffer
-    return [HistoryBuffer, OrderedDict] + _numpy_safe_globals()
+    return [HistoryBuffer, OrderedDict,
+            (_history_buffer_getattr, 'builtins.getattr'),
+            (_history_buffer_getattr, '__builtin__.getattr')
+            ] + _numpy_safe_globals()
 
 
 def trust_from_env() -> bool:
@@ -79,19 +95,21 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
         with torch.serialization.safe_globals(mmengine_safe_globals()):
             checkpoint = torch.load(path, **kwargs)
     except pickle.UnpicklingError as error:
-        message = str(error)
-        if 'Unsupported global' in message or 'not an allowed global' in \
-                message:
-            detail = message.split('WeightsUnpickler error:')[-1].split(
-                '\n')[0].strip()
+        lines = [line.strip() for line in str(error).splitlines()]
+        refused = [line for line in lines if 'global' in line.lower() or
+                   'not allowed' in line]
+        if refused:
+            detail = refused[0].split('WeightsUnpickler error:')[-1].strip()
             raise CheckpointError(
                 f'checkpoint {path} contains objects that are not safe to '
-                f'load with weights_only=True ({detail}). Only load it if you '
-                f'trust its source: set {TRUST_ENV}=1 or pass '
+                f'load with weights_only=True ({detail[:300]}). Only load it '
+                f'if you trust its source: set {TRUST_ENV}=1 or pass '
                 '--trust-checkpoint.') from None
+        reason = next((line for line in lines[1:] if line and
+                       'documentation' not in line), lines[0])
         raise CheckpointError(
             f'{path} is not a PyTorch checkpoint (unreadable pickle: '
-            f'{message.splitlines()[-1][:200]})') from None
+            f'{reason[:200]})') from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError,
             ValueError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
