@@ -1,0 +1,447 @@
+"""Benchmark building blocks: a fair timing loop, MACs and parameter counts,
+and the models compared by ``tools/benchmark.py``.
+
+Timing is done in one process with every model measured once per repeat in
+a rotating order, so that a change of machine load during the run hits all
+models alike; medians over repeats are reported with their spread, and
+speedups also per repeat (paired), which cancels most of the load drift.
+
+MACs come from :class:`mmengine.analysis.FlopAnalyzer` (one multiply-add
+counts as one, its convention), with handles added for the attention
+products it does not count on its own (``scaled_dot_product_attention``,
+``baddbmm``); see :func:`count_macs`.
+"""
+import contextlib
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
+
+import torch
+import torch.nn as nn
+from mmengine.analysis import FlopAnalyzer, parameter_count
+from mmengine.analysis.jit_handles import get_shape
+from mmengine.config import Config
+from mmengine.logging import print_log
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import MODELS, DefaultScope
+
+from .checkpoint import load_checkpoint_file
+from .models.hetdpt_vit import (HetDPTViT, describe_checkpoint,
+                                extract_backbone_state_dict, resolve_arch)
+from .models.layers import StraightThroughGate
+from .pruning.cost import AnalyticCost
+from .spec import ACT, ATTN, PruneSpec
+
+#: The authors' reference DeiT-B model ("10 layers", METHOD.md section 1).
+AUTHORS_SPEC = PruneSpec(12, attn_removed=(0, 3, 7, 8, 11),
+                         act_removed=(2, 7, 8, 10, 11))
+#: The forms of one backbone that ``tools/benchmark.py backbone`` compares.
+BACKBONE_VARIANTS = ('dense', 'pruned', 'merged')
+#: mmengine operator names whose count is a matrix product (multiply-adds).
+MATMUL_OPS = ('linear', 'conv', 'matmul', 'mm', 'bmm', 'addmm', 'baddbmm',
+              'einsum', 'scaled_dot_product_attention')
+#: The stock OpenMMLab configs the dense-prediction comparisons start from.
+STOCK_CONFIGS = {
+    'detr': 'mmdet::detr/detr_r50_8xb2-150e_coco.py',
+    'upernet':
+    'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py',
+}
+
+
+# ------------------------------------------------------------------- timing
+@dataclass
+class TimingStats:
+    """Seconds per batch of each repeat, and summaries of them."""
+    seconds: List[float]
+    batch_size: int
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def quartiles(self) -> Tuple[float, float]:
+        if len(self.seconds) < 2:
+            return self.seconds[0], self.seconds[0]
+        q1, _, q3 = statistics.quantiles(self.seconds, n=4,
+                                         method='inclusive')
+        return q1, q3
+
+    @property
+    def throughput(self) -> float:
+        """Images per second at the median batch time."""
+        return self.batch_size / self.median
+
+    def to_dict(self) -> Dict[str, Any]:
+        q1, q3 = self.quartiles
+        return dict(batch_size=self.batch_size, seconds=self.seconds,
+                    median_ms=1e3 * self.median, min_ms=1e3 * min(self.seconds),
+                    max_ms=1e3 * max(self.seconds), q1_ms=1e3 * q1,
+                    q3_ms=1e3 * q3, throughput=self.throughput)
+
+
+def synchronize(device: Union[str, torch.device]) -> None:
+    """Wait for queued kernels, so that a clock read covers them."""
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize(device)
+
+
+def autocast(device: Union[str, torch.device], dtype: str):
+    """The precision context: ``'fp32'`` (none) or AMP in ``'bf16'`` or
+    ``'fp16'`` (weights stay fp32, matmuls run in the low precision)."""
+    if dtype == 'fp32':
+        return contextlib.nullcontext()
+    low = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(dtype)
+    if low is None:
+        raise ValueError(f'unknown dtype {dtype!r}; use fp32, bf16 or fp16')
+    return torch.autocast(device_type=torch.device(device).type, dtype=low)
+
+
+def rotations(names: Sequence[str], repeats: int) -> List[List[str]]:
+    """The measuring order of each repeat: ``names`` rotated by one each
+    time, so every model runs first (and after every other) equally often."""
+    names = list(names)
+    return [names[r % len(names):] + names[:r % len(names)]
+            for r in range(repeats)]
+
+
+def time_runs(runs: Mapping[str, Callable[[], Any]], batch_size: int,
+              repeats: int = 5, warmup: int = 1, iters: int = 1,
+              device: Union[str, torch.device] = 'cpu', dtype: str = 'fp32',
+              logger: str = 'current') -> Dict[str, TimingStats]:
+    """Time each callable (one batch per call) in alternating order.
+
+    Every repeat measures each run once as the mean of ``iters`` calls,
+    after ``warmup`` untimed calls of every run. Runs execute under
+    ``torch.inference_mode`` and the :func:`autocast` of ``dtype``; on CUDA
+    the clock is read only after :func:`synchronize`.
+    """
+    if repeats < 1 or iters < 1 or warmup < 0:
+        raise ValueError('repeats and iters must be >= 1 and warmup >= 0, '
+                         f'got {repeats}, {iters}, {warmup}')
+    seconds: Dict[str, List[float]] = {name: [] for name in runs}
+    with torch.inference_mode(), autocast(device, dtype):
+        for order in rotations(runs, warmup):
+            for name in order:
+                runs[name]()
+        for repeat, order in enumerate(rotations(runs, repeats)):
+            for name in order:
+                synchronize(device)
+                start = time.perf_counter()
+                for _ in range(iters):
+                    runs[name]()
+                synchronize(device)
+                seconds[name].append((time.perf_counter() - start) / iters)
+            print_log(f'repeat {repeat + 1}/{repeats}: ' + ', '.join(
+                f'{name} {1e3 * seconds[name][-1]:.1f} ms' for name in order),
+                      logger=logger)
+    return {name: TimingStats(values, batch_size)
+            for name, values in seconds.items()}
+
+
+def paired_speedups(baseline: TimingStats, other: TimingStats) -> List[float]:
+    """Speedup of ``other`` over ``baseline`` in each repeat: the two were
+    measured next to each other, so slow drifts of load cancel."""
+    return [b / o for b, o in zip(baseline.seconds, other.seconds)]
+
+
+def amdahl_bound(share: float, part_speedup: float) -> float:
+    """Overall speedup when a part taking ``share`` of the time gets
+    ``part_speedup`` faster and the rest is unchanged."""
+    if not 0 <= share <= 1:
+        raise ValueError(f'share must be in [0, 1], got {share}')
+    return 1 / ((1 - share) + share / part_speedup)
+
+
+# ------------------------------------------------------------ MACs, params
+def sdpa_macs_jit(inputs: List[Any], outputs: List[Any]) -> int:
+    """``softmax(q k^T) v``: ``L S E`` for the scores plus ``L S Ev`` for
+    the weighted sum, per batch and head (masks and causality ignored)."""
+    query, key, value = (get_shape(v) for v in inputs[:3])
+    *batch, length, embed = query
+    count = 1
+    for size in batch:
+        count *= size
+    return count * length * key[-2] * (embed + value[-1])
+
+
+def baddbmm_macs_jit(inputs: List[Any], outputs: List[Any]) -> int:
+    """``beta * input + alpha * (b1 @ b2)``: the batched product."""
+    batch, rows, inner = get_shape(inputs[1])
+    return batch * rows * inner * get_shape(inputs[2])[-1]
+
+
+@dataclass
+class MacCount:
+    """Multiply-accumulates of one forward pass (per image)."""
+    total: int
+    matmul: int
+    by_operator: Dict[str, int] = field(default_factory=dict)
+    uncounted_ops: Dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dict(total=self.total, matmul=self.matmul,
+                    by_operator=self.by_operator,
+                    uncounted_ops=self.uncounted_ops)
+
+
+def count_macs(model: nn.Module, inputs: Union[torch.Tensor, Tuple]
+               ) -> MacCount:
+    """MACs of ``model(*inputs)`` traced by mmengine's FlopAnalyzer, plus
+    the attention products (``scaled_dot_product_attention``, ``baddbmm``)
+    it leaves out by default. ``matmul`` sums the matrix products only
+    (what :class:`AnalyticCost` models); ``total`` adds mmengine's counts
+    for norms, upsampling and pooling. ``uncounted_ops`` lists operators
+    that were traced but have no count (elementwise ones, and any gap)."""
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs, )
+    analyzer = FlopAnalyzer(model, inputs)
+    analyzer.set_op_handle(
+        **{
+            'aten::scaled_dot_product_attention': sdpa_macs_jit,
+            'aten::baddbmm': baddbmm_macs_jit,
+        })
+    analyzer.unsupported_ops_warnings(False)
+    analyzer.uncalled_modules_warnings(False)
+    analyzer.tracer_warnings('none')
+    # The fused nn.MultiheadAttention kernel is one opaque op to the tracer;
+    # the unfused path is the same maths in countable ops.
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            by_operator = dict(analyzer.by_operator())
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+    return MacCount(
+        total=int(sum(by_operator.values())),
+        matmul=int(sum(v for k, v in by_operator.items() if k in MATMUL_OPS)),
+        by_operator={k: int(v) for k, v in by_operator.items()},
+        uncounted_ops=dict(analyzer.unsupported_ops()))
+
+
+def count_params(model: nn.Module) -> int:
+    """Number of parameters (mmengine's count; shared ones once)."""
+    return int(parameter_count(model)[''])
+
+
+def analytic_macs(backbone: HetDPTViT, img_size: Sequence[int]) -> int:
+    """:class:`AnalyticCost` of ``backbone`` at ``img_size`` (``H, W``;
+    multiples of the patch size, like the analytic model). Unmerged FFNs
+    cost as much as dense ones, with or without their GELU."""
+    arch = backbone.arch_settings
+    spec = backbone.prune_spec
+    cost = AnalyticCost(
+        embed_dim=arch['embed_dims'], num_heads=arch['num_heads'],
+        mlp_ratio=arch['mlp_ratio'], depth=arch['num_layers'],
+        img_size=tuple(img_size), patch_size=backbone.patch_size,
+        num_prefix_tokens=backbone.num_prefix_tokens)
+    merged_ffns = spec.n_act if backbone.form == 'merged' else 0
+    return int(cost.total(spec.n_attn, merged_ffns))
+
+
+def gate_modules(model: nn.Module) -> List[str]:
+    """Names of the straight-through gates in ``model`` (none when merged)."""
+    return [name for name, module in model.named_modules()
+            if isinstance(module, StraightThroughGate)]
+
+
+# ---------------------------------------------------------------- backbones
+def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
+                            spec=AUTHORS_SPEC,
+                            variants: Sequence[str] = BACKBONE_VARIANTS,
+                            checkpoint: Optional[str] = None,
+                            prefix: Optional[str] = None,
+                            **backbone_args) -> Dict[str, HetDPTViT]:
+    """The dense, pruned (unmerged) and merged forms of one backbone, in
+    eval mode, in ``variants`` order.
+
+    Without ``checkpoint`` the weights are random (speed does not depend on
+    them). With one, the structure (arch, spec, semantics) comes from it as
+    in training, ``arch`` and ``spec`` only filling in what it cannot say
+    (a checkpoint without meta: its arch; removed GELUs of an authors'
+    stage-2 file), and its weights go into the forms they convert to (a
+    merged checkpoint cannot be unmerged: its pruned form stays random).
+    ``backbone_args`` (e.g. ``img_size``, ``out_type``) override both.
+    """
+    unknown = [v for v in variants if v not in BACKBONE_VARIANTS]
+    if unknown:
+        raise ValueError(f'unknown variants {unknown}; choose from '
+                         f'{BACKBONE_VARIANTS}')
+    structure = dict(arch=arch)
+    pruned_args = dict(prune_spec=spec)
+    stored_form = None
+    if checkpoint is not None:
+        record = read_backbone_record(checkpoint, prefix)
+        stored_form = record['form']
+        structure = dict(record.get('arch') or structure)
+        pruned_args = dict(
+            init_cfg=dict(type='Pretrained', checkpoint=checkpoint,
+                          prefix=prefix),
+            prune_spec=spec if record.get('act_unknown') else None)
+    structure.update(backbone_args)
+    pruned = HetDPTViT(**structure, **pruned_args, merged=False)
+    if stored_form == 'merged':
+        pruned.init_cfg = None  # random: merged weights cannot be unmerged
+    pruned.init_weights()
+    models = {}
+    for variant in variants:
+        if variant == 'dense':
+            model = HetDPTViT(**structure, merged=False)
+            model.init_weights()
+        elif variant == 'pruned':
+            model = pruned
+        else:
+            model = pruned.to_merged()
+            if stored_form == 'merged':
+                model.load_pretrained(checkpoint, prefix)
+        models[variant] = model.eval()
+    return models
+
+
+def read_backbone_record(checkpoint: str,
+                         prefix: Optional[str] = None) -> Dict[str, Any]:
+    """The HetDPT record of a checkpoint's backbone (spec, form, and the
+    build args when its meta has them), touching only meta and key names."""
+    loaded = load_checkpoint_file(checkpoint, mmap=True)
+    state, _ = extract_backbone_state_dict(loaded, prefix, checkpoint)
+    return describe_checkpoint(loaded, state, checkpoint)
+
+
+# ------------------------------------------------- dense-prediction models
+def stock_config(task: str) -> Config:
+    """The stock mmdet / mmseg config of ``task`` (``'detr'`` or
+    ``'upernet'``), without pretrained weights."""
+    if task not in STOCK_CONFIGS:
+        raise ValueError(f'unknown task {task!r}; choose from '
+                         f'{sorted(STOCK_CONFIGS)}')
+    from mmengine.hub import get_config
+    cfg = get_config(STOCK_CONFIGS[task])
+    cfg.model.pop('pretrained', None)
+    if task == 'detr':
+        cfg.model.backbone.pop('init_cfg', None)
+    return cfg
+
+
+def hetdpt_config(task: str, arch: Union[str, Mapping] = 'deit-base',
+                  spec=AUTHORS_SPEC, merged: bool = True,
+                  img_size: Sequence[int] = (224, 224),
+                  distilled: bool = True) -> Config:
+    """The stock config of ``task`` with its backbone replaced by
+    :class:`HetDPTViT` (``spec=None``: dense), random weights; what
+    ``configs/detr_hetdpt_deit_b.py`` and
+    ``configs/upernet_hetdpt_deit_b_ade20k.py`` build, minus the checkpoint.
+    """
+    cfg = stock_config(task)
+    settings = resolve_arch(arch)
+    embed_dims = settings['embed_dims']
+    depth = settings['num_layers']
+    backbone = dict(type='HetDPTViT', arch=arch, img_size=tuple(img_size),
+                    patch_size=16, distilled=distilled, out_type='featmap',
+                    prune_spec=None if spec is None else
+                    PruneSpec.coerce(spec, depth).to_dict(),
+                    merged=merged and spec is not None)
+    if task == 'detr':
+        backbone.update(out_indices=(depth - 1, ))
+        cfg.model.backbone = backbone
+        cfg.model.neck.in_channels = [embed_dims]
+    else:
+        # mmseg's (2, 5, 8, 11) for 12 blocks: the end of each quarter.
+        backbone.update(out_indices=tuple(depth * k // 4 - 1
+                                          for k in (1, 2, 3, 4)),
+                        final_norm=False, interpolate_mode='bicubic')
+        cfg.model.backbone = backbone
+        # The neck maps to its own out_channels: the heads stay as they are.
+        cfg.model.neck.in_channels = [embed_dims] * 4
+    return cfg
+
+
+def build_from_config(cfg: Config) -> nn.Module:
+    """Build ``cfg.model`` in its config's registry scope, eval mode, with
+    SyncBN turned into BN (no process group on a benchmark machine); the
+    weights stay at their initialisation (``init_weights`` is not run)."""
+    scope = cfg.get('default_scope', 'mmengine')
+    if cfg.get('custom_imports'):
+        from mmengine.utils import import_modules_from_strings
+        import_modules_from_strings(**cfg['custom_imports'])
+    with DefaultScope.overwrite_default_scope(scope):
+        model = MODELS.build(cfg.model)
+    model = revert_sync_batchnorm(model)
+    model.default_scope = scope
+    return model.eval()
+
+
+def make_test_batch(model: nn.Module, batch_size: int,
+                    img_size: Sequence[int]) -> Dict[str, list]:
+    """A ``test_step`` batch of random uint8 images of ``img_size`` with the
+    data samples of the model's toolbox (mmdet, mmseg or mmpretrain)."""
+    height, width = img_size
+    shape = (height, width)
+    scope = getattr(model, 'default_scope', 'mmengine')
+    if scope == 'mmdet':
+        from mmdet.structures import DetDataSample
+        samples = [DetDataSample(metainfo=dict(
+            img_shape=shape, ori_shape=shape, scale_factor=(1., 1.)))
+                   for _ in range(batch_size)]
+    elif scope == 'mmseg':
+        from mmseg.structures import SegDataSample
+        samples = [SegDataSample(metainfo=dict(
+            img_shape=shape, ori_shape=shape, pad_shape=shape,
+            padding_size=[0, 0, 0, 0])) for _ in range(batch_size)]
+    elif scope == 'mmpretrain':
+        from mmpretrain.structures import DataSample
+        samples = [DataSample(metainfo=dict(img_shape=shape))
+                   for _ in range(batch_size)]
+    else:
+        raise ValueError(f'cannot make test data for a model of scope '
+                         f'{scope!r}; expected mmdet, mmseg or mmpretrain')
+    generator = torch.Generator().manual_seed(0)
+    images = [torch.randint(0, 256, (3, height, width), dtype=torch.uint8,
+                            generator=generator) for _ in range(batch_size)]
+    return dict(inputs=images, data_samples=samples)
+
+
+class TensorForward(nn.Module):
+    """``model(inputs, data_samples, mode='tensor')`` as a one-argument
+    module, so that FlopAnalyzer can trace a detector or segmentor."""
+
+    def __init__(self, model: nn.Module, data_samples: list):
+        super().__init__()
+        self.model = model
+        self.data_samples = data_samples
+
+    def forward(self, inputs: torch.Tensor):
+        return self.model(inputs, self.data_samples, mode='tensor')
+
+
+# ------------------------------------------------------------------ machine
+def machine_info(device: Union[str, torch.device] = 'cpu') -> Dict[str, Any]:
+    """What the numbers were measured on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo') as file:
+            for line in file:
+                if line.startswith('model name'):
+                    cpu = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = dict(cpu=cpu, logical_cores=os.cpu_count(),
+                torch=torch.__version__, threads=torch.get_num_threads(),
+                device=str(device))
+    if hasattr(os, 'getloadavg'):
+        info['loadavg'] = [round(v, 2) for v in os.getloadavg()]
+    if torch.device(device).type == 'cuda':
+        info['gpu'] = torch.cuda.get_device_name(device)
+        info['tf32_matmul'] = torch.backends.cuda.matmul.allow_tf32
+    return info
+
+
+def spec_text(spec: PruneSpec) -> str:
+    """``attn 0,3 / act 2,7`` for tables."""
+    return (f'attn {",".join(map(str, spec.removed(ATTN))) or "-"} / '
+            f'act {",".join(map(str, spec.removed(ACT))) or "-"}')

@@ -1,0 +1,293 @@
+"""tools/benchmark.py and hetdpt_mm.benchmark: the tool runs and writes the
+promised fields, MACs and parameters match the analytic counts, the merged
+backbone is a plain dense network. No timing assertions: speed targets live
+in docs/benchmarks.md, measured with the tool."""
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from helpers import MIXED_SPEC, randomize_
+from timm.layers import Attention, Mlp
+
+from hetdpt_mm.benchmark import (AUTHORS_SPEC, amdahl_bound,
+                                 build_backbone_variants, count_macs,
+                                 count_params, gate_modules, rotations,
+                                 time_runs)
+from hetdpt_mm.models.hetdpt_vit import HetDPTViT
+from hetdpt_mm.models.layers import (AttentionBypass, MergedFFN,
+                                     StraightThroughGate)
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_ARCH = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
+TINY_SPEC = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
+
+
+@pytest.fixture(scope='module')
+def tool():
+    spec = importlib.util.spec_from_file_location(
+        'benchmark_tool', ROOT / 'tools' / 'benchmark.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_tool(tool, tmp_path, *args):
+    out = tmp_path / 'result.json'
+    md = tmp_path / 'result.md'
+    code = tool.main([*args, '--repeats', '2', '--warmup', '0', '--json',
+                      str(out), '--md', str(md)])
+    assert code == 0
+    return json.loads(out.read_text()), md.read_text()
+
+
+def test_authors_spec_is_the_methods_reference():
+    assert AUTHORS_SPEC.attn_removed == (0, 3, 7, 8, 11)
+    assert AUTHORS_SPEC.act_removed == (2, 7, 8, 10, 11)
+
+
+def deit_base(distilled):
+    return build_backbone_variants('deit-base', AUTHORS_SPEC,
+                                   variants=('dense', 'merged'),
+                                   distilled=distilled)
+
+
+@pytest.fixture(scope='module')
+def distilled_deit_base():
+    return deit_base(distilled=True)
+
+
+def test_distilled_deit_base_params(distilled_deit_base):
+    # METHOD.md: 54,867,152 merged, with the distilled DeiT-B's two
+    # 1000-class heads (2 x 769,000); these are the backbones alone.
+    assert count_params(distilled_deit_base['dense']) == 85_800_192
+    assert count_params(distilled_deit_base['merged']) == 53_329_152
+
+
+def test_deit_base_params():
+    models = deit_base(distilled=False)
+    assert count_params(models['dense']) == 85_798_656
+    assert count_params(models['merged']) == 53_327_616
+
+
+def test_deit_base_macs_match_analytic(distilled_deit_base):
+    image = torch.zeros(1, 3, 224, 224)
+    dense, merged = (count_macs(model, image)
+                     for model in distilled_deit_base.values())
+    tokens = 196 + 2
+    d = 768
+    patch = 196 * 3 * 16 * 16 * d
+    attention = 4 * tokens * d * d + 2 * tokens**2 * d
+    ffn = 2 * tokens * d * 4 * d
+    merged_ffn = tokens * d * d
+    assert dense.matmul == patch + 12 * (attention + ffn)
+    assert merged.matmul == (patch + 7 * attention + 7 * ffn
+                             + 5 * merged_ffn)
+    # The attention products are counted (mmengine alone skips them).
+    assert dense.by_operator['scaled_dot_product_attention'] == \
+        12 * 2 * tokens**2 * d
+    assert merged.by_operator['scaled_dot_product_attention'] == \
+        7 * 2 * tokens**2 * d
+    assert dense.matmul / merged.matmul == pytest.approx(1.614, abs=2e-3)
+
+
+@pytest.mark.parametrize('form', ['pruned', 'merged'])
+def test_backbone_variants_from_checkpoint(tmp_path, form):
+    """Structure from the checkpoint's meta, its weights in the forms they
+    convert to."""
+    arch = dict(embed_dims=96, num_layers=12, num_heads=3)
+    source = build_backbone_variants(arch, MIXED_SPEC, variants=(form, ),
+                                     img_size=32)[form]
+    randomize_(source)
+    path = tmp_path / f'{form}.pth'
+    torch.save(dict(state_dict={f'backbone.{k}': v
+                                for k, v in source.state_dict().items()},
+                    meta=dict(hetdpt=source.spec_meta())), path)
+    models = build_backbone_variants('deit-base', spec=None,
+                                     checkpoint=str(path))
+    assert models['dense'].prune_spec.is_dense
+    assert models['dense'].arch_settings['embed_dims'] == 96
+    assert models['merged'].form == 'merged'
+    assert models['merged'].prune_spec == source.prune_spec
+    loaded = models[form].state_dict()
+    for key, value in source.state_dict().items():
+        torch.testing.assert_close(loaded[key], value)
+    if form == 'pruned':  # merged from the loaded weights: same function
+        image = torch.randn(2, 3, 32, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(models['merged'](image)[0],
+                                       source(image)[0], rtol=1e-4,
+                                       atol=1e-4)
+
+
+def test_sdpa_and_baddbmm_handles_count_products():
+    class Products(nn.Module):
+
+        def forward(self, q, k, v, bias, left, right):
+            attended = F.scaled_dot_product_attention(q, k, v)
+            return attended, torch.baddbmm(bias, left, right)
+
+    q = torch.randn(2, 3, 5, 8)
+    k = torch.randn(2, 3, 7, 8)
+    v = torch.randn(2, 3, 7, 4)
+    left, right = torch.randn(6, 5, 9), torch.randn(6, 9, 2)
+    macs = count_macs(Products(), (q, k, v, torch.zeros(6, 5, 2), left,
+                                   right))
+    assert macs.by_operator['scaled_dot_product_attention'] == \
+        2 * 3 * 5 * 7 * (8 + 4)
+    assert macs.by_operator['baddbmm'] == 6 * 5 * 9 * 2
+    assert macs.total == macs.matmul
+
+
+def test_merged_backbone_is_plain_dense_network():
+    models = build_backbone_variants(
+        dict(embed_dims=96, num_layers=12, num_heads=3), MIXED_SPEC)
+    merged = models['merged']
+    assert gate_modules(merged) == []
+    assert not any(isinstance(m, StraightThroughGate)
+                   for m in merged.modules())
+    for index, block in enumerate(merged.blocks):
+        attn_removed = index in MIXED_SPEC['attn_removed']
+        act_removed = index in MIXED_SPEC['act_removed']
+        assert isinstance(block.attn,
+                          AttentionBypass if attn_removed else Attention)
+        if not attn_removed:
+            assert block.attn.fused_attn  # SDPA, not explicit softmax
+        assert isinstance(block.mlp, MergedFFN if act_removed else Mlp)
+    gated = HetDPTViT(arch=dict(embed_dims=96, num_layers=12, num_heads=3),
+                      prune_spec=MIXED_SPEC, gated=True)
+    assert len(gate_modules(gated)) == 24
+    # Same function in every form (weights carried over by to_merged).
+    image = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(merged(image)[0],
+                                   models['pruned'](image)[0],
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_time_runs_rotates_order_and_keeps_every_repeat():
+    calls = []
+    runs = {name: (lambda name=name: calls.append(name))
+            for name in ('a', 'b', 'c')}
+    stats = time_runs(runs, batch_size=4, repeats=3, warmup=1, iters=2)
+    assert calls[:3] == ['a', 'b', 'c']  # warm-up
+    timed = calls[3:]
+    assert timed == ['a', 'a', 'b', 'b', 'c', 'c', 'b', 'b', 'c', 'c', 'a',
+                     'a', 'c', 'c', 'a', 'a', 'b', 'b']
+    assert rotations(['a', 'b'], 3) == [['a', 'b'], ['b', 'a'], ['a', 'b']]
+    for result in stats.values():
+        assert len(result.seconds) == 3
+        summary = result.to_dict()
+        assert summary['min_ms'] <= summary['median_ms'] <= summary['max_ms']
+        assert summary['throughput'] == pytest.approx(4 / result.median)
+
+
+def test_amdahl_bound():
+    assert amdahl_bound(1 / 3, 1.6) == pytest.approx(1 / (2 / 3 + 1 / 4.8))
+    assert amdahl_bound(0.0, 5.0) == 1.0
+    assert amdahl_bound(1.0, 1.5) == pytest.approx(1.5)
+    with pytest.raises(ValueError, match='share'):
+        amdahl_bound(1.2, 2.0)
+
+
+def test_backbone_tool_writes_tables_and_json(tool, tmp_path):
+    result, markdown = run_tool(tool, tmp_path, 'backbone', '--arch',
+                                TINY_ARCH, '--spec', TINY_SPEC, '--img-size',
+                                '32', '--batch-size', '2', '--threads', '1')
+    assert result['task'] == 'backbone'
+    assert result['baseline'] == 'dense'
+    assert result['settings']['img_size'] == [32, 32]
+    assert result['settings']['threads'] == 1
+    assert {'cpu', 'logical_cores', 'torch', 'threads'} <= set(
+        result['machine'])
+    names = [m['name'] for m in result['models']]
+    assert names == ['dense', 'pruned', 'merged']
+    for model in result['models']:
+        timing = model['timing']
+        assert len(timing['seconds']) == 2
+        assert {'median_ms', 'min_ms', 'max_ms', 'q1_ms', 'q3_ms',
+                'throughput'} <= set(timing)
+        assert {'median', 'paired', 'paired_min', 'paired_max',
+                'macs'} <= set(model['speedup'])
+        # Matrix products as traced = the analytic model, in every form.
+        assert model['macs']['matmul'] == model['backbone_analytic_macs']
+    dense, pruned, merged = result['models']
+    assert dense['speedup']['macs'] == 1.0
+    assert merged['speedup']['macs'] > pruned['speedup']['macs'] > 1.0
+    assert merged['params'] < pruned['params'] < dense['params']
+    assert '| merged | HetDPTViT pruned and merged' in markdown
+    assert 'vs AnalyticCost' in markdown
+
+
+def test_upernet_tool_reports_amdahl(tool, tmp_path):
+    result, markdown = run_tool(tool, tmp_path, 'upernet', '--arch',
+                                TINY_ARCH, '--spec', TINY_SPEC, '--img-size',
+                                '32', '--models', 'stock', 'merged',
+                                '--profile', '3')
+    stock, merged = result['models']
+    assert stock['description'].startswith("mmseg's DeiT-B UperNet")
+    # The stock ViT's attention runs as bmm: it is counted too.
+    assert stock['backbone_macs']['by_operator']['bmm'] > 0
+    assert merged['backbone_macs']['matmul'] == \
+        merged['backbone_analytic_macs']
+    assert merged['macs']['total'] > merged['backbone_macs']['total']
+    assert len(merged['profile']) == 3
+    amdahl = result['amdahl']
+    assert 0 < amdahl['backbone_share'] < 1
+    row = amdahl['models']['merged']
+    assert row['bound'] == pytest.approx(
+        amdahl_bound(amdahl['backbone_share'], row['backbone_speedup']))
+    assert row['fraction_of_bound'] == pytest.approx(
+        row['end_to_end_speedup'] / row['bound'])
+    assert 'Amdahl bound' in markdown and 'backbone only' in markdown
+
+
+def test_detr_tool_with_configs_and_per_model_options(tool, tmp_path):
+    """The real configs, with the backbone shrunk and made random through
+    --cfg-options (NAME: prefixes reach one model only)."""
+    spec = json.dumps(MIXED_SPEC)
+    tiny = ['model.backbone.init_cfg=None', 'model.backbone.arch=deit-tiny',
+            'model.neck.in_channels=[192]',
+            f'merged:model.backbone.prune_spec={spec}',
+            'merged:model.backbone.merged=true']
+    result, _ = run_tool(
+        tool, tmp_path, 'detr', '--config',
+        f'dense={ROOT / "configs/detr_deit_b_dense.py"}', '--config',
+        f'merged={ROOT / "configs/detr_hetdpt_deit_b.py"}', '--img-size', '32',
+        '48', '--cfg-options', *tiny)
+    dense, merged = result['models']
+    assert dense['description'] == 'dense HetDPTViT'
+    assert 'attn 0,3,7,8,11 / act 2,7,8,10,11' in merged['description']
+    assert merged['backbone_params'] < dense['backbone_params']
+    assert dense['params'] - dense['backbone_params'] == \
+        merged['params'] - merged['backbone_params']
+    assert result['settings']['configs']['merged'].endswith(
+        'detr_hetdpt_deit_b.py')
+
+
+def test_existing_output_is_kept_without_force(tool, tmp_path, capsys):
+    out = tmp_path / 'result.json'
+    out.write_text('keep me')
+    code = tool.main(['backbone', '--arch', TINY_ARCH, '--spec', TINY_SPEC,
+                      '--json', str(out)])
+    assert code == 2
+    assert 'already exists' in capsys.readouterr().err
+    assert out.read_text() == 'keep me'
+
+
+@pytest.mark.parametrize('args, message', [
+    (['backbone', '--arch', TINY_ARCH], 'give its --spec'),
+    (['backbone', '--arch', TINY_ARCH, '--spec', '{"attn_removed": [7]}'],
+     'out of range'),
+    (['backbone', '--spec', 'not json'], '--spec'),
+    (['backbone', '--models', 'dense', 'stock'], "unknown models ['stock']"),
+    (['detr', '--config', 'dense=missing.py'], 'no such file'),
+    (['detr', '--config', 'nameless'], 'NAME=PATH'),
+    (['upernet', '--img-size', '1', '2', '3'], 'H or H W'),
+])
+def test_bad_arguments_are_rejected(tool, capsys, args, message):
+    assert tool.main(args) == 2
+    assert message in capsys.readouterr().err
