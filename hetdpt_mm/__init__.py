@@ -3,6 +3,7 @@ from .checkpoint import register_mmengine_loader
 from .registry import register_all_modules
 from .spec import META_KEY, PruneSpec
 from .version import __version__
+from . import hooks  # noqa: F401  registers the hooks in MMEngine
 
 register_mmengine_loader()
 register_all_modules()

@@ -9,6 +9,7 @@ import os.path as osp
 
 from mmengine.config import Config, DictAction
 
+from hetdpt_mm.hooks.spec_meta_hook import ensure_meta_hook
 from hetdpt_mm.runner import build_runner, trust_checkpoints
 
 
@@ -68,7 +69,9 @@ def main(argv=None):
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume
-    build_runner(cfg).train()
+    runner = build_runner(cfg)
+    ensure_meta_hook(runner)  # checkpoints of a HetDPTViT carry its spec
+    runner.train()
 
 
 if __name__ == '__main__':

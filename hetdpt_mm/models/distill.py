@@ -1,0 +1,153 @@
+"""Self-distillation for the HetDPT fine-tune (METHOD.md section 4).
+
+:class:`HetDPTDistillClassifier` is mmpretrain's ``ImageClassifier`` plus a
+frozen teacher and a knowledge-distillation loss, as in DeiT:
+
+* ``mode='hard'``: cross-entropy to the teacher's arg-max class;
+* ``mode='soft'``: ``T^2 * KL(softmax(teacher / T) || softmax(student / T))``.
+
+The loss is ``(1 - alpha) * classification loss + alpha * KD loss``.  With a
+distilled backbone and ``DeiTClsHead`` the classification loss uses the class
+token's logits and the KD loss the distillation token's (DeiT's hard
+distillation); otherwise both use the class head's logits.  Until the
+teacher exists, the labels stand in for its predictions.
+
+The teacher is either loaded from ``teacher_checkpoint`` or, without one, is
+a frozen snapshot of the model itself taken by
+:class:`~hetdpt_mm.hooks.HetDPTPruneHook` just before its first removal (or
+by calling :meth:`snapshot_teacher`).  The teacher is a frozen submodule, so it is saved in
+and resumed from checkpoints like any weights; merged checkpoints leave it
+out (``meta['hetdpt']['teacher_prefix']``).
+
+Importing this module pulls in all of mmpretrain's models, so ``import
+hetdpt_mm`` does not; configs that use the classifier import it::
+
+    custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'])
+"""
+import copy
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from mmpretrain.models.classifiers import ImageClassifier
+from mmpretrain.models.heads import DeiTClsHead
+from mmpretrain.registry import MODELS
+
+KD_MODES = ('hard', 'soft')
+
+
+def kd_loss(student: torch.Tensor, teacher: torch.Tensor, mode: str,
+            temperature: float = 1.0) -> torch.Tensor:
+    """DeiT's distillation losses between logits (batch mean)."""
+    if mode == 'hard':
+        return F.cross_entropy(student, teacher.argmax(dim=1))
+    if mode == 'soft':
+        t = temperature
+        return F.kl_div(F.log_softmax(student / t, dim=1),
+                        F.log_softmax(teacher / t, dim=1),
+                        reduction='batchmean', log_target=True) * t * t
+    raise ValueError(f'unknown distillation mode {mode!r}; use one of '
+                     f'{KD_MODES}')
+
+
+@MODELS.register_module()
+class HetDPTDistillClassifier(ImageClassifier):
+    """ImageClassifier with a frozen teacher and a KD loss.
+
+    Args:
+        backbone, neck, head, ...: as for ``ImageClassifier``.
+        distill: ``dict(mode='hard'|'soft', alpha=0.5, temperature=1.0)``.
+        teacher: model config of the teacher (an mmpretrain classifier);
+            default the student's own structure.
+        teacher_checkpoint: weights of the teacher; without it the teacher
+            is a snapshot of the student (see the module doc).
+    """
+
+    def __init__(self, backbone: dict, head: dict,
+                 neck: Optional[dict] = None,
+                 distill: Optional[dict] = None,
+                 teacher: Optional[dict] = None,
+                 teacher_checkpoint: Optional[str] = None, **kwargs):
+        super().__init__(backbone=backbone, neck=neck, head=head, **kwargs)
+        distill = dict(dict(mode='hard', alpha=0.5, temperature=1.0),
+                       **(distill or {}))
+        unknown = set(distill) - {'mode', 'alpha', 'temperature'}
+        if unknown:
+            raise ValueError(f'unknown distill keys {sorted(unknown)}; use '
+                             'mode, alpha, temperature')
+        if distill['mode'] not in KD_MODES:
+            raise ValueError(f'distill mode must be one of {KD_MODES}, got '
+                             f'{distill["mode"]!r}')
+        if not 0 <= distill['alpha'] <= 1 or distill['temperature'] <= 0:
+            raise ValueError('distill needs 0 <= alpha <= 1 and '
+                             f'temperature > 0, got {distill}')
+        self.distill = distill
+        if teacher is None and teacher_checkpoint is None:
+            self.teacher_source = 'snapshot'
+        else:
+            self.teacher_source = teacher_checkpoint or 'config'
+        if teacher is None:
+            teacher = dict(type='ImageClassifier', backbone=backbone,
+                           neck=neck, head=head)
+        teacher = copy.deepcopy(dict(teacher))
+        if teacher_checkpoint is not None:
+            teacher['init_cfg'] = dict(type='Pretrained',
+                                       checkpoint=teacher_checkpoint)
+        self.teacher = MODELS.build(teacher)
+        self.teacher.requires_grad_(False)
+        # Saved with the teacher's weights (so a resumed run knows whether
+        # the snapshot was taken) and dropped with them on merging.
+        self.teacher.register_buffer('hetdpt_ready', torch.tensor(
+            self.teacher_source != 'snapshot'))
+
+    @property
+    def teacher_ready(self) -> bool:
+        return bool(self.teacher.hetdpt_ready)
+
+    @property
+    def wants_teacher_snapshot(self) -> bool:
+        return self.teacher_source == 'snapshot' and not self.teacher_ready
+
+    @torch.no_grad()
+    def snapshot_teacher(self) -> None:
+        """Make the teacher a frozen copy of the model as it is now."""
+        for name in ('backbone', 'neck', 'head'):
+            student = getattr(self, name, None)
+            if student is not None:
+                getattr(self.teacher, name).load_state_dict(
+                    student.state_dict())
+        self.teacher.hetdpt_ready.fill_(True)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self.teacher.eval()  # frozen: no dropout, no statistics updates
+        return self
+
+    def loss(self, inputs: torch.Tensor, data_samples: List) -> dict:
+        feats = self.extract_feat(inputs)
+        distilled = isinstance(self.head, DeiTClsHead)
+        if distilled:
+            cls_token, dist_token = self.head.pre_logits(feats)
+            logits = self.head.layers.head(cls_token)
+            kd_logits = self.head.layers.head_dist(dist_token)
+        else:
+            logits = kd_logits = self.head(feats)
+        losses = self.head._get_loss(logits, data_samples)
+        # Renamed: MMEngine logs the sum of all loss terms as `loss`.
+        cls_loss = losses.pop('loss')
+        if self.teacher_ready:
+            with torch.no_grad():
+                teacher_logits = self.teacher(inputs, mode='tensor')
+            kd = kd_loss(kd_logits, teacher_logits, self.distill['mode'],
+                         self.distill['temperature'])
+        elif distilled:
+            # No teacher yet: the distillation token learns the labels.
+            kd = self.head._get_loss(kd_logits, data_samples)['loss']
+        else:
+            # (1 - alpha) * CE + alpha * CE to the labels
+            losses['loss_cls'] = cls_loss
+            return losses
+        alpha = self.distill['alpha']
+        losses['loss_cls'] = (1 - alpha) * cls_loss
+        losses['loss_kd'] = alpha * kd
+        return losses

@@ -1,0 +1,275 @@
+"""tools/merge_ckpt.py and hetdpt_mm.merge: merging a checkpoint's HetDPTViT
+backbone (mmseg-style, authors' stage-2, gated, already merged) and the
+catalogue of bad inputs."""
+import hashlib
+import importlib.util
+import json
+import subprocess
+import sys
+from collections import OrderedDict
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import MIXED_SPEC, randomize_
+
+import hetdpt_mm  # noqa: F401  registers modules
+from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.merge import merge_checkpoint
+from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.spec import META_KEY, PruneSpec
+
+REPO = Path(__file__).resolve().parents[1]
+TOOL = REPO / 'tools' / 'merge_ckpt.py'
+ARCH = dict(embed_dims=48, num_layers=4, num_heads=3)
+SPEC = dict(attn_removed=[0, 2], act_removed=[2, 3])
+#: What mmseg's UperNet reads from a ViT backbone.
+FEATMAP = dict(out_type='featmap', out_indices=[1, 3], final_norm=False)
+
+
+@pytest.fixture(scope='module')
+def tool():
+    """tools/merge_ckpt.py as a module, to run main() in-process."""
+    spec = importlib.util.spec_from_file_location('merge_ckpt_tool', TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tiny_backbone(spec=SPEC, **kwargs) -> HetDPTViT:
+    kwargs = dict(dict(arch=ARCH, img_size=32, patch_size=4), **kwargs)
+    return randomize_(HetDPTViT(prune_spec=spec, **kwargs), seed=3).eval()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_tool(tool, capsys, *args):
+    code = tool.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def mmseg_checkpoint(backbone: HetDPTViT) -> dict:
+    """An mmseg-style training checkpoint: backbone under 'backbone.', heads,
+    an int64 buffer, optimizer state, meta from HetDPTMetaHook."""
+    generator = torch.Generator().manual_seed(5)
+    state = OrderedDict()
+    state['decode_head.conv_seg.weight'] = torch.randn(
+        4, 16, 1, 1, generator=generator)
+    state.update(('backbone.' + k, v) for k, v in backbone.state_dict().items())
+    state['decode_head.bn.running_mean'] = torch.randn(16,
+                                                       generator=generator)
+    state['decode_head.bn.num_batches_tracked'] = torch.tensor(123)
+    state['auxiliary_head.conv.weight'] = torch.randn(
+        8, 48, 3, 3, generator=generator).half()
+    meta = dict(epoch=3, iter=300, dataset_meta=dict(classes=('a', 'b')))
+    meta[META_KEY] = dict(backbone.spec_meta(), prefix='backbone.')
+    return dict(state_dict=state, meta=meta,
+                optimizer=dict(state={}, param_groups=[]))
+
+
+def test_mmseg_checkpoint_only_the_backbone_changes(tool, tmp_path, capsys):
+    backbone = tiny_backbone(**FEATMAP)
+    source = tmp_path / 'upernet.pth'
+    torch.save(mmseg_checkpoint(backbone), source)
+    out = tmp_path / 'upernet_merged.pth'
+    code, stdout, _ = run_tool(tool, capsys, source, out)
+    assert code == 0
+    assert 'pruned form, PruneSpec(depth=4, attn_removed=[0, 2], ' \
+        'act_removed=[2, 3])' in stdout
+    before = load_checkpoint_file(source)
+    merged = load_checkpoint_file(out)
+    assert set(merged) == {'state_dict', 'meta'}  # optimizer state dropped
+    others = [k for k in before['state_dict'] if not k.startswith(
+        'backbone.')]
+    assert [k for k in merged['state_dict'] if not k.startswith(
+        'backbone.')] == others
+    for key in others:
+        old, new = before['state_dict'][key], merged['state_dict'][key]
+        assert old.dtype == new.dtype and torch.equal(old, new), key
+    assert merged['meta']['epoch'] == 3
+    assert merged['meta']['dataset_meta'] == dict(classes=('a', 'b'))
+    assert merged['meta'][META_KEY]['form'] == 'merged'
+
+    # The merged backbone rebuilds from the file alone and computes the same.
+    rebuilt = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, **FEATMAP,
+                        init_cfg=dict(type='Pretrained', checkpoint=str(out),
+                                      prefix='backbone.'))
+    rebuilt.init_weights()
+    assert rebuilt.form == 'merged'
+    assert rebuilt.prune_spec == PruneSpec(4, **SPEC)
+    x = torch.randn(2, 3, 40, 56)  # not the training size
+    with torch.no_grad():
+        for got, want in zip(rebuilt.eval()(x), backbone(x)):
+            assert (got - want).abs().max() <= 1e-5
+
+
+def test_authors_stage2_checkpoint_with_spec(tool, tmp_path, capsys):
+    """DeiT-B distilled, the paper's spec, timm layout with both heads:
+    75,526,352 tensors before merging, 54,867,152 after (METHOD.md)."""
+    backbone = HetDPTViT('deit-base', distilled=True, prune_spec=MIXED_SPEC)
+    state = backbone.state_dict()
+    state['head.weight'] = torch.randn(1000, 768)
+    state['head.bias'] = torch.randn(1000)
+    state['head_dist.weight'] = torch.randn(1000, 768)
+    state['head_dist.bias'] = torch.randn(1000)
+    source = tmp_path / 'hetdpt_deit_base_stage2.pth'
+    torch.save(dict(model=state), source)
+    del backbone
+
+    out = tmp_path / 'merged.pth'
+    code, _, err = run_tool(tool, capsys, source, out)
+    assert code == 2 and 'removed GELUs are unknown' in err
+    assert not out.exists()
+    code, stdout, _ = run_tool(tool, capsys, source, out, '--spec',
+                               json.dumps(MIXED_SPEC))
+    assert code == 0
+    assert 'all tensors:         75,526,352 -> 54,867,152' in stdout
+    merged = load_checkpoint_file(out)
+    assert sum(v.numel() for v in merged['state_dict'].values()) == \
+        54_867_152
+    for key in ('head.weight', 'head_dist.bias'):
+        assert torch.equal(merged['state_dict'][key], state[key])
+    record = merged['meta'][META_KEY]
+    assert record['prefix'] == '' and record['form'] == 'merged'
+    assert record['arch']['arch']['num_heads'] == 12  # the DeiT-B preset
+    assert record['arch']['distilled'] is True
+    assert record['spec'] == PruneSpec(12, **MIXED_SPEC).to_dict()
+
+
+def test_gated_checkpoint_spec_from_the_gates_and_merged_input(tool, tmp_path,
+                                                              capsys):
+    gated = tiny_backbone(spec=None, gated=True)
+    gated.set_spec(SPEC)
+    source = tmp_path / 'gated.pth'
+    torch.save(dict(state_dict={'backbone.' + k: v for k, v in
+                                gated.state_dict().items()}), source)
+    first = tmp_path / 'merged.pth'
+    assert run_tool(tool, capsys, source, first, '--arch',
+                    json.dumps(ARCH))[0] == 0
+    record = load_checkpoint_file(first)['meta'][META_KEY]
+    assert record['spec'] == PruneSpec(4, **SPEC).to_dict()
+
+    # Merging a merged checkpoint copies it unchanged.
+    second = tmp_path / 'merged_again.pth'
+    code, stdout, _ = run_tool(tool, capsys, first, second)
+    assert code == 0 and 'already merged: written unchanged' in stdout
+    assert digest(first) == digest(second)
+
+
+def test_merge_checkpoint_keeps_the_gated_function():
+    gated = tiny_backbone(spec=None, gated=True)
+    gated.set_spec(SPEC)
+    checkpoint = dict(state_dict={'backbone.' + k: v for k, v in
+                                  gated.state_dict().items()},
+                      meta={META_KEY: dict(gated.spec_meta(),
+                                           prefix='backbone.')})
+    merged, summary = merge_checkpoint(checkpoint)
+    assert summary.form_in == 'gated' and summary.dropped == {
+        'gate tensors': 16}
+    model = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, prune_spec=SPEC,
+                      merged=True).eval()
+    model.load_state_dict({k[len('backbone.'):]: v for k, v in
+                           merged['state_dict'].items()})
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert (model(x)[0] - gated(x)[0]).abs().max() <= 1e-5
+
+
+# ------------------------------------------------------ bad inputs (CLI)
+def authors_tiny(tmp_path) -> Path:
+    path = tmp_path / 'stage2.pth'
+    torch.save(dict(model=tiny_backbone().state_dict()), path)
+    return path
+
+
+BAD_SPECS = [
+    ('{"attn_removed": [0, 2], "act_removed": [9]}',
+     'act_removed index 9 is out of range for depth 4'),
+    ('{"attn_removed": [0, 2, 2]}', r'attn_removed has duplicated indices'),
+    ('{"attn_removed": [0, -2]}', 'attn_removed index -2 is out of range'),
+    ('{"attn_removed": [0, 2.0]}', 'attn_removed must hold integers'),
+    ('{"attn_removed": [1]}', "does not match the checkpoint's tensors"),
+    ('{"attn_removed": [0, 2], "act_removed": [1], "depth": 6}',
+     'prune spec is for depth 6 but the network has 4 blocks'),
+    ('{"attn_removed": [0, 2]', 'not valid JSON'),
+    ('[0, 2]', 'neither JSON nor an existing file'),
+]
+
+
+@pytest.mark.parametrize('spec, message', BAD_SPECS)
+def test_bad_spec_is_rejected(tool, tmp_path, capsys, spec, message):
+    source = authors_tiny(tmp_path)
+    before = digest(source)
+    out = tmp_path / 'out.pth'
+    code, _, err = run_tool(tool, capsys, source, out, '--spec', spec,
+                            '--arch', json.dumps(ARCH))
+    assert code == 2
+    assert err.startswith('error: ') and message in err, err
+    assert not out.exists() and digest(source) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['stage2.pth']
+
+
+def test_bad_input_files_are_rejected(tool, tmp_path, capsys):
+    valid = authors_tiny(tmp_path)
+    random_bytes = tmp_path / 'random.pth'
+    random_bytes.write_bytes(bytes(range(256)) * 64)
+    truncated = tmp_path / 'truncated.pth'
+    truncated.write_bytes(valid.read_bytes()[:5000])
+    resnet = tmp_path / 'resnet.pth'
+    torch.save(dict(state_dict={'backbone.conv1.weight': torch.zeros(
+        8, 3, 7, 7), 'head.fc.weight': torch.zeros(10, 8)}), resnet)
+    dense = tmp_path / 'dense.pth'
+    torch.save(dict(model=tiny_backbone(spec=None).state_dict()), dense)
+    spec = ['--spec', json.dumps(SPEC), '--arch', json.dumps(ARCH)]
+    cases = [
+        (tmp_path / 'absent.pth', spec, 'does not exist'),
+        (random_bytes, spec, 'is not a PyTorch checkpoint'),
+        (truncated, spec, 'truncated or corrupt'),
+        (resnet, spec, 'does not hold ViT backbone weights'),
+        (dense, [], 'dense (no layer removed) and has no HetDPT meta'),
+        (dense, spec, "the spec does not match the checkpoint's tensors: "
+         'it removes attention in blocks [0, 2]'),
+        (valid, spec[:2], 'matches no preset'),
+    ]
+    inputs = sorted(p.name for p in tmp_path.iterdir())
+    for source, args, message in cases:
+        out = tmp_path / 'out.pth'
+        code, _, err = run_tool(tool, capsys, source, out, *args)
+        assert code == 2 and err.startswith('error: '), (source, err)
+        assert message in err, (source, err)
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == inputs
+
+
+def test_output_is_never_the_input_and_kept_without_force(tool, tmp_path,
+                                                          capsys):
+    source = authors_tiny(tmp_path)
+    before = digest(source)
+    spec = ['--spec', json.dumps(SPEC), '--arch', json.dumps(ARCH)]
+    code, _, err = run_tool(tool, capsys, source, source, *spec, '--force')
+    assert code == 2 and 'is the same file as input' in err
+    assert digest(source) == before
+
+    out = tmp_path / 'out.pth'
+    out.write_bytes(b'keep me')
+    code, _, err = run_tool(tool, capsys, source, out, *spec)
+    assert code == 2 and 'already exists; pass --force' in err
+    assert out.read_bytes() == b'keep me'
+    assert run_tool(tool, capsys, source, out, *spec, '--force')[0] == 0
+    assert load_checkpoint_file(out)['meta'][META_KEY]['form'] == 'merged'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['out.pth',
+                                                          'stage2.pth']
+
+
+def test_command_line_error_has_no_traceback(tmp_path):
+    result = subprocess.run(
+        [sys.executable, str(TOOL), str(tmp_path / 'absent.pth'),
+         str(tmp_path / 'out.pth')], cwd=REPO, capture_output=True,
+        text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.startswith('error: checkpoint ')
+    assert 'Traceback' not in result.stderr
+    assert not (tmp_path / 'out.pth').exists()

@@ -1,0 +1,117 @@
+#!/usr/bin/env python
+"""Convert a checkpoint's HetDPTViT backbone to the merged (deployable) form.
+
+    python tools/merge_ckpt.py IN OUT [--spec JSON|FILE] [--prefix PREFIX]
+        [--arch NAME|JSON] [--force]
+
+Accepts our classification checkpoints (gated or pruned; the spec comes from
+``meta['hetdpt']`` or from the gates), mmdet / mmseg / mmpretrain checkpoints
+(only the backbone under ``--prefix``, default from the meta or
+``backbone.``, changes; every other tensor is copied bit-identical), the
+authors' stage-2 checkpoints (``{'model': state_dict}`` in timm layout: give
+the spec with ``--spec``, e.g. ``'{"attn_removed": [0, 3, 7, 8, 11],
+"act_removed": [2, 7, 8, 10, 11]}'``) and bare state dicts.  A checkpoint that
+is already merged is copied unchanged.
+
+OUT is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record}}`` (the input's
+other meta entries kept; optimizer state dropped) and loads with
+``HetDPTViT(init_cfg=dict(type='Pretrained', checkpoint=OUT,
+prefix='backbone.'))`` without further arguments.  Everything is validated
+before anything is written; OUT is written atomically, never over IN, and an
+existing OUT is kept unless ``--force``.  Errors print ``error: <message>``
+and exit with status 2.
+"""
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.fileio import atomic_path, check_output_path
+from hetdpt_mm.merge import merge_checkpoint
+
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Invalid command-line usage, reported like any other error."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Reports usage errors as ``error: <message>`` with status 2."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = ArgumentParser(
+        description='Merge the HetDPTViT backbone of a checkpoint: drop '
+        'removed attention layers and gates, merge activation-free FFNs.')
+    parser.add_argument('input', type=Path, help='checkpoint to convert')
+    parser.add_argument('output', type=Path, help='merged checkpoint to write')
+    parser.add_argument(
+        '--spec', help='prune spec as JSON or a JSON file: {"attn_removed": '
+        '[...], "act_removed": [...]} (needed for the authors\' stage-2 '
+        'checkpoints; otherwise it must match the checkpoint)')
+    parser.add_argument(
+        '--prefix', help='state-dict prefix of the backbone (default: from '
+        'the meta, else "backbone." or none for a bare ViT state dict)')
+    parser.add_argument(
+        '--arch', help='architecture for checkpoints without HetDPT meta '
+        'whose number of heads is not that of a DeiT preset: a preset name '
+        'or JSON {"embed_dims", "num_layers", "num_heads", "mlp_ratio"}')
+    parser.add_argument('--force', action='store_true',
+                        help='replace an existing OUT (never IN)')
+    return parser.parse_args(argv)
+
+
+def read_spec(value: Optional[str]):
+    """``--spec``: inline JSON, or the path of a JSON file."""
+    if value is None:
+        return None
+    text = value
+    if not value.lstrip().startswith('{'):
+        path = Path(value)
+        if not path.is_file():
+            raise ValueError(f'--spec {value!r} is neither JSON nor an '
+                             'existing file')
+        text = path.read_text(encoding='utf-8')
+    try:
+        spec = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f'--spec is not valid JSON ({err})') from None
+    if not isinstance(spec, dict):
+        raise ValueError(f'--spec must be a JSON object, got {spec!r}')
+    return spec
+
+
+def run(args: argparse.Namespace) -> None:
+    check_output_path(args.output, [args.input], args.force)
+    spec = read_spec(args.spec)
+    checkpoint = load_checkpoint_file(args.input)
+    merged, summary = merge_checkpoint(checkpoint, spec=spec,
+                                       prefix=args.prefix, arch=args.arch)
+    with atomic_path(args.output) as tmp:
+        if summary.unchanged:
+            shutil.copyfile(args.input, tmp)
+        else:
+            torch.save(merged, tmp)
+    print(f'{args.input} -> {args.output}\n{summary.format()}')
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        run(parse_args(argv))
+    except (UsageError, ValueError, TypeError, OSError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
