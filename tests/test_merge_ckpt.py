@@ -58,7 +58,8 @@ def mmseg_checkpoint(backbone: HetDPTViT) -> dict:
     state = OrderedDict()
     state['decode_head.conv_seg.weight'] = torch.randn(
         4, 16, 1, 1, generator=generator)
-    state.update(('backbone.' + k, v) for k, v in backbone.state_dict().items())
+    state.update(('backbone.' + k, v)
+                 for k, v in backbone.state_dict().items())
     state['decode_head.bn.running_mean'] = torch.randn(16,
                                                        generator=generator)
     state['decode_head.bn.num_batches_tracked'] = torch.tensor(123)

@@ -22,9 +22,10 @@ from mmpretrain.registry import MODELS
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets.demo_data import make_classification
-from hetdpt_mm.hooks import HetDPTPruneHook
+from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
 from hetdpt_mm.hooks.prune_hook import (STATE_KEY, authors_stages,
                                         removal_iterations, removal_order)
+from hetdpt_mm.hooks.spec_meta_hook import ensure_meta_hook
 from hetdpt_mm.pruning import allocate, fit_map, load_points
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
@@ -164,6 +165,25 @@ def test_ddp_without_find_unused_parameters_is_rejected(tmp_path):
         hook.before_train(fake_runner(tolerant))
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_meta_hook_is_added_for_hetdpt_models_and_records_the_spec():
+    hooks = []
+    runner = SimpleNamespace(model=tiny_classifier(gated=False), hooks=hooks,
+                             register_hook=hooks.append)
+    assert ensure_meta_hook(runner) and isinstance(hooks[0], HetDPTMetaHook)
+    assert not ensure_meta_hook(runner)  # once
+    checkpoint = dict(meta=dict(epoch=1))
+    hooks[0].before_save_checkpoint(runner, checkpoint)
+    record = checkpoint['meta'][META_KEY]
+    assert record['prefix'] == 'backbone.' and record['form'] == 'pruned'
+    assert record['spec'] == PruneSpec(DEPTH).to_dict()
+    pruning = [HetDPTPruneHook(counts=dict(attn=1, act=1))]
+    assert not ensure_meta_hook(SimpleNamespace(
+        model=tiny_classifier(), hooks=pruning, register_hook=None))
+    other = SimpleNamespace(model=torch.nn.Linear(2, 2), hooks=[],
+                            register_hook=None)
+    assert not ensure_meta_hook(other)
 
 
 # ------------------------------------------------------ a real tiny run

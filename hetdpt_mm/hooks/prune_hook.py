@@ -32,7 +32,6 @@ import json
 import math
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
-import torch
 from mmengine.dist import all_gather, broadcast, get_world_size
 from mmengine.optim import OptimWrapperDict
 from mmengine.registry import HOOKS
@@ -323,13 +322,17 @@ class HetDPTPruneHook(HetDPTMetaHook):
                 f'iterations ({runner.max_epochs} epochs); shorten stages / '
                 'prune_epoch or train longer')
         self._restore_or_start(runner, backbone)
-        epochs = [round(p / iters_per_epoch, 2) for p in self.positions]
+        where = ''
+        if self.by_epoch:
+            where = ' (' + ', '.join(
+                f'epoch {(p - 1) // iters_per_epoch + 1} iter '
+                f'{(p - 1) % iters_per_epoch + 1}/{iters_per_epoch}'
+                for p in self.positions) + ')'
         runner.logger.info(
             f'HetDPT prune schedule ({self.schedule}): order '
-            f'{self.order}, after iterations {self.positions} (epochs '
-            f'{epochs}); {len(self.decisions)} of {len(self.order)} done; '
-            f'decisions from rank 0\'s scores on {get_world_size()} '
-            'rank(s)')
+            f'{self.order}, after iterations {self.positions}{where}; '
+            f'{len(self.decisions)} of {len(self.order)} done; decisions '
+            f'from rank 0\'s scores on {get_world_size()} rank(s)')
         if self.positions and self.positions[-1] == runner.max_iters:
             runner.logger.warning('HetDPT: the last removal is at the end '
                                   'of the run, so nothing fine-tunes after '
@@ -424,9 +427,10 @@ class HetDPTPruneHook(HetDPTMetaHook):
             else:
                 mark = ''
             cells.append(f'{i}: {score:+.6f}{mark}')
+        epoch = f' (epoch {decision["epoch"]})' if self.by_epoch else ''
         return (
             f'HetDPT prune {decision["step"]}/{len(self.order)} after iter '
-            f'{decision["iter"]} (epoch {decision["epoch"]}): close '
+            f'{decision["iter"]}{epoch}: close '
             f'{KIND_NAMES[kind]} ({kind}) of block {decision["index"]}, the '
             f'lowest score among the {len(decision["candidates"])} open '
             f'{kind} candidates\n  {kind} scores m: ' + ', '.join(cells) +

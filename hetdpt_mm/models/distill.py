@@ -15,9 +15,9 @@ teacher exists, the labels stand in for its predictions.
 The teacher is either loaded from ``teacher_checkpoint`` or, without one, is
 a frozen snapshot of the model itself taken by
 :class:`~hetdpt_mm.hooks.HetDPTPruneHook` just before its first removal (or
-by calling :meth:`snapshot_teacher`).  The teacher is a frozen submodule, so it is saved in
-and resumed from checkpoints like any weights; merged checkpoints leave it
-out (``meta['hetdpt']['teacher_prefix']``).
+by calling :meth:`snapshot_teacher`).  The teacher is a frozen submodule,
+so it is saved in and resumed from checkpoints like any weights; merged
+checkpoints leave it out (``meta['hetdpt']['teacher_prefix']``).
 
 Importing this module pulls in all of mmpretrain's models, so ``import
 hetdpt_mm`` does not; configs that use the classifier import it::
