@@ -203,6 +203,12 @@ def test_dense_outputs_any_input_size(shape, grid):
         assert torch.isfinite(out).all()
 
 
+def test_input_smaller_than_a_patch_is_rejected():
+    with pytest.raises(ValueError, match='8x20 pixels is smaller than one '
+                       '16x16 patch'):
+        build('deit-tiny')(torch.randn(1, 3, 8, 20))
+
+
 def test_cls_token_output_for_mmpretrain_heads():
     model = build('deit-tiny')
     (out, ) = model(torch.randn(3, 3, 224, 224))

@@ -481,7 +481,11 @@ class HetDPTViT(BaseModule):
             interpolation=self.interpolate_mode, antialias=False)
 
     def forward(self, x: torch.Tensor) -> tuple:
-        batch = x.shape[0]
+        batch, _, height, width = x.shape
+        if height < self.patch_size or width < self.patch_size:
+            raise ValueError(
+                f'input of {height}x{width} pixels is smaller than one '
+                f'{self.patch_size}x{self.patch_size} patch')
         x = self.patch_embed(x)
         grid = x.shape[1:3]
         x = x.flatten(1, 2)
