@@ -1,0 +1,154 @@
+"""Transfer-entropy (TE) layer score for MAP data collection (METHOD.md §2).
+
+Which layer the MAP collection loop removes next is chosen with the
+transfer-entropy style score of NOSE ("MLP Can Be a Good Transformer
+Learner", CVPR 2024).  Neither that paper nor the HetDPT release pins the
+formula down, so this is exactly what is implemented:
+
+1. Features.  ``F`` is the ``N x C`` matrix of *final normed class features*
+   of ``N`` calibration images: the backbone's last output, i.e. the class
+   token after the final LayerNorm (``out_type='cls_token'``).  The backbone
+   runs in eval mode under ``torch.no_grad``.
+2. Entropy.  Under a per-channel Gaussian assumption the differential entropy
+   of ``F`` is ``sum_c (log(std_c) + log(2 pi e) / 2)``.  The constant does
+   not depend on the network and is dropped::
+
+       H(F) = sum_c log(max(std_c, eps))
+
+   ``std_c`` is the population standard deviation (divisor ``N``) of channel
+   ``c`` over the calibration set, computed in float64; ``eps = 1e-12``
+   keeps a constant channel finite.
+3. Score.  For every layer of the requested kind that is still present,
+   close its gate (nothing else changes: same weights, same other gates),
+   recompute ``H``, and score it ``|H(with the layer removed) - H(current)|``.
+4. Choice.  The candidate with the smallest score is removed (ties: the
+   lowest block index).  The gates are restored to the current structure
+   before returning, so scoring leaves the network untouched.
+"""
+from dataclasses import dataclass
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..spec import LAYER_KINDS, PruneSpec
+
+__all__ = ['ENTROPY_EPS', 'gaussian_entropy', 'class_features',
+           'TECandidate', 'TESelection', 'te_select']
+
+#: Lower bound on a channel's standard deviation inside the logarithm.
+ENTROPY_EPS = 1e-12
+
+
+def gaussian_entropy(features: torch.Tensor, eps: float = ENTROPY_EPS
+                     ) -> float:
+    """``H = sum_c log(std_c)`` of ``N x C`` features (see module doc)."""
+    if features.dim() != 2:
+        raise ValueError(f'features must be N x C, got shape '
+                         f'{tuple(features.shape)}')
+    if features.shape[0] < 2:
+        raise ValueError(f'the entropy needs at least 2 samples, got '
+                         f'{features.shape[0]}')
+    std = features.double().std(dim=0, correction=0)
+    return float(torch.log(std.clamp_min(eps)).sum())
+
+
+@torch.no_grad()
+def class_features(backbone: torch.nn.Module,
+                   batches: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The backbone's final class features on preprocessed image batches,
+    concatenated into one ``N x C`` tensor (batches are moved to the
+    backbone's device; the result is on the CPU)."""
+    device = next(backbone.parameters()).device
+    features = []
+    for inputs in batches:
+        output = backbone(inputs.to(device))[-1]
+        if isinstance(output, (tuple, list)):  # (cls, dist) when distilled
+            output = output[0]
+        if output.dim() != 2:
+            raise ValueError(
+                'the TE score needs the final class feature (N x C); the '
+                f'backbone returned shape {tuple(output.shape)}: build it '
+                "with out_type='cls_token'")
+        features.append(output.float().cpu())
+    if not features:
+        raise ValueError('no calibration batches')
+    return torch.cat(features)
+
+
+@dataclass(frozen=True)
+class TECandidate:
+    """One removal trial: the entropy with the layer removed and its score
+    ``|entropy - base entropy|``."""
+    kind: str
+    index: int
+    entropy: float
+    score: float
+
+
+@dataclass(frozen=True)
+class TESelection:
+    """The outcome of :func:`te_select`: all trials and the chosen layer."""
+    kind: str
+    spec: PruneSpec
+    base_entropy: float
+    candidates: Tuple[TECandidate, ...]
+
+    @property
+    def chosen(self) -> TECandidate:
+        return min(self.candidates, key=lambda c: (c.score, c.index))
+
+    def format_table(self) -> str:
+        lines = [f'TE scores for removing one more {self.kind} layer from '
+                 f'{self.spec} (H = {self.base_entropy:.4f}):',
+                 f'  {"block":>5}  {"H removed":>12}  {"|dH|":>10}']
+        chosen = self.chosen
+        for candidate in self.candidates:
+            mark = '  <- removed' if candidate is chosen else ''
+            lines.append(f'  {candidate.index:>5}  {candidate.entropy:>12.4f}'
+                         f'  {candidate.score:>10.4f}{mark}')
+        return '\n'.join(lines)
+
+
+def te_select(backbone: torch.nn.Module, batches: Sequence[torch.Tensor],
+              kind: str, candidates: Optional[Iterable[int]] = None
+              ) -> TESelection:
+    """Score removing each present ``kind`` layer of a gated HetDPTViT by
+    toggling its gate, and return all scores and the layer to remove.
+
+    ``batches`` are preprocessed calibration images (a sequence, reused for
+    every trial).  ``candidates`` restricts the blocks tried (default: every
+    block whose ``kind`` layer is present).  The backbone's gates and
+    train/eval mode are restored before returning.
+    """
+    if kind not in LAYER_KINDS:
+        raise ValueError(f'unknown layer kind {kind!r}; use one of '
+                         f'{LAYER_KINDS}')
+    if getattr(backbone, 'form', None) != 'gated':
+        raise ValueError('TE scoring toggles gates: it needs a gated '
+                         'HetDPTViT (gated=True)')
+    spec = backbone.prune_spec
+    present = [i for i in range(spec.depth) if not spec.is_removed(kind, i)]
+    if candidates is not None:
+        wanted = sorted(set(candidates))
+        missing = [i for i in wanted if i not in present]
+        if missing:
+            raise ValueError(f'{kind} layers {missing} are not present in '
+                             f'{spec}; they cannot be removal candidates')
+        present = wanted
+    if not present:
+        raise ValueError(f'no {kind} layer left to remove in {spec}')
+
+    was_training = backbone.training
+    backbone.eval()
+    trials: List[TECandidate] = []
+    try:
+        base = gaussian_entropy(class_features(backbone, batches))
+        for index in present:
+            backbone.set_spec(spec.with_removed(kind, index))
+            entropy = gaussian_entropy(class_features(backbone, batches))
+            trials.append(TECandidate(kind, index, entropy,
+                                      abs(entropy - base)))
+    finally:
+        backbone.set_spec(spec)
+        backbone.train(was_training)
+    return TESelection(kind, spec, base, tuple(trials))

@@ -1,0 +1,344 @@
+"""MAP data collection: TE score, subset sampler, MAPCollectHook (issue 4)."""
+import csv
+import math
+import shutil
+import uuid
+
+import pytest
+import torch
+from helpers import randomize_
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+from hetdpt_mm.datasets import make_classification
+from hetdpt_mm.hooks.map_collect_hook import (POINT_COLUMNS, MAPCollectHook,
+                                              SubsetSampler, schedule_kinds,
+                                              select_subset)
+from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.pruning import load_points
+from hetdpt_mm.pruning.te import (class_features, gaussian_entropy,
+                                  te_select)
+
+TINY_ARCH = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_ratio=2)
+DEPTH = TINY_ARCH['num_layers']
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_thread():
+    # These models are tiny: on a busy 2-core machine extra threads only
+    # wait for each other (10x slower here).
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+# ------------------------------------------------------------------ TE score
+def test_gaussian_entropy_is_sum_of_log_stds():
+    stds = torch.tensor([0.5, 1.0, 2.0, 7.0], dtype=torch.float64)
+    means = torch.tensor([3.0, -1.0, 0.0, 10.0], dtype=torch.float64)
+    # +-std around the mean: the population std is exactly `stds`.
+    signs = torch.tensor([1.0, -1.0] * 50, dtype=torch.float64)[:, None]
+    features = means + signs * stds
+    assert gaussian_entropy(features) == pytest.approx(
+        float(torch.log(stds).sum()), abs=1e-12)
+    # Scaling every channel by s adds C * log(s); shifting changes nothing.
+    assert gaussian_entropy(3 * features + 5) == pytest.approx(
+        gaussian_entropy(features) + 4 * math.log(3), abs=1e-9)
+    # Sampled Gaussians estimate the same value.
+    sampled = torch.randn(200_000, 4, generator=torch.Generator().manual_seed(
+        0), dtype=torch.float64) * stds + means
+    assert gaussian_entropy(sampled) == pytest.approx(
+        float(torch.log(stds).sum()), abs=0.02)
+
+
+def test_gaussian_entropy_rejects_bad_shapes():
+    with pytest.raises(ValueError, match='N x C'):
+        gaussian_entropy(torch.zeros(4, 3, 2))
+    with pytest.raises(ValueError, match='at least 2 samples'):
+        gaussian_entropy(torch.zeros(1, 3))
+
+
+def tiny_gated_backbone(**kwargs):
+    backbone = HetDPTViT(TINY_ARCH, img_size=32, patch_size=8, gated=True,
+                         **kwargs)
+    return randomize_(backbone, std=0.2)
+
+
+def calibration_batches():
+    generator = torch.Generator().manual_seed(1)
+    return [torch.randn(16, 3, 32, 32, generator=generator)
+            for _ in range(2)]
+
+
+@pytest.mark.parametrize('kind,block', [('attn', 2), ('act', 1)])
+def test_te_removes_the_layer_that_changes_the_entropy_least(kind, block):
+    # A removed attention contributes nothing here ('zero'), so an attention
+    # with a zero output projection is exactly a removed one; an FFN whose
+    # fc2 is zero outputs its bias with or without the GELU.  Removing that
+    # layer leaves the features, hence H, unchanged.
+    backbone = tiny_gated_backbone(removed_attn_output='zero').train()
+    with torch.no_grad():
+        if kind == 'attn':
+            backbone.blocks[block].attn.proj.weight.zero_()
+            backbone.blocks[block].attn.proj.bias.zero_()
+        else:
+            backbone.blocks[block].mlp.fc2.weight.zero_()
+    backbone.set_spec(dict(act_removed=[3]) if kind == 'attn' else
+                      dict(attn_removed=[0]))
+    before = backbone.prune_spec
+    batches = calibration_batches()
+
+    selection = te_select(backbone, batches, kind)
+
+    assert selection.chosen.index == block
+    assert selection.chosen.score == 0.0
+    others = [c for c in selection.candidates if c.index != block]
+    assert [c.index for c in selection.candidates] == list(range(DEPTH))
+    assert min(c.score for c in others) > 1e-2
+    # Scoring leaves the gates and the train mode as they were.
+    assert backbone.prune_spec == before and backbone.training
+    # Each score is |H(candidate removed) - H(current)|, recomputed by hand.
+    backbone.eval()
+    base = gaussian_entropy(class_features(backbone, batches))
+    assert selection.base_entropy == pytest.approx(base, abs=1e-9)
+    trial = others[0]
+    backbone.set_spec(before.with_removed(kind, trial.index))
+    removed = gaussian_entropy(class_features(backbone, batches))
+    assert trial.score == pytest.approx(abs(removed - base), abs=1e-9)
+    marked = [line for line in selection.format_table().splitlines()
+              if line.endswith('<- removed')]
+    assert len(marked) == 1 and int(marked[0].split()[0]) == block
+
+
+def test_te_select_errors():
+    backbone = tiny_gated_backbone()
+    batches = calibration_batches()
+    with pytest.raises(ValueError, match='unknown layer kind'):
+        te_select(backbone, batches, 'ffn')
+    with pytest.raises(ValueError, match=r'\[2\] are not present'):
+        backbone.set_spec(dict(attn_removed=[2]))
+        te_select(backbone, batches, 'attn', candidates=[1, 2])
+    backbone.set_spec(dict(attn_removed=list(range(DEPTH))))
+    with pytest.raises(ValueError, match='no attn layer left'):
+        te_select(backbone, batches, 'attn')
+    dense = HetDPTViT(TINY_ARCH, img_size=32, patch_size=8)
+    with pytest.raises(ValueError, match='gated HetDPTViT'):
+        te_select(dense, batches, 'act')
+
+
+# ------------------------------------------------------------------ subsets
+def test_select_subset_is_deterministic_and_validated():
+    subset = select_subset(100, 0.25, seed=3)
+    assert len(subset) == 25 and subset == sorted(set(subset))
+    assert subset == select_subset(100, 25, seed=3)
+    assert subset != select_subset(100, 25, seed=4)
+    assert select_subset(10, 1.0) == list(range(10))
+    assert len(select_subset(10, 0.01)) == 1
+    for bad, error in ((0, ValueError), (11, ValueError), (0.0, ValueError),
+                       (1.5, ValueError), ('half', TypeError),
+                       (True, TypeError)):
+        with pytest.raises(error, match='subset'):
+            select_subset(10, bad)
+
+
+def test_subset_sampler_draws_only_its_subset():
+    sampler = SubsetSampler(list(range(50)), subset=0.2, subset_seed=1,
+                            seed=0)
+    expected = select_subset(50, 0.2, seed=1)
+    assert len(sampler) == 10
+    first = list(sampler)
+    assert sorted(first) == expected
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert sorted(second) == expected and second != first
+
+
+# ---------------------------------------------------------------- the hook
+@pytest.fixture(scope='module')
+def digits_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp('demo') / 'cls'
+    make_classification(root)
+    return str(root)
+
+
+def run_cfg(work_dir, data_root, hook, max_epochs, gated=True, **overrides):
+    pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
+
+    def dataset(split, **kwargs):
+        return dict(type='CustomDataset', data_root=data_root,
+                    ann_file=f'meta/{split}.txt', data_prefix=split,
+                    pipeline=pipeline, **kwargs)
+
+    cfg = dict(
+        default_scope='mmpretrain',
+        experiment_name=f'map_collect_{uuid.uuid4().hex[:8]}',
+        work_dir=str(work_dir),
+        model=dict(
+            type='ImageClassifier',
+            data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10,
+                                   mean=[127.5] * 3, std=[127.5] * 3),
+            backbone=dict(type='HetDPTViT', arch=TINY_ARCH, img_size=32,
+                          patch_size=8, gated=gated),
+            head=dict(type='VisionTransformerClsHead', num_classes=10,
+                      in_channels=TINY_ARCH['embed_dims'])),
+        train_dataloader=dict(
+            batch_size=8, num_workers=0, dataset=dataset('train'),
+            sampler=dict(type='SubsetSampler', subset=16, shuffle=True)),
+        val_dataloader=dict(
+            batch_size=64, num_workers=0, dataset=dataset('val', indices=64),
+            sampler=dict(type='DefaultSampler', shuffle=False)),
+        val_evaluator=dict(type='Accuracy', topk=(1, )),
+        val_cfg=dict(),
+        train_cfg=dict(by_epoch=True, max_epochs=max_epochs,
+                       val_begin=1_000_000),
+        optim_wrapper=dict(optimizer=dict(type='AdamW', lr=1e-3)),
+        default_hooks=dict(
+            logger=dict(type='LoggerHook', interval=1),
+            checkpoint=dict(type='CheckpointHook', interval=1)),
+        custom_hooks=[dict(dict(type='MAPCollectHook', calib_images=32,
+                                calib_batch_size=16), **hook)],
+        randomness=dict(seed=0),
+        env_cfg=dict(dist_cfg=dict(backend='gloo')),
+        log_level='WARNING',
+    )
+    cfg.update(overrides)
+    return Config(cfg)
+
+
+def read_rows(path):
+    with open(path, newline='') as file:
+        reader = csv.DictReader(file)
+        assert tuple(reader.fieldnames) == POINT_COLUMNS
+        return list(reader)
+
+
+def indices(text):
+    return [int(i) for i in text.split()]
+
+
+@pytest.mark.parametrize('schedule,steps', [('attn', 2), ('act', 2),
+                                            ('interleaved', 3)])
+def test_hook_writes_one_point_per_step(tmp_path, digits_root, schedule,
+                                        steps):
+    # More epochs than the steps need: the hook stops training after them.
+    runner = Runner.from_cfg(run_cfg(
+        tmp_path, digits_root, dict(schedule=schedule, interval=1,
+                                    max_removed=steps),
+        max_epochs=steps + 2))
+    runner.train()
+
+    assert runner.epoch == steps
+    rows = read_rows(tmp_path / 'map_points.csv')
+    assert [int(row['step']) for row in rows] == list(range(steps + 1))
+    kinds = schedule_kinds(schedule, steps)
+    previous = dict(attn=[], act=[])
+    for step, row in enumerate(rows):
+        n_attn = kinds[:step].count('attn')
+        n_act = kinds[:step].count('act')
+        assert row['schedule'] == schedule
+        assert (int(row['n_attn']), int(row['n_act'])) == (n_attn, n_act)
+        assert float(row['a']) == pytest.approx((DEPTH - n_attn) / DEPTH)
+        assert float(row['t']) == pytest.approx((DEPTH - n_act) / DEPTH)
+        assert 0.0 <= float(row['accuracy']) <= 100.0
+        removed = dict(attn=indices(row['removed_attn']),
+                       act=indices(row['removed_act']))
+        assert (len(removed['attn']), len(removed['act'])) == (n_attn, n_act)
+        for kind in ('attn', 'act'):  # each step adds exactly one layer
+            assert set(previous[kind]) <= set(removed[kind])
+        previous = removed
+    backbone = runner.model.backbone
+    assert backbone.prune_spec.attn_removed == tuple(previous['attn'])
+    assert backbone.prune_spec.act_removed == tuple(previous['act'])
+    # The last point is the accuracy of the final network on the val set.
+    metrics = runner.val_loop.run()
+    assert float(rows[-1]['accuracy']) == pytest.approx(
+        metrics['accuracy/top1'], abs=1e-4)
+    points = load_points(tmp_path / 'map_points.csv', depth=DEPTH)
+    assert [(p.a, p.t) for p in points] == [
+        (float(r['a']), float(r['t'])) for r in rows]
+
+
+def test_resume_neither_duplicates_nor_loses_points(tmp_path, digits_root):
+    hook = dict(schedule='interleaved', interval=2, max_removed=2)
+    work_dir = tmp_path / 'run'
+    Runner.from_cfg(run_cfg(work_dir, digits_root, hook, 4)).train()
+    complete = read_rows(work_dir / 'map_points.csv')
+    assert len(complete) == 3
+    checkpoints = tmp_path / 'checkpoints'
+    shutil.copytree(work_dir, checkpoints,
+                    ignore=shutil.ignore_patterns('2*'))  # not the logs
+
+    # Epoch 3 is inside step 2, epoch 2 ends step 1; either way the points
+    # file holds the point of step 2 that the checkpoint does not know of
+    # (as after a crash right after writing it): it must be replaced.
+    for epoch in (3, 2):
+        runner = Runner.from_cfg(run_cfg(
+            work_dir, digits_root, hook, 4, resume=True,
+            load_from=str(checkpoints / f'epoch_{epoch}.pth')))
+        runner.train()
+        assert runner.epoch == 4
+        assert read_rows(work_dir / 'map_points.csv') == complete
+
+    # Resuming a finished collection trains no further.
+    runner = Runner.from_cfg(run_cfg(
+        work_dir, digits_root, hook, 4, resume=True,
+        load_from=str(checkpoints / 'epoch_4.pth')))
+    runner.train()
+    assert runner.epoch == 4
+    assert read_rows(work_dir / 'map_points.csv') == complete
+
+    # A resume must keep the schedule it was collected with.
+    runner = Runner.from_cfg(run_cfg(
+        work_dir, digits_root, dict(hook, schedule='act'), 4, resume=True,
+        load_from=str(checkpoints / 'epoch_2.pth')))
+    with pytest.raises(ValueError, match="schedule='interleaved'"):
+        runner.train()
+
+
+def test_hook_arguments_are_validated():
+    with pytest.raises(ValueError, match="unknown schedule 'attention'"):
+        MAPCollectHook(schedule='attention')
+    with pytest.raises(ValueError, match='interval must be a positive'):
+        MAPCollectHook(interval=0)
+    with pytest.raises(ValueError, match='max_removed must be a positive'):
+        MAPCollectHook(max_removed=1.5)
+
+
+@pytest.mark.parametrize('hook,max_epochs,overrides,error,message', [
+    (dict(schedule='act', interval=2, max_removed=3), 5, {}, ValueError,
+     r'3 steps of 2 epochs need train_cfg.max_epochs >= 6, got 5'),
+    (dict(schedule='attn', interval=1, max_removed=5), 5, {}, ValueError,
+     r'removes 5 attention layers, but only 4 are present'),
+    (dict(schedule='attn', interval=3), 2, {}, ValueError,
+     r'no step fits: train_cfg.max_epochs=2, interval=3'),
+    (dict(schedule='attn'), 2, dict(gated=False), TypeError,
+     r"needs backbone=dict\(type='HetDPTViT', gated=True.*pruned form"),
+    (dict(schedule='attn', calib_images=5000), 2, {}, ValueError,
+     r'calib_images=5000 but the calibration dataset has 1438 images'),
+])
+def test_bad_configs_fail_before_any_point_is_written(
+        tmp_path, digits_root, hook, max_epochs, overrides, error, message):
+    hook = dict(dict(interval=1), **hook)
+    runner = Runner.from_cfg(run_cfg(tmp_path, digits_root, hook, max_epochs,
+                                     **overrides))
+    with pytest.raises(error, match=message):
+        runner.train()
+    assert not (tmp_path / 'map_points.csv').exists()
+
+
+def test_existing_points_are_not_overwritten(tmp_path, digits_root):
+    (tmp_path / 'map_points.csv').write_text('earlier run\n')
+    runner = Runner.from_cfg(run_cfg(
+        tmp_path, digits_root, dict(schedule='attn', interval=1), 1))
+    with pytest.raises(FileExistsError, match='--resume'):
+        runner.train()
+    assert (tmp_path / 'map_points.csv').read_text() == 'earlier run\n'
+
+
+def test_iteration_based_runs_are_rejected(tmp_path, digits_root):
+    cfg = run_cfg(tmp_path, digits_root, dict(schedule='attn', interval=1),
+                  1)
+    cfg.train_cfg = dict(by_epoch=False, max_iters=2)
+    with pytest.raises(TypeError, match='epoch based train loop'):
+        Runner.from_cfg(cfg).train()
