@@ -79,7 +79,8 @@ class TimingStats:
     def to_dict(self) -> Dict[str, Any]:
         q1, q3 = self.quartiles
         return dict(batch_size=self.batch_size, seconds=self.seconds,
-                    median_ms=1e3 * self.median, min_ms=1e3 * min(self.seconds),
+                    median_ms=1e3 * self.median,
+                    min_ms=1e3 * min(self.seconds),
                     max_ms=1e3 * max(self.seconds), q1_ms=1e3 * q1,
                     q3_ms=1e3 * q3, throughput=self.throughput)
 
@@ -370,18 +371,15 @@ def build_from_config(cfg: Config) -> nn.Module:
         import_modules_from_strings(**cfg['custom_imports'])
     with DefaultScope.overwrite_default_scope(scope):
         model = MODELS.build(cfg.model)
-    model = revert_sync_batchnorm(model)
-    model.default_scope = scope
-    return model.eval()
+    return revert_sync_batchnorm(model).eval()
 
 
-def make_test_batch(model: nn.Module, batch_size: int,
+def make_test_batch(scope: str, batch_size: int,
                     img_size: Sequence[int]) -> Dict[str, list]:
     """A ``test_step`` batch of random uint8 images of ``img_size`` with the
-    data samples of the model's toolbox (mmdet, mmseg or mmpretrain)."""
+    data samples of the toolbox ``scope`` (mmdet, mmseg or mmpretrain)."""
     height, width = img_size
     shape = (height, width)
-    scope = getattr(model, 'default_scope', 'mmengine')
     if scope == 'mmdet':
         from mmdet.structures import DetDataSample
         samples = [DetDataSample(metainfo=dict(

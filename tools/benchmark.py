@@ -21,12 +21,14 @@ normalisation, backbone, neck, heads and post-processing, no data loading.
 Examples (from the repository root)::
 
     python tools/benchmark.py backbone --arch deit-base \\
-        --spec '{"attn_removed": [0, 3, 7, 8, 11], "act_removed": [2, 7, 8, 10, 11]}' \\
+        --spec '{"attn_removed": [0, 3, 7, 8, 11],
+                 "act_removed": [2, 7, 8, 10, 11]}' \\
         --batch-size 16 --json bench/deit-b.json --md bench/deit-b.md
     python tools/benchmark.py detr --img-size 800 1216
     python tools/benchmark.py upernet --img-size 512 512 --profile 10
-    python tools/benchmark.py detr --config dense=configs/detr_deit_b_dense.py \\
-        --config hetdpt=configs/detr_hetdpt_deit_b.py
+    python tools/benchmark.py detr \\
+        --config dense=configs/detr_deit_b_dense.py \\
+        --config merged=configs/detr_hetdpt_deit_b.py
 
 Outputs are written atomically, only after every input has been validated,
 and an existing output is kept unless ``--force``. Errors print
@@ -36,6 +38,7 @@ import argparse
 import json
 import os
 import shlex
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,17 +72,9 @@ DEFAULTS = {
     'detr': ((800, 1216), 1, 3, ('dense', 'merged'), False),
     'upernet': ((512, 512), 1, 3, ('stock', 'merged'), True),
 }
-#: The size the built-in backbones store their position embedding at, as
-#: in configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
+#: The size the built-in backbones store their position embedding at, as in
+#: configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
 BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
-DESCRIPTIONS = {
-    'stock': "mmseg's DeiT-B UperNet config (VisionTransformer)",
-    'dense': 'dense HetDPTViT',
-    'pruned': 'HetDPTViT pruned, FFNs unmerged',
-    'merged': 'HetDPTViT pruned and merged',
-}
-
-
 class UsageError(Exception):
     """Invalid command-line usage, reported like any other error."""
 
@@ -188,6 +183,9 @@ def resolve_defaults(args: argparse.Namespace) -> None:
         raise UsageError('--threads must be >= 1')
     if args.split_backbone is None:
         args.split_backbone = split
+    elif args.split_backbone and args.task == 'backbone':
+        raise UsageError('--split-backbone is for detr and upernet: the '
+                         'backbone task times backbones only')
     if args.distilled is None:
         args.distilled = args.task != 'backbone'
     args.arch = parse_json_or_text(args.arch)
@@ -321,26 +319,25 @@ def backbone_entries(args: argparse.Namespace) -> List[Entry]:
     for name, model in variants.items():
         model.to(args.device)
         entries.append(Entry(
-            name=name, description=describe(name, model), model=model,
+            name=name, description=describe(model), model=model,
             run=lambda model=model: model(images), macs_module=model,
             macs_inputs=images[:1], backbone=model,
             backbone_inputs=images))
     return entries
 
 
-def describe(name: str, model: nn.Module) -> str:
-    """What a model is, for the tables."""
-    backbone = model if isinstance(model, HetDPTViT) else getattr(
-        model, 'backbone', None)
-    text = DESCRIPTIONS.get(name, name)
-    if isinstance(backbone, HetDPTViT):
-        if name not in DESCRIPTIONS:
-            text = f'HetDPTViT ({backbone.form})'
-        if not backbone.prune_spec.is_dense:
-            text += f' ({spec_text(backbone.prune_spec)})'
-    elif backbone is not None and name not in DESCRIPTIONS:
-        text = type(backbone).__name__
-    return text
+def describe(model: nn.Module) -> str:
+    """What a model's backbone is, for the tables."""
+    backbone = model if isinstance(model, HetDPTViT) else model.backbone
+    if not isinstance(backbone, HetDPTViT):
+        toolbox = type(backbone).__module__.split('.')[0]
+        return f'{toolbox} {type(backbone).__name__}'
+    spec = backbone.prune_spec
+    if spec.is_dense:
+        return 'HetDPTViT dense'
+    form = ('pruned and merged' if backbone.form == 'merged' else
+            f'pruned, {backbone.form}')
+    return f'HetDPTViT {form} ({spec_text(spec)})'
 
 
 def config_entries(args: argparse.Namespace) -> List[Entry]:
@@ -357,11 +354,12 @@ def config_entries(args: argparse.Namespace) -> List[Entry]:
     entries = []
     for name, cfg in configs:
         model = build_from_config(cfg).to(args.device)
-        data = make_test_batch(model, args.batch_size, args.img_size)
+        data = make_test_batch(cfg.get('default_scope'), args.batch_size,
+                               args.img_size)
         with torch.no_grad():
             batch = model.data_preprocessor(data, False)
         entries.append(Entry(
-            name=name, description=describe(name, model), model=model,
+            name=name, description=describe(model), model=model,
             run=lambda model=model, data=data: model.test_step(data),
             macs_module=TensorForward(model, batch['data_samples'][:1]),
             macs_inputs=batch['inputs'][:1], backbone=model.backbone,
@@ -467,12 +465,14 @@ def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
                       dtype=args.dtype, device=args.device,
                       threads=torch.get_num_threads(), warmup=args.warmup,
                       repeats=args.repeats, iters=args.iters,
-                      arch=args.arch, spec=args.spec,
-                      distilled=args.distilled,
+                      # --config models take all of these from configs.
+                      arch=None if args.config else args.arch,
+                      spec=None if args.config else args.spec,
+                      distilled=None if args.config else args.distilled,
                       configs=dict(args.config) or None),
         machine=machine, baseline=baseline, models=models)
     if args.split_backbone:
-        result['amdahl'] = amdahl_section(timings, entries, baseline)
+        result['amdahl'] = amdahl_section(timings, entries)
     return result
 
 
@@ -482,11 +482,10 @@ def speedup(timings, baseline: str, name: str, counts, macs_key: str,
     """Speedup of ``name`` over ``baseline``: ratio of medians, per-repeat
     (paired) ratios, and the MACs ratio when both were counted."""
     paired = paired_speedups(timings[baseline], timings[name])
-    paired_sorted = sorted(paired)
     result = dict(
         median=timings[baseline].median / timings[name].median,
-        paired=paired, paired_min=paired_sorted[0],
-        paired_max=paired_sorted[-1])
+        paired=paired, paired_median=statistics.median(paired),
+        paired_min=min(paired), paired_max=max(paired))
     model = model or name
     baseline_model = baseline_model or baseline
     ours = counts[model].get(macs_key)
@@ -496,24 +495,26 @@ def speedup(timings, baseline: str, name: str, counts, macs_key: str,
     return result
 
 
-def amdahl_section(timings, entries: List[Entry],
-                   baseline: str) -> Dict[str, Any]:
-    """Backbone share of the baseline's time, and for each other model the
-    end-to-end speedup its backbone speedup allows (Amdahl's law)."""
-    base_total = timings[baseline].median
-    share = timings[f'{baseline}/backbone'].median / base_total
-    section = dict(baseline=baseline, backbone_share=share, models={})
-    for entry in entries[1:]:
-        name = entry.name
-        backbone_speedup = (timings[f'{baseline}/backbone'].median /
-                            timings[f'{name}/backbone'].median)
-        bound = amdahl_bound(share, backbone_speedup)
-        end_to_end = base_total / timings[name].median
-        section['models'][name] = dict(
-            backbone_speedup=backbone_speedup, bound=bound,
-            end_to_end_speedup=end_to_end, fraction_of_bound=end_to_end /
-            bound)
-    return section
+def amdahl_section(timings, entries: List[Entry]) -> List[Dict[str, Any]]:
+    """For each pair of models (earlier one as baseline): the backbone's
+    share of the baseline's time, the backbone speedup, the end-to-end
+    speedup it allows by Amdahl's law, and the speedup measured."""
+    rows = []
+    for index, base in enumerate(entries):
+        base_total = timings[base.name].median
+        base_backbone = timings[f'{base.name}/backbone'].median
+        share = base_backbone / base_total
+        for entry in entries[index + 1:]:
+            backbone_speedup = (base_backbone /
+                                timings[f'{entry.name}/backbone'].median)
+            bound = amdahl_bound(share, backbone_speedup)
+            end_to_end = base_total / timings[entry.name].median
+            rows.append(dict(
+                baseline=base.name, model=entry.name, backbone_share=share,
+                backbone_speedup=backbone_speedup, bound=bound,
+                end_to_end_speedup=end_to_end,
+                fraction_of_bound=end_to_end / bound))
+    return rows
 
 
 # --------------------------------------------------------------- markdown
@@ -531,14 +532,16 @@ def format_markdown(result: Dict[str, Any]) -> str:
         lines += [''] + model_table(result, 'backbone_timing',
                                     'backbone_speedup', 'backbone_macs',
                                     'backbone_params', 'backbone only')
-        amdahl = result['amdahl']
-        lines += ['', f'Backbone share of {amdahl["baseline"]}\'s end-to-end '
-                  f'time: {100 * amdahl["backbone_share"]:.1f} %', '',
-                  '| model | backbone speedup | Amdahl bound | end-to-end '
-                  'speedup | % of bound |', '| --- | ---: | ---: | ---: | '
-                  '---: |']
-        for name, row in amdahl['models'].items():
-            lines.append(f'| {name} | {row["backbone_speedup"]:.3f}x | '
+        lines += ['', 'Amdahl\'s law: the backbone\'s share of the '
+                  'baseline\'s end-to-end time and its backbone speedup '
+                  'bound the end-to-end speedup.', '',
+                  '| baseline -> model | backbone share | backbone speedup | '
+                  'Amdahl bound | end-to-end speedup | % of bound |',
+                  '| --- | ---: | ---: | ---: | ---: | ---: |']
+        for row in result['amdahl']:
+            lines.append(f'| {row["baseline"]} -> {row["model"]} | '
+                         f'{100 * row["backbone_share"]:.1f} % | '
+                         f'{row["backbone_speedup"]:.3f}x | '
                          f'{row["bound"]:.3f}x | '
                          f'{row["end_to_end_speedup"]:.3f}x | '
                          f'{100 * row["fraction_of_bound"]:.1f} % |')
@@ -589,10 +592,10 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
                 macs_key: str, params_key: str,
                 title: Optional[str]) -> List[str]:
     lines = [f'{title}:', ''] if title else []
-    lines += ['| model | what | params (M) | MACs/img | latency ms/batch, '
-              'median [min-max] | img/s | speedup (paired min-max) | '
-              'MACs ratio |',
-              '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |']
+    lines += ['| model | backbone | params (M) | MACs/img | latency '
+              'ms/batch, median [min-max] | img/s | speedup (of medians) | '
+              'paired speedup, median [min-max] | MACs ratio |',
+              '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
     for model in result['models']:
         timing = model[timing_key]
         gain = model[speedup_key]
@@ -604,8 +607,9 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
             f'{params / 1e6:.2f} | {si(macs["total"]) if macs else "-"} | '
             f'{timing["median_ms"]:.1f} [{timing["min_ms"]:.1f}-'
             f'{timing["max_ms"]:.1f}] | {timing["throughput"]:.2f} | '
-            f'{gain["median"]:.3f}x ({gain["paired_min"]:.2f}-'
-            f'{gain["paired_max"]:.2f}) | {macs_ratio} |')
+            f'{gain["median"]:.3f}x | {gain["paired_median"]:.3f}x '
+            f'[{gain["paired_min"]:.2f}-{gain["paired_max"]:.2f}] | '
+            f'{macs_ratio} |')
     return lines
 
 
