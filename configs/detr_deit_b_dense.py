@@ -1,0 +1,7 @@
+# The dense baseline of detr_hetdpt_deit_b.py: the same DETR with the
+# unpruned, distilled DeiT-B (the model HetDPT starts from).
+_base_ = './detr_hetdpt_deit_b.py'
+
+# https://dl.fbaipublicfiles.com/deit/deit_base_distilled_patch16_224-df68dfff.pth
+deit_checkpoint = 'checkpoints/deit_base_distilled_patch16_224-df68dfff.pth'
+model = dict(backbone=dict(init_cfg=dict(checkpoint=deit_checkpoint)))

@@ -1,0 +1,349 @@
+"""DETR and UperNet with the HetDPT backbone (issue 6).
+
+* The full configs (DeiT-B backbone in the merged form, the configs' own
+  necks, heads, losses and optimizers) run one training iteration and one
+  inference on a small synthetic batch.
+* End to end on the demo COCO / ADE20K sets: tools/train.py fine-tunes from a
+  pruned classification checkpoint, tools/merge_ckpt.py merges the result and
+  tools/test.py reproduces the validation metrics of the training run.
+* The docs/transfer.md recipe swaps the backbone of stock mmdet and mmseg
+  configs.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import MIXED_SPEC, randomize_
+from mmdet.structures import DetDataSample
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+from mmengine.registry import MODELS, init_default_scope
+from mmengine.structures import InstanceData, PixelData
+from mmseg.structures import SegDataSample
+
+from hetdpt_mm import META_KEY, PruneSpec
+from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.datasets import make_detection, make_segmentation
+from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.spec import read_spec_meta
+
+torch.set_num_threads(2)
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A spec of the 6-block demo ViT with blocks of all four kinds.
+DEMO_SPEC = dict(attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
+LOADED = re.compile(r'HetDPTViT: loaded (\d+)/(\d+) backbone tensors')
+
+
+def build_model(cfg):
+    init_default_scope(cfg.default_scope)
+    return MODELS.build(cfg.model)
+
+
+def full_config(name: str) -> Config:
+    """A full-size config whose backbone has the merged HetDPT structure a
+    checkpoint's meta would give it (random weights: no download)."""
+    cfg = Config.fromfile(ROOT / 'configs' / name)
+    cfg.model.backbone.update(init_cfg=None, prune_spec=MIXED_SPEC,
+                              merged=True)
+    return cfg
+
+
+def lr_and_decay(optim_wrapper, param):
+    for group in optim_wrapper.optimizer.param_groups:
+        if any(p is param for p in group['params']):
+            return group['lr'], group['weight_decay']
+    raise KeyError('parameter not in the optimizer')
+
+
+def detection_batch(shapes, num_classes):
+    generator = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for h, w in shapes:
+        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
+                                    generator=generator))
+        corner = torch.rand(3, 2, generator=generator) * torch.tensor(
+            [w / 2, h / 2])
+        size = (torch.rand(3, 2, generator=generator) * 0.4 + 0.1) * \
+            torch.tensor([w, h])
+        sample = DetDataSample(metainfo=dict(
+            img_shape=(h, w), ori_shape=(h, w), scale_factor=(1., 1.)))
+        sample.gt_instances = InstanceData(
+            bboxes=torch.cat([corner, corner + size], dim=1),
+            labels=torch.randint(0, num_classes, (3, ), generator=generator))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def segmentation_batch(shapes, num_classes):
+    generator = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for h, w in shapes:
+        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
+                                    generator=generator))
+        sample = SegDataSample(metainfo=dict(img_shape=(h, w),
+                                             ori_shape=(h, w)))
+        sample.gt_sem_seg = PixelData(data=torch.randint(
+            0, num_classes, (1, h, w), generator=generator))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+# ------------------------------------------------------------ full configs
+def test_detr_full_config_trains_and_predicts():
+    cfg = full_config('detr_hetdpt_deit_b.py')
+    model = build_model(cfg)
+    backbone = model.backbone
+    assert backbone.form == 'merged'
+    assert backbone.prune_spec == PruneSpec(12, **MIXED_SPEC)
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    base_lr = cfg.optim_wrapper.optimizer.lr
+    # mmdet's DETR recipe: the backbone learns at a tenth of the rate.
+    assert lr_and_decay(optim_wrapper, backbone.pos_embed)[0] == \
+        pytest.approx(0.1 * base_lr)
+    assert lr_and_decay(optim_wrapper, model.bbox_head.fc_cls.weight)[0] == \
+        pytest.approx(base_lr)
+
+    shapes = [(64, 96), (80, 64)]
+    data = detection_batch(shapes, num_classes=80)
+    merged_fc = backbone.blocks[7].mlp.fc.weight  # an activation-free FFN
+    before = merged_fc.detach().clone()
+    model.train()
+    log_vars = model.train_step(data, optim_wrapper)
+    for key in ('loss', 'loss_cls', 'loss_bbox', 'loss_iou', 'd0.loss_cls',
+                'd4.loss_iou'):
+        assert torch.isfinite(log_vars[key]), key
+    assert log_vars['loss'] > 0
+    assert not torch.equal(merged_fc, before)
+
+    model.eval()
+    with torch.no_grad():
+        results = model.test_step(data)
+    assert len(results) == 2
+    for result, (h, w) in zip(results, shapes):
+        pred = result.pred_instances
+        assert pred.bboxes.shape == (100, 4)  # one per query
+        assert pred.scores.shape == pred.labels.shape == (100, )
+        assert 0 <= int(pred.labels.min()) and int(pred.labels.max()) < 80
+        assert (pred.bboxes >= 0).all()
+        assert (pred.bboxes[:, 0::2] <= w).all()
+        assert (pred.bboxes[:, 1::2] <= h).all()
+
+
+def test_upernet_full_config_trains_and_predicts():
+    cfg = full_config('upernet_hetdpt_deit_b_ade20k.py')
+    # 64x64 instead of 512x512 crops: the same network, seconds on a CPU.
+    cfg.model.data_preprocessor.size = (64, 64)
+    model = build_model(cfg)
+    backbone = model.backbone
+    assert backbone.form == 'merged'
+    assert backbone.out_indices == [2, 5, 8, 11]
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    # mmseg's recipe names pos_embed, cls_token and norm: our names match.
+    for param in (backbone.pos_embed, backbone.cls_token,
+                  backbone.blocks[0].norm1.weight):
+        assert lr_and_decay(optim_wrapper, param)[1] == 0
+    assert lr_and_decay(optim_wrapper, backbone.blocks[1].attn.qkv.weight)[
+        1] == pytest.approx(0.01)
+
+    data = segmentation_batch([(64, 64), (64, 64)], num_classes=150)
+    model.train()
+    log_vars = model.train_step(data, optim_wrapper)
+    for key in ('loss', 'decode.loss_ce', 'aux.loss_ce'):
+        assert torch.isfinite(log_vars[key]), key
+    # Random weights over 150 classes: cross-entropy near log(150).
+    assert 3 < log_vars['decode.loss_ce'].item() < 8
+
+    model.eval()
+    shapes = [(48, 80), (48, 80)]  # inference: any size, no padding
+    with torch.no_grad():
+        results = model.test_step(segmentation_batch(shapes, 150))
+    for result, shape in zip(results, shapes):
+        assert result.seg_logits.data.shape == (150, *shape)
+        assert result.pred_sem_seg.data.shape == (1, *shape)
+
+
+# -------------------------------------------------------------- end to end
+@pytest.fixture(scope='module')
+def workspace(tmp_path_factory):
+    """A directory laid out like the repository's working tree: the demo
+    COCO and ADE20K sets under data/demo, and a pruned (not merged) demo
+    classifier checkpoint with random weights."""
+    root = tmp_path_factory.mktemp('transfer')
+    make_detection(root / 'data/demo/coco', num_train=8, num_val=8)
+    make_segmentation(root / 'data/demo/ade', num_train=8, num_val=8)
+    cfg = Config.fromfile(ROOT / 'configs/demo/vit-demo_digits.py')
+    cfg.model.backbone.prune_spec = DEMO_SPEC
+    classifier = randomize_(build_model(cfg))
+    torch.save(dict(state_dict=classifier.state_dict(),
+                    meta={META_KEY: classifier.backbone.spec_meta()}),
+               root / 'pruned_cls.pth')
+    return root
+
+
+def run_tool(cwd: Path, tool: str, *args) -> str:
+    # One thread: the demo models are small, and on shared cores a second
+    # OpenMP thread mostly spins waiting for the first.
+    result = subprocess.run(
+        [sys.executable, str(ROOT / 'tools' / tool), *map(str, args)],
+        cwd=cwd, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS='1'))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    return output
+
+
+def assert_every_backbone_tensor_loaded(output: str) -> None:
+    loaded = LOADED.findall(output)
+    assert loaded, output[-4000:]
+    for count, total in loaded:
+        assert count == total
+    assert 'missing in checkpoint' not in output
+
+
+def validation_metrics(work_dir: Path, key: str) -> dict:
+    """The last validation metrics the training run logged."""
+    lines = [json.loads(line) for path in work_dir.glob('*/vis_data/*.json')
+             if path.name != 'scalars.json'
+             for line in path.read_text().splitlines()]
+    return [line for line in lines if key in line][-1]
+
+
+def check_structure(checkpoint: Path, form: str) -> None:
+    record = read_spec_meta(load_checkpoint_file(checkpoint))
+    assert record['form'] == form
+    assert record['spec'] == PruneSpec(6, **DEMO_SPEC)
+
+
+def train_merge_test(workspace, config, name, train_options, metric_key,
+                     saved):
+    work_dir = workspace / name
+    output = run_tool(
+        workspace, 'train.py', ROOT / 'configs/demo' / config,
+        '--work-dir', work_dir, '--cfg-options',
+        f'model.backbone.init_cfg.checkpoint={workspace / "pruned_cls.pth"}',
+        *train_options)
+    assert_every_backbone_tensor_loaded(output)
+    trained = validation_metrics(work_dir, metric_key)
+    checkpoint = work_dir / saved
+    check_structure(checkpoint, 'pruned')
+
+    merged = workspace / f'{name}_merged.pth'
+    run_tool(workspace, 'merge_ckpt.py', checkpoint, merged)
+    check_structure(merged, 'merged')
+    metrics_file = workspace / f'{name}_metrics.json'
+    run_tool(workspace, 'test.py', ROOT / 'configs/demo' / config, merged,
+             '--work-dir', workspace / f'{name}_test', '--out-metrics',
+             metrics_file)
+    tested = json.loads(metrics_file.read_text())
+    assert tested.keys() <= trained.keys()
+    for key, value in tested.items():
+        assert value == pytest.approx(trained[key], abs=1e-6), key
+    return tested
+
+
+def test_detr_demo_train_merge_test(workspace):
+    metrics = train_merge_test(
+        workspace, 'detr_hetdpt_demo.py', 'detr',
+        ['train_cfg.max_epochs=1', 'train_cfg.val_interval=1',
+         'train_dataloader.batch_size=4'], 'coco/bbox_mAP', 'epoch_1.pth')
+    assert {'coco/bbox_mAP', 'coco/bbox_mAP_50'} <= metrics.keys()
+
+
+def test_upernet_demo_train_merge_test(workspace):
+    metrics = train_merge_test(
+        workspace, 'upernet_hetdpt_demo.py', 'upernet',
+        ['train_cfg.max_iters=2', 'train_cfg.val_interval=2',
+         'train_dataloader.batch_size=4'], 'mIoU', 'iter_2.pth')
+    assert 0 < metrics['mIoU'] <= 100
+
+
+# ------------------------------------------------------------------ recipe
+#: docs/transfer.md, "Any mmdet / mmseg config": the lines that swap the
+#: backbone of a stock config (CHECKPOINT is filled in by the test).
+DET_RECIPE = """
+_base_ = 'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py'
+custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+model = dict(
+    backbone=dict(
+        _delete_=True, type='HetDPTViT', arch='deit-tiny',
+        out_type='featmap', out_indices=(3, 5, 7, 11),
+        init_cfg=dict(type='Pretrained', checkpoint=CHECKPOINT)),
+    neck=[
+        dict(type='mmseg.MultiLevelNeck', in_channels=[192] * 4,
+             out_channels=192, scales=[2, 1, 0.5, 0.25]),
+        dict(type='FPN', in_channels=[192] * 4, out_channels=256,
+             start_level=0, add_extra_convs='on_input', num_outs=5),
+    ])
+"""
+SEG_RECIPE = """
+_base_ = 'mmseg::segmenter/segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py'
+custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+model = dict(
+    pretrained=None,
+    backbone=dict(
+        _delete_=True, type='HetDPTViT', arch='deit-tiny', img_size=512,
+        out_type='featmap', out_indices=(11, ),
+        init_cfg=dict(type='Pretrained', checkpoint=CHECKPOINT)),
+    decode_head=dict(in_channels=192))
+"""
+
+
+@pytest.fixture(scope='module')
+def merged_tiny_checkpoint(tmp_path_factory):
+    backbone = randomize_(HetDPTViT('deit-tiny', prune_spec=MIXED_SPEC,
+                                    merged=True))
+    path = tmp_path_factory.mktemp('recipe') / 'hetdpt_deit-t_merged.pth'
+    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
+                                backbone.state_dict().items()},
+                    meta={META_KEY: backbone.spec_meta()}), path)
+    return path
+
+
+def recipe_model(recipe, checkpoint, tmp_path):
+    config = tmp_path / 'recipe.py'
+    config.write_text(recipe.replace('CHECKPOINT', repr(str(checkpoint))))
+    cfg = Config.fromfile(config)
+    if 'size' in cfg.model.data_preprocessor:  # mmseg pads to its crop
+        cfg.model.data_preprocessor.size = (64, 64)
+    model = build_model(cfg)
+    model.init_weights()
+    backbone = model.backbone
+    assert backbone.form == 'merged'
+    assert backbone.prune_spec == PruneSpec(12, **MIXED_SPEC)
+    return model
+
+
+def test_recipe_swaps_the_backbone_of_a_stock_mmdet_config(
+        merged_tiny_checkpoint, tmp_path):
+    model = recipe_model(DET_RECIPE, merged_tiny_checkpoint, tmp_path)
+    shapes = [(64, 64), (64, 96)]
+    data = model.data_preprocessor(detection_batch(shapes, 80), True)
+    losses = model(**data, mode='loss')
+    assert torch.isfinite(sum(sum(v) if isinstance(v, list) else v
+                              for v in losses.values()))
+    feats = model.extract_feat(data['inputs'])
+    # Strides 8..128, as RetinaNet's anchors expect.
+    assert [f.shape[-2] for f in feats] == [8, 4, 2, 1, 1]
+    model.eval()
+    with torch.no_grad():
+        results = model.test_step(detection_batch(shapes, 80))
+    assert all(r.pred_instances.bboxes.shape[1] == 4 for r in results)
+
+
+def test_recipe_swaps_the_backbone_of_a_stock_mmseg_config(
+        merged_tiny_checkpoint, tmp_path):
+    model = recipe_model(SEG_RECIPE, merged_tiny_checkpoint, tmp_path)
+    data = model.data_preprocessor(
+        segmentation_batch([(64, 64), (64, 64)], 150), True)
+    losses = model(**data, mode='loss')
+    assert torch.isfinite(losses['decode.loss_ce'])
+    model.eval()
+    with torch.no_grad():
+        results = model.test_step(segmentation_batch([(64, 64)], 150))
+    assert results[0].pred_sem_seg.data.shape == (1, 64, 64)
