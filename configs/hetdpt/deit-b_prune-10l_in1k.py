@@ -9,6 +9,8 @@
 #   python tools/train.py configs/hetdpt/deit-b_prune-10l_in1k.py
 #   bash tools/dist_train.sh configs/hetdpt/deit-b_prune-10l_in1k.py 8
 _base_ = './deit-b_dense_in1k.py'
+custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'],
+                      allow_failed_imports=False)
 
 # MAP points: the paper's DeiT-B points (their fit allocates 5 attention + 5
 # GELU layers for a budget of 10); use your own from

@@ -2,6 +2,8 @@
 # removed layers, progressive within-type pruning at the end of epochs 3, 8,
 # 15, ..., hard self-distillation, 400 epochs, merged checkpoint) on DeiT-S.
 _base_ = './deit-s_dense_in1k.py'
+custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'],
+                      allow_failed_imports=False)
 
 # The points of deit-s_map-collect_in1k.py (the three schedules' CSV files
 # concatenated; the paper gives points for DeiT-B only).
