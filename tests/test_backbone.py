@@ -178,14 +178,15 @@ def test_reproduces_timm_deit(tmp_path, name, distilled):
 
 @pytest.mark.parametrize('scope', ['mmpretrain', 'mmdet', 'mmseg'])
 def test_builds_from_every_scope(scope):
-    from mmengine.registry import DefaultScope, init_default_scope
     import importlib
+
+    from mmengine.registry import DefaultScope
     registry = importlib.import_module(f'{scope}.registry').MODELS
-    init_default_scope(scope)
-    model = registry.build(dict(type='HetDPTViT', arch='deit-tiny',
-                                prune_spec=MIXED_SPEC))
+    with DefaultScope.overwrite_default_scope(scope):
+        assert DefaultScope.get_current_instance().scope_name == scope
+        model = registry.build(dict(type='HetDPTViT', arch='deit-tiny',
+                                    prune_spec=MIXED_SPEC))
     assert isinstance(model, HetDPTViT)
-    assert DefaultScope.get_current_instance().scope_name == scope
 
 
 @pytest.mark.parametrize('shape,grid', [((1, 3, 224, 224), (14, 14)),

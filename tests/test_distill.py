@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers import randomize_
+from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
 
@@ -23,6 +24,14 @@ def backbone_cfg(distilled=False):
 def head_cfg(distilled=False):
     return dict(type='DeiTClsHead' if distilled else
                 'VisionTransformerClsHead', num_classes=10, in_channels=DIM)
+
+
+@pytest.fixture(autouse=True)
+def mmpretrain_scope():
+    """Registries resolve types in the current default scope, which other
+    test modules may have left at mmdet or mmseg."""
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        yield
 
 
 def build(distilled=False, **kwargs) -> HetDPTDistillClassifier:
