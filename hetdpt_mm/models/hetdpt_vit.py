@@ -230,7 +230,9 @@ class HetDPTViT(BaseModule):
             torch.zeros(1, self.num_prefix_tokens + num_patches, dim))
         self.pos_drop = nn.Dropout(drop_rate)
 
-        drop_path = torch.linspace(0, drop_path_rate, depth).tolist()
+        # Stochastic depth grows linearly with the block index (as timm).
+        drop_path = [drop_path_rate * i / max(depth - 1, 1)
+                     for i in range(depth)]
         self.blocks = nn.ModuleList([
             build_block(
                 dim=dim, num_heads=self.arch_settings['num_heads'],
