@@ -28,6 +28,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
 from hetdpt_mm.fileio import atomic_path, atomic_write_text, check_output_path
 from hetdpt_mm.pruning import (ARCH_PRESETS, AnalyticCost, CostModel,
                                MAPFit, MeasuredCost, allocate,
@@ -36,18 +37,6 @@ from hetdpt_mm.pruning import (ARCH_PRESETS, AnalyticCost, CostModel,
                                resolve_bounds)
 from hetdpt_mm.pruning.map import Allocation, Candidate
 
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Invalid command-line usage, reported like any other error."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """Reports usage errors as ``error: <message>`` with status 2."""
-
-    def error(self, message):
-        raise UsageError(message)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -350,12 +339,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    try:
-        run(parse_args(argv))
-    except (UsageError, ValueError, OSError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return EXIT_USAGE
-    return 0
+    return run_reporting_errors(lambda: run(parse_args(argv)))
 
 
 if __name__ == '__main__':

@@ -31,21 +31,10 @@ from typing import Optional, Sequence
 import torch
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 from hetdpt_mm.fileio import atomic_path, check_output_path
 from hetdpt_mm.merge import merge_checkpoint
 
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Invalid command-line usage, reported like any other error."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """Reports usage errors as ``error: <message>`` with status 2."""
-
-    def error(self, message):
-        raise UsageError(message)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -105,12 +94,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    try:
-        run(parse_args(argv))
-    except (UsageError, ValueError, TypeError, OSError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return EXIT_USAGE
-    return 0
+    return run_reporting_errors(lambda: run(parse_args(argv)))
 
 
 if __name__ == '__main__':
