@@ -1,7 +1,11 @@
-"""Runner construction shared by tools/train.py and tools/test.py."""
+"""Runner construction and command-line options shared by tools/train.py
+and tools/test.py."""
+import argparse
 import os
+import os.path as osp
 
 import torch
+from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 
@@ -13,6 +17,37 @@ def trust_checkpoints() -> None:
     """Explicit opt-in to full-pickle checkpoint loading (this process and
     the processes it starts)."""
     os.environ[TRUST_ENV] = '1'
+
+
+def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options mmdet / mmseg / mmpretrain users type for any run."""
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument(
+        '--trust-checkpoint', action='store_true',
+        help='load checkpoints with full pickle (only for files you trust)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config settings, key=value')
+    parser.add_argument('--launcher', default='none',
+                        choices=['none', 'pytorch', 'slurm', 'mpi'])
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The config with the common options applied (work_dir defaults to
+    ./work_dirs/<config name>, as in the OpenMMLab tools)."""
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    if args.trust_checkpoint:
+        trust_checkpoints()
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+    return cfg
 
 
 def prepare_cpu_distributed(cfg) -> None:

@@ -6,14 +6,11 @@
 """
 import argparse
 import json
-import os
 import os.path as osp
-
-from mmengine.config import Config, DictAction
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.fileio import atomic_write_text
-from hetdpt_mm.runner import build_runner, trust_checkpoints
+from hetdpt_mm.runner import add_runner_arguments, build_runner, load_config
 from hetdpt_mm.spec import read_spec_meta
 
 
@@ -21,7 +18,6 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test a model')
     parser.add_argument('config', help='test config file path')
     parser.add_argument('checkpoint', help='checkpoint file')
-    parser.add_argument('--work-dir', help='the dir to save logs and results')
     parser.add_argument('--out', help='dump raw predictions to this pickle')
     parser.add_argument('--out-metrics',
                         help='write the evaluation metrics to this JSON')
@@ -31,17 +27,8 @@ def parse_args(argv=None):
                         help='directory where painted images are saved')
     parser.add_argument('--wait-time', type=float, default=2,
                         help='the interval of show (s)')
-    parser.add_argument(
-        '--trust-checkpoint', action='store_true',
-        help='load checkpoints with full pickle (only for files you trust)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, key=value')
-    parser.add_argument('--launcher', default='none',
-                        choices=['none', 'pytorch', 'slurm', 'mpi'])
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    add_runner_arguments(parser)
+    return parser.parse_args(argv)
 
 
 def enable_visualization(cfg, args):
@@ -86,19 +73,9 @@ def backbone_like_checkpoint(cfg, checkpoint_path):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.trust_checkpoint:
-        trust_checkpoints()
     if not osp.isfile(args.checkpoint):
         raise SystemExit(f'error: checkpoint {args.checkpoint} does not exist')
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
     cfg.load_from = args.checkpoint
     backbone_like_checkpoint(cfg, args.checkpoint)
     if args.show or args.show_dir:
