@@ -110,20 +110,36 @@ def rotations(names: Sequence[str], repeats: int) -> List[List[str]]:
             for r in range(repeats)]
 
 
+#: Clocks :func:`time_runs` can read: elapsed time, or the CPU time of this
+#: process (all its threads), which waiting for a busy CPU does not add to.
+CLOCKS = {'wall': time.perf_counter, 'process': time.process_time}
+
+
 def time_runs(runs: Mapping[str, Callable[[], Any]], batch_size: int,
               repeats: int = 5, warmup: int = 1, iters: int = 1,
               device: Union[str, torch.device] = 'cpu', dtype: str = 'fp32',
+              clock: str = 'wall',
               logger: str = 'current') -> Dict[str, TimingStats]:
     """Time each callable (one batch per call) in alternating order.
 
     Every repeat measures each run once as the mean of ``iters`` calls,
     after ``warmup`` untimed calls of every run. Runs execute under
     ``torch.inference_mode`` and the :func:`autocast` of ``dtype``; on CUDA
-    the clock is read only after :func:`synchronize`.
+    the clock is read only after :func:`synchronize`. ``clock='process'``
+    (CPU only) counts the CPU seconds of this process instead of elapsed
+    time: on a shared machine, with one thread, that is the work itself
+    without the time spent waiting for a core.
     """
     if repeats < 1 or iters < 1 or warmup < 0:
         raise ValueError('repeats and iters must be >= 1 and warmup >= 0, '
                          f'got {repeats}, {iters}, {warmup}')
+    if clock not in CLOCKS:
+        raise ValueError(f'unknown clock {clock!r}; use one of '
+                         f'{sorted(CLOCKS)}')
+    if clock == 'process' and torch.device(device).type != 'cpu':
+        raise ValueError('clock="process" measures CPU work; on '
+                         f'{device} use the wall clock')
+    now = CLOCKS[clock]
     seconds: Dict[str, List[float]] = {name: [] for name in runs}
     with torch.inference_mode(), autocast(device, dtype):
         for order in rotations(runs, warmup):
@@ -132,11 +148,11 @@ def time_runs(runs: Mapping[str, Callable[[], Any]], batch_size: int,
         for repeat, order in enumerate(rotations(runs, repeats)):
             for name in order:
                 synchronize(device)
-                start = time.perf_counter()
+                start = now()
                 for _ in range(iters):
                     runs[name]()
                 synchronize(device)
-                seconds[name].append((time.perf_counter() - start) / iters)
+                seconds[name].append((now() - start) / iters)
             print_log(f'repeat {repeat + 1}/{repeats}: ' + ', '.join(
                 f'{name} {1e3 * seconds[name][-1]:.1f} ms' for name in order),
                       logger=logger)

@@ -50,8 +50,8 @@ from mmengine.config import Config, DictAction
 from torch.profiler import ProfilerActivity
 
 from hetdpt_mm.benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
-                                 TensorForward, amdahl_bound, analytic_macs,
-                                 autocast,
+                                 TensorForward, TimingStats, amdahl_bound,
+                                 analytic_macs, autocast,
                                  build_backbone_variants, build_from_config,
                                  count_macs, count_params, hetdpt_config,
                                  machine_info, make_test_batch,
@@ -75,6 +75,8 @@ DEFAULTS = {
 #: The size the built-in backbones store their position embedding at, as in
 #: configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
 BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
+
+
 class UsageError(Exception):
     """Invalid command-line usage, reported like any other error."""
 
@@ -134,6 +136,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     run.add_argument('--device', default='cpu', help='cpu, cuda, cuda:1 ...')
     run.add_argument('--threads', type=int,
                      help='torch.set_num_threads (default: torch\'s)')
+    run.add_argument('--clock', choices=('wall', 'process'), default='wall',
+                     help='wall: elapsed time (default); process: CPU '
+                     'seconds of this process, for a loaded machine (use '
+                     'with --threads 1, CPU only)')
     run.add_argument('--warmup', type=int, default=1,
                      help='untimed batches per model first (default 1)')
     run.add_argument('--repeats', type=int,
@@ -181,6 +187,9 @@ def resolve_defaults(args: argparse.Namespace) -> None:
         raise UsageError(f'--img-size must be positive, got {args.img_size}')
     if args.threads is not None and args.threads < 1:
         raise UsageError('--threads must be >= 1')
+    if args.clock == 'process' and torch.device(args.device).type != 'cpu':
+        raise UsageError('--clock process measures CPU work; use the wall '
+                         f'clock on {args.device}')
     if args.split_backbone is None:
         args.split_backbone = split
     elif args.split_backbone and args.task == 'backbone':
@@ -335,8 +344,8 @@ def describe(model: nn.Module) -> str:
     spec = backbone.prune_spec
     if spec.is_dense:
         return 'HetDPTViT dense'
-    form = ('pruned and merged' if backbone.form == 'merged' else
-            f'pruned, {backbone.form}')
+    form = {'merged': 'pruned and merged', 'pruned': 'pruned, FFNs unmerged',
+            'gated': 'gated'}[backbone.form]
     return f'HetDPTViT {form} ({spec_text(spec)})'
 
 
@@ -434,7 +443,7 @@ def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
     timings = time_runs(runs, batch_size=args.batch_size,
                         repeats=args.repeats, warmup=args.warmup,
                         iters=args.iters, device=args.device,
-                        dtype=args.dtype)
+                        dtype=args.dtype, clock=args.clock)
     profiles = {name: profile(run, args.profile, args)
                 for name, run in runs.items()} if args.profile else {}
     if hasattr(os, 'getloadavg'):
@@ -442,17 +451,19 @@ def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
     baseline = entries[0].name
     models = []
     for entry in entries:
-        record = dict(name=entry.name, description=entry.description,
-                      **counts[entry.name],
-                      timing=timings[entry.name].to_dict(),
-                      speedup=speedup(timings, baseline, entry.name, counts,
-                                      'macs'))
+        name = entry.name
+        record = dict(name=name, description=entry.description,
+                      **counts[name], timing=timings[name].to_dict(),
+                      speedup=speedup(timings[baseline], timings[name],
+                                      counts[baseline].get('macs'),
+                                      counts[name].get('macs')))
         if args.split_backbone:
-            key = f'{entry.name}/backbone'
+            key = f'{name}/backbone'
             record['backbone_timing'] = timings[key].to_dict()
             record['backbone_speedup'] = speedup(
-                timings, f'{baseline}/backbone', key, counts,
-                'backbone_macs', entry.name, baseline)
+                timings[f'{baseline}/backbone'], timings[key],
+                counts[baseline].get('backbone_macs'),
+                counts[name].get('backbone_macs'))
         if profiles:
             record['profile'] = profiles[entry.name]
             if args.split_backbone:
@@ -463,7 +474,8 @@ def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
         command='python tools/benchmark.py ' + shlex.join(args.argv),
         settings=dict(img_size=list(args.img_size), batch_size=args.batch_size,
                       dtype=args.dtype, device=args.device,
-                      threads=torch.get_num_threads(), warmup=args.warmup,
+                      threads=torch.get_num_threads(), clock=args.clock,
+                      warmup=args.warmup,
                       repeats=args.repeats, iters=args.iters,
                       # --config models take all of these from configs.
                       arch=None if args.config else args.arch,
@@ -476,22 +488,18 @@ def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
     return result
 
 
-def speedup(timings, baseline: str, name: str, counts, macs_key: str,
-            model: Optional[str] = None,
-            baseline_model: Optional[str] = None) -> Dict[str, Any]:
-    """Speedup of ``name`` over ``baseline``: ratio of medians, per-repeat
+def speedup(base: TimingStats, other: TimingStats,
+            base_macs: Optional[Dict] = None,
+            other_macs: Optional[Dict] = None) -> Dict[str, Any]:
+    """Speedup of ``other`` over ``base``: ratio of medians, per-repeat
     (paired) ratios, and the MACs ratio when both were counted."""
-    paired = paired_speedups(timings[baseline], timings[name])
+    paired = paired_speedups(base, other)
     result = dict(
-        median=timings[baseline].median / timings[name].median,
+        median=base.median / other.median,
         paired=paired, paired_median=statistics.median(paired),
         paired_min=min(paired), paired_max=max(paired))
-    model = model or name
-    baseline_model = baseline_model or baseline
-    ours = counts[model].get(macs_key)
-    theirs = counts[baseline_model].get(macs_key)
-    if ours and theirs:
-        result['macs'] = theirs['total'] / ours['total']
+    if base_macs and other_macs:
+        result['macs'] = base_macs['total'] / other_macs['total']
     return result
 
 
@@ -521,9 +529,12 @@ def amdahl_section(timings, entries: List[Entry]) -> List[Dict[str, Any]]:
 def format_markdown(result: Dict[str, Any]) -> str:
     settings = result['settings']
     height, width = settings['img_size']
+    clock = ('' if settings['clock'] == 'wall' else
+             ', process CPU time (not elapsed)')
     lines = [f'### {result["task"]}: {height}x{width}, batch '
              f'{settings["batch_size"]}, {settings["dtype"]}, '
-             f'{settings["device"]}, {settings["threads"]} threads', '',
+             f'{settings["device"]}, {settings["threads"]} threads{clock}',
+             '',
              f'`{result["command"]}`', '']
     split = 'amdahl' in result
     lines += model_table(result, 'timing', 'speedup', 'macs', 'params',
@@ -592,8 +603,8 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
                 macs_key: str, params_key: str,
                 title: Optional[str]) -> List[str]:
     lines = [f'{title}:', ''] if title else []
-    lines += ['| model | backbone | params (M) | MACs/img | latency '
-              'ms/batch, median [min-max] | img/s | speedup (of medians) | '
+    lines += ['| model | backbone | params (M) | MACs/img | ms/batch, '
+              'median [min-max] | img/s | speedup (of medians) | '
               'paired speedup, median [min-max] | MACs ratio |',
               '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
     for model in result['models']:
