@@ -1,0 +1,370 @@
+"""Results, plots and the markdown report of the end-to-end demo
+(``tools/demo.py``).
+
+The demo's stages run the project's tools as subprocesses; this module reads
+what they wrote (metrics JSON of ``tools/test.py``, MMEngine's
+``vis_data/scalars.json``, the MAP points and fit, the benchmark JSON) and
+turns the collected ``summary`` dict into ``report.md`` and two PNG plots.
+Everything is written atomically (:mod:`hetdpt_mm.fileio`).
+"""
+import io
+import json
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from .fileio import atomic_path
+from .hooks.prune_hook import KIND_NAMES
+from .pruning import AnalyticCost, MAPFit, allocate, format_candidates
+
+__all__ = ['read_json', 'train_scalars', 'scalar_curve', 'map_speedups',
+           'plot_accuracy_vs_speedup', 'plot_losses', 'write_png',
+           'duration', 'format_report', 'headline', 'all_numbers']
+
+
+# ------------------------------------------------------------------ reading
+def read_json(path) -> Any:
+    with open(path, encoding='utf-8') as file:
+        return json.load(file)
+
+
+def train_scalars(run_dir) -> List[Dict[str, Any]]:
+    """The scalars MMEngine logged (``<timestamp>/vis_data/scalars.json``)
+    by the training run in ``run_dir``: the run whose records have a
+    ``loss`` (a later ``tools/test.py`` run in the same directory adds its
+    own timestamp directory without one)."""
+    for scalars in sorted(Path(run_dir).glob('*/vis_data/scalars.json')):
+        records = [json.loads(line) for line in
+                   scalars.read_text(encoding='utf-8').splitlines()
+                   if line.strip()]
+        if any('loss' in record for record in records):
+            return records
+    raise FileNotFoundError(f'no training scalars (*/vis_data/scalars.json '
+                            f'with a loss) under {run_dir}')
+
+
+def scalar_curve(records: Iterable[Mapping[str, Any]],
+                 key: str = 'loss') -> List[List[float]]:
+    """``[[iteration, value], ...]`` of one logged scalar."""
+    return [[int(record['iter']), float(record[key])] for record in records
+            if key in record and 'iter' in record]
+
+
+def map_speedups(points: Sequence[Mapping[str, Any]],
+                 cost: AnalyticCost) -> List[float]:
+    """Analytic MACs speedup (dense over pruned-and-merged) of each MAP
+    point's removed counts."""
+    return [cost.speedup(int(p['n_attn']), int(p['n_act'])) for p in points]
+
+
+# -------------------------------------------------------------------- plots
+def _figure(size):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format='png', dpi=110, bbox_inches='tight')
+    return buffer.getvalue()
+
+
+def plot_accuracy_vs_speedup(map_points: Sequence[Mapping[str, Any]],
+                             map_point_speedups: Sequence[float],
+                             models: Sequence[Mapping[str, Any]]) -> bytes:
+    """Accuracy against speedup: the MAP points (fast fine-tune, analytic
+    MACs speedup) and the final models (measured speedup)."""
+    fig = _figure((7, 5))
+    ax = fig.subplots()
+    markers = {'attn': 'v', 'act': '^', 'interleaved': 'D'}
+    for schedule, marker in markers.items():
+        chosen = [(s, float(p['accuracy']))
+                  for p, s in zip(map_points, map_point_speedups)
+                  if p['schedule'] == schedule]
+        if chosen:
+            ax.scatter(*zip(*chosen), marker=marker, s=40, color='0.55',
+                       label=f'MAP points, {schedule} schedule (MACs '
+                       'speedup, fast fine-tune)')
+    colours = {'dense': 'tab:blue', 'pruned': 'tab:orange',
+               'merged': 'tab:red'}
+    for model in models:
+        ax.scatter([model['speedup']], [model['accuracy']], s=160,
+                   marker='*', color=colours.get(model['name'], 'k'),
+                   edgecolors='black', zorder=3,
+                   label=f'{model["name"]}: {model["accuracy"]:.2f} % at '
+                   f'{model["speedup"]:.2f}x (measured)')
+    ax.set_xlabel('speedup over the dense model')
+    ax.set_ylabel('top-1 accuracy (%) on the demo digits val split')
+    ax.set_title('Accuracy vs speedup, demo ViT at 32x32')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc='lower left')
+    return _png(fig)
+
+
+def plot_losses(curves: Mapping[str, Sequence[Sequence[float]]]) -> bytes:
+    """Training loss against iteration, one panel per run."""
+    fig = _figure((4 * len(curves), 3.2))
+    axes = fig.subplots(1, len(curves), squeeze=False)[0]
+    for ax, (name, curve) in zip(axes, curves.items()):
+        if curve:
+            ax.plot(*zip(*curve), marker='.', lw=1)
+        ax.set_title(name)
+        ax.set_xlabel('iteration')
+        ax.set_ylabel('training loss')
+        ax.grid(alpha=0.3)
+    return _png(fig)
+
+
+def write_png(path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+# ------------------------------------------------------------------- report
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]],
+           align: Optional[str] = None) -> List[str]:
+    """Markdown table; ``align`` has one ``l``/``r`` per column."""
+    align = align or 'l' + 'r' * (len(header) - 1)
+    return (['| ' + ' | '.join(header) + ' |',
+             '| ' + ' | '.join('---' if a == 'l' else '---:'
+                               for a in align) + ' |'] +
+            ['| ' + ' | '.join(str(cell) for cell in row) + ' |'
+             for row in rows])
+
+
+def duration(seconds: float) -> str:
+    """``m:ss``."""
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    return f'{minutes}:{seconds:02d}'
+
+
+def _blocks(indices: Sequence[int]) -> str:
+    return ', '.join(map(str, indices)) if indices else '-'
+
+
+def _classification_section(summary: Mapping[str, Any]) -> List[str]:
+    cls = summary['classification']
+    bench = summary['benchmark']['demo']
+    rows = []
+    for name, what in (('dense', 'HetDPTViT, all layers'),
+                       ('pruned', 'gated checkpoint, closed gates'),
+                       ('merged', 'merged checkpoint (plain dense net)')):
+        model = bench['models'][name]
+        accuracy = cls[name]['accuracy']
+        rows.append([name, what, f'{accuracy:.2f}',
+                     f'{accuracy - cls["dense"]["accuracy"]:+.2f}',
+                     f'{model["params"]:,}', f'{model["macs"] / 1e6:.2f} M',
+                     f'{model["speedup"]:.2f}x',
+                     f'{model["macs_speedup"]:.2f}x'])
+    spec = cls['spec']
+    lines = ['## Classification: dense vs pruned vs merged', '',
+             f'Demo ViT `{json.dumps(cls["arch"])}` at 32x32, patch 4, on '
+             f'the digits val split ({cls["val_images"]} images). Speedups: '
+             f'backbone forward, batch {bench["batch_size"]}, '
+             f'{bench["threads"]} thread(s), median of {bench["repeats"]} '
+             'alternating repeats (`tools/benchmark.py`).', '']
+    lines += _table(['model', 'what', 'top-1 (%)', 'vs dense', 'params',
+                     'MACs/img', 'measured speedup', 'MACs ratio'], rows,
+                    'llrrrrrr')
+    lines += ['', f'Pruned and merged top-1 equal: '
+              f'**{"yes" if cls["pruned_equals_merged"] else "NO"}** '
+              f'({cls["pruned"]["accuracy"]:.4f} vs '
+              f'{cls["merged"]["accuracy"]:.4f}); drop from dense: '
+              f'**{cls["dense"]["accuracy"] - cls["merged"]["accuracy"]:.2f} '
+              'points**.', '',
+              '### Chosen layers', '',
+              f'MAP split the budget of {cls["budget"]} removed layers into '
+              f'**{spec["n_attn"]} attention + {spec["n_act"]} GELU**; '
+              '`HetDPTPruneHook` closed them one at a time, each time the '
+              'open layer of that type with the lowest learned score '
+              '(types never compared):', '']
+    lines += _table(['#', 'after iteration (epoch)', 'type', 'block closed',
+                     'scores m of the open layers of that type (block: m)'],
+                    [[d['step'], f'{d["iter"]} ({d["epoch"]})',
+                      KIND_NAMES[d['kind']], d['index'],
+                      ', '.join(f'{i}: {d["scores"][i]:+.4f}'
+                                for i in d['candidates'])]
+                     for d in cls['decisions']], 'lrlrl')
+    lines += ['', f'Final spec: attention removed in blocks '
+              f'{_blocks(spec["attn_removed"])}; GELU removed (FFN merged to '
+              f'one linear) in blocks {_blocks(spec["act_removed"])}.']
+    return lines
+
+
+def _map_section(summary: Mapping[str, Any]) -> List[str]:
+    fit = MAPFit.from_dict(summary['map']['fit'])
+    depth = summary['classification']['depth']
+    budget = summary['classification']['budget']
+    allocation = allocate(fit, budget, depth, summary['map']['bounds'])
+    points = summary['map']['points']
+    lines = ['## MAP: points, fit, allocation', '',
+             f'{len(points)} points from `MAPCollectHook` (one removal per '
+             f'step chosen by the TE score, {summary["map"]["interval"]} '
+             'fine-tuning epoch(s) on a training subset per step, then '
+             'evaluation), three schedules from the dense checkpoint:', '']
+    lines += _table(['schedule', 'step', 'n_attn', 'n_act', 'a', 't',
+                     'top-1 (%)', 'attention removed', 'GELU removed',
+                     'MACs speedup'],
+                    [[p['schedule'], p['step'], p['n_attn'], p['n_act'],
+                      f'{float(p["a"]):.3f}', f'{float(p["t"]):.3f}',
+                      f'{float(p["accuracy"]):.2f}',
+                      p['removed_attn'] or '-', p['removed_act'] or '-',
+                      f'{s:.2f}x'] for p, s in
+                     zip(points, summary['map']['point_speedups'])],
+                    'lrrrrrrllr')
+    rows = []
+    for score in fit.scores:
+        mark = ' (chosen)' if score.degree == fit.degree else ''
+        if score.skipped:
+            rows.append([f'{score.degree}{mark}', score.n_terms, '-', '-',
+                         '-', f'skipped: {score.skipped}'])
+        else:
+            rows.append([f'{score.degree}{mark}', score.n_terms,
+                         f'{score.cv_mae:.3f}', f'{score.cv_rmse:.3f}',
+                         f'{score.train_rmse:.3f}', ''])
+    lines += ['', 'Degree by leave-2-out cross-validation:', '']
+    lines += _table(['degree', 'terms', 'CV MAE', 'CV RMSE', 'train RMSE',
+                     'note'], rows, 'lrrrrl')
+    lines += ['', f'`{fit.format_polynomial()}`', '',
+              f'Allocation of budget {budget} at depth {depth} (bounds '
+              f'`{summary["map"]["bounds"]}`; `*` = argmax):', '', '```',
+              format_candidates(allocation.candidates, allocation.best),
+              '```', '',
+              '![MAP surface](map/map_fit.png)']
+    return lines
+
+
+def _dense_prediction_section(summary: Mapping[str, Any]) -> List[str]:
+    rows = []
+    for key, title, metric, label in (
+            ('detr', 'DETR (toy COCO)', 'coco/bbox_mAP', 'bbox mAP'),
+            ('upernet', 'UperNet (toy ADE20K)', 'mIoU', 'mIoU')):
+        run = summary[key]
+        scale = 100 if metric.startswith('coco/') else 1
+        rows.append([title, label,
+                     f'{scale * run["before"][metric]:.1f}',
+                     f'{scale * run["after"][metric]:.1f}',
+                     f'{run["loss_first"]:.3f} -> {run["loss_last"]:.3f}',
+                     run['iterations']])
+    lines = ['## Transfer: DETR and UperNet on the pruned, merged backbone',
+             '', 'Both take the merged classifier checkpoint as backbone '
+             '(spec from its meta). "Before" is `tools/test.py` of the same '
+             'config with that checkpoint: the pruned backbone and untrained '
+             'neck and heads; "after" is `tools/test.py` of the trained '
+             'checkpoint.', '']
+    lines += _table(['model', 'metric', 'before training', 'after training',
+                     'training loss (first -> last logged)', 'iterations'],
+                    rows, 'llrrlr')
+    detr_ap = summary['detr']['after']
+    # COCO reports -1 for an area range without objects.
+    lines += ['', 'DETR COCO metrics after training: ' + ', '.join(
+        f'{k.split("/")[-1]} {100 * v:.1f}' for k, v in detr_ap.items()
+        if k.startswith('coco/bbox_') and isinstance(v, float) and v >= 0)
+        + '.',
+        'UperNet after training: ' + ', '.join(
+            f'{k} {v:.1f}' for k, v in summary['upernet']['after'].items()
+            if isinstance(v, float)) + '.', '',
+        '![training losses](losses.png)']
+    return lines
+
+
+def _benchmark_section(summary: Mapping[str, Any]) -> List[str]:
+    lines = ['## Benchmark (`tools/benchmark.py`)', '']
+    for key in ('demo', 'context'):
+        bench = summary['benchmark'].get(key)
+        if bench:
+            lines += [bench['markdown'].strip(), '']
+    return lines
+
+
+def format_report(summary: Mapping[str, Any]) -> str:
+    """The markdown report of one demo run (``summary`` is what
+    ``tools/demo.py`` collects; see ``summary.json`` next to the report)."""
+    cls = summary['classification']
+    bench = summary['benchmark']['demo']['models']
+    merged = bench['merged']
+    lines = [f'# HetDPT end-to-end demo ({summary["mode"]})', '',
+             f'`{summary["command"]}` on {summary["machine"]}; total wall '
+             f'time **{duration(summary["wall_seconds"])}** '
+             f'({summary["wall_seconds"]:.0f} s); load average (1 min) '
+             f'{summary["load_before"]:.2f} before, '
+             f'{summary["load_after"]:.2f} after; up to {summary["jobs"]} '
+             f'parallel job(s); threads per job: {summary["threads"]} (see '
+             'the job table).', '',
+             '## Summary', '']
+    lines += _table(
+        ['what', 'result'],
+        [['dense top-1', f'{cls["dense"]["accuracy"]:.2f} %'],
+         ['pruned top-1 / merged top-1',
+          f'{cls["pruned"]["accuracy"]:.2f} % / '
+          f'{cls["merged"]["accuracy"]:.2f} %'],
+         ['removed layers (MAP split)',
+          f'{cls["spec"]["n_attn"]} attention + {cls["spec"]["n_act"]} GELU '
+          f'of {cls["depth"]} each'],
+         ['merged backbone vs dense',
+          f'{merged["speedup"]:.2f}x measured, {merged["macs_speedup"]:.2f}x '
+          f'MACs, params {bench["dense"]["params"]:,} -> '
+          f'{merged["params"]:,}'],
+         ['DETR bbox mAP before -> after',
+          f'{100 * summary["detr"]["before"]["coco/bbox_mAP"]:.1f} -> '
+          f'{100 * summary["detr"]["after"]["coco/bbox_mAP"]:.1f}'],
+         ['UperNet mIoU before -> after',
+          f'{summary["upernet"]["before"]["mIoU"]:.1f} -> '
+          f'{summary["upernet"]["after"]["mIoU"]:.1f}']], 'll')
+    lines += ['', '![accuracy vs speedup](accuracy_vs_speedup.png)', '']
+    lines += _classification_section(summary) + ['']
+    lines += _map_section(summary) + ['']
+    lines += _dense_prediction_section(summary) + ['']
+    lines += _benchmark_section(summary)
+    lines += ['## Time per stage', '']
+    lines += _table(['stage', 'wall time', 'seconds'],
+                    [[s['title'], duration(s['seconds']),
+                      f'{s["seconds"]:.1f}'] for s in summary['stages']] +
+                    [['**total**', f'**{duration(summary["wall_seconds"])}'
+                      '**', f'{summary["wall_seconds"]:.1f}']], 'lrr')
+    lines += ['', 'Jobs (subprocesses; a stage runs its independent jobs '
+              'side by side):', '']
+    lines += _table(['job', 'threads', 'wall time', 'seconds'],
+                    [[name, summary['job_threads'].get(name, '-'),
+                      duration(seconds), f'{seconds:.1f}']
+                     for name, seconds in summary['job_seconds'].items()],
+                    'lrrr')
+    lines += ['', '## Commands', '',
+              'Every stage ran one of these (from the repository root; '
+              'full logs in `logs/`):', '', '```bash']
+    lines += summary['commands'] + ['```', '']
+    return '\n'.join(lines)
+
+
+def headline(summary: Mapping[str, Any]) -> str:
+    """The main numbers in a few lines, for the console."""
+    cls = summary['classification']
+    merged = summary['benchmark']['demo']['models']['merged']
+    detr, upernet = summary['detr'], summary['upernet']
+    return '\n'.join([
+        f'  top-1: dense {cls["dense"]["accuracy"]:.2f} %, pruned '
+        f'{cls["pruned"]["accuracy"]:.2f} %, merged '
+        f'{cls["merged"]["accuracy"]:.2f} % (removed '
+        f'{cls["spec"]["n_attn"]} attention + {cls["spec"]["n_act"]} GELU '
+        'layers)',
+        f'  merged backbone: {merged["speedup"]:.2f}x measured, '
+        f'{merged["macs_speedup"]:.2f}x MACs',
+        f'  DETR bbox mAP {100 * detr["before"]["coco/bbox_mAP"]:.1f} -> '
+        f'{100 * detr["after"]["coco/bbox_mAP"]:.1f}; UperNet mIoU '
+        f'{upernet["before"]["mIoU"]:.1f} -> {upernet["after"]["mIoU"]:.1f}',
+        f'  wall time {duration(summary["wall_seconds"])}'])
+
+
+def all_numbers(value: Any) -> List[float]:
+    """Every number in a nested summary (for finiteness checks)."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, Mapping):
+        return [n for v in value.values() for n in all_numbers(v)]
+    if isinstance(value, (list, tuple)):
+        return [n for v in value for n in all_numbers(v)]
+    return []

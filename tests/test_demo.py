@@ -1,0 +1,157 @@
+"""The end-to-end demo (tools/demo.py, issue 7): the --quick variant runs
+every stage as a user would (subprocesses of the project's tools) and writes
+its report; here we check what it produced."""
+import csv
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.demo_report import all_numbers
+from hetdpt_mm.spec import read_spec_meta
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def demo_tool():
+    spec = importlib.util.spec_from_file_location('demo_tool',
+                                                  REPO / 'tools' / 'demo.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope='module')
+def quick_run(tmp_path_factory):
+    """One ``--quick`` run into a temporary work dir and data root."""
+    root = tmp_path_factory.mktemp('demo')
+    work_dir, data_root = root / 'demo', root / 'data'
+    result = subprocess.run(
+        [sys.executable, str(REPO / 'tools' / 'demo.py'), '--quick',
+         '--work-dir', str(work_dir), '--data-root', str(data_root)],
+        cwd=root, capture_output=True, text=True, timeout=1500)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    return work_dir, data_root, output
+
+
+def test_quick_demo_writes_the_report_with_its_tables(quick_run):
+    work_dir, _, output = quick_run
+    report = (work_dir / 'report.md').read_text()
+    for heading in ('## Summary', '## Classification: dense vs pruned vs '
+                    'merged', '### Chosen layers', '## MAP: points, fit, '
+                    'allocation', '## Transfer: DETR and UperNet',
+                    '## Benchmark', '## Time per stage', '## Commands'):
+        assert heading in report, heading
+    for header in ('| model | what | top-1 (%) |', '| schedule | step | '
+                   'n_attn | n_act |', '| degree | terms | CV MAE |',
+                   '| model | metric | before training | after training |',
+                   '| stage | wall time | seconds |'):
+        assert header in report, header
+    for image in ('accuracy_vs_speedup.png', 'losses.png',
+                  'map/map_fit.png'):
+        assert f']({image})' in report
+        assert (work_dir / image).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    # Progress went to the console: stage banners and the final numbers.
+    assert '[9/9] write the report' in output
+    assert 'top-1: dense' in output
+
+
+def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
+    work_dir, data_root, _ = quick_run
+    summary = json.loads((work_dir / 'summary.json').read_text())
+    numbers = all_numbers(summary)
+    assert numbers and all(math.isfinite(n) for n in numbers)
+
+    cls = summary['classification']
+    for name in ('dense', 'pruned', 'merged'):
+        assert 0 <= cls[name]['accuracy'] <= 100
+    # Merging changes no prediction (at most a near-tie flips: one image).
+    assert abs(cls['pruned']['accuracy'] - cls['merged']['accuracy']) <= \
+        100 / cls['val_images'] + 1e-9
+    assert cls['hook_output_identical']
+    assert cls['val_images'] == len(
+        (data_root / 'cls/meta/val.txt').read_text().split('\n')) - 1
+
+    # Exactly the MAP split of the budget was removed, one decision each.
+    spec = cls['spec']
+    assert spec['n_attn'] + spec['n_act'] == cls['budget'] == 2
+    assert (spec['n_attn'], spec['n_act']) == (summary['map']['n_attn'],
+                                               summary['map']['n_act'])
+    assert len(cls['decisions']) == cls['budget']
+    assert sorted(d['index'] for d in cls['decisions'] if d['kind'] ==
+                  'act') == spec['act_removed']
+
+    bench = summary['benchmark']['demo']['models']
+    assert bench['dense']['speedup'] == pytest.approx(1.0)
+    assert bench['merged']['params'] < bench['dense']['params']
+    assert bench['merged']['macs'] < bench['dense']['macs']
+    assert summary['benchmark'].keys() == {'demo'}  # --quick: no DeiT-S
+
+    for kind, metric in (('detr', 'coco/bbox_mAP'), ('upernet', 'mIoU')):
+        assert metric in summary[kind]['before']
+        assert metric in summary[kind]['after']
+        assert summary[kind]['iterations'] >= 2
+    assert {s['name'] for s in summary['stages']} == {
+        'data', 'dense', 'map', 'fit', 'prune', 'merge', 'transfer',
+        'benchmark'}
+
+
+def test_quick_demo_stage_outputs(quick_run):
+    work_dir, _, _ = quick_run
+    with open(work_dir / 'map/map_points.csv') as file:
+        rows = list(csv.DictReader(file))
+    # The dense point once, then 2 steps of each of the three schedules.
+    assert [r['step'] for r in rows] == ['0'] + ['1', '2'] * 3
+    assert [r['schedule'] for r in rows[1:]] == [
+        'attn', 'attn', 'act', 'act', 'interleaved', 'interleaved']
+    assert json.loads((work_dir / 'map/map_fit.json').read_text())
+
+    merged = load_checkpoint_file(work_dir /
+                                  'vit-demo_digits_hetdpt/merged.pth')
+    record = read_spec_meta(merged)
+    assert record['form'] == 'merged'
+    assert record['spec'].n_attn + record['spec'].n_act == 2
+    for path in ('vit-demo_digits/test_metrics.json',
+                 'vit-demo_digits_hetdpt/test_metrics_pruned.json',
+                 'vit-demo_digits_hetdpt/test_metrics_merged.json',
+                 'detr_hetdpt_demo/test_metrics_before_training.json',
+                 'detr_hetdpt_demo/test_metrics_after_training.json',
+                 'upernet_hetdpt_demo/test_metrics_before_training.json',
+                 'upernet_hetdpt_demo/test_metrics_after_training.json',
+                 'benchmark/demo.json', 'benchmark/demo.md',
+                 'logs/dense-train.log', 'demo.log'):
+        assert (work_dir / path).is_file(), path
+
+
+def test_resume_skips_finished_stages(quick_run):
+    work_dir, data_root, _ = quick_run
+    report = (work_dir / 'report.md').read_text()
+    result = subprocess.run(
+        [sys.executable, str(REPO / 'tools' / 'demo.py'), '--quick',
+         '--work-dir', str(work_dir), '--data-root', str(data_root),
+         '--resume'], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count('done in an earlier run, skipped') + \
+        result.stderr.count('done in an earlier run, skipped') == 9
+    assert (work_dir / 'report.md').read_text() == report
+
+
+def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):
+    demo = demo_tool()
+    foreign = tmp_path / 'foreign'
+    foreign.mkdir()
+    (foreign / 'notes.txt').write_text('mine')
+    assert demo.main(['--quick', '--work-dir', str(foreign)]) == 1
+    assert 'holds no earlier demo run' in capsys.readouterr().err
+    assert sorted(p.name for p in foreign.iterdir()) == ['notes.txt']
+
+    assert demo.main(['--quick', '--work-dir', str(tmp_path / 'none'),
+                      '--resume']) == 1
+    assert 'no earlier demo run' in capsys.readouterr().err
+    assert not (tmp_path / 'none').exists()
