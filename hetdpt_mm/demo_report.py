@@ -164,7 +164,9 @@ def _classification_section(summary: Mapping[str, Any]) -> List[str]:
              f'the digits val split ({cls["val_images"]} images). Speedups: '
              f'backbone forward, batch {bench["batch_size"]}, '
              f'{bench["threads"]} thread(s), median of {bench["repeats"]} '
-             'alternating repeats (`tools/benchmark.py`).', '']
+             'alternating repeats, '
+             + ('process CPU time' if bench['clock'] == 'process' else
+                'wall clock') + ' (`tools/benchmark.py`).', '']
     lines += _table(['model', 'what', 'top-1 (%)', 'vs dense', 'params',
                      'MACs/img', 'measured speedup', 'MACs ratio'], rows,
                     'llrrrrrr')
