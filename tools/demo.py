@@ -512,9 +512,6 @@ class Demo:
                 f'custom_hooks.0.calib_images={s.map_calib_images}',
                 f'train_cfg.max_epochs={steps * s.map_interval}',
                 f'train_dataloader.sampler.subset={s.map_subset}',
-                # The fast fine-tune starts from a trained network: no boost
-                # for its position embedding (the dense recipe's 30x).
-                'optim_wrapper.paramwise_cfg.custom_keys.pos_embed.lr_mult=1',
             ] + self.data_options('cls')
             jobs[schedule] = Job(f'map-{schedule}', self.train_argv(
                 MAP_CONFIG, self.rel(self.out('map', schedule)), options))

@@ -12,7 +12,7 @@ custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.hooks'],
                       allow_failed_imports=False)
 
 # The dense model of configs/demo/vit-demo_digits.py (default work dir).
-load_from = 'work_dirs/vit-demo_digits/epoch_30.pth'
+load_from = 'work_dirs/vit-demo_digits/epoch_10.pth'
 
 model = dict(backbone=dict(gated=True))
 # A closed gate skips its layer, whose parameters then get no gradient.
@@ -26,7 +26,12 @@ train_dataloader = dict(
 
 # A constant learning rate: a schedule over the whole run would give later
 # steps less recovery than earlier ones.
-optim_wrapper = dict(optimizer=dict(lr=5e-4))
+# The position embedding's boosted learning rate is for training from
+# scratch; fine-tuning treats it like every other weight.
+optim_wrapper = dict(
+    optimizer=dict(lr=5e-4),
+    paramwise_cfg=dict(
+        custom_keys={'pos_embed': dict(decay_mult=0.0, lr_mult=1.0)}))
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=True)]
 
 # The hook evaluates every step itself; the loop's own validation would only
