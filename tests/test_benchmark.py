@@ -211,7 +211,7 @@ def test_backbone_tool_writes_tables_and_json(tool, tmp_path):
         assert {'median_ms', 'min_ms', 'max_ms', 'q1_ms', 'q3_ms',
                 'throughput'} <= set(timing)
         assert {'median', 'paired', 'paired_median', 'paired_min',
-                'paired_max', 'macs'} <= set(model['speedup'])
+                'paired_max', 'best', 'macs'} <= set(model['speedup'])
         # Matrix products as traced = the analytic model, in every form.
         assert model['macs']['matmul'] == model['backbone_analytic_macs']
     dense, pruned, merged = result['models']
