@@ -90,9 +90,11 @@ def make_classification(root, seed: int = 0, val_fraction: float = 0.2,
 
 # ------------------------------------------------------------------ scenes
 def _draw_scene(rng: np.random.Generator, height: int, width: int,
-                max_objects: int) -> Tuple[Image.Image, List[Dict],
-                                           np.ndarray]:
-    """A noisy background with 1..max_objects non-overlapping filled shapes.
+                max_objects: int,
+                object_size: Tuple[float, float] = (1 / 6, 1 / 2)
+                ) -> Tuple[Image.Image, List[Dict], np.ndarray]:
+    """A noisy background with 1..max_objects filled shapes (they may
+    overlap), each side between ``object_size`` fractions of the image's.
 
     Returns the image, the objects (class index, exact box) and a label map
     (SEG_CLASSES index + 1 per pixel; later shapes paint over earlier ones,
@@ -109,8 +111,10 @@ def _draw_scene(rng: np.random.Generator, height: int, width: int,
     objects = []
     for obj_id in range(1, int(rng.integers(1, max_objects + 1)) + 1):
         cls = int(rng.integers(len(SHAPE_CLASSES)))
-        w = int(rng.integers(width // 6, width // 2))
-        h = int(rng.integers(height // 6, height // 2))
+        w = int(rng.integers(int(width * object_size[0]),
+                             int(width * object_size[1])))
+        h = int(rng.integers(int(height * object_size[0]),
+                             int(height * object_size[1])))
         x0 = int(rng.integers(0, width - w))
         y0 = int(rng.integers(0, height - h))
         colour = tuple(int(c) for c in rng.integers(130, 256, size=3))
@@ -144,12 +148,19 @@ def _draw_scene(rng: np.random.Generator, height: int, width: int,
     return image, visible, labels
 
 
-def make_detection(root, seed: int = 0, num_train: int = 64,
-                   num_val: int = 16, size: Tuple[int, int] = (128, 128),
-                   max_objects: int = 3) -> bool:
-    """Shapes with exact boxes in COCO 2017 layout."""
+def make_detection(root, seed: int = 0, num_train: int = 512,
+                   num_val: int = 64, size: Tuple[int, int] = (128, 128),
+                   max_objects: int = 2,
+                   object_size: Tuple[float, float] = (1 / 4, 1 / 2)) -> bool:
+    """Shapes with exact boxes in COCO 2017 layout.
+
+    The defaults give DETR (configs/demo/detr_hetdpt_demo.py) a set it
+    learns in a few CPU minutes: few, large shapes, and enough images for
+    its 1,500 steps not to memorise them.
+    """
     settings = dict(kind='detection', seed=seed, num_train=num_train,
-                    num_val=num_val, size=list(size), max_objects=max_objects)
+                    num_val=num_val, size=list(size), max_objects=max_objects,
+                    object_size=list(object_size))
 
     def build(out: Path):
         rng = np.random.default_rng(seed)
@@ -160,7 +171,8 @@ def make_detection(root, seed: int = 0, num_train: int = 64,
             (out / split).mkdir()
             images, annotations = [], []
             for index in range(count):
-                image, objects, _ = _draw_scene(rng, *size, max_objects)
+                image, objects, _ = _draw_scene(rng, *size, max_objects,
+                                                object_size)
                 file_name = f'{index:012d}.jpg'
                 image.save(out / split / file_name, quality=95)
                 image_id = index + 1
