@@ -1,4 +1,8 @@
 """Helpers shared by the tests (importable as `helpers`, see pytest.ini)."""
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
 import torch
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
@@ -6,6 +10,18 @@ import hetdpt_mm  # noqa: F401  registers modules and the safe loader
 #: A spec with blocks of all four kinds (full, attention removed, GELU
 #: removed, both removed) used throughout the tests.
 MIXED_SPEC = dict(attn_removed=[0, 3, 7, 8, 11], act_removed=[2, 7, 8, 10, 11])
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_tool(name: str) -> ModuleType:
+    """``tools/<name>.py`` as a module, to run its ``main()`` in-process (a
+    fresh interpreter per case would cost seconds each)."""
+    spec = importlib.util.spec_from_file_location(f'{name}_tool',
+                                                  REPO / 'tools' / f'{name}.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):

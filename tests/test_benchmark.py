@@ -2,15 +2,13 @@
 promised fields, MACs and parameters match the analytic counts, the merged
 backbone is a plain dense network. No timing assertions: speed targets live
 in docs/benchmarks.md, measured with the tool."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from helpers import MIXED_SPEC, randomize_
+from helpers import MIXED_SPEC, REPO, load_tool, randomize_
 from timm.layers import Attention, Mlp
 
 from hetdpt_mm.benchmark import (AUTHORS_SPEC, amdahl_bound,
@@ -21,18 +19,13 @@ from hetdpt_mm.models.hetdpt_vit import HetDPTViT
 from hetdpt_mm.models.layers import (AttentionBypass, MergedFFN,
                                      StraightThroughGate)
 
-ROOT = Path(__file__).resolve().parents[1]
 TINY_ARCH = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
 TINY_SPEC = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
 
 
 @pytest.fixture(scope='module')
 def tool():
-    spec = importlib.util.spec_from_file_location(
-        'benchmark_tool', ROOT / 'tools' / 'benchmark.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('benchmark')
 
 
 def run_tool(tool, tmp_path, *args):
@@ -255,8 +248,8 @@ def test_detr_tool_with_configs_and_per_model_options(tool, tmp_path):
             'merged:model.backbone.merged=true']
     result, _ = run_tool(
         tool, tmp_path, 'detr', '--config',
-        f'dense={ROOT / "configs/detr_deit_b_dense.py"}', '--config',
-        f'merged={ROOT / "configs/detr_hetdpt_deit_b.py"}', '--img-size', '32',
+        f'dense={REPO / "configs/detr_deit_b_dense.py"}', '--config',
+        f'merged={REPO / "configs/detr_hetdpt_deit_b.py"}', '--img-size', '32',
         '48', '--cfg-options', *tiny)
     dense, merged = result['models']
     assert dense['description'] == 'HetDPTViT dense'

@@ -2,28 +2,18 @@
 every stage as a user would (subprocesses of the project's tools) and writes
 its report; here we check what it produced."""
 import csv
-import importlib.util
 import json
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO, load_tool
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.demo_report import all_numbers
 from hetdpt_mm.spec import read_spec_meta
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def demo_tool():
-    spec = importlib.util.spec_from_file_location('demo_tool',
-                                                  REPO / 'tools' / 'demo.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope='module')
@@ -143,7 +133,7 @@ def test_resume_skips_finished_stages(quick_run):
 
 
 def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):
-    demo = demo_tool()
+    demo = load_tool('demo')
     foreign = tmp_path / 'foreign'
     foreign.mkdir()
     (foreign / 'notes.txt').write_text('mine')

@@ -1,13 +1,12 @@
 """Model Accuracy Predictor (MAP), allocation, latency-aware allocation and
 the tools/fit_map.py command line."""
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import REPO, load_tool
 
 from hetdpt_mm.pruning import (AnalyticCost, MAPFit, MAPPoint, MeasuredCost,
                                allocate, allocate_for_accuracy,
@@ -15,7 +14,6 @@ from hetdpt_mm.pruning import (AnalyticCost, MAPFit, MAPPoint, MeasuredCost,
                                fit_map, load_points, pareto_front,
                                polynomial_terms)
 
-REPO = Path(__file__).resolve().parents[1]
 PAPER_POINTS = REPO / 'tests' / 'data' / 'map_points_paper.csv'
 TOOL = REPO / 'tools' / 'fit_map.py'
 
@@ -338,10 +336,7 @@ def test_missing_points_file(tmp_path):
 def fit_map_tool():
     """tools/fit_map.py as a module, to run its main() in-process (a fresh
     interpreter per case would cost seconds each)."""
-    spec = importlib.util.spec_from_file_location('fit_map_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('fit_map')
 
 
 def test_cli_end_to_end(tmp_path):

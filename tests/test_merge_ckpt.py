@@ -2,7 +2,6 @@
 backbone (mmseg-style, authors' stage-2, gated, already merged) and the
 catalogue of bad inputs."""
 import hashlib
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import MIXED_SPEC, randomize_
+from helpers import MIXED_SPEC, REPO, load_tool, randomize_
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import load_checkpoint_file
@@ -19,7 +18,6 @@ from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
-REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / 'tools' / 'merge_ckpt.py'
 ARCH = dict(embed_dims=48, num_layers=4, num_heads=3)
 SPEC = dict(attn_removed=[0, 2], act_removed=[2, 3])
@@ -30,10 +28,7 @@ FEATMAP = dict(out_type='featmap', out_indices=[1, 3], final_norm=False)
 @pytest.fixture(scope='module')
 def tool():
     """tools/merge_ckpt.py as a module, to run main() in-process."""
-    spec = importlib.util.spec_from_file_location('merge_ckpt_tool', TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool('merge_ckpt')
 
 
 def tiny_backbone(spec=SPEC, **kwargs) -> HetDPTViT:

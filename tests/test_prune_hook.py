@@ -1,7 +1,6 @@
 """HetDPTPruneHook: schedules, MAP counts, within-type lowest-score
 decisions, resume, two-rank DDP, validation, and the merged checkpoint of a
 real (tiny) training run on the demo digits."""
-import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from mmengine.logging import MMLogger
 from mmengine.optim import build_optim_wrapper
 from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
+from helpers import REPO, load_tool
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import load_checkpoint_file
@@ -29,7 +29,6 @@ from hetdpt_mm.hooks.spec_meta_hook import ensure_meta_hook
 from hetdpt_mm.pruning import allocate, fit_map, load_points
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
-REPO = Path(__file__).resolve().parents[1]
 PRUNE_CONFIG = REPO / 'configs' / 'demo' / 'vit-demo_digits_prune.py'
 PAPER_POINTS = REPO / 'tests' / 'data' / 'map_points_paper.csv'
 DIM, DEPTH, BUDGET = 48, 4, 3
@@ -241,14 +240,6 @@ MAP_HOOKS = f'''[
 ]'''
 
 
-def train_tool():
-    spec = importlib.util.spec_from_file_location('train_tool',
-                                                  REPO / 'tools' / 'train.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def train_losses(work_dir: Path):
     """Logged training losses by iteration (LocalVisBackend's scalars)."""
     scalars = list(work_dir.glob('*/vis_data/scalars.json'))
@@ -265,7 +256,7 @@ def map_run(tmp_path_factory, digits, single_thread):
     depth 4) and removes one layer after each of epochs 1-3."""
     root = tmp_path_factory.mktemp('map_run')
     config = write_config(root / 'prune_map.py', digits, MAP_HOOKS)
-    train_tool().main([str(config), '--work-dir', str(root / 'work')])
+    load_tool('train').main([str(config), '--work-dir', str(root / 'work')])
     return SimpleNamespace(root=root, config=config, work=root / 'work',
                            digits=digits)
 
@@ -324,7 +315,7 @@ def test_resume_after_the_first_removal_continues_identically(map_run):
     work.mkdir()
     shutil.copy(map_run.work / 'epoch_1.pth', work / 'epoch_1.pth')
     config = shutil.copy(map_run.config, map_run.root / 'prune_resume.py')
-    train_tool().main([str(config), '--work-dir', str(work), '--resume',
+    load_tool('train').main([str(config), '--work-dir', str(work), '--resume',
                        str(work / 'epoch_1.pth')])
 
     log = next(work.glob('*/*.log')).read_text()

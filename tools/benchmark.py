@@ -57,11 +57,11 @@ from hetdpt_mm.benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
                                  machine_info, make_test_batch,
                                  paired_speedups, spec_text, stock_config,
                                  synchronize, time_runs)
+from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
 from hetdpt_mm.fileio import atomic_write_text, check_output_path
 from hetdpt_mm.models.hetdpt_vit import HetDPTViT, resolve_arch
 from hetdpt_mm.spec import PruneSpec
 
-EXIT_USAGE = 2
 TASKS = ('backbone', 'detr', 'upernet')
 #: Models the dense-prediction tasks build without --config.
 BUILTIN_MODELS = {'detr': BACKBONE_VARIANTS,
@@ -75,17 +75,6 @@ DEFAULTS = {
 #: The size the built-in backbones store their position embedding at, as in
 #: configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
 BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
-
-
-class UsageError(Exception):
-    """Invalid command-line usage, reported like any other error."""
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """Reports usage errors as ``error: <message>`` with status 2."""
-
-    def error(self, message):
-        raise UsageError(message)
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -630,21 +619,20 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = parse_args(argv)
-        args.argv = argv
-        check_outputs(args)
-        result = run_benchmark(args)
-    except (UsageError, ValueError, OSError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return EXIT_USAGE
+    return run_reporting_errors(lambda: run(argv))
+
+
+def run(argv: List[str]) -> None:
+    args = parse_args(argv)
+    args.argv = argv
+    check_outputs(args)
+    result = run_benchmark(args)
     markdown = format_markdown(result)
     print(markdown)
     if args.json is not None:
         atomic_write_text(args.json, json.dumps(result, indent=2) + '\n')
     if args.md is not None:
         atomic_write_text(args.md, markdown)
-    return 0
 
 
 if __name__ == '__main__':

@@ -265,6 +265,19 @@ class JobRunner:
 
 
 # -------------------------------------------------------------------- demo
+def classifier_schedule_options(epochs: Optional[int],
+                                train_images: Optional[int]) -> List[str]:
+    """``--cfg-options`` that shorten a classifier run (``None``: keep the
+    config's value); validation runs once, at the end."""
+    options = []
+    if epochs is not None:
+        options += [f'train_cfg.max_epochs={epochs}',
+                    f'train_cfg.val_interval={epochs}']
+    if train_images is not None:
+        options.append(f'train_dataloader.dataset.indices={train_images}')
+    return options
+
+
 def last_checkpoint(work_dir: Path) -> Path:
     """The checkpoint MMEngine saved last in ``work_dir``."""
     marker = work_dir / 'last_checkpoint'
@@ -483,13 +496,8 @@ class Demo:
     def stage_dense(self) -> None:
         s = self.settings
         work = self.rel(self.out('vit-demo_digits'))
-        options = self.data_options('cls')
-        if s.dense_epochs is not None:
-            options += [f'train_cfg.max_epochs={s.dense_epochs}',
-                        f'train_cfg.val_interval={s.dense_epochs}']
-        if s.dense_train_images is not None:
-            options.append(
-                f'train_dataloader.dataset.indices={s.dense_train_images}')
+        options = self.data_options('cls') + classifier_schedule_options(
+            s.dense_epochs, s.dense_train_images)
         self.jobs.run_lanes([[Job('dense-train', self.train_argv(
             DENSE_CONFIG, work, options))]])
         checkpoint = last_checkpoint(self.out('vit-demo_digits'))
@@ -572,12 +580,8 @@ class Demo:
         options = [f'load_from={self.results["dense"]["checkpoint"]}',
                    f'custom_hooks.0.map_fit={self.results["map"]["fit_path"]}',
                    f'custom_hooks.0.budget={self.settings.budget}']
-        if s.prune_epochs is not None:
-            options += [f'train_cfg.max_epochs={s.prune_epochs}',
-                        f'train_cfg.val_interval={s.prune_epochs}']
-        if s.prune_train_images is not None:
-            options.append(
-                f'train_dataloader.dataset.indices={s.prune_train_images}')
+        options += classifier_schedule_options(s.prune_epochs,
+                                               s.prune_train_images)
         options += self.data_options('cls')
         self.jobs.run_lanes([[Job('prune-train', self.train_argv(
             PRUNE_CONFIG, self.rel(work), options))]])

@@ -12,7 +12,7 @@ from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
 
 from ..checkpoint import CheckpointError, load_checkpoint_file
-from ..spec import ACT, ATTN, FORMS, PruneSpec, read_spec_meta, spec_meta
+from ..spec import ACT, ATTN, PruneSpec, read_spec_meta, spec_meta
 from .layers import REMOVED_ATTN_OUTPUTS, RESIDUAL_GELU_MODES, build_block
 from .state_dict import (GATE_SUFFIXES, StateDictMismatch, convert_state_dict,
                          gate_spec, infer_layout, is_vit_state_dict,
