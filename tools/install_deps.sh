@@ -35,7 +35,9 @@ if py_ok "import torch, torchvision; assert torch.__version__.startswith('${TORC
   say "torch: keeping $("$PYTHON" -c 'import torch; print(torch.__version__)')"
 else
   say "installing torch==${TORCH_VERSION} torchvision (a few minutes)"
-  pip install -r "$ROOT/requirements/torch.txt"
+  # torch asks for any setuptools >= 77: keep the one of step 1, which a
+  # source build of mmcv (step 3) still needs.
+  pip install -r "$ROOT/requirements/torch.txt" 'setuptools<80'
 fi
 TORCH_INSTALLED="$("$PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])')"
 PY_TAG="$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
