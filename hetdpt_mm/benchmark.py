@@ -364,6 +364,7 @@ def hetdpt_config(task: str, arch: Union[str, Mapping] = 'deit-base',
                     merged=merged and spec is not None)
     if task == 'detr':
         backbone.update(out_indices=(depth - 1, ))
+        cfg.model.type = 'FusedAttentionDETR'
         cfg.model.backbone = backbone
         cfg.model.neck.in_channels = [embed_dims]
     else:

@@ -30,6 +30,7 @@ from hetdpt_mm import META_KEY, PruneSpec
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets import make_detection, make_segmentation
 from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.models.fused_attention import FusedMultiheadAttention
 from hetdpt_mm.spec import read_spec_meta
 
 torch.set_num_threads(2)
@@ -133,6 +134,40 @@ def test_detr_full_config_trains_and_predicts():
         assert (pred.bboxes >= 0).all()
         assert (pred.bboxes[:, 0::2] <= w).all()
         assert (pred.bboxes[:, 1::2] <= h).all()
+
+
+def test_fused_attention_detr_is_mmdet_detr_with_fused_attention():
+    cfg = full_config('detr_hetdpt_deit_b.py')
+    assert cfg.model.type == 'FusedAttentionDETR'
+    fused = build_model(cfg)
+    assert type(fused).__name__ == 'FusedAttentionDETR'
+    # 6 encoder self-, 6 decoder self- and 6 decoder cross-attentions.
+    assert sum(isinstance(m, FusedMultiheadAttention)
+               for m in fused.modules()) == 18
+    cfg = full_config('detr_hetdpt_deit_b.py')  # building consumed cfg
+    cfg.model.type = 'DETR'
+    stock = build_model(cfg)
+    assert not any(isinstance(m, FusedMultiheadAttention)
+                   for m in stock.modules())
+    assert fused.state_dict().keys() == stock.state_dict().keys()
+    stock.load_state_dict(fused.state_dict())
+
+    # Two sizes: the smaller image is padded, so the key padding mask counts.
+    data = detection_batch([(64, 96), (80, 64)], num_classes=80)
+    fused.eval(), stock.eval()
+    with torch.no_grad():
+        losses = [model.loss(*model.data_preprocessor(data, True).values())
+                  for model in (fused, stock)]
+        results = [model.test_step(data) for model in (fused, stock)]
+    for key, value in losses[1].items():
+        torch.testing.assert_close(losses[0][key], value, atol=1e-5,
+                                   rtol=1e-4, msg=key)
+    for got, want in zip(*results):
+        got, want = got.pred_instances, want.pred_instances
+        torch.testing.assert_close(got.scores, want.scores, atol=1e-5,
+                                   rtol=1e-4)
+        torch.testing.assert_close(got.bboxes, want.bboxes, atol=1e-3,
+                                   rtol=1e-4)
 
 
 def test_upernet_full_config_trains_and_predicts():
