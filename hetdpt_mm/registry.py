@@ -9,11 +9,12 @@ import importlib
 
 
 def toolbox_model_registries():
-    registries = []
+    """The MODELS registry of each installed toolbox, by toolbox name."""
+    registries = {}
     for toolbox in ('mmpretrain', 'mmdet', 'mmseg'):
         try:
-            registries.append(
-                importlib.import_module(f'{toolbox}.registry').MODELS)
+            registries[toolbox] = importlib.import_module(
+                f'{toolbox}.registry').MODELS
         except ImportError:
             continue
     return registries
@@ -21,14 +22,13 @@ def toolbox_model_registries():
 
 def register_all_modules():
     from .models import HetDPTViT
-    for registry in toolbox_model_registries():
+    registries = toolbox_model_registries()
+    for registry in registries.values():
         registry.register_module(module=HetDPTViT, force=True)
-    try:
-        from mmdet.registry import MODELS as MMDET_MODELS
-    except ImportError:
-        return
-    MMDET_MODELS.register_module(name='FusedAttentionDETR', force=True,
-                                 module=build_fused_attention_detr)
+    if 'mmdet' in registries:
+        registries['mmdet'].register_module(
+            name='FusedAttentionDETR', force=True,
+            module=build_fused_attention_detr)
 
 
 def build_fused_attention_detr(**kwargs):

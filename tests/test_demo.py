@@ -15,7 +15,6 @@ from hetdpt_mm.demo_report import all_numbers
 from hetdpt_mm.spec import read_spec_meta
 
 
-
 @pytest.fixture(scope='module')
 def quick_run(tmp_path_factory):
     """One ``--quick`` run into a temporary work dir and data root."""

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import REPO, load_tool
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.optim import build_optim_wrapper
 from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
-from helpers import REPO, load_tool
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import load_checkpoint_file
@@ -316,7 +316,7 @@ def test_resume_after_the_first_removal_continues_identically(map_run):
     shutil.copy(map_run.work / 'epoch_1.pth', work / 'epoch_1.pth')
     config = shutil.copy(map_run.config, map_run.root / 'prune_resume.py')
     load_tool('train').main([str(config), '--work-dir', str(work), '--resume',
-                       str(work / 'epoch_1.pth')])
+                             str(work / 'epoch_1.pth')])
 
     log = next(work.glob('*/*.log')).read_text()
     assert 'HetDPT prune state restored: PruneSpec(depth=4, attn_removed=[]' \

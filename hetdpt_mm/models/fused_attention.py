@@ -29,18 +29,15 @@ class FusedMultiheadAttention(nn.MultiheadAttention):
                                is_causal=is_causal)
 
 
-def use_fused_attention(model: nn.Module) -> int:
+def use_fused_attention(model: nn.Module) -> None:
     """Switch the ``nn.MultiheadAttention`` inside every mmcv
     ``MultiheadAttention`` of ``model`` (which discards the weights) to
-    :class:`FusedMultiheadAttention`, in place; returns how many."""
-    switched = 0
+    :class:`FusedMultiheadAttention`, in place."""
     for module in model.modules():
         if (isinstance(module, MultiheadAttention)
                 and type(module.attn) is nn.MultiheadAttention):
             # A subclass without state of its own: only the forward changes.
             module.attn.__class__ = FusedMultiheadAttention
-            switched += 1
-    return switched
 
 
 class FusedAttentionDETR(DETR):
