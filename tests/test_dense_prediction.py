@@ -22,7 +22,7 @@ from helpers import MIXED_SPEC, randomize_
 from mmdet.structures import DetDataSample
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
-from mmengine.registry import MODELS, init_default_scope
+from mmengine.registry import MODELS, DefaultScope
 from mmengine.structures import InstanceData, PixelData
 from mmseg.structures import SegDataSample
 
@@ -42,8 +42,10 @@ LOADED = re.compile(r'HetDPTViT: loaded (\d+)/(\d+) backbone tensors')
 
 
 def build_model(cfg):
-    init_default_scope(cfg.default_scope)
-    return MODELS.build(cfg.model)
+    # In the config's scope, without leaving it as the default for the
+    # tests that run after these (registries follow the default scope).
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        return MODELS.build(cfg.model)
 
 
 def full_config(name: str) -> Config:
