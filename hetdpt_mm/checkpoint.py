@@ -8,18 +8,33 @@ and numpy scalars in ``message_hub``).  Rather than turning the safety off,
 checkpoint on ``weights_only=True``.  Full-object checkpoints load only after
 an explicit opt-in (``trusted=True`` or ``HETDPT_TRUST_CHECKPOINTS=1``).
 
-Importing :mod:`hetdpt_mm` registers this loader as MMEngine's loader for
-local files, so ``--resume``, ``load_from`` and ``init_cfg`` use it too.
+Importing :mod:`hetdpt_mm` registers it for every scheme MMEngine's
+``CheckpointLoader`` knows, so ``--resume``, ``load_from`` and ``init_cfg``
+use it for local files and remote ones alike: ``http(s)://`` (downloaded into
+torch.hub's cache by torch.hub, or taken from there), ``torchvision://``,
+``modelzoo://``, ``open-mmlab://``, ``openmmlab://`` and ``mmcls://``
+(resolved through MMEngine's model-zoo maps), ``pavi://``, ``s3://`` and
+``petrel://`` (fetched by their own backends).  Each is fetched the way
+MMEngine fetches it and then loaded only by :func:`load_checkpoint_file`, with
+the same opt-in; messages name the URL.
 """
+import io
+import logging
 import os
 import os.path as osp
 import pickle
 import zipfile
 from collections import OrderedDict
+from tempfile import TemporaryDirectory
 from typing import Any, Mapping, Optional
+from urllib.parse import urlparse
 
 import numpy as np
 import torch
+from mmengine import fileio
+from mmengine.dist import get_dist_info
+from mmengine.logging import print_log
+from mmengine.runner import checkpoint as mmengine_checkpoint
 
 #: Setting this environment variable to 1 trusts every checkpoint file.
 TRUST_ENV = 'HETDPT_TRUST_CHECKPOINTS'
@@ -74,22 +89,31 @@ def trust_from_env() -> bool:
 
 def load_checkpoint_file(path, map_location: Any = 'cpu',
                          trusted: Optional[bool] = None,
-                         mmap: bool = False) -> Mapping:
+                         mmap: bool = False,
+                         source: Optional[str] = None) -> Mapping:
     """Load a checkpoint with ``weights_only=True`` plus MMEngine's types.
+
+    ``path`` is a local file or a binary file object (bytes fetched from
+    remote storage); ``source`` names the checkpoint in messages instead of
+    ``path`` (the URL it came from, with its cache file if it has one).
 
     Raises :class:`FileNotFoundError` for a missing file and
     :class:`CheckpointError` naming the problem for anything that is not a
     readable checkpoint (random bytes, truncated files, unsafe objects).
     """
-    path = osp.expanduser(os.fspath(path))
-    if not osp.exists(path):
-        raise FileNotFoundError(f'checkpoint {path} does not exist')
-    if osp.isdir(path):
-        raise CheckpointError(f'checkpoint {path} is a directory, not a file')
+    is_file_object = hasattr(path, 'read')
+    if not is_file_object:
+        path = osp.expanduser(os.fspath(path))
+        if not osp.exists(path):
+            raise FileNotFoundError(f'checkpoint {path} does not exist')
+        if osp.isdir(path):
+            raise CheckpointError(
+                f'checkpoint {path} is a directory, not a file')
+    name = path if source is None else source
     if trusted is None:
         trusted = trust_from_env()
     kwargs = dict(map_location=map_location, weights_only=not trusted)
-    if mmap and zipfile.is_zipfile(path):
+    if mmap and not is_file_object and zipfile.is_zipfile(path):
         kwargs['mmap'] = True
     try:
         with torch.serialization.safe_globals(mmengine_safe_globals()):
@@ -100,33 +124,142 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
                    'not allowed' in line]
         if refused:
             detail = refused[0].split('WeightsUnpickler error:')[-1].strip()
+            # Not every tool has --trust-checkpoint (tools/merge_ckpt.py
+            # does not); the variable works everywhere.
             raise CheckpointError(
-                f'checkpoint {path} contains objects that are not safe to '
+                f'checkpoint {name} contains objects that are not safe to '
                 f'load with weights_only=True ({detail[:300]}). Only load it '
-                f'if you trust its source: set {TRUST_ENV}=1 or pass '
-                '--trust-checkpoint.') from None
+                f'if you trust its source: set {TRUST_ENV}=1 '
+                '(tools/train.py, tools/test.py: --trust-checkpoint).'
+            ) from None
         reason = next((line for line in lines[1:] if line and
                        'documentation' not in line), lines[0])
         raise CheckpointError(
-            f'{path} is not a PyTorch checkpoint (unreadable pickle: '
+            f'{name} is not a PyTorch checkpoint (unreadable pickle: '
             f'{reason[:200]})') from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError,
             ValueError) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         raise CheckpointError(
-            f'{path} is not a readable PyTorch checkpoint (truncated or '
+            f'{name} is not a readable PyTorch checkpoint (truncated or '
             f'corrupt: {lines[-1][:200]})') from None
     if not isinstance(checkpoint, Mapping):
-        raise CheckpointError(f'{path} holds a {type(checkpoint).__name__}, '
+        raise CheckpointError(f'{name} holds a {type(checkpoint).__name__}, '
                               'not a checkpoint dict or state dict')
     return checkpoint
 
 
-def register_mmengine_loader():
-    """Route MMEngine's local-file checkpoint loading through
-    :func:`load_checkpoint_file` (MMEngine's own extension point)."""
-    from mmengine.runner.checkpoint import CheckpointLoader
+# MMEngine's loaders for every scheme below call torch.load with
+# weights_only=False (for URLs through torch.hub.load_state_dict_from_url,
+# also on a file already in the hub cache).  Each replacement only fetches
+# the bytes the way MMEngine does and leaves the loading to
+# load_checkpoint_file.
 
-    @CheckpointLoader.register_scheme(prefixes='', force=True)
-    def load_from_local(filename, map_location):
-        return load_checkpoint_file(filename, map_location)
+def load_from_local(filename, map_location=None):
+    return load_checkpoint_file(filename, map_location)
+
+
+def _fetch_into_hub_cache(url: str) -> str:
+    """The file ``torch.hub.load_state_dict_from_url(url)`` would load,
+    downloaded by torch.hub unless it is already cached; rank 0 first, as in
+    MMEngine's ``load_from_http``."""
+    cached = osp.join(torch.hub.get_dir(), 'checkpoints',
+                      osp.basename(urlparse(url).path))
+
+    def download_if_absent():
+        if not osp.exists(cached):
+            os.makedirs(osp.dirname(cached), exist_ok=True)
+            torch.hub.download_url_to_file(url, cached,
+                                           progress=os.isatty(0))
+
+    rank, world_size = get_dist_info()
+    if rank == 0:
+        download_if_absent()
+    if world_size > 1:
+        torch.distributed.barrier()
+        # Other nodes may not share rank 0's file system.
+        download_if_absent()
+    return cached
+
+
+def load_from_http(url, map_location=None):
+    cached = _fetch_into_hub_cache(url)
+    return load_checkpoint_file(cached, map_location,
+                                source=f'{url} (cached as {cached})')
+
+
+def load_from_torchvision(filename, map_location=None):
+    if filename.startswith('modelzoo://'):
+        print_log('The URL scheme of "modelzoo://" is deprecated, please '
+                  'use "torchvision://" instead', logger='current',
+                  level=logging.WARNING)
+    model_name = filename.split('://', 1)[1]
+    model_urls = mmengine_checkpoint.get_torchvision_models()
+    return load_from_http(model_urls[model_name], map_location)
+
+
+def load_from_openmmlab(filename, map_location=None):
+    prefix, model_name = filename.split('://', 1)
+    deprecated = mmengine_checkpoint.get_deprecated_model_names()
+    if model_name in deprecated:
+        print_log(f'{prefix}://{model_name} is deprecated in favor of '
+                  f'{prefix}://{deprecated[model_name]}', logger='current',
+                  level=logging.WARNING)
+        model_name = deprecated[model_name]
+    model_url = mmengine_checkpoint.get_external_models()[model_name]
+    if model_url.startswith(('http://', 'https://')):
+        return load_from_http(model_url, map_location)
+    # Not a URL: a file under MMEngine's home directory.
+    local = osp.join(mmengine_checkpoint._get_mmengine_home(), model_url)
+    return load_checkpoint_file(local, map_location,
+                                source=f'{filename} ({local})')
+
+
+def load_from_mmcls(filename, map_location=None):
+    model_url = mmengine_checkpoint.get_mmcls_models()[
+        filename.split('://', 1)[1]]
+    return mmengine_checkpoint._process_mmcls_checkpoint(
+        load_from_http(model_url, map_location))
+
+
+def load_from_pavi(filename, map_location=None):
+    try:
+        from pavi import modelcloud
+    except ImportError:
+        raise ImportError(
+            'Please install pavi to load checkpoint from modelcloud.')
+    model = modelcloud.get(filename.split('://', 1)[1])
+    with TemporaryDirectory() as tmp_dir:
+        downloaded = osp.join(tmp_dir, model.name)
+        model.download(downloaded)
+        return load_checkpoint_file(downloaded, map_location,
+                                    source=filename)
+
+
+def load_from_ceph(filename, map_location=None):
+    backend = fileio.get_file_backend(filename,
+                                      backend_args={'backend': 'petrel'})
+    with io.BytesIO(backend.get(filename)) as buffer:
+        return load_checkpoint_file(buffer, map_location, source=filename)
+
+
+#: MMEngine's prefixes (``CheckpointLoader.register_scheme``) and their safe
+#: loaders.
+SAFE_LOADERS = {
+    '': load_from_local,
+    ('http://', 'https://'): load_from_http,
+    ('modelzoo://', 'torchvision://'): load_from_torchvision,
+    ('open-mmlab://', 'openmmlab://'): load_from_openmmlab,
+    'mmcls://': load_from_mmcls,
+    'pavi://': load_from_pavi,
+    (r'(\S+\:)?s3://', r'(\S+\:)?petrel://'): load_from_ceph,
+}
+
+
+def register_mmengine_loader():
+    """Route all of MMEngine's checkpoint loading (local files and every
+    remote scheme) through :func:`load_checkpoint_file`, using MMEngine's own
+    extension point."""
+    for prefixes, loader in SAFE_LOADERS.items():
+        mmengine_checkpoint.CheckpointLoader.register_scheme(
+            prefixes, loader, force=True)
