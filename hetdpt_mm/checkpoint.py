@@ -171,6 +171,7 @@ def _fetch_into_hub_cache(url: str) -> str:
     def download_if_absent():
         if not osp.exists(cached):
             os.makedirs(osp.dirname(cached), exist_ok=True)
+            print_log(f'Downloading: "{url}" to {cached}', logger='current')
             torch.hub.download_url_to_file(url, cached,
                                            progress=os.isatty(0))
 
