@@ -234,6 +234,15 @@ def test_benign_http_checkpoint_loads(served):
     assert isinstance(checkpoint['message_hub']['loss'], HistoryBuffer)
 
 
+def test_unreadable_http_checkpoint_is_named(served):
+    (served.root / 'noise.pth').write_bytes(b'<html>not found</html>' * 50)
+    url = f'{served.url}/noise.pth'
+    with pytest.raises(CheckpointError, match=(
+            f'{url} \\(cached as .*noise.pth\\) is not a .*PyTorch '
+            'checkpoint')):
+        mmengine_checkpoint._load_checkpoint(url)
+
+
 @pytest.mark.parametrize('scheme, url_map', [
     ('torchvision://', 'get_torchvision_models'),
     ('modelzoo://', 'get_torchvision_models'),
