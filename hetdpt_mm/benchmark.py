@@ -29,9 +29,8 @@ from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
-from .checkpoint import load_checkpoint_file
-from .models.hetdpt_vit import (HetDPTViT, describe_checkpoint,
-                                extract_backbone_state_dict, resolve_arch)
+from .models.hetdpt_vit import HetDPTViT, resolve_arch
+from .record import load_backbone_checkpoint
 from .models.layers import StraightThroughGate
 from .pruning.cost import AnalyticCost
 from .spec import ACT, ATTN, PruneSpec
@@ -293,13 +292,14 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
     pruned_args = dict(prune_spec=spec)
     stored_form = None
     if checkpoint is not None:
-        record = read_backbone_record(checkpoint, prefix)
-        stored_form = record['form']
-        structure = dict(record.get('arch') or structure)
+        record = load_backbone_checkpoint(checkpoint, prefix,
+                                          mmap=True).record
+        stored_form = record.form
+        structure = dict(record.arch or structure)
         pruned_args = dict(
             init_cfg=dict(type='Pretrained', checkpoint=checkpoint,
                           prefix=prefix),
-            prune_spec=spec if record.get('act_unknown') else None)
+            prune_spec=spec if record.act_unknown else None)
     structure.update(backbone_args)
     pruned = HetDPTViT(**structure, **pruned_args, merged=False)
     if stored_form == 'merged':
@@ -318,15 +318,6 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
                 model.load_pretrained(checkpoint, prefix)
         models[variant] = model.eval()
     return models
-
-
-def read_backbone_record(checkpoint: str,
-                         prefix: Optional[str] = None) -> Dict[str, Any]:
-    """The HetDPT record of a checkpoint's backbone (spec, form, and the
-    build args when its meta has them), touching only meta and key names."""
-    loaded = load_checkpoint_file(checkpoint, mmap=True)
-    state, _ = extract_backbone_state_dict(loaded, prefix, checkpoint)
-    return describe_checkpoint(loaded, state, checkpoint)
 
 
 # ------------------------------------------------- dense-prediction models

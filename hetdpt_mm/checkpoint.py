@@ -44,6 +44,10 @@ class CheckpointError(ValueError):
     """A file that cannot be used as a checkpoint, with the reason."""
 
 
+class StateDictMismatch(ValueError):
+    """Weights that do not fit the structure they are loaded into."""
+
+
 def _numpy_safe_globals():
     """numpy objects MMEngine stores in ``message_hub`` and ``meta``."""
     multiarray = np._core.multiarray if hasattr(np, '_core') else \

@@ -2,15 +2,17 @@
 
 A :class:`PruneSpec` says which attention sublayers and which FFN GELUs of a
 ``depth``-block ViT are removed.  It is small, validated, JSON-serialisable
-and travels in checkpoint ``meta[META_KEY]`` (together with the form of the
-weights and the architecture), so that any tool can rebuild the exact network.
+and travels with the weights inside a :class:`~hetdpt_mm.record.HetDPTRecord`
+(together with the form of the weights and the architecture), so that any
+tool can rebuild the exact network.
 """
 import json
 import numbers
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
-#: Key of the HetDPT record in a checkpoint's ``meta``.
+#: Key of the HetDPT record in a checkpoint's ``meta`` (written by the hooks
+#: for people and tools that read meta; loaders read the record itself).
 META_KEY = 'hetdpt'
 
 #: The two kinds of layers HetDPT removes (METHOD.md section 1).
@@ -157,25 +159,3 @@ class PruneSpec:
         return (f'PruneSpec(depth={self.depth}, '
                 f'attn_removed={list(self.attn_removed)}, '
                 f'act_removed={list(self.act_removed)})')
-
-
-def spec_meta(spec: PruneSpec, form: str, arch: Mapping,
-              semantics: Mapping) -> Dict[str, Any]:
-    """The record stored in ``checkpoint['meta'][META_KEY]``."""
-    if form not in FORMS:
-        raise ValueError(f'unknown form {form!r}; use one of {FORMS}')
-    return dict(spec=spec.to_dict(), form=form, arch=dict(arch),
-                semantics=dict(semantics))
-
-
-def read_spec_meta(checkpoint: Mapping) -> Optional[Dict[str, Any]]:
-    """Return the validated HetDPT record of a checkpoint, or ``None``."""
-    meta = checkpoint.get('meta') if isinstance(checkpoint, Mapping) else None
-    if not isinstance(meta, Mapping) or META_KEY not in meta:
-        return None
-    record = dict(meta[META_KEY])
-    record['spec'] = PruneSpec.from_dict(record['spec'])
-    if record.get('form') not in FORMS:
-        raise ValueError(f'checkpoint meta has unknown form '
-                         f'{record.get("form")!r}; expected one of {FORMS}')
-    return record

@@ -24,6 +24,13 @@ def load_tool(name: str) -> ModuleType:
     return module
 
 
+def timm_state_dict(module: torch.nn.Module) -> dict:
+    """The tensors as timm, DeiT and the authors' release save them: without
+    the HetDPT record our backbones add to their state dicts."""
+    return {k: v for k, v in module.state_dict().items()
+            if not k.endswith('_extra_state')}
+
+
 def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):
     """Give every parameter random values of a realistic scale (LayerNorm
     weights around 1), so that equality tests are not trivially small."""

@@ -2,7 +2,7 @@
 import pytest
 import torch
 import torch.nn as nn
-from helpers import MIXED_SPEC, randomize_
+from helpers import MIXED_SPEC, randomize_, timm_state_dict
 
 from hetdpt_mm import META_KEY, PruneSpec
 from hetdpt_mm.models import HetDPTViT
@@ -45,7 +45,10 @@ def test_three_forms_compute_the_same_function(arch):
 def test_spec_changes_the_function():
     gated, pruned, _ = three_forms('deit-small')
     dense = build('deit-small', prune_spec=None)
-    dense.load_state_dict(gated.state_dict(), strict=False)
+    # The same tensors without the gated record: the dense structure stays.
+    state = gated.state_dict()
+    del state['_extra_state']
+    dense.load_state_dict(state, strict=False)
     x = torch.randn(1, 3, 224, 224)
     with torch.no_grad():
         assert (dense(x)[0] - pruned(x)[0]).abs().max() > 1e-2
@@ -156,7 +159,7 @@ def test_reproduces_timm_deit(tmp_path, name, distilled):
     import timm
     reference = randomize_(timm.create_model(name, pretrained=False)).eval()
     path = tmp_path / 'deit.pth'
-    torch.save({'model': reference.state_dict()}, path)
+    torch.save({'model': timm_state_dict(reference)}, path)
     model = HetDPTViT('deit-small', distilled=distilled, out_type='raw',
                       init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
@@ -223,7 +226,7 @@ def test_position_embedding_is_resized_on_load(tmp_path):
     source = randomize_(build('deit-tiny', merged=True))
     path = tmp_path / 'small.pth'
     torch.save({'state_dict': source.state_dict(),
-                'meta': {META_KEY: source.spec_meta()}}, path)
+                'meta': {META_KEY: source.record().to_dict()}}, path)
     model = HetDPTViT('deit-tiny', img_size=512, out_type='featmap',
                       init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     model.init_weights()
@@ -239,7 +242,7 @@ def test_spec_round_trips_through_checkpoint_meta(tmp_path, form):
     path = tmp_path / 'ckpt.pth'
     torch.save({'state_dict': {f'backbone.{k}': v
                                for k, v in source.state_dict().items()},
-                'meta': {META_KEY: source.spec_meta()}}, path)
+                'meta': {META_KEY: source.record().to_dict()}}, path)
     checkpoint = torch.load(path, weights_only=True)
     assert PruneSpec.from_dict(
         checkpoint['meta'][META_KEY]['spec']) == source.prune_spec
@@ -258,7 +261,7 @@ def test_spec_round_trips_through_checkpoint_meta(tmp_path, form):
 def test_authors_stage2_checkpoint_loads_with_explicit_spec(tmp_path):
     """Authors' layout: timm keys, removed attention keys absent, no meta."""
     reference = randomize_(build('deit-tiny'))
-    state = {k: v for k, v in reference.state_dict().items()}
+    state = timm_state_dict(reference)
     state['head.weight'] = torch.zeros(1000, 192)
     path = tmp_path / 'authors.pth'
     torch.save({'model': state}, path)
@@ -297,7 +300,7 @@ def test_spec_is_sorted_and_serialisable():
 def test_mismatched_checkpoints_are_named(tmp_path):
     small = randomize_(build('deit-small', prune_spec=None))
     path = tmp_path / 'small.pth'
-    torch.save({'model': small.state_dict()}, path)
+    torch.save({'model': timm_state_dict(small)}, path)
     tiny = HetDPTViT('deit-tiny', init_cfg=dict(type='Pretrained',
                                                 checkpoint=str(path)))
     with pytest.raises(StateDictMismatch,
@@ -307,7 +310,7 @@ def test_mismatched_checkpoints_are_named(tmp_path):
     pruned = randomize_(build('deit-tiny', merged=True))
     path = tmp_path / 'merged.pth'
     torch.save({'state_dict': pruned.state_dict(),
-                'meta': {META_KEY: pruned.spec_meta()}}, path)
+                'meta': {META_KEY: pruned.record().to_dict()}}, path)
     model = HetDPTViT('deit-tiny', prune_spec=MIXED_SPEC, merged=False,
                       init_cfg=dict(type='Pretrained', checkpoint=str(path)))
     with pytest.raises(StateDictMismatch, match='merging is one-way'):
@@ -320,6 +323,6 @@ def test_mismatched_checkpoints_are_named(tmp_path):
     resnet = {'conv1.weight': torch.zeros(64, 3, 7, 7)}
     path = tmp_path / 'resnet.pth'
     torch.save({'state_dict': resnet}, path)
-    with pytest.raises(ValueError, match='does not hold ViT backbone'):
+    with pytest.raises(ValueError, match='does not hold the weights of a known backbone'):
         HetDPTViT('deit-tiny', init_cfg=dict(type='Pretrained',
                                              checkpoint=str(path)))

@@ -98,7 +98,7 @@ def test_backbone_variants_from_checkpoint(tmp_path, form):
     path = tmp_path / f'{form}.pth'
     torch.save(dict(state_dict={f'backbone.{k}': v
                                 for k, v in source.state_dict().items()},
-                    meta=dict(hetdpt=source.spec_meta())), path)
+                    meta=dict(hetdpt=source.record().to_dict())), path)
     models = build_backbone_variants('deit-base', spec=None,
                                      checkpoint=str(path))
     assert models['dense'].prune_spec.is_dense

@@ -23,7 +23,7 @@ from mmengine.utils import import_modules_from_strings
 
 from hetdpt_mm import META_KEY, PruneSpec
 from hetdpt_mm.models.hetdpt_vit import RELEASED_SEMANTICS, resolve_arch
-from hetdpt_mm.spec import spec_meta
+from hetdpt_mm.record import HetDPTRecord
 
 torch.set_num_threads(2)
 
@@ -61,8 +61,10 @@ def write_stand_in(path: Path, depth: int, spec=None) -> None:
         return
     torch.save(
         dict(state_dict={f'backbone.{k}': v for k, v in state.items()},
-             meta={META_KEY: spec_meta(spec, 'merged', {},
-                                       RELEASED_SEMANTICS)}), path)
+             meta={META_KEY: HetDPTRecord(
+                 spec, 'merged', semantics=RELEASED_SEMANTICS,
+                 prefix='backbone.').to_dict()}),
+        path)
 
 
 def test_configs_are_found():

@@ -12,7 +12,7 @@ from helpers import REPO, load_tool
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.demo_report import all_numbers
-from hetdpt_mm.spec import read_spec_meta
+from hetdpt_mm.record import read_backbone_checkpoint
 
 
 @pytest.fixture(scope='module')
@@ -103,9 +103,9 @@ def test_quick_demo_stage_outputs(quick_run):
 
     merged = load_checkpoint_file(work_dir /
                                   'vit-demo_digits_hetdpt/merged.pth')
-    record = read_spec_meta(merged)
-    assert record['form'] == 'merged'
-    assert record['spec'].n_attn + record['spec'].n_act == 2
+    record = read_backbone_checkpoint(merged).record
+    assert record.form == 'merged'
+    assert record.spec.n_attn + record.spec.n_act == 2
     for path in ('vit-demo_digits/test_metrics.json',
                  'vit-demo_digits_hetdpt/test_metrics_pruned.json',
                  'vit-demo_digits_hetdpt/test_metrics_merged.json',

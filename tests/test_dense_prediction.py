@@ -31,7 +31,7 @@ from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets import make_detection, make_segmentation
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.models.fused_attention import FusedMultiheadAttention
-from hetdpt_mm.spec import read_spec_meta
+from hetdpt_mm.record import load_backbone_checkpoint
 
 torch.set_num_threads(2)
 
@@ -218,7 +218,7 @@ def workspace(tmp_path_factory):
     cfg.model.backbone.prune_spec = DEMO_SPEC
     classifier = randomize_(build_model(cfg))
     torch.save(dict(state_dict=classifier.state_dict(),
-                    meta={META_KEY: classifier.backbone.spec_meta()}),
+                    meta={META_KEY: classifier.backbone.record().to_dict()}),
                root / 'pruned_cls.pth')
     return root
 
@@ -252,9 +252,9 @@ def validation_metrics(work_dir: Path, key: str) -> dict:
 
 
 def check_structure(checkpoint: Path, form: str) -> None:
-    record = read_spec_meta(load_checkpoint_file(checkpoint))
-    assert record['form'] == form
-    assert record['spec'] == PruneSpec(6, **DEMO_SPEC)
+    record = load_backbone_checkpoint(checkpoint).record
+    assert record.form == form
+    assert record.spec == PruneSpec(6, **DEMO_SPEC)
 
 
 def train_merge_test(workspace, config, name, train_options, metric_key,
@@ -338,7 +338,7 @@ def merged_tiny_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp('recipe') / 'hetdpt_deit-t_merged.pth'
     torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
                                 backbone.state_dict().items()},
-                    meta={META_KEY: backbone.spec_meta()}), path)
+                    meta={META_KEY: backbone.record().to_dict()}), path)
     return path
 
 

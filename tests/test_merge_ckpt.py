@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import MIXED_SPEC, REPO, load_tool, randomize_
+from helpers import (MIXED_SPEC, REPO, load_tool, randomize_,
+                     timm_state_dict)
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import load_checkpoint_file
@@ -61,7 +62,7 @@ def mmseg_checkpoint(backbone: HetDPTViT) -> dict:
     state['auxiliary_head.conv.weight'] = torch.randn(
         8, 48, 3, 3, generator=generator).half()
     meta = dict(epoch=3, iter=300, dataset_meta=dict(classes=('a', 'b')))
-    meta[META_KEY] = dict(backbone.spec_meta(), prefix='backbone.')
+    meta[META_KEY] = dict(backbone.record().to_dict(), prefix='backbone.')
     return dict(state_dict=state, meta=meta,
                 optimizer=dict(state={}, param_groups=[]))
 
@@ -106,7 +107,7 @@ def test_authors_stage2_checkpoint_with_spec(tool, tmp_path, capsys):
     """DeiT-B distilled, the paper's spec, timm layout with both heads:
     75,526,352 tensors before merging, 54,867,152 after (METHOD.md)."""
     backbone = HetDPTViT('deit-base', distilled=True, prune_spec=MIXED_SPEC)
-    state = backbone.state_dict()
+    state = timm_state_dict(backbone)
     state['head.weight'] = torch.randn(1000, 768)
     state['head.bias'] = torch.randn(1000)
     state['head_dist.weight'] = torch.randn(1000, 768)
@@ -124,7 +125,8 @@ def test_authors_stage2_checkpoint_with_spec(tool, tmp_path, capsys):
     assert code == 0
     assert 'all tensors:         75,526,352 -> 54,867,152' in stdout
     merged = load_checkpoint_file(out)
-    assert sum(v.numel() for v in merged['state_dict'].values()) == \
+    assert sum(v.numel() for k, v in merged['state_dict'].items()
+               if not k.endswith('_extra_state')) == \
         54_867_152
     for key in ('head.weight', 'head_dist.bias'):
         assert torch.equal(merged['state_dict'][key], state[key])
@@ -160,7 +162,7 @@ def test_merge_checkpoint_keeps_the_gated_function():
     gated.set_spec(SPEC)
     checkpoint = dict(state_dict={'backbone.' + k: v for k, v in
                                   gated.state_dict().items()},
-                      meta={META_KEY: dict(gated.spec_meta(),
+                      meta={META_KEY: dict(gated.record().to_dict(),
                                            prefix='backbone.')})
     merged, summary = merge_checkpoint(checkpoint)
     assert summary.form_in == 'gated' and summary.dropped == {
@@ -177,7 +179,7 @@ def test_merge_checkpoint_keeps_the_gated_function():
 # ------------------------------------------------------ bad inputs (CLI)
 def authors_tiny(tmp_path) -> Path:
     path = tmp_path / 'stage2.pth'
-    torch.save(dict(model=tiny_backbone().state_dict()), path)
+    torch.save(dict(model=timm_state_dict(tiny_backbone())), path)
     return path
 
 
@@ -218,14 +220,15 @@ def test_bad_input_files_are_rejected(tool, tmp_path, capsys):
     torch.save(dict(state_dict={'backbone.conv1.weight': torch.zeros(
         8, 3, 7, 7), 'head.fc.weight': torch.zeros(10, 8)}), resnet)
     dense = tmp_path / 'dense.pth'
-    torch.save(dict(model=tiny_backbone(spec=None).state_dict()), dense)
+    torch.save(dict(model=timm_state_dict(tiny_backbone(spec=None))),
+               dense)
     spec = ['--spec', json.dumps(SPEC), '--arch', json.dumps(ARCH)]
     cases = [
         (tmp_path / 'absent.pth', spec, 'does not exist'),
         (random_bytes, spec, 'is not a PyTorch checkpoint'),
         (truncated, spec, 'truncated or corrupt'),
-        (resnet, spec, 'does not hold ViT backbone weights'),
-        (dense, [], 'dense (no layer removed) and has no HetDPT meta'),
+        (resnet, spec, 'does not hold the weights of a known backbone'),
+        (dense, [], 'dense (no layer removed) and has no HetDPT record'),
         (dense, spec, "the spec does not match the checkpoint's tensors: "
          'it removes attention in blocks [0, 2]'),
         (valid, spec[:2], 'matches no preset'),

@@ -68,7 +68,8 @@ from hetdpt_mm.hooks.map_collect_hook import POINT_COLUMNS  # noqa: E402
 from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE  # noqa: E402
 from hetdpt_mm.pruning import (AnalyticCost, MAPFit, allocate,  # noqa: E402
                                load_points)
-from hetdpt_mm.spec import read_spec_meta  # noqa: E402
+from hetdpt_mm.record import (load_backbone_checkpoint,  # noqa: E402
+                              read_backbone_checkpoint)
 
 DENSE_CONFIG = 'configs/demo/vit-demo_digits.py'
 MAP_CONFIG = 'configs/demo/vit-demo_digits_map.py'
@@ -501,10 +502,10 @@ class Demo:
         self.jobs.run_lanes([[Job('dense-train', self.train_argv(
             DENSE_CONFIG, work, options))]])
         checkpoint = last_checkpoint(self.out('vit-demo_digits'))
-        record = read_spec_meta(load_checkpoint_file(checkpoint, mmap=True))
+        record = load_backbone_checkpoint(checkpoint, mmap=True).record
         self.results['dense'] = dict(
-            checkpoint=self.rel(checkpoint), arch=record['arch'],
-            depth=record['spec'].depth)
+            checkpoint=self.rel(checkpoint), arch=record.arch,
+            depth=record.spec.depth)
 
     def stage_map(self) -> None:
         s = self.settings
@@ -587,7 +588,7 @@ class Demo:
             PRUNE_CONFIG, self.rel(work), options))]])
         checkpoint = last_checkpoint(work)
         loaded = load_checkpoint_file(checkpoint, mmap=True)
-        spec = read_spec_meta(loaded)['spec']
+        spec = read_backbone_checkpoint(loaded, checkpoint).record.spec
         self.results['prune'] = dict(
             checkpoint=self.rel(checkpoint),
             hook_merged=self.rel(work / 'vit-demo_digits_hetdpt_merged.pth'),

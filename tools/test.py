@@ -8,10 +8,8 @@ import argparse
 import json
 import os.path as osp
 
-from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.fileio import atomic_write_text
 from hetdpt_mm.runner import add_runner_arguments, build_runner, load_config
-from hetdpt_mm.spec import read_spec_meta
 
 
 def parse_args(argv=None):
@@ -52,32 +50,12 @@ def enable_visualization(cfg, args):
         hook['wait_time'] = args.wait_time
 
 
-def backbone_like_checkpoint(cfg, checkpoint_path):
-    """Build a HetDPTViT backbone with the structure of the checkpoint under
-    test, which its ``meta['hetdpt']`` records (e.g. merged by
-    tools/merge_ckpt.py after training).  The config's init_cfg names the
-    file training started from, which may have another form or be absent
-    here, and weights of another structure would load only in part."""
-    backbone = cfg.model.get('backbone')
-    if not isinstance(backbone, dict) or backbone.get('type') != 'HetDPTViT':
-        return
-    record = read_spec_meta(load_checkpoint_file(checkpoint_path, mmap=True))
-    if record is None or record.get('prefix', 'backbone.') != 'backbone.':
-        return
-    backbone.update(
-        init_cfg=dict(type='Pretrained', checkpoint=checkpoint_path,
-                      prefix='backbone.'),
-        pretrained=None, prune_spec=None, merged=None,
-        gated=record['form'] == 'gated')
-
-
 def main(argv=None):
     args = parse_args(argv)
     if not osp.isfile(args.checkpoint):
         raise SystemExit(f'error: checkpoint {args.checkpoint} does not exist')
     cfg = load_config(args)
     cfg.load_from = args.checkpoint
-    backbone_like_checkpoint(cfg, args.checkpoint)
     if args.show or args.show_dir:
         enable_visualization(cfg, args)
     runner = build_runner(cfg)

@@ -5,7 +5,6 @@
 """
 import argparse
 
-from hetdpt_mm.hooks.spec_meta_hook import ensure_meta_hook
 from hetdpt_mm.runner import add_runner_arguments, build_runner, load_config
 
 
@@ -45,9 +44,7 @@ def main(argv=None):
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume
-    runner = build_runner(cfg)
-    ensure_meta_hook(runner)  # checkpoints of a HetDPTViT carry its spec
-    runner.train()
+    build_runner(cfg).train()
 
 
 if __name__ == '__main__':

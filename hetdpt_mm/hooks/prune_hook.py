@@ -38,7 +38,8 @@ from mmengine.registry import HOOKS
 from torch.nn.parallel import DistributedDataParallel
 
 from ..pruning import MAPFit, allocate, fit_map, load_points
-from ..spec import ACT, ATTN, LAYER_KINDS, _as_indices, read_spec_meta
+from ..record import read_backbone_checkpoint
+from ..spec import ACT, ATTN, LAYER_KINDS, _as_indices
 from .spec_meta_hook import HetDPTMetaHook, find_hetdpt_backbones, unwrap_model
 
 SCHEDULES = ('progressive', 'epoch')
@@ -294,9 +295,9 @@ class HetDPTPruneHook(HetDPTMetaHook):
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """Runs before the weights load: close the checkpoint's gates and
         keep its schedule state for before_train."""
-        record = read_spec_meta(checkpoint)
-        if record is not None and record['form'] == 'gated':
-            self._backbone(runner).set_spec(record['spec'])
+        record = read_backbone_checkpoint(checkpoint).record
+        if record.form == 'gated':
+            self._backbone(runner).set_spec(record.spec)
         state = (checkpoint.get('meta') or {}).get(STATE_KEY)
         self._loaded_state = dict(state) if state is not None else None
 

@@ -1,10 +1,11 @@
-"""Self-describing checkpoints: the HetDPT record of every HetDPTViT in the
-model goes into ``checkpoint['meta']['hetdpt']`` at each save.
+"""The HetDPT record of the model in ``checkpoint['meta']['hetdpt']``.
 
-tools/train.py adds :class:`HetDPTMetaHook` automatically when the model
-contains a HetDPTViT (see :func:`ensure_meta_hook`), so DETR / UperNet
-fine-tuning and dense runs write it too; :class:`~.prune_hook.HetDPTPruneHook`
-is a subclass and writes the same record plus its schedule state.
+Every HetDPT backbone already saves its record with its weights (its extra
+state, see :mod:`hetdpt_mm.models.family`), whatever runner saves it, and
+loaders read it from there.  :class:`HetDPTMetaHook` also copies the main
+backbone's record into the checkpoint's meta, where people and meta-reading
+tools look; :class:`~.prune_hook.HetDPTPruneHook` is a subclass and adds its
+schedule state.
 """
 from typing import Dict, List, Optional, Tuple
 
@@ -13,7 +14,7 @@ from mmengine.hooks import Hook
 from mmengine.model import is_model_wrapper
 from mmengine.registry import HOOKS
 
-from ..models import HetDPTViT
+from ..models import HetDPTBackbone
 from ..spec import META_KEY
 
 #: Attribute under which a distillation classifier keeps its frozen teacher;
@@ -26,8 +27,9 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return model.module if is_model_wrapper(model) else model
 
 
-def find_hetdpt_backbones(model: nn.Module) -> List[Tuple[str, HetDPTViT]]:
-    """``(state-dict prefix, backbone)`` of every HetDPTViT of the trained
+def find_hetdpt_backbones(
+        model: nn.Module) -> List[Tuple[str, HetDPTBackbone]]:
+    """``(state-dict prefix, backbone)`` of every HetDPT backbone of the trained
     model (a distillation teacher's are left out), e.g. ``('backbone.', m)``.
     """
     model = unwrap_model(model)
@@ -36,14 +38,15 @@ def find_hetdpt_backbones(model: nn.Module) -> List[Tuple[str, HetDPTViT]]:
         teacher, nn.Module) else set()
     return [(f'{name}.' if name else '', module)
             for name, module in model.named_modules()
-            if isinstance(module, HetDPTViT) and id(module) not in skipped]
+            if isinstance(module, HetDPTBackbone) and
+            id(module) not in skipped]
 
 
 def hetdpt_record(model: nn.Module,
                   form: Optional[str] = None) -> Optional[Dict]:
     """The ``meta['hetdpt']`` record of a model: the main backbone's
-    ``spec_meta()`` (the one under ``backbone.`` if there are several) with
-    its state-dict ``prefix``; ``None`` when the model has no HetDPTViT.
+    record (the one under ``backbone.`` if there are several) with its
+    state-dict ``prefix``; ``None`` when the model has no HetDPT backbone.
 
     A model with several HetDPTViTs also lists all of them under
     ``backbones`` (prefix -> record).
@@ -54,12 +57,12 @@ def hetdpt_record(model: nn.Module,
     prefixes = [prefix for prefix, _ in backbones]
     main = prefixes.index('backbone.') if 'backbone.' in prefixes else 0
     prefix, backbone = backbones[main]
-    record = dict(backbone.spec_meta(form), prefix=prefix)
+    record = dict(backbone.record(form).to_dict(), prefix=prefix)
     teacher = getattr(unwrap_model(model), TEACHER_ATTR, None)
     if isinstance(teacher, nn.Module):
         record['teacher_prefix'] = f'{TEACHER_ATTR}.'
     if len(backbones) > 1:
-        record['backbones'] = {p: dict(b.spec_meta(form), prefix=p)
+        record['backbones'] = {p: dict(b.record(form).to_dict(), prefix=p)
                                for p, b in backbones}
     return record
 
@@ -74,15 +77,3 @@ class HetDPTMetaHook(Hook):
         record = hetdpt_record(runner.model)
         if record is not None:
             checkpoint.setdefault('meta', {})[META_KEY] = record
-
-
-def ensure_meta_hook(runner) -> bool:
-    """Register :class:`HetDPTMetaHook` on ``runner`` when its model contains
-    a HetDPTViT and no hook writing the record is configured; returns
-    whether one was added."""
-    if any(isinstance(hook, HetDPTMetaHook) for hook in runner.hooks):
-        return False
-    if not find_hetdpt_backbones(runner.model):
-        return False
-    runner.register_hook(HetDPTMetaHook())
-    return True

@@ -1,5 +1,6 @@
+from .family import FAMILIES, HetDPTBackbone, get_family
 from .hetdpt_vit import ARCH_PRESETS, HetDPTViT
 from .state_dict import convert_state_dict, merge_ffn_weights
 
-__all__ = ['ARCH_PRESETS', 'HetDPTViT', 'convert_state_dict',
-           'merge_ffn_weights']
+__all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone', 'HetDPTViT',
+           'convert_state_dict', 'get_family', 'merge_ffn_weights']

@@ -33,6 +33,8 @@ from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.models.heads import DeiTClsHead
 from mmpretrain.registry import MODELS
 
+from ..record import RecordInStateDict
+
 KD_MODES = ('hard', 'soft')
 
 
@@ -51,7 +53,7 @@ def kd_loss(student: torch.Tensor, teacher: torch.Tensor, mode: str,
 
 
 @MODELS.register_module()
-class HetDPTDistillClassifier(ImageClassifier):
+class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
     """ImageClassifier with a frozen teacher and a KD loss.
 
     Args:
@@ -99,6 +101,11 @@ class HetDPTDistillClassifier(ImageClassifier):
         # the snapshot was taken) and dropped with them on merging.
         self.teacher.register_buffer('hetdpt_ready', torch.tensor(
             self.teacher_source != 'snapshot'))
+
+    def state_record(self) -> dict:
+        # Travels with the weights, so that any reader of the checkpoint
+        # (the merge) knows which tensors are the teacher's.
+        return dict(teacher_prefix='teacher.')
 
     @property
     def teacher_ready(self) -> bool:

@@ -1,22 +1,22 @@
 """HetDPTViT: a DeiT/ViT backbone whose attention sublayers and FFN GELUs can
 be removed (HetDPT), for mmpretrain, mmdet and mmseg."""
-import copy
+import math
+import os.path as osp
 from functools import partial
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
-from mmengine.model import BaseModule
 from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
 
-from ..checkpoint import CheckpointError, load_checkpoint_file
-from ..spec import ACT, ATTN, PruneSpec, read_spec_meta, spec_meta
+from ..checkpoint import CheckpointError, StateDictMismatch
+from ..record import HetDPTRecord, load_backbone_checkpoint
+from ..spec import ACT, ATTN, PruneSpec
+from . import state_dict as vit_state_dict
+from .family import HetDPTBackbone
 from .layers import REMOVED_ATTN_OUTPUTS, RESIDUAL_GELU_MODES, build_block
-from .state_dict import (GATE_SUFFIXES, StateDictMismatch, convert_state_dict,
-                         gate_spec, infer_layout, is_vit_state_dict,
-                         resize_pos_embed)
 
 ARCH_PRESETS = {
     'deit-tiny': dict(embed_dims=192, num_layers=12, num_heads=3,
@@ -52,68 +52,7 @@ def resolve_arch(arch: Union[str, Mapping]) -> Dict:
     return arch
 
 
-def extract_backbone_state_dict(checkpoint: Mapping,
-                                prefix: Optional[str] = None,
-                                source: str = 'checkpoint'
-                                ) -> Tuple[Dict, List[str]]:
-    """Find the ViT backbone weights in a checkpoint of any of the layouts we
-    load: official DeiT / timm / authors' HetDPT (``{'model': sd}``), MMEngine
-    (``{'state_dict': sd}``, backbone under ``prefix``), or a bare state dict.
-
-    Returns the backbone state dict (keys relative to the backbone) and the
-    names of the keys that were left out.
-    """
-    state_dict = checkpoint
-    for key in ('state_dict', 'model'):
-        if isinstance(checkpoint.get(key), Mapping):
-            state_dict = checkpoint[key]
-            break
-    if prefix is None and not is_vit_state_dict(state_dict) and any(
-            k.startswith('backbone.') for k in state_dict):
-        prefix = 'backbone.'
-    if prefix:
-        selected = {k[len(prefix):]: v for k, v in state_dict.items()
-                    if k.startswith(prefix)}
-        if not selected:
-            raise CheckpointError(
-                f'{source} has no keys with prefix {prefix!r} (first keys: '
-                f'{list(state_dict)[:5]})')
-    else:
-        selected = dict(state_dict)
-    if not is_vit_state_dict(selected):
-        raise CheckpointError(
-            f'{source} does not hold ViT backbone weights: expected keys like '
-            f'pos_embed, patch_embed.proj.weight and blocks.0.norm1.weight'
-            f'{" after prefix " + repr(prefix) if prefix else ""}, found '
-            f'{list(selected)[:5]}')
-    ignored = [k for k in state_dict if not (prefix and k.startswith(prefix))
-               ] if prefix else []
-    return selected, ignored
-
-
-def describe_checkpoint(checkpoint: Mapping, backbone_state: Mapping,
-                        source: str = 'checkpoint') -> Dict:
-    """The HetDPT record of a checkpoint: from ``meta`` when present,
-    otherwise from what its keys say (removed attention weights, merged
-    FFNs, gates)."""
-    record = read_spec_meta(checkpoint)
-    if record is not None:
-        return dict(record, source=source)
-    layout = infer_layout(backbone_state)
-    depth = layout['depth']
-    if layout['gated']:
-        return dict(spec=gate_spec(backbone_state, depth), form='gated')
-    if layout['merged']:
-        return dict(spec=PruneSpec(depth, layout['attn_missing'],
-                                   layout['merged']), form='merged')
-    # Unmerged FFNs look the same with or without their GELU: when attention
-    # weights are missing (an authors' stage-2 checkpoint), the removed GELUs
-    # are unknown and must come from the user.
-    return dict(spec=PruneSpec(depth, layout['attn_missing']), form='pruned',
-                act_unknown=bool(layout['attn_missing']), source=source)
-
-
-class HetDPTViT(BaseModule):
+class HetDPTViT(HetDPTBackbone):
     """DeiT/ViT with removable attention sublayers and FFN GELUs (HetDPT).
 
     Args:
@@ -147,6 +86,7 @@ class HetDPTViT(BaseModule):
             loads DeiT/timm, authors' HetDPT, our own, or mmdet / mmseg /
             mmpretrain checkpoints (converted to this form on the fly).
     """
+    family = 'vit'
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
 
     def __init__(self,
@@ -191,13 +131,11 @@ class HetDPTViT(BaseModule):
         if distilled and not with_cls_token:
             raise ValueError('a distilled ViT needs with_cls_token=True')
 
+
         record = self._checkpoint_record()
         spec, form, semantics = self._resolve_structure(
             depth, prune_spec, gated, merged, removed_attn_output,
             residual_gelu, record)
-        self.form = form
-        self.semantics = semantics
-        self._spec = spec  # fixed for pruned/merged; gates own it if gated
 
         self.img_size = tuple(img_size) if isinstance(
             img_size, Sequence) else (img_size, img_size)
@@ -212,7 +150,7 @@ class HetDPTViT(BaseModule):
             arch=dict(self.arch_settings), img_size=self.img_size,
             patch_size=patch_size, in_channels=in_channels,
             distilled=distilled, with_cls_token=with_cls_token,
-            qkv_bias=qkv_bias)
+            qkv_bias=qkv_bias, final_norm=final_norm)
 
         # Padding makes any input size work; the grid follows the input.
         self.patch_embed = PatchEmbed(
@@ -231,19 +169,13 @@ class HetDPTViT(BaseModule):
         self.pos_drop = nn.Dropout(drop_rate)
 
         # Stochastic depth grows linearly with the block index (as timm).
-        drop_path = [drop_path_rate * i / max(depth - 1, 1)
-                     for i in range(depth)]
-        self.blocks = nn.ModuleList([
-            build_block(
-                dim=dim, num_heads=self.arch_settings['num_heads'],
-                mlp_ratio=self.arch_settings['mlp_ratio'], qkv_bias=qkv_bias,
-                drop_path=drop_path[i], form=form,
-                attn_removed=spec.is_removed(ATTN, i),
-                act_removed=spec.is_removed(ACT, i),
-                drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
-                norm_layer=partial(nn.LayerNorm, eps=1e-6), **semantics)
-            for i in range(depth)
-        ])
+        self._block_args = dict(
+            dim=dim, num_heads=self.arch_settings['num_heads'],
+            mlp_ratio=self.arch_settings['mlp_ratio'], qkv_bias=qkv_bias,
+            drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+            drop_path=[drop_path_rate * i / max(depth - 1, 1)
+                       for i in range(depth)])
+        self._build_structure(spec, form, semantics)
         self.norm = nn.LayerNorm(dim, eps=1e-6) if final_norm else \
             nn.Identity()
 
@@ -257,7 +189,118 @@ class HetDPTViT(BaseModule):
                                  f'for {depth} blocks')
             self.out_indices.append(resolved)
 
-    # ------------------------------------------------------------ structure
+    # ------------------------------------------------ family: the tensors
+    @classmethod
+    def recognizes(cls, state: Mapping) -> bool:
+        return vit_state_dict.is_vit_state_dict(state)
+
+    @classmethod
+    def describe_keys(cls) -> str:
+        return ('ViT keys like pos_embed, patch_embed.proj.weight and '
+                'blocks.0.norm1.weight')
+
+    @classmethod
+    def record_from_tensors(cls, state: Mapping,
+                            source: str) -> HetDPTRecord:
+        layout = vit_state_dict.infer_layout(state)
+        depth = layout['depth']
+        common = dict(family=cls.family, source=source, origin='tensors',
+                      semantics=dict(RELEASED_SEMANTICS))
+        if layout['gated']:
+            return HetDPTRecord(spec=vit_state_dict.gate_spec(state, depth),
+                                form='gated', **common)
+        if layout['merged']:
+            return HetDPTRecord(spec=PruneSpec(depth, layout['attn_missing'],
+                                               layout['merged']),
+                                form='merged', **common)
+        return HetDPTRecord(spec=PruneSpec(depth, layout['attn_missing']),
+                            form='pruned',
+                            act_unknown=bool(layout['attn_missing']),
+                            **common)
+
+    @classmethod
+    def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
+        layout = vit_state_dict.infer_layout(state)
+        spec = record.spec
+        problems = []
+        if layout['depth'] != spec.depth:
+            problems.append(f'{layout["depth"]} blocks of weights for a '
+                            f'{spec.depth}-block spec')
+        elif record.form == 'gated':
+            gates = vit_state_dict.gate_spec(state, spec.depth)
+            if not layout['gated']:
+                problems.append('no gate tensors in a gated record')
+            elif gates != spec:
+                problems.append(f'its closed gates say {gates}')
+        else:
+            merged = list(spec.act_removed) if record.form == 'merged' else []
+            if layout['attn_missing'] != list(spec.attn_removed):
+                problems.append(
+                    f'attention weights are missing for blocks '
+                    f'{layout["attn_missing"]}, the record removes '
+                    f'{list(spec.attn_removed)}')
+            if layout['merged'] != merged:
+                problems.append(
+                    f'merged FFNs are in blocks {layout["merged"]}, the '
+                    f'record expects {merged}')
+        if problems:
+            raise StateDictMismatch(
+                f'{record.source}: the HetDPT record ({record.describe()}) '
+                f'does not match the tensors: ' + '; '.join(problems))
+
+    @classmethod
+    def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
+                           form: str) -> Dict:
+        return vit_state_dict.convert_state_dict(state, spec, form)
+
+    @classmethod
+    def build_args_from_tensors(cls, state: Mapping,
+                                arch: Optional[Mapping] = None) -> Dict:
+        """Everything is read from tensor shapes except the number of heads,
+        which comes from ``arch`` (a preset, an arch dict, or a record's
+        build args) or from the preset with the same width, depth and MLP
+        ratio."""
+        if isinstance(arch, Mapping) and 'arch' in arch:
+            arch = arch['arch']
+        pos_embed = state['pos_embed']
+        proj = state['patch_embed.proj.weight']
+        dim = int(pos_embed.shape[-1])
+        depth = vit_state_dict.infer_layout(state)['depth']
+        fc1 = [v for k, v in state.items() if k.endswith('mlp.fc1.weight')]
+        mlp_ratio = fc1[0].shape[0] / dim if fc1 else None
+        with_cls = 'cls_token' in state
+        distilled = 'dist_token' in state
+        num_patches = pos_embed.shape[1] - int(with_cls) - int(distilled)
+        side = math.isqrt(num_patches)
+        if side * side != num_patches:
+            raise StateDictMismatch(f'pos_embed has {num_patches} patch '
+                                    'positions, not a square grid')
+        if not arch:
+            matches = [dict(p) for p in ARCH_PRESETS.values()
+                       if p['embed_dims'] == dim and p['num_layers'] == depth
+                       and mlp_ratio in (None, p['mlp_ratio'])]
+            if not matches:
+                raise ValueError(
+                    f'the checkpoint has no HetDPT record and its shape '
+                    f'(width {dim}, {depth} blocks) matches no preset in '
+                    f'{sorted(ARCH_PRESETS)}: give the architecture (number '
+                    'of heads) with --arch')
+            arch = matches[0]
+        arch = resolve_arch(arch)
+        if arch['embed_dims'] != dim or arch['num_layers'] != depth:
+            raise StateDictMismatch(
+                f'arch {arch} does not match the checkpoint (width {dim}, '
+                f'{depth} blocks)')
+        if mlp_ratio is not None:
+            arch['mlp_ratio'] = mlp_ratio
+        patch = int(proj.shape[-1])
+        return dict(arch=arch, img_size=(side * patch, side * patch),
+                    patch_size=patch, in_channels=int(proj.shape[1]),
+                    distilled=distilled, with_cls_token=with_cls,
+                    qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
+                    final_norm='norm.weight' in state)
+
+    # --------------------------------------------------------- structure
     def _pretrained_cfg(self) -> Optional[dict]:
         cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [
             self.init_cfg]
@@ -266,47 +309,54 @@ class HetDPTViT(BaseModule):
                 return dict(cfg)
         return None
 
-    def _checkpoint_record(self) -> Optional[Dict]:
-        """Read the structure of the ``init_cfg`` checkpoint (memory-mapped,
-        so only its meta and key names are touched)."""
+    def _checkpoint_record(self) -> Optional[HetDPTRecord]:
+        """The structure of the ``init_cfg`` checkpoint (memory-mapped, so
+        only its records and key names are touched).  A local file that is
+        not there (a config's training start, read at inference time) gives
+        none: the weights loaded later bring their own structure."""
         cfg = self._pretrained_cfg()
         if cfg is None:
             return None
         source = cfg['checkpoint']
-        checkpoint = load_checkpoint_file(source, mmap=True)
-        state, _ = extract_backbone_state_dict(checkpoint, cfg.get('prefix'),
-                                               source)
-        return describe_checkpoint(checkpoint, state, source)
+        if '://' not in source and not osp.exists(osp.expanduser(source)):
+            print_log(f'HetDPTViT: init_cfg checkpoint {source} does not '
+                      'exist; building the configured structure (weights '
+                      'loaded later set theirs)', logger='current', level=30)
+            return None
+        return load_backbone_checkpoint(source, cfg.get('prefix'),
+                                        mmap=True).record
 
     @staticmethod
     def _resolve_structure(depth, prune_spec, gated, merged,
-                           removed_attn_output, residual_gelu, record):
-        record = record or {}
-        if prune_spec is None and record.get('act_unknown'):
+                           removed_attn_output, residual_gelu,
+                           record: Optional[HetDPTRecord]):
+        if prune_spec is None and record is not None and record.act_unknown:
             raise CheckpointError(
-                f'{record["source"]} has no attention weights for blocks '
-                f'{list(record["spec"].attn_removed)} but no HetDPT spec in '
-                'its meta, so its removed GELUs are unknown (e.g. an authors\' '
-                'stage-2 checkpoint): pass prune_spec=dict(attn_removed=[...], '
+                f'{record.source} has no attention weights for blocks '
+                f'{list(record.spec.attn_removed)} but no HetDPT record, so '
+                'its removed GELUs are unknown (e.g. an authors\' stage-2 '
+                'checkpoint): pass prune_spec=dict(attn_removed=[...], '
                 'act_removed=[...]) to the backbone')
         if prune_spec is None:
-            spec = record.get('spec') or PruneSpec(depth)
+            spec = record.spec if record is not None else PruneSpec(depth)
         else:
             spec = PruneSpec.coerce(prune_spec, depth)
         if spec.depth != depth:
             raise ValueError(
-                f'{record.get("source", "the checkpoint")} has {spec.depth} '
-                f'blocks but arch has {depth}')
+                f'{record.source if record else "the checkpoint"} has '
+                f'{spec.depth} blocks but arch has {depth}')
         if gated and merged:
             raise ValueError('a gated (search) backbone cannot be merged')
         if gated:
             form = 'gated'
         elif merged is None:
-            form = 'merged' if record.get('form') == 'merged' else 'pruned'
+            form = 'merged' if record is not None and \
+                record.form == 'merged' else 'pruned'
         else:
             form = 'merged' if merged else 'pruned'
         semantics = dict(RELEASED_SEMANTICS)
-        semantics.update(record.get('semantics') or {})
+        if record is not None:
+            semantics.update(record.semantics)
         for name, value, allowed in (
                 ('removed_attn_output', removed_attn_output,
                  REMOVED_ATTN_OUTPUTS),
@@ -318,22 +368,27 @@ class HetDPTViT(BaseModule):
                                  f'{semantics[name]!r}')
         return spec, form, semantics
 
+    def _build_structure(self, spec: PruneSpec, form: str,
+                         semantics: Mapping) -> None:
+        self.form = form
+        self.semantics = dict(semantics)
+        self._spec = spec  # fixed for pruned/merged; gates own it if gated
+        args = dict(self._block_args)
+        drop_path = args.pop('drop_path')
+        self.blocks = nn.ModuleList([
+            build_block(drop_path=drop_path[i], form=form,
+                        attn_removed=spec.is_removed(ATTN, i),
+                        act_removed=spec.is_removed(ACT, i),
+                        norm_layer=partial(nn.LayerNorm, eps=1e-6),
+                        **args, **self.semantics)
+            for i in range(spec.depth)
+        ])
+
     @property
     def depth(self) -> int:
         return len(self.blocks)
 
-    @property
-    def prune_spec(self) -> PruneSpec:
-        """The current structure (read from the gates in the gated form)."""
-        if self.form != 'gated':
-            return self._spec
-        return PruneSpec(
-            self.depth,
-            [i for i, gate in enumerate(self.gates(ATTN)) if not gate.is_open],
-            [i for i, gate in enumerate(self.gates(ACT)) if not gate.is_open])
-
     def gates(self, kind: str) -> List[nn.Module]:
-        """The gated layers of one kind, by block index (gated form only)."""
         if self.form != 'gated':
             raise RuntimeError(f'a {self.form} backbone has no gates; build '
                                'it with gated=True')
@@ -343,40 +398,13 @@ class HetDPTViT(BaseModule):
             return [block.mlp.act for block in self.blocks]
         raise ValueError(f'unknown layer kind {kind!r}')
 
-    def gate_scores(self, kind: str) -> torch.Tensor:
-        """Learned importance ``m`` of every layer of ``kind`` (detached)."""
-        return torch.stack(
-            [gate.hetdpt_score.detach() for gate in self.gates(kind)])
-
-    def set_spec(self, spec) -> None:
-        """Open and close the gates to match ``spec`` (gated form only)."""
-        spec = PruneSpec.coerce(spec, self.depth)
-        for kind in (ATTN, ACT):
-            for index, gate in enumerate(self.gates(kind)):
-                gate.set_open(not spec.is_removed(kind, index))
-
-    def spec_meta(self, form: Optional[str] = None) -> Dict:
-        """The checkpoint ``meta`` record describing this backbone."""
-        return spec_meta(self.prune_spec, form or self.form, self._build_args,
-                         self.semantics)
-
     def build_args(self) -> Dict:
-        """Constructor arguments that rebuild this network's structure."""
-        return dict(copy.deepcopy(self._build_args), **self.semantics,
-                    prune_spec=self.prune_spec.to_dict(), final_norm=not
-                    isinstance(self.norm, nn.Identity))
+        return dict(self._build_args)
 
-    def to_merged(self) -> 'HetDPTViT':
-        """A new merged-form backbone computing the same function (eval)."""
-        merged = HetDPTViT(**self.build_args(), merged=True,
-                           out_type=self.out_type,
-                           out_indices=self.out_indices,
-                           output_cls_token=self.output_cls_token,
-                           interpolate_mode=self.interpolate_mode)
-        state = convert_state_dict(self.state_dict(), self.prune_spec,
-                                   'merged')
-        merged.load_state_dict(state)
-        return merged.train(self.training)
+    def _output_args(self) -> Dict:
+        return dict(out_type=self.out_type, out_indices=self.out_indices,
+                    output_cls_token=self.output_cls_token,
+                    interpolate_mode=self.interpolate_mode)
 
     # -------------------------------------------------------------- weights
     def init_weights(self):
@@ -394,84 +422,13 @@ class HetDPTViT(BaseModule):
             return
         self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
 
-    def load_pretrained(self, source: str, prefix: Optional[str] = None):
-        """Load backbone weights from any supported checkpoint, converting
-        them to this backbone's form and spec; report what was loaded."""
-        checkpoint = load_checkpoint_file(source)
-        state, _ = extract_backbone_state_dict(checkpoint, prefix, source)
-        record = describe_checkpoint(checkpoint, state, source)
-        self._check_compatible(record['spec'], source)
-        if record['form'] == 'gated':
-            # A search checkpoint's weights are those of its own spec.
-            state = convert_state_dict(state, record['spec'], 'pruned')
-        # Gates follow this backbone's spec, never a pretrained file.
-        state = {k: v for k, v in state.items()
-                 if not k.endswith('hetdpt_gate')}
-        state = convert_state_dict(state, self.prune_spec, self.form)
+    def _adapt_pretrained(self, state: Dict) -> Dict:
         if 'pos_embed' in state:
             src_prefix = sum(k in state for k in ('cls_token', 'dist_token'))
-            state['pos_embed'] = resize_pos_embed(
+            state['pos_embed'] = vit_state_dict.resize_pos_embed(
                 state['pos_embed'], src_prefix, self.num_prefix_tokens,
                 self.patch_grid, self.interpolate_mode)
-        self._load_checked(state, source)
-
-    def _check_compatible(self, source_spec: PruneSpec, source: str):
-        """Weights pruned further than this backbone cannot restore the
-        layers they lost; pruning further than the checkpoint is fine."""
-        if source_spec.depth != self.depth:
-            raise StateDictMismatch(
-                f'{source} has {source_spec.depth} blocks, the backbone '
-                f'{self.depth}')
-        spec = self.prune_spec
-        for kind in (ATTN, ACT):
-            lost = sorted(set(source_spec.removed(kind)) -
-                          set(spec.removed(kind)))
-            if lost:
-                raise StateDictMismatch(
-                    f'{source} was pruned with {kind} layers {lost} removed, '
-                    f'but this backbone keeps them: the spec does not match '
-                    f'the checkpoint (checkpoint {source_spec}, backbone '
-                    f'{spec})')
-
-    def _load_checked(self, state: Mapping, source: str) -> None:
-        own = self.state_dict()
-        mismatched = [
-            f'{k}: checkpoint {tuple(v.shape)} vs backbone '
-            f'{tuple(own[k].shape)}' for k, v in state.items()
-            if k in own and v.shape != own[k].shape
-        ]
-        if mismatched:
-            raise StateDictMismatch(
-                f'{source}: shape mismatch for ' + '; '.join(mismatched))
-        unexpected = sorted(k for k in state if k not in own)
-        expected = [k for k in own if not k.endswith(GATE_SUFFIXES)]
-        missing = [k for k in expected if k not in state]
-        if self.form == 'gated':
-            # Closed gates never run their layer: no weights needed.
-            unused = [k for k in missing if self._belongs_to_closed_gate(k)]
-            missing = [k for k in missing if k not in unused]
-        else:
-            unused = []
-        self.load_state_dict(state, strict=False)
-        loaded = len(expected) - len(missing) - len(unused)
-        lines = [f'HetDPTViT: loaded {loaded}/{len(expected)} backbone '
-                 f'tensors from {source} ({self.form}, {self.prune_spec})']
-        if missing:
-            lines.append(f'  missing in checkpoint (left at init): {missing}')
-        if unused:
-            lines.append(f'  not in checkpoint, behind closed gates: '
-                         f'{len(unused)} tensors')
-        if unexpected:
-            lines.append(f'  ignored (not part of this backbone): '
-                         f'{unexpected}')
-        print_log('\n'.join(lines), logger='current',
-                  level=30 if missing else 20)
-
-    def _belongs_to_closed_gate(self, key: str) -> bool:
-        parts = key.split('.')
-        if parts[0] != 'blocks' or parts[2] != 'attn':
-            return False
-        return not self.blocks[int(parts[1])].attn.is_open
+        return state
 
     # -------------------------------------------------------------- forward
     def _pos_embed(self, grid: Tuple[int, int]) -> torch.Tensor:

@@ -22,6 +22,8 @@ import torch.nn as nn
 from timm.layers import Attention
 from timm.models.vision_transformer import Block
 
+#: Names of a gate's parameters (score ``m``) and buffers (gate ``b``).
+GATE_SUFFIXES = ('hetdpt_score', 'hetdpt_gate')
 #: What a removed attention sublayer leaves on its residual branch.
 REMOVED_ATTN_OUTPUTS = ('norm', 'zero')
 #: When the extra GELU is applied to the residual stream after a block.

@@ -21,16 +21,13 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
+from ..checkpoint import StateDictMismatch
 from ..spec import PruneSpec
+from .layers import GATE_SUFFIXES
 
-GATE_SUFFIXES = ('hetdpt_score', 'hetdpt_gate')
 _BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
 #: Keys every ViT backbone checkpoint has; used to recognise one.
 VIT_MARKERS = ('pos_embed', 'patch_embed.proj.weight')
-
-
-class StateDictMismatch(ValueError):
-    """Weights that do not fit the structure they are loaded into."""
 
 
 def merge_ffn_weights(

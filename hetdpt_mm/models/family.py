@@ -1,0 +1,338 @@
+"""The family interface: what the hooks, the merge, the cost model and the
+benchmark need from a backbone whose layers HetDPT removes.
+
+A *family* is one :class:`HetDPTBackbone` subclass (``HetDPTViT`` is the
+first).  It names itself with ``family`` and is registered by that name when
+the class is defined, so that a checkpoint's record (``record.family``)
+finds the class that rebuilds it.  Adding a family means writing such a
+subclass, with its checkpoint conversion, and nothing in the hooks or tools:
+
+=======================  ====================================================
+class level (no model)   ``recognizes(state)``, ``describe_keys()``,
+                         ``record_from_tensors(state, source)``,
+                         ``check_record(record, state)``,
+                         ``convert_state_dict(state, spec, form)``,
+                         ``build_args_from_tensors(state, arch)``,
+                         ``layer_macs(arch, img_size)``
+instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
+                         ``gates(kind)``, ``gate_scores(kind)``,
+                         ``set_spec(spec)``, ``build_args()``, ``record()``,
+                         ``to_merged()``, ``load_pretrained(source, prefix)``
+family hooks             ``_build_structure(spec, form, semantics)``,
+                         ``_adapt_pretrained(state)``
+=======================  ====================================================
+
+The structure travels with the weights: the backbone puts its record into
+every state dict (:class:`~hetdpt_mm.record.RecordInStateDict`), and loading such a state dict into
+a backbone of another structure rebuilds it first (through every loading
+path: ``load_state_dict``, MMEngine's ``load_checkpoint``, ``load_from``,
+``--resume``, the toolboxes' inference APIs).
+"""
+from typing import ClassVar, Dict, List, Mapping, Optional, Type
+
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+
+from ..checkpoint import StateDictMismatch
+from ..record import (EXTRA_STATE_KEY, HetDPTRecord, RecordInStateDict,
+                      load_backbone_checkpoint, with_record)
+from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
+from .layers import GATE_SUFFIXES
+
+#: Family name -> backbone class.
+FAMILIES: Dict[str, Type['HetDPTBackbone']] = {}
+
+
+def get_family(name: str) -> Type['HetDPTBackbone']:
+    if name not in FAMILIES:
+        raise StateDictMismatch(
+            f'unknown backbone family {name!r}; this hetdpt_mm knows '
+            f'{sorted(FAMILIES)}')
+    return FAMILIES[name]
+
+
+def recognising_family(state: Mapping) -> Optional[Type['HetDPTBackbone']]:
+    """The family whose tensors ``state`` holds (keys relative to the
+    backbone), or ``None``."""
+    return next((cls for cls in FAMILIES.values() if cls.recognizes(state)),
+                None)
+
+
+class HetDPTBackbone(RecordInStateDict, BaseModule):
+    """Base class of prunable backbones; see the module docstring."""
+
+    family: ClassVar[Optional[str]] = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__dict__.get('family'):
+            FAMILIES[cls.family] = cls
+
+    # ------------------------------------------------- class level: tensors
+    @classmethod
+    def recognizes(cls, state: Mapping) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def describe_keys(cls) -> str:
+        """The keys that identify the family, for error messages."""
+        raise NotImplementedError
+
+    @classmethod
+    def record_from_tensors(cls, state: Mapping,
+                            source: str) -> HetDPTRecord:
+        """The record that the key names of ``state`` imply."""
+        raise NotImplementedError
+
+    @classmethod
+    def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
+        """Raise :class:`StateDictMismatch` when the tensors contradict the
+        record (the one check every reader runs)."""
+        raise NotImplementedError
+
+    @classmethod
+    def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
+                           form: str) -> Dict:
+        """The one tensor surgery of the family (see ``state_dict.py``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def build_args_from_tensors(cls, state: Mapping,
+                                arch: Optional[Mapping] = None) -> Dict:
+        """Constructor arguments of a backbone holding ``state``."""
+        raise NotImplementedError
+
+    @classmethod
+    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, float]:
+        """Multiply-accumulates per block of one attention sublayer
+        (``'attn'``), one FFN (``'ffn'``), one merged FFN (``'merged_ffn'``)
+        and of everything else in the network (``'rest'``)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_record(cls, record: HetDPTRecord, **kwargs) -> 'HetDPTBackbone':
+        """A backbone with the exact structure of ``record``."""
+        family = get_family(record.family)
+        if record.arch is None:
+            raise StateDictMismatch(
+                f'{record.source}: the record does not give the '
+                'architecture; read it with build_args_from_tensors')
+        return family(**dict(record.arch), **dict(record.semantics),
+                      prune_spec=record.spec, gated=record.form == 'gated',
+                      merged=record.form == 'merged', **kwargs)
+
+    # ------------------------------------------------ instance: structure
+    # Subclasses set self.form, self.semantics and self._spec and build
+    # their modules with _build_structure().
+    form: str
+    semantics: Dict[str, str]
+
+    @property
+    def depth(self) -> int:
+        raise NotImplementedError
+
+    def gates(self, kind: str) -> List[nn.Module]:
+        """The gated layers of one kind, by block index (gated form only)."""
+        raise NotImplementedError
+
+    def build_args(self) -> Dict:
+        """Constructor arguments that fix the shapes of this network."""
+        raise NotImplementedError
+
+    def _build_structure(self, spec: PruneSpec, form: str,
+                         semantics: Mapping) -> None:
+        """(Re)build the modules that depend on the spec, form and
+        semantics."""
+        raise NotImplementedError
+
+    def _adapt_pretrained(self, state: Dict) -> Dict:
+        """Family-specific adaptation of loaded tensors (e.g. resizing a
+        position embedding); the default keeps them."""
+        return state
+
+    @property
+    def prune_spec(self) -> PruneSpec:
+        """The current structure (read from the gates in the gated form)."""
+        if self.form != 'gated':
+            return self._spec
+        return PruneSpec(self.depth, *[
+            [i for i, gate in enumerate(self.gates(kind)) if not gate.is_open]
+            for kind in (ATTN, ACT)])
+
+    def gate_scores(self, kind: str) -> torch.Tensor:
+        """Learned importance ``m`` of every layer of ``kind`` (detached)."""
+        return torch.stack(
+            [gate.hetdpt_score.detach() for gate in self.gates(kind)])
+
+    def set_spec(self, spec) -> None:
+        """Open and close the gates to match ``spec`` (gated form only)."""
+        spec = PruneSpec.coerce(spec, self.depth)
+        for kind in LAYER_KINDS:
+            for index, gate in enumerate(self.gates(kind)):
+                gate.set_open(not spec.is_removed(kind, index))
+
+    def record(self, form: Optional[str] = None) -> HetDPTRecord:
+        """This backbone's record (``form`` overrides the stored form, e.g.
+        ``'merged'`` for the file a merge will write)."""
+        return HetDPTRecord(spec=self.prune_spec, form=form or self.form,
+                            family=self.family, arch=self.build_args(),
+                            semantics=dict(self.semantics))
+
+    def to_merged(self) -> 'HetDPTBackbone':
+        """A new merged-form backbone computing the same function."""
+        merged = self.from_record(self.record('merged'),
+                                  **self._output_args())
+        state = self.convert_state_dict(self.state_dict(), self.prune_spec,
+                                        'merged')
+        merged.load_state_dict(with_record(state, merged.record()))
+        return merged.train(self.training)
+
+    def _output_args(self) -> Dict:
+        """Constructor arguments that choose outputs, not shapes."""
+        return {}
+
+    # ------------------------------------------- the record in state dicts
+    def state_record(self) -> Dict:
+        return self.record().to_dict(with_prefix=False)
+
+    def load_state_record(self, record: Mapping) -> None:
+        # A module loads before its children: the rebuilt modules then
+        # receive the weights.
+        self._adopt(HetDPTRecord.from_dict(record, 'the loaded state dict',
+                                           origin='extra_state'))
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if prefix + EXTRA_STATE_KEY not in state_dict:
+            self._follow_tensors(state_dict, prefix)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _follow_tensors(self, state_dict: Mapping, prefix: str) -> None:
+        """A state dict without a record: adopt what its tensors say when
+        they say it unambiguously and differ from this network."""
+        state = {k[len(prefix):]: v for k, v in state_dict.items()
+                 if k.startswith(prefix)}
+        if not self.recognizes(state):
+            return
+        found = self.record_from_tensors(state, 'the loaded state dict')
+        if self.form == 'gated' or found.form == 'gated':
+            return
+        try:
+            self.check_record(self.record(), state)
+            return
+        except StateDictMismatch:
+            pass
+        if found.act_unknown:
+            raise StateDictMismatch(
+                f'the loaded weights lack attention for blocks '
+                f'{list(found.spec.attn_removed)} and carry no HetDPT record, '
+                f'so their removed GELUs are unknown; this backbone is '
+                f'{self.record().describe()}. Give the backbone the spec '
+                '(prune_spec=...) or load the file through init_cfg.')
+        self._adopt(found)
+
+    def _adopt(self, record: HetDPTRecord) -> None:
+        """Rebuild this network with the structure of ``record``."""
+        mine = self.record()
+        theirs_arch = record.to_dict()['arch'] or {}
+        mine_arch = mine.to_dict()['arch']
+        if record.family != self.family or any(
+                mine_arch[k] != v for k, v in theirs_arch.items()
+                if k in mine_arch):
+            raise StateDictMismatch(
+                f'the loaded weights are a {record.describe()} with arch '
+                f'{theirs_arch}, which this backbone ({mine.describe()}, arch '
+                f'{mine_arch}) cannot take: build it with that family and '
+                'architecture')
+        if record.same_structure(mine):
+            return
+        print_log(f'{type(self).__name__}: rebuilding as {record.describe()} '
+                  f'to load weights of that structure (was {mine.describe()})',
+                  logger='current')
+        self._build_structure(record.spec, record.form,
+                              dict(record.semantics))
+
+    # ----------------------------------------------------- pretrained files
+    def load_pretrained(self, source: str, prefix: Optional[str] = None):
+        """Load backbone weights from any supported checkpoint, converting
+        them to this backbone's form and spec; report what was loaded."""
+        loaded = load_backbone_checkpoint(source, prefix)
+        record = loaded.record
+        if record.family != self.family:
+            raise StateDictMismatch(
+                f'{source} holds a {record.family} backbone, this is '
+                f'{self.family}')
+        self._check_compatible(record.spec, source)
+        state = loaded.state
+        if record.form == 'gated':
+            # A search checkpoint's weights are those of its own spec.
+            state = self.convert_state_dict(state, record.spec, 'pruned')
+        # Gates follow this backbone's spec, never a pretrained file.
+        state = {k: v for k, v in state.items() if not self._is_gate_key(k)}
+        state = self.convert_state_dict(state, self.prune_spec, self.form)
+        self._load_checked(self._adapt_pretrained(state), source)
+
+    @staticmethod
+    def _is_gate_key(key: str) -> bool:
+        return key.endswith(GATE_SUFFIXES)
+
+    def _check_compatible(self, source_spec: PruneSpec, source: str):
+        """Weights pruned further than this backbone cannot restore the
+        layers they lost; pruning further than the checkpoint is fine."""
+        if source_spec.depth != self.depth:
+            raise StateDictMismatch(
+                f'{source} has {source_spec.depth} blocks, the backbone '
+                f'{self.depth}')
+        spec = self.prune_spec
+        for kind in LAYER_KINDS:
+            lost = sorted(set(source_spec.removed(kind)) -
+                          set(spec.removed(kind)))
+            if lost:
+                raise StateDictMismatch(
+                    f'{source} was pruned with {kind} layers {lost} removed, '
+                    f'but this backbone keeps them: the spec does not match '
+                    f'the checkpoint (checkpoint {source_spec}, backbone '
+                    f'{spec})')
+
+    def _closed_gate_keys(self) -> set:
+        """State-dict keys of layers behind closed gates (never run)."""
+        if self.form != 'gated':
+            return set()
+        names = {id(m): name for name, m in self.named_modules()}
+        return {f'{names[id(gate)]}.{key}'
+                for kind in LAYER_KINDS for gate in self.gates(kind)
+                if not gate.is_open for key in gate.state_dict()
+                if not self._is_gate_key(key)}
+
+    def _load_checked(self, state: Mapping, source: str) -> None:
+        own = {k: v for k, v in self.state_dict().items()
+               if k != EXTRA_STATE_KEY}
+        mismatched = [
+            f'{k}: checkpoint {tuple(v.shape)} vs backbone '
+            f'{tuple(own[k].shape)}' for k, v in state.items()
+            if k in own and v.shape != own[k].shape
+        ]
+        if mismatched:
+            raise StateDictMismatch(
+                f'{source}: shape mismatch for ' + '; '.join(mismatched))
+        unexpected = sorted(k for k in state if k not in own)
+        expected = [k for k in own if not self._is_gate_key(k)]
+        closed = self._closed_gate_keys()
+        missing = [k for k in expected if k not in state and k not in closed]
+        unused = [k for k in expected if k not in state and k in closed]
+        self.load_state_dict(with_record(state, self.record()), strict=False)
+        loaded = len(expected) - len(missing) - len(unused)
+        lines = [f'{type(self).__name__}: loaded {loaded}/{len(expected)} '
+                 f'backbone tensors from {source} ({self.form}, '
+                 f'{self.prune_spec})']
+        if missing:
+            lines.append(f'  missing in checkpoint (left at init): {missing}')
+        if unused:
+            lines.append(f'  not in checkpoint, behind closed gates: '
+                         f'{len(unused)} tensors')
+        if unexpected:
+            lines.append(f'  ignored (not part of this backbone): '
+                         f'{unexpected}')
+        print_log('\n'.join(lines), logger='current',
+                  level=30 if missing else 20)

@@ -1,0 +1,350 @@
+"""The one typed record of a HetDPT backbone in a checkpoint, read once.
+
+A :class:`HetDPTRecord` says everything a loader needs to rebuild the exact
+network: the model family, the :class:`~hetdpt_mm.spec.PruneSpec`, the form
+of the weights (gated / pruned / merged), the constructor arguments of the
+architecture, the semantics of removed layers, and where in the checkpoint's
+state dict the backbone lives.
+
+Where a record comes from, in order of preference:
+
+1. the backbone's own ``<prefix>_extra_state`` entry in the state dict
+   (:meth:`torch.nn.Module.get_extra_state`): it travels with the weights
+   through every saving path (our tools, mmdet's / mmseg's ``tools/train.py``,
+   ``mim train``, a plain ``torch.save(model.state_dict())``);
+2. ``checkpoint['meta']['hetdpt']`` (hetdpt_mm 0.1 checkpoints, and the
+   merge tool's output);
+3. the tensors alone (timm / DeiT / authors' files): the family infers what
+   its key names say.
+
+Whatever the source, the record is checked against the tensors
+(:func:`read_backbone_checkpoint`), so a file whose record disagrees with its
+weights is refused in one place by every tool.  Checkpoint parsing lives here
+and nowhere else.
+"""
+import json
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import torch
+
+from .checkpoint import CheckpointError, StateDictMismatch, \
+    load_checkpoint_file
+from .spec import FORMS, META_KEY, PruneSpec
+
+#: Name torch gives a module's extra state in its state dict.
+EXTRA_STATE_KEY = '_extra_state'
+#: Version of the record layout written into checkpoints.
+RECORD_VERSION = 2
+#: Keys of a record (``to_dict``); ``prefix`` is where the backbone lives in
+#: a whole checkpoint and is not part of a backbone's own extra state.
+RECORD_FIELDS = ('version', 'family', 'spec', 'form', 'arch', 'semantics',
+                 'prefix', 'teacher_prefix')
+
+
+@dataclass(frozen=True)
+class HetDPTRecord:
+    """The structure of one HetDPT backbone, as stored with its weights.
+
+    ``arch`` holds the family's constructor arguments that fix the shapes
+    (``None`` when the record was inferred from tensors that do not say them
+    all); ``origin`` says where the record was read from (``'extra_state'``,
+    ``'meta'`` or ``'tensors'``) and ``source`` names the file.
+    """
+    spec: PruneSpec
+    form: str
+    family: str = 'vit'
+    arch: Optional[Mapping[str, Any]] = None
+    semantics: Mapping[str, str] = field(default_factory=dict)
+    prefix: str = ''
+    teacher_prefix: Optional[str] = None
+    source: str = 'checkpoint'
+    origin: str = 'extra_state'
+    #: Unmerged FFNs look the same with or without their GELU: a pruned file
+    #: without a written record and with attention removed (an authors'
+    #: stage-2 checkpoint) cannot say which GELUs are gone.
+    act_unknown: bool = False
+
+    def __post_init__(self):
+        if self.form not in FORMS:
+            raise CheckpointError(f'{self.source}: unknown form '
+                                  f'{self.form!r}; expected one of {FORMS}')
+        if not isinstance(self.spec, PruneSpec):
+            object.__setattr__(self, 'spec', PruneSpec.from_dict(self.spec))
+
+    @property
+    def from_tensors(self) -> bool:
+        return self.origin == 'tensors'
+
+    def to_dict(self, with_prefix: bool = True) -> Dict[str, Any]:
+        """Plain data (safe for ``weights_only`` loading and JSON)."""
+        data = dict(version=RECORD_VERSION, family=self.family,
+                    spec=self.spec.to_dict(), form=self.form,
+                    arch=_plain(self.arch), semantics=dict(self.semantics))
+        if with_prefix:
+            data['prefix'] = self.prefix
+            if self.teacher_prefix:
+                data['teacher_prefix'] = self.teacher_prefix
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping, source: str = 'checkpoint',
+                  origin: str = 'meta') -> 'HetDPTRecord':
+        if not isinstance(data, Mapping):
+            raise CheckpointError(f'{source}: the HetDPT record is a '
+                                  f'{type(data).__name__}, not a dict')
+        version = data.get('version', 1)
+        if version not in (1, RECORD_VERSION):
+            raise CheckpointError(
+                f'{source}: HetDPT record version {version!r} is not known '
+                f'to this hetdpt_mm (reads 1..{RECORD_VERSION})')
+        try:
+            spec = PruneSpec.from_dict(data['spec'])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f'{source}: invalid HetDPT record spec '
+                                  f'({err})') from None
+        return cls(spec=spec, form=data.get('form'),
+                   family=data.get('family', 'vit'), arch=data.get('arch'),
+                   semantics=dict(data.get('semantics') or {}),
+                   prefix=data.get('prefix', ''),
+                   teacher_prefix=data.get('teacher_prefix'), source=source,
+                   origin=origin)
+
+    def describe(self) -> str:
+        return f'{self.family} {self.form} {self.spec}'
+
+    def same_structure(self, other: 'HetDPTRecord') -> bool:
+        """Whether two records build the same modules (the spec of a gated
+        network lives in its gate buffers, not in its modules)."""
+        same_spec = self.form == 'gated' or self.spec == other.spec
+        return (self.family == other.family and self.form == other.form and
+                same_spec and dict(self.semantics) == dict(other.semantics))
+
+
+def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
+    """A record as a uint8 tensor of UTF-8 JSON.
+
+    State dicts go through code that expects tensors only (MMEngine's
+    weight broadcast at start-up and its EMA models, tracing for ONNX and
+    FLOP counting); a byte tensor passes everywhere, like a BatchNorm's
+    ``num_batches_tracked``, and loads with ``weights_only=True``.
+    """
+    text = json.dumps(_plain(data), sort_keys=True)
+    return torch.tensor(list(text.encode('utf-8')), dtype=torch.uint8)
+
+
+def decode_record(value: Any) -> Optional[Dict[str, Any]]:
+    """The record in a state-dict entry, or ``None`` if it holds none."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and \
+            value.dim() == 1:
+        try:
+            value = json.loads(bytes(value.tolist()).decode('utf-8'))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+    return dict(value) if isinstance(value, Mapping) else None
+
+
+def records_in(state_dict: Mapping) -> Dict[str, Dict[str, Any]]:
+    """Every record of a state dict, by the prefix of its module."""
+    found = {}
+    for key, value in state_dict.items():
+        if key.endswith(EXTRA_STATE_KEY):
+            record = decode_record(value)
+            if record is not None:
+                found[key[:-len(EXTRA_STATE_KEY)]] = record
+    return found
+
+
+class RecordInStateDict:
+    """Mixin for modules that save a record of plain data with their
+    weights, under ``<prefix>_extra_state`` (torch's name for extra state),
+    encoded by :func:`encode_record`."""
+
+    def state_record(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def load_state_record(self, record: Mapping[str, Any]) -> None:
+        """Called with the loaded record before the children load."""
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        destination[prefix + EXTRA_STATE_KEY] = encode_record(
+            self.state_record())
+
+    def set_extra_state(self, state) -> None:
+        # torch's loader hands the record over here.
+        record = decode_record(state)
+        if record is None:
+            raise CheckpointError(f'{EXTRA_STATE_KEY} of {type(self).__name__}'
+                                  ' holds no readable record')
+        self.load_state_record(record)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
+                              strict, missing_keys, *args, **kwargs):
+        key = prefix + EXTRA_STATE_KEY
+        super()._load_from_state_dict(state_dict, prefix, local_metadata,
+                                      strict, missing_keys, *args, **kwargs)
+        if key not in state_dict and key in missing_keys:
+            missing_keys.remove(key)  # written before records travelled
+
+
+@dataclass
+class BackboneCheckpoint:
+    """A checkpoint's HetDPT backbone: its record and tensors.
+
+    ``state`` holds the backbone's tensors with keys relative to it (no
+    extra state); ``state_dict`` is the whole state dict of the checkpoint
+    and ``state_key`` where it was (``'state_dict'``, ``'model'`` or
+    ``None`` for a bare one).
+    """
+    record: HetDPTRecord
+    state: Dict[str, Any]
+    state_dict: Mapping[str, Any]
+    state_key: Optional[str]
+
+    @property
+    def family(self):
+        from .models.family import get_family
+        return get_family(self.record.family)
+
+
+def _plain(value):
+    """Tuples to lists, recursively (records compare equal after a round
+    trip through JSON or a checkpoint)."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def unwrap_state_dict(checkpoint: Mapping) -> Tuple[Optional[str], Mapping]:
+    """``(key holding the state dict or None for a bare one, state dict)``
+    for MMEngine (``state_dict``), DeiT / timm / authors' (``model``) and
+    bare checkpoints."""
+    for key in ('state_dict', 'model'):
+        if isinstance(checkpoint.get(key), Mapping):
+            return key, checkpoint[key]
+    return None, checkpoint
+
+
+def extra_state_records(state_dict: Mapping) -> Dict[str, Dict]:
+    """Every HetDPT backbone's record in a state dict, by prefix."""
+    return {prefix: record for prefix, record in records_in(state_dict).items()
+            if 'spec' in record and 'form' in record}
+
+
+def _meta_record(checkpoint: Mapping) -> Optional[Mapping]:
+    meta = checkpoint.get('meta')
+    if isinstance(meta, Mapping) and META_KEY in meta:
+        return meta[META_KEY]
+    return None
+
+
+def _choose_prefix(state_dict: Mapping, extra: Mapping[str, Mapping],
+                   meta: Optional[Mapping], teacher_prefix: Optional[str]
+                   ) -> str:
+    """Where the backbone is: where its record is, else where the meta says,
+    else ``''`` for a bare backbone and ``'backbone.'`` for a model."""
+    from .models.family import recognising_family
+    students = [p for p in extra
+                if not (teacher_prefix and p.startswith(teacher_prefix))]
+    if 'backbone.' in students:
+        return 'backbone.'
+    if students:
+        return sorted(students, key=len)[0]
+    if isinstance(meta, Mapping) and isinstance(meta.get('prefix'), str):
+        return meta['prefix']
+    if recognising_family(state_dict) is None and any(
+            k.startswith('backbone.') for k in state_dict):
+        return 'backbone.'
+    return ''
+
+
+def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
+                             prefix: Optional[str] = None
+                             ) -> BackboneCheckpoint:
+    """Find the HetDPT backbone of a checkpoint of any supported layout,
+    read (or infer) its record and check the record against the tensors.
+
+    Raises :class:`CheckpointError` when there is no backbone of a known
+    family, and :class:`StateDictMismatch` when the record contradicts the
+    tensors.
+    """
+    from .models.family import get_family, recognising_family
+    source = os.fspath(source)
+    state_key, state_dict = unwrap_state_dict(checkpoint)
+    extra = extra_state_records(state_dict)
+    meta = _meta_record(checkpoint)
+    teacher_prefix = meta.get('teacher_prefix') if isinstance(
+        meta, Mapping) else None
+    teacher_prefix = teacher_prefix or _teacher_prefix_of(state_dict)
+    if prefix is None:
+        prefix = _choose_prefix(state_dict, extra, meta, teacher_prefix)
+    state = {k[len(prefix):]: v for k, v in state_dict.items()
+             if k.startswith(prefix) and k != prefix + EXTRA_STATE_KEY}
+    if prefix and not state:
+        raise CheckpointError(
+            f'{source} has no keys with prefix {prefix!r} (first keys: '
+            f'{list(state_dict)[:5]})')
+    if prefix in extra:
+        record = HetDPTRecord.from_dict(extra[prefix], source,
+                                        origin='extra_state')
+        if isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
+            _check_meta_agrees(record, meta, source)
+    elif isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
+        record = HetDPTRecord.from_dict(meta, source, origin='meta')
+    else:
+        family = recognising_family(state)
+        if family is None:
+            from .models.family import FAMILIES
+            expected = '; '.join(f.describe_keys() for f in FAMILIES.values())
+            raise CheckpointError(
+                f'{source} does not hold the weights of a known backbone '
+                f'family: expected {expected}'
+                f'{" after prefix " + repr(prefix) if prefix else ""}, found '
+                f'{list(state)[:5]}')
+        record = family.record_from_tensors(state, source)
+    record = replace(record, prefix=prefix, source=source,
+                     teacher_prefix=teacher_prefix)
+    get_family(record.family).check_record(record, state)
+    return BackboneCheckpoint(record, state, state_dict, state_key)
+
+
+def _teacher_prefix_of(state_dict: Mapping) -> Optional[str]:
+    """A distillation classifier records where its teacher is."""
+    for prefix, record in records_in(state_dict).items():
+        if isinstance(record.get('teacher_prefix'), str):
+            return prefix + record['teacher_prefix']
+    return None
+
+
+def _check_meta_agrees(record: HetDPTRecord, meta: Mapping,
+                       source: str) -> None:
+    other = HetDPTRecord.from_dict(meta, source, origin='meta')
+    if other.spec != record.spec or other.form != record.form:
+        raise StateDictMismatch(
+            f'{source}: meta["{META_KEY}"] says {other.describe()} but the '
+            f'backbone\'s weights carry {record.describe()}')
+
+
+def load_backbone_checkpoint(source: str, prefix: Optional[str] = None,
+                             mmap: bool = False) -> BackboneCheckpoint:
+    """:func:`read_backbone_checkpoint` of a file or of any URL MMEngine
+    can load (through the same safe loaders)."""
+    source = os.fspath(source)
+    if '://' in source:
+        from mmengine.runner.checkpoint import CheckpointLoader
+        checkpoint = CheckpointLoader.load_checkpoint(source, 'cpu')
+    else:
+        checkpoint = load_checkpoint_file(source, mmap=mmap)
+    return read_backbone_checkpoint(checkpoint, source, prefix)
+
+
+def with_record(state_dict: Mapping, record: HetDPTRecord) -> Dict:
+    """``state_dict`` (relative to the backbone) with ``record`` as its
+    extra state, replacing any older one."""
+    out = {k: v for k, v in state_dict.items() if k != EXTRA_STATE_KEY}
+    out[EXTRA_STATE_KEY] = encode_record(record.to_dict(with_prefix=False))
+    return out
