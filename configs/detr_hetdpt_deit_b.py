@@ -1,33 +1,13 @@
 # DETR on COCO 2017 with a HetDPT depth-pruned DeiT-B backbone (METHOD.md §5),
-# the paper's 12-epoch schedule.  Everything else is mmdet's own DETR config.
-#
-# The backbone rebuilds its pruned structure from the checkpoint's
-# meta['hetdpt'] (spec, form), so swapping in another pruned model means
-# changing `hetdpt_checkpoint` only (or, on the command line,
-# --cfg-options model.backbone.init_cfg.checkpoint=PATH).
-_base_ = 'mmdet::detr/detr_r50_8xb2-150e_coco.py'
-custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+# the paper's 12-epoch schedule.  Everything else is mmdet's own DETR config
+# (./_base_/models/detr_hetdpt_vit.py).
+_base_ = './_base_/models/detr_hetdpt_vit.py'
 
-# A pruned classification checkpoint in any form: merged (MergeCheckpointHook
-# or tools/merge_ckpt.py), pruned, or a gated training checkpoint.
 hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
 
 model = dict(
-    # mmdet's DETR with its attention on PyTorch's fused kernels (same
-    # weights and outputs; hetdpt_mm/models/fused_attention.py): at 800x1216
-    # mmcv's attention maps cost a fifth of the dense model's time.
-    type='FusedAttentionDETR',
-    backbone=dict(
-        _delete_=True,
-        type='HetDPTViT',
-        arch='deit-base',
-        img_size=224,  # pretraining size; inputs of any size interpolate
-        patch_size=16,
-        distilled=True,  # HetDPT fine-tunes the distilled DeiT-B
-        out_type='featmap',
-        out_indices=(11, ),
-        drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint)),
+    backbone=dict(arch='deit-base',
+                  init_cfg=dict(checkpoint=hetdpt_checkpoint)),
     neck=dict(in_channels=[768]))
 
 # The optimizer is mmdet's DETR one: AdamW lr 1e-4, weight decay 1e-4,

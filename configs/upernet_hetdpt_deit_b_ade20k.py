@@ -1,32 +1,11 @@
 # UperNet on ADE20K (512x512 crops, 160k iterations) with a HetDPT
-# depth-pruned DeiT-B backbone (METHOD.md §5).  Neck (MultiLevelNeck), heads
-# (UPerHead + FCN auxiliary), data and schedule are mmseg's own DeiT-B
-# UperNet config; only the backbone changes.
-#
-# The backbone rebuilds its pruned structure from the checkpoint's
-# meta['hetdpt'], so swapping in another pruned model means changing
-# `hetdpt_checkpoint` only.  Depth pruning keeps all 12 blocks, so
-# out_indices=(2, 5, 8, 11) keep their meaning.
-_base_ = 'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
-custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+# depth-pruned DeiT-B backbone (METHOD.md §5).  Neck, heads, data and
+# schedule are mmseg's own DeiT-B UperNet config
+# (./_base_/models/upernet_hetdpt_vit.py); only the backbone changes.
+_base_ = './_base_/models/upernet_hetdpt_vit.py'
 
-# A pruned classification checkpoint in any form: merged (MergeCheckpointHook
-# or tools/merge_ckpt.py), pruned, or a gated training checkpoint.
 hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
 
 model = dict(
-    # mmseg would hand `pretrained` to the backbone; ours loads via init_cfg.
-    pretrained=None,
-    backbone=dict(
-        _delete_=True,
-        type='HetDPTViT',
-        arch='deit-base',
-        img_size=(512, 512),
-        patch_size=16,
-        distilled=True,  # HetDPT fine-tunes the distilled DeiT-B
-        out_type='featmap',
-        out_indices=(2, 5, 8, 11),
-        final_norm=False,  # as mmseg's VisionTransformer in this config
-        drop_path_rate=0.1,
-        interpolate_mode='bicubic',
-        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint)))
+    backbone=dict(arch='deit-base',
+                  init_cfg=dict(checkpoint=hetdpt_checkpoint)))

@@ -1,4 +1,5 @@
-"""Every config under configs/ parses and builds its model (issue 6).
+"""Every config under configs/ parses and builds its model (issue 6), and
+every file under configs/_base_/ is a base of some config (issue 15).
 
 The configs name checkpoints that a test machine does not have (or has from
 some earlier run).  Each backbone checkpoint is replaced by a stand-in file holding only
@@ -11,6 +12,7 @@ configs build exactly as written and the structure a pruned checkpoint's
 * any other backbone checkpoint stands for an official dense DeiT file
   (``{'model': state_dict}``, no meta) -> the built backbone must be dense.
 """
+import ast
 import os.path as osp
 from pathlib import Path
 
@@ -32,6 +34,28 @@ CONFIGS = sorted(
     str(path.relative_to(ROOT / 'configs'))
     for path in (ROOT / 'configs').rglob('*.py')
     if '_base_' not in path.parts)
+BASES = sorted(
+    str(path.relative_to(ROOT / 'configs'))
+    for path in (ROOT / 'configs' / '_base_').rglob('*.py'))
+
+
+def local_bases(path: Path) -> set:
+    """The files under configs/ that `path` inherits, directly or through
+    its bases (a toolbox's ``pkg::`` bases are not followed)."""
+    for node in ast.parse(path.read_text()).body:
+        if (isinstance(node, ast.Assign)
+                and getattr(node.targets[0], 'id', None) == '_base_'):
+            names = ast.literal_eval(node.value)
+            break
+    else:
+        return set()
+    found = set()
+    for name in [names] if isinstance(names, str) else names:
+        if '::' in name:
+            continue
+        base = (path.parent / name).resolve()
+        found |= {base} | local_bases(base)
+    return found
 
 
 def mixed_spec(depth: int) -> PruneSpec:
@@ -71,6 +95,17 @@ def test_configs_are_found():
     assert 'detr_hetdpt_deit_b.py' in CONFIGS
     assert 'upernet_hetdpt_deit_b_ade20k.py' in CONFIGS
     assert osp.join('demo', 'detr_hetdpt_demo.py') in CONFIGS
+
+
+def test_configs_load_and_every_base_is_used():
+    used = set()
+    for name in CONFIGS:
+        path = ROOT / 'configs' / name
+        Config.fromfile(path)
+        used |= local_bases(path)
+    used = {str(path.relative_to(ROOT / 'configs')) for path in used}
+    unused = set(BASES) - used
+    assert not unused, f'no config inherits {sorted(unused)}'
 
 
 @pytest.mark.parametrize('name', CONFIGS)

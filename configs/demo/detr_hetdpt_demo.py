@@ -1,11 +1,12 @@
-# configs/detr_hetdpt_deit_b.py scaled down for the CPU demo: the demo ViT
-# pruned on the demo digits (configs/demo/vit-demo_digits*.py) as backbone,
-# the demo COCO-layout shapes (3 classes, 1-2 shapes per 128x128 image, made
-# by tools/make_demo_data.py), a small DETR transformer and a short schedule.
+# configs/detr_hetdpt_deit_b.py scaled down for the CPU demo, on the same
+# base: the demo ViT pruned on the demo digits
+# (configs/demo/vit-demo_digits*.py) as backbone, the demo COCO-layout shapes
+# (3 classes, 1-2 shapes per 128x128 image, made by tools/make_demo_data.py),
+# a small DETR transformer and a short schedule.
 # Model types, heads, losses, matcher, evaluator and tools are the full
 # config's; only sizes, data, loss weights and schedule change.  Measured in
 # docs/transfer.md (CPU demo).
-_base_ = '../detr_hetdpt_deit_b.py'
+_base_ = '../_base_/models/detr_hetdpt_vit.py'
 
 # The pruned (or merged) demo classifier; its meta carries the spec.
 hetdpt_checkpoint = \
@@ -29,7 +30,7 @@ model = dict(
     # The normalisation the demo classifier was trained with.
     data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3),
     backbone=dict(
-        arch=dict(_delete_=True, embed_dims=96, num_layers=6, num_heads=3),
+        arch=dict(embed_dims=96, num_layers=6, num_heads=3),
         img_size=32,
         patch_size=4,
         distilled=False,

@@ -1,10 +1,11 @@
-# configs/upernet_hetdpt_deit_b_ade20k.py scaled down for the CPU demo: the
-# demo ViT pruned on the demo digits (configs/demo/vit-demo_digits*.py) as
-# backbone, the demo ADE20K-layout shapes (4 classes, 128x128, made by
-# tools/make_demo_data.py), narrow neck and heads, a short schedule.
+# configs/upernet_hetdpt_deit_b_ade20k.py scaled down for the CPU demo, on
+# the same base: the demo ViT pruned on the demo digits
+# (configs/demo/vit-demo_digits*.py) as backbone, the demo ADE20K-layout
+# shapes (4 classes, 128x128, made by tools/make_demo_data.py), narrow neck
+# and heads, a short schedule.
 # Model types (MultiLevelNeck, UPerHead, FCN auxiliary), losses, evaluator and
 # tools are the full config's; only sizes, data and schedule change.
-_base_ = '../upernet_hetdpt_deit_b_ade20k.py'
+_base_ = '../_base_/models/upernet_hetdpt_vit.py'
 
 # The pruned (or merged) demo classifier; its meta carries the spec.
 hetdpt_checkpoint = \
@@ -24,8 +25,7 @@ model = dict(
     data_preprocessor=dict(size=crop_size, mean=[127.5] * 3,
                            std=[127.5] * 3),
     backbone=dict(
-        arch=dict(_delete_=True, embed_dims=embed_dims, num_layers=6,
-                  num_heads=3),
+        arch=dict(embed_dims=embed_dims, num_layers=6, num_heads=3),
         img_size=crop_size,
         patch_size=4,
         distilled=False,

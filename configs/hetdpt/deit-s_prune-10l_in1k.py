@@ -1,22 +1,25 @@
 # HetDPT on DeiT-S, ImageNet-1k: deit-b_prune-10l_in1k.py (MAP split of 10
 # removed layers, progressive within-type pruning at the end of epochs 3, 8,
-# 15, ..., hard self-distillation, 400 epochs, merged checkpoint) on DeiT-S,
-# with the changes of deit-s_dense_in1k.py.
-_base_ = './deit-b_prune-10l_in1k.py'
+# 15, ..., hard self-distillation, 400 epochs, merged checkpoint) with the
+# DeiT-S model and batch of deit-s_dense_in1k.py and DeiT-S's own MAP points.
+_base_ = [
+    '../_base_/models/hetdpt_deit-s.py',
+    '../_base_/datasets/imagenet_bs256_swin_224.py',
+    '../_base_/schedules/hetdpt_prune-10l_400e.py',
+    'mmpretrain::_base_/default_runtime.py',
+]
+custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'],
+                      allow_failed_imports=False)
 
-pretrained_checkpoint = \
-    'checkpoints/deit_small_distilled_patch16_224-649709d9.pth'
 # The points of deit-s_map-collect_in1k.py (the three schedules' CSV files
 # concatenated; the paper gives points for DeiT-B only).
 map_points = 'work_dirs/deit-s_map-collect_in1k/map_points.csv'
 
 model = dict(
-    backbone=dict(
-        arch='deit-small',
-        drop_path_rate=0.0,
-        init_cfg=dict(checkpoint=pretrained_checkpoint)),
-    head=dict(in_channels=384))
-train_dataloader = dict(batch_size=256)
+    # Hard self-distillation, as deit-b_prune-10l_in1k.py.
+    type='HetDPTDistillClassifier',
+    distill=dict(mode='hard', alpha=0.5),
+    backbone=dict(gated=True))
 
 custom_hooks = [
     dict(type='HetDPTPruneHook', map_points=map_points, budget=10,
