@@ -12,10 +12,10 @@ from mmengine.runner import Runner
 
 from hetdpt_mm.datasets import make_classification
 from hetdpt_mm.hooks.map_collect_hook import (POINT_COLUMNS, MAPCollectHook,
-                                              SubsetSampler, schedule_kinds,
-                                              select_subset)
+                                              SubsetSampler, select_subset)
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning import load_points
+from hetdpt_mm.pruning.schedules import build_collect_schedule
 from hetdpt_mm.pruning.te import (class_features, gaussian_entropy,
                                   te_select)
 
@@ -231,7 +231,7 @@ def test_hook_writes_one_point_per_step(tmp_path, digits_root, schedule,
     assert runner.epoch == steps
     rows = read_rows(tmp_path / 'map_points.csv')
     assert [int(row['step']) for row in rows] == list(range(steps + 1))
-    kinds = schedule_kinds(schedule, steps)
+    kinds = build_collect_schedule(schedule).kinds(steps)
     previous = dict(attn=[], act=[])
     for step, row in enumerate(rows):
         n_attn = kinds[:step].count('attn')

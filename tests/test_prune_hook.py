@@ -23,10 +23,11 @@ import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets.demo_data import make_classification
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
-from hetdpt_mm.hooks.prune_hook import (STATE_KEY, authors_stages,
-                                        removal_iterations, removal_order)
+from hetdpt_mm.hooks.prune_hook import STATE_KEY
 from hetdpt_mm.hooks.spec_meta_hook import ensure_meta_hook
 from hetdpt_mm.pruning import allocate, fit_map, load_points
+from hetdpt_mm.pruning.schedules import (EpochSchedule, ProgressiveSchedule,
+                                         authors_stages, removal_order)
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 PRUNE_CONFIG = REPO / 'configs' / 'demo' / 'vit-demo_digits_prune.py'
@@ -50,17 +51,17 @@ def test_removal_order_interleaves_larger_type_first_ties_to_gelu():
 def test_removal_iterations():
     # The authors' DeiT-B schedule: prune after epochs 3, 8, ..., 80.
     assert authors_stages(8) == [3, 5, 7, 9, 11, 13, 15, 17]
-    assert removal_iterations(8, 'progressive', 10) == [
+    assert ProgressiveSchedule().iterations(8, 10) == [
         e * 10 for e in (3, 8, 15, 24, 35, 48, 63, 80)]
-    assert removal_iterations(3, 'progressive', 10, stages=2) == [20, 40, 60]
-    assert removal_iterations(2, 'progressive', 10, by_epoch=False,
-                              stages=[5, 7, 99]) == [5, 12]
+    assert ProgressiveSchedule(stages=2).iterations(3, 10) == [20, 40, 60]
+    assert ProgressiveSchedule(by_epoch=False, stages=[5, 7, 99]).iterations(
+        2, 10) == [5, 12]
     # One prune epoch (the 2nd): spread over its 10 iterations, the last at
     # its end.
-    assert removal_iterations(3, 'epoch', 10, prune_epoch=2) == [14, 17, 20]
+    assert EpochSchedule(prune_epoch=2).iterations(3, 10) == [14, 17, 20]
     with pytest.raises(ValueError, match='2 stage lengths but the schedule '
                        'has 3 removals'):
-        removal_iterations(3, 'progressive', 10, stages=[1, 1])
+        ProgressiveSchedule(stages=[1, 1]).iterations(3, 10)
 
 
 @pytest.mark.parametrize('kwargs, message', [

@@ -21,3 +21,11 @@ def check_depth(depth: Any) -> int:
         raise ValueError(f'depth must be a positive number of blocks, '
                          f'got {depth}')
     return depth
+
+
+def positive_int(value: Any, name: str) -> int:
+    """A count or length given in a config: an integer of at least 1."""
+    if isinstance(value, bool) or not isinstance(
+            value, numbers.Integral) or value < 1:
+        raise ValueError(f'{name} must be a positive integer, got {value!r}')
+    return int(value)
