@@ -333,6 +333,25 @@ def test_resume_after_the_first_removal_continues_identically(map_run):
     assert second[STATE_KEY]['decisions'] == first[STATE_KEY]['decisions']
 
 
+def test_resume_from_a_version_1_checkpoint(map_run):
+    """A checkpoint whose prune state predates versioning (no `version`, no
+    `selection`) resumes like a current one."""
+    work = map_run.root / 'resumed_v1'
+    work.mkdir()
+    checkpoint = load_checkpoint_file(map_run.work / 'epoch_1.pth')
+    state = checkpoint['meta'][STATE_KEY]
+    del state['version'], state['selection']
+    torch.save(checkpoint, work / 'epoch_1.pth')
+    config = shutil.copy(map_run.config, map_run.root / 'prune_resume_v1.py')
+    load_tool('train').main([str(config), '--work-dir', str(work), '--resume',
+                             str(work / 'epoch_1.pth')])
+
+    first = load_checkpoint_file(map_run.work / 'epoch_4.pth')['meta']
+    second = load_checkpoint_file(work / 'epoch_4.pth')['meta']
+    assert second[STATE_KEY] == first[STATE_KEY]
+    assert second[STATE_KEY]['version'] == 2
+
+
 def test_merged_checkpoint_reproduces_the_gated_model(map_run):
     """MergeCheckpointHook's file: loadable with no structure arguments,
     outputs of the gated model to <= 1e-5, the expected parameter count."""

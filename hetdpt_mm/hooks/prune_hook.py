@@ -233,8 +233,6 @@ class HetDPTPruneHook(GateHookBase):
                                   'it')
 
     def _restore_or_start(self, runner, backbone) -> None:
-        state = self.resumed_state()
-        done = sum(p <= runner.iter for p in self.positions)
         if runner.iter == 0:
             if not backbone.prune_spec.is_dense:
                 raise ValueError(
@@ -244,6 +242,8 @@ class HetDPTPruneHook(GateHookBase):
                     'or --resume the pruning run')
             self.decisions = []
             return
+        state = self.resumed_state()
+        done = sum(p <= runner.iter for p in self.positions)
         if state is None:
             if done:
                 raise ValueError(

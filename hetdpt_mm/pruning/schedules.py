@@ -37,8 +37,7 @@ def authors_stages(n: int) -> List[int]:
 def removal_order(counts: Mapping[str, int]) -> List[str]:
     """Interleave the two types, the one with the larger count first (ties
     to GELU), then the rest of the larger one."""
-    first, second = (ATTN, ACT) if counts[ATTN] > counts[ACT] else (ACT,
-                                                                     ATTN)
+    first, second = (ATTN, ACT) if counts[ATTN] > counts[ACT] else (ACT, ATTN)
     order = []
     for step in range(max(counts[ATTN], counts[ACT])):
         order += [kind for kind in (first, second) if step < counts[kind]]
