@@ -5,10 +5,10 @@
 :class:`GateHookBase` owns what both need: finding the one gated backbone,
 the selection policy and its rank-0 decision broadcast to every rank,
 closing the chosen gate, the hook's versioned state in
-``checkpoint['meta'][STATE_KEY]`` and the checks of a resume.  The backbone
-is used only through its family interface (``depth``, ``prune_spec``,
-``gates``, ``gate_scores``, ``set_spec``, ``spec_meta``), so the hooks work
-for any gated backbone family.
+``checkpoint['meta'][STATE_KEY]`` and the checks of a resume.  Once found
+(:func:`~.spec_meta_hook.find_hetdpt_backbones`), the backbone is used only
+through its family interface (``depth``, ``prune_spec``, ``gates``,
+``gate_scores``, ``set_spec``, ``spec_meta``).
 """
 import copy
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
@@ -92,11 +92,12 @@ class GateHookBase(HetDPTMetaHook):
         return self.selection.runs_on_every_rank or is_main_process()
 
     def setup_selection(self, runner, backbone) -> None:
+        """The policy's checks and preparation, before training."""
         if self.selects_here:
             self.selection.setup(runner, backbone)
 
-    def remove_next(self, backbone, kind: str, candidates: List[int]
-                    ) -> Tuple[Decision, Optional[List[int]]]:
+    def select_and_close(self, backbone, kind: str, candidates: List[int]
+                         ) -> Tuple[Decision, Optional[List[int]]]:
         """Rank 0's decision among ``candidates`` (open ``kind`` layers),
         applied on every rank, so all ranks close the same gate; also each
         rank's own choice when the policy runs on every rank (else None)."""

@@ -284,7 +284,7 @@ class MAPCollectHook(GateHookBase):
         kind = self.schedule.kinds(step)[-1]
         removed = backbone.prune_spec.removed(kind)
         present = [i for i in range(backbone.depth) if i not in removed]
-        decision, _ = self.remove_next(backbone, kind, present)
+        decision, _ = self.select_and_close(backbone, kind, present)
         runner.logger.info(f'MAPCollectHook step {step}: {decision.table}')
         self._state['removed'].append([kind, decision.index])
         runner.logger.info(

@@ -297,8 +297,8 @@ class HetDPTPruneHook(GateHookBase):
         closed_before = list(backbone.prune_spec.removed(kind))
         open_candidates = [i for i in self.candidates[kind]
                            if i not in closed_before]
-        decision, rank_choices = self.remove_next(backbone, kind,
-                                                  open_candidates)
+        decision, rank_choices = self.select_and_close(backbone, kind,
+                                                       open_candidates)
         record = dict(
             step=number + 1, iter=step, epoch=runner.epoch + 1, kind=kind,
             index=decision.index, scores=list(decision.scores),
