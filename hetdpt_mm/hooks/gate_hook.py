@@ -118,10 +118,8 @@ class GateHookBase(HetDPTMetaHook):
         raise NotImplementedError
 
     def upgrade_state(self, state: Dict, version: int) -> Dict:
-        """``state`` of an older ``version`` in the current layout."""
-        raise ValueError(f'{type(self).__name__}: the checkpoint holds state '
-                         f'version {version}, which this version cannot read '
-                         f'(it writes version {self.STATE_VERSION})')
+        """``state`` of layout ``version`` in layout ``version + 1``."""
+        raise NotImplementedError
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         super().before_save_checkpoint(runner, checkpoint)
@@ -152,15 +150,15 @@ class GateHookBase(HetDPTMetaHook):
         if state is None:
             return None
         version = state.pop('version', 1)
-        if version == self.STATE_VERSION:
-            return state
         if isinstance(version, bool) or not isinstance(version, int) or \
-                not 1 <= version < self.STATE_VERSION:
+                not 1 <= version <= self.STATE_VERSION:
             raise ValueError(
                 f'{type(self).__name__}: unsupported state version '
                 f'{version!r} in meta[{self.STATE_KEY!r}] (this version '
                 f'writes {self.STATE_VERSION}; is the checkpoint newer?)')
-        return self.upgrade_state(state, version)
+        for older in range(version, self.STATE_VERSION):
+            state = self.upgrade_state(state, older)
+        return state
 
     # -------------------------------------------------------------- resume
     def check_resumed_settings(self, state: Mapping,

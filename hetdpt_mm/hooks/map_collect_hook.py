@@ -181,9 +181,8 @@ class MAPCollectHook(GateHookBase):
         return self._state
 
     def upgrade_state(self, state: Dict, version: int) -> Dict:
-        if version != 1:
-            return super().upgrade_state(state, version)
-        # Version 1 predates selection policies: it always used TE.
+        # 1 -> 2, the only step: version 1 predates selection policies, it
+        # always used TE.
         return dict(state, selection='TransferEntropy')
 
     # ---------------------------------------------------------------- run

@@ -268,10 +268,8 @@ class HetDPTPruneHook(GateHookBase):
                            f'{len(self.order)} removals done')
 
     def upgrade_state(self, state: Dict, version: int) -> Dict:
-        if version != 1:
-            return super().upgrade_state(state, version)
-        # Version 1 predates selection policies: its decisions are the
-        # lowest gate scores.
+        # 1 -> 2, the only step: version 1 predates selection policies, its
+        # decisions are the lowest gate scores.
         return dict(state, selection='LowestGateScore')
 
     def state_dict(self) -> Dict:
