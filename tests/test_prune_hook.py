@@ -12,10 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import REPO, load_tool
+from helpers import REPO, fake_runner, load_tool
 from mmengine.config import Config
-from mmengine.logging import MMLogger
-from mmengine.optim import build_optim_wrapper
 from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
 
@@ -92,19 +90,6 @@ def tiny_classifier(gated=True):
             patch_size=4, gated=gated),
         head=dict(type='VisionTransformerClsHead', num_classes=10,
                   in_channels=DIM)))
-
-
-def fake_runner(model, paramwise_cfg=None, max_epochs=3):
-    """What before_train reads from a Runner."""
-    optim_wrapper = build_optim_wrapper(model, dict(
-        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
-        paramwise_cfg=paramwise_cfg if paramwise_cfg is not None else dict(
-            custom_keys={'hetdpt_score': dict(decay_mult=0.0)})))
-    return SimpleNamespace(
-        model=model, optim_wrapper=optim_wrapper, train_dataloader=[None] *
-        ITERS_PER_EPOCH, max_epochs=max_epochs,
-        max_iters=max_epochs * ITERS_PER_EPOCH, iter=0, epoch=0,
-        logger=MMLogger.get_current_instance())
 
 
 def test_validation_accepts_a_good_setup():

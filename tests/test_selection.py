@@ -1,16 +1,11 @@
 """Selection policies and removal schedules as objects, and the hooks'
 independence of them: each policy alone on a tiny gated HetDPTViT, the
 schedules, a policy swapped in through the config, versioned hook state."""
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
-from helpers import randomize_
-from mmengine.config import Config
+from helpers import fake_runner, randomize_
 from mmengine.dataset import pseudo_collate
-from mmengine.logging import MMLogger
-from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DATASETS
 from mmpretrain.registry import MODELS
 from PIL import Image
@@ -61,19 +56,6 @@ def set_scores(backbone, kind, scores):
     with torch.no_grad():
         for gate, score in zip(backbone.gates(kind), scores):
             gate.hetdpt_score.fill_(score)
-
-
-def fake_runner(model, cfg=None, max_epochs=3):
-    """What the hooks read from a Runner before and during training."""
-    optim_wrapper = build_optim_wrapper(model, dict(
-        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
-        paramwise_cfg=dict(custom_keys={'hetdpt_score': dict(
-            decay_mult=0.0)})))
-    return SimpleNamespace(
-        model=model, optim_wrapper=optim_wrapper, cfg=cfg or Config(),
-        train_dataloader=[None] * ITERS_PER_EPOCH, max_epochs=max_epochs,
-        max_iters=max_epochs * ITERS_PER_EPOCH, iter=0, epoch=0,
-        logger=MMLogger.get_current_instance())
 
 
 def run_removals(hook, runner):
