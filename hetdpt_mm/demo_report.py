@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from .fileio import atomic_path
-from .hooks.prune_hook import KIND_NAMES
+from .hooks.gate_hook import KIND_NAMES
 from .pruning import AnalyticCost, MAPFit, allocate, format_candidates
 
 __all__ = ['read_json', 'train_scalars', 'scalar_curve', 'map_speedups',

@@ -4,8 +4,34 @@ The backbone is registered in the MODELS registry of every toolbox that is
 installed (mmpretrain, mmdet, mmseg), so ``type='HetDPTViT'`` builds from any
 of their scopes, directly or through ``custom_imports``; with mmdet,
 ``FusedAttentionDETR`` too.
+
+hetdpt_mm's own registries hold what its pruning hooks take from a config:
+layer selection policies and removal schedules.
 """
 import importlib
+
+from mmengine.registry import Registry
+
+
+def build_registered(cfg: dict, registry: Registry):
+    """Build ``cfg`` from ``registry`` without MMEngine's default-scope
+    switch: these registries have no toolbox children, and the switch warns
+    under every toolbox's scope."""
+    args = dict(cfg)
+    name = args.pop('type', None)
+    module = registry.get(name) if isinstance(name, str) else None
+    if module is None:
+        raise ValueError(f'{name!r} is not a registered {registry.name}; '
+                         f'use one of {sorted(registry.module_dict)}')
+    return module(**args)
+
+
+SELECTION_POLICIES = Registry(
+    'selection policy', build_func=build_registered, scope='hetdpt_mm',
+    locations=['hetdpt_mm.pruning.selection'])
+REMOVAL_SCHEDULES = Registry(
+    'removal schedule', build_func=build_registered, scope='hetdpt_mm',
+    locations=['hetdpt_mm.pruning.schedules'])
 
 
 def toolbox_model_registries():

@@ -1,9 +1,12 @@
 """Helpers shared by the tests (importable as `helpers`, see pytest.ini)."""
 import importlib.util
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import torch
+from mmengine.config import Config
+from mmengine.logging import MMLogger
+from mmengine.optim import build_optim_wrapper
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
 
@@ -45,3 +48,18 @@ def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):
             param.copy_(noise)
     return module
 
+
+def fake_runner(model, paramwise_cfg=None, max_epochs=3, iters_per_epoch=4,
+                cfg=None):
+    """What the HetDPT hooks read from a Runner before and during training:
+    AdamW with weight decay, not on the gate scores unless
+    ``paramwise_cfg`` says otherwise."""
+    optim_wrapper = build_optim_wrapper(model, dict(
+        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+        paramwise_cfg=paramwise_cfg if paramwise_cfg is not None else dict(
+            custom_keys={'hetdpt_score': dict(decay_mult=0.0)})))
+    return SimpleNamespace(
+        model=model, optim_wrapper=optim_wrapper, cfg=cfg or Config(),
+        train_dataloader=[None] * iters_per_epoch, max_epochs=max_epochs,
+        max_iters=max_epochs * iters_per_epoch, iter=0, epoch=0,
+        logger=MMLogger.get_current_instance())

@@ -10,12 +10,14 @@ from helpers import randomize_
 from mmengine.config import Config
 from mmengine.runner import Runner
 
+from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets import make_classification
-from hetdpt_mm.hooks.map_collect_hook import (POINT_COLUMNS, MAPCollectHook,
-                                              SubsetSampler, schedule_kinds,
+from hetdpt_mm.hooks.map_collect_hook import (POINT_COLUMNS, STATE_KEY,
+                                              MAPCollectHook, SubsetSampler,
                                               select_subset)
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning import load_points
+from hetdpt_mm.pruning.schedules import build_collect_schedule
 from hetdpt_mm.pruning.te import (class_features, gaussian_entropy,
                                   te_select)
 
@@ -231,7 +233,7 @@ def test_hook_writes_one_point_per_step(tmp_path, digits_root, schedule,
     assert runner.epoch == steps
     rows = read_rows(tmp_path / 'map_points.csv')
     assert [int(row['step']) for row in rows] == list(range(steps + 1))
-    kinds = schedule_kinds(schedule, steps)
+    kinds = build_collect_schedule(schedule).kinds(steps)
     previous = dict(attn=[], act=[])
     for step, row in enumerate(rows):
         n_attn = kinds[:step].count('attn')
@@ -257,6 +259,30 @@ def test_hook_writes_one_point_per_step(tmp_path, digits_root, schedule,
     points = load_points(tmp_path / 'map_points.csv', depth=DEPTH)
     assert [(p.a, p.t) for p in points] == [
         (float(r['a']), float(r['t'])) for r in rows]
+
+
+def test_hook_takes_any_selection_policy_and_schedule(tmp_path, digits_root):
+    """The gate scores' policy and a custom pattern, from the config."""
+    hook = dict(schedule=dict(type='cyclic', kinds=['act', 'act', 'attn']),
+                interval=1, max_removed=3, calib_images=None,
+                calib_batch_size=None, selection=dict(type='LowestGateScore'))
+    optim_wrapper = dict(optimizer=dict(type='AdamW', lr=1e-3,
+                                        weight_decay=0.05),
+                         paramwise_cfg=dict(custom_keys={
+                             'hetdpt_score': dict(decay_mult=0.0)}))
+    runner = Runner.from_cfg(run_cfg(tmp_path, digits_root, hook, 3,
+                                     optim_wrapper=optim_wrapper))
+    runner.train()
+
+    rows = read_rows(tmp_path / 'map_points.csv')
+    assert [(row['schedule'], row['n_attn'], row['n_act']) for row in rows] \
+        == [('act-act-attn', '0', '0'), ('act-act-attn', '0', '1'),
+            ('act-act-attn', '0', '2'), ('act-act-attn', '1', '2')]
+    state = load_checkpoint_file(tmp_path / 'epoch_3.pth')['meta'][
+        STATE_KEY]
+    assert (state['version'], state['selection'], state['schedule']) == (
+        2, 'LowestGateScore', 'act-act-attn')
+    assert [kind for kind, _ in state['removed']] == ['act', 'act', 'attn']
 
 
 def test_resume_neither_duplicates_nor_loses_points(tmp_path, digits_root):

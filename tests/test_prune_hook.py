@@ -12,10 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import REPO, load_tool
+from helpers import REPO, fake_runner, load_tool
 from mmengine.config import Config
-from mmengine.logging import MMLogger
-from mmengine.optim import build_optim_wrapper
 from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
 
@@ -23,9 +21,10 @@ import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets.demo_data import make_classification
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
-from hetdpt_mm.hooks.prune_hook import (STATE_KEY, authors_stages,
-                                        removal_iterations, removal_order)
+from hetdpt_mm.hooks.prune_hook import STATE_KEY
 from hetdpt_mm.pruning import allocate, fit_map, load_points
+from hetdpt_mm.pruning.schedules import (EpochSchedule, ProgressiveSchedule,
+                                         authors_stages, removal_order)
 from hetdpt_mm.record import decode_record
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
@@ -50,17 +49,17 @@ def test_removal_order_interleaves_larger_type_first_ties_to_gelu():
 def test_removal_iterations():
     # The authors' DeiT-B schedule: prune after epochs 3, 8, ..., 80.
     assert authors_stages(8) == [3, 5, 7, 9, 11, 13, 15, 17]
-    assert removal_iterations(8, 'progressive', 10) == [
+    assert ProgressiveSchedule().iterations(8, 10) == [
         e * 10 for e in (3, 8, 15, 24, 35, 48, 63, 80)]
-    assert removal_iterations(3, 'progressive', 10, stages=2) == [20, 40, 60]
-    assert removal_iterations(2, 'progressive', 10, by_epoch=False,
-                              stages=[5, 7, 99]) == [5, 12]
+    assert ProgressiveSchedule(stages=2).iterations(3, 10) == [20, 40, 60]
+    assert ProgressiveSchedule(by_epoch=False, stages=[5, 7, 99]).iterations(
+        2, 10) == [5, 12]
     # One prune epoch (the 2nd): spread over its 10 iterations, the last at
     # its end.
-    assert removal_iterations(3, 'epoch', 10, prune_epoch=2) == [14, 17, 20]
+    assert EpochSchedule(prune_epoch=2).iterations(3, 10) == [14, 17, 20]
     with pytest.raises(ValueError, match='2 stage lengths but the schedule '
                        'has 3 removals'):
-        removal_iterations(3, 'progressive', 10, stages=[1, 1])
+        ProgressiveSchedule(stages=[1, 1]).iterations(3, 10)
 
 
 @pytest.mark.parametrize('kwargs, message', [
@@ -91,19 +90,6 @@ def tiny_classifier(gated=True):
             patch_size=4, gated=gated),
         head=dict(type='VisionTransformerClsHead', num_classes=10,
                   in_channels=DIM)))
-
-
-def fake_runner(model, paramwise_cfg=None, max_epochs=3):
-    """What before_train reads from a Runner."""
-    optim_wrapper = build_optim_wrapper(model, dict(
-        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
-        paramwise_cfg=paramwise_cfg if paramwise_cfg is not None else dict(
-            custom_keys={'hetdpt_score': dict(decay_mult=0.0)})))
-    return SimpleNamespace(
-        model=model, optim_wrapper=optim_wrapper, train_dataloader=[None] *
-        ITERS_PER_EPOCH, max_epochs=max_epochs,
-        max_iters=max_epochs * ITERS_PER_EPOCH, iter=0, epoch=0,
-        logger=MMLogger.get_current_instance())
 
 
 def test_validation_accepts_a_good_setup():
@@ -329,6 +315,25 @@ def test_resume_after_the_first_removal_continues_identically(map_run):
     second = load_checkpoint_file(work / 'epoch_4.pth')['meta']
     assert second[META_KEY]['spec'] == first[META_KEY]['spec']
     assert second[STATE_KEY]['decisions'] == first[STATE_KEY]['decisions']
+
+
+def test_resume_from_a_version_1_checkpoint(map_run):
+    """A checkpoint whose prune state predates versioning (no `version`, no
+    `selection`) resumes like a current one."""
+    work = map_run.root / 'resumed_v1'
+    work.mkdir()
+    checkpoint = load_checkpoint_file(map_run.work / 'epoch_1.pth')
+    state = checkpoint['meta'][STATE_KEY]
+    del state['version'], state['selection']
+    torch.save(checkpoint, work / 'epoch_1.pth')
+    config = shutil.copy(map_run.config, map_run.root / 'prune_resume_v1.py')
+    load_tool('train').main([str(config), '--work-dir', str(work), '--resume',
+                             str(work / 'epoch_1.pth')])
+
+    first = load_checkpoint_file(map_run.work / 'epoch_4.pth')['meta']
+    second = load_checkpoint_file(work / 'epoch_4.pth')['meta']
+    assert second[STATE_KEY] == first[STATE_KEY]
+    assert second[STATE_KEY]['version'] == 2
 
 
 def test_merged_checkpoint_reproduces_the_gated_model(map_run):

@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .map import (Bounds, Candidate, MAPFit, _as_int, _check_depth,
-                  evaluate_candidates, resolve_bounds)
+from .map import (Bounds, Candidate, MAPFit, evaluate_candidates,
+                  resolve_bounds)
+from .validation import as_int, check_depth
 
 __all__ = [
     'ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost',
@@ -56,7 +57,7 @@ class CostModel:
         raise NotImplementedError
 
     def _check_counts(self, n_attn: int, n_act: int) -> Tuple[int, int]:
-        counts = (_as_int(n_attn, 'n_attn'), _as_int(n_act, 'n_act'))
+        counts = (as_int(n_attn, 'n_attn'), as_int(n_act, 'n_act'))
         upper = self.depth if self.depth is not None else math.inf
         for name, count in zip(('n_attn', 'n_act'), counts):
             if not 0 <= count <= upper:
@@ -89,15 +90,15 @@ class AnalyticCost(CostModel):
             img_size = (img_size, img_size)
         if len(img_size) != 2:
             raise ValueError(f'img_size must be H or (H, W), got {img_size}')
-        height, width = (_as_int(v, 'img_size') for v in img_size)
+        height, width = (as_int(v, 'img_size') for v in img_size)
         for name, value in (('embed_dim', self.embed_dim),
                             ('num_heads', self.num_heads),
                             ('patch_size', self.patch_size),
                             ('in_chans', self.in_chans),
                             ('img_size', height), ('img_size', width)):
-            if _as_int(value, name) < 1:
+            if as_int(value, name) < 1:
                 raise ValueError(f'{name} must be positive, got {value}')
-        if _as_int(self.num_prefix_tokens, 'num_prefix_tokens') < 0:
+        if as_int(self.num_prefix_tokens, 'num_prefix_tokens') < 0:
             raise ValueError('num_prefix_tokens must be >= 0')
         if self.embed_dim % self.num_heads:
             raise ValueError(f'embed_dim {self.embed_dim} is not divisible '
@@ -109,7 +110,7 @@ class AnalyticCost(CostModel):
             raise ValueError(f'img_size {height}x{width} is smaller than '
                              f'one {self.patch_size}px patch')
         object.__setattr__(self, 'img_size', (height, width))
-        object.__setattr__(self, 'depth', _check_depth(self.depth))
+        object.__setattr__(self, 'depth', check_depth(self.depth))
 
     @classmethod
     def from_arch(cls, arch: str, img_size=(224, 224),
@@ -202,7 +203,7 @@ class MeasuredCost(CostModel):
             raise ValueError(f'{self.source}: "attn" and "ffn_saving" are '
                              'savings and must be >= 0')
         if self.depth is not None:
-            object.__setattr__(self, 'depth', _check_depth(self.depth))
+            object.__setattr__(self, 'depth', check_depth(self.depth))
             remaining = self.dense_total - self.depth * (self.attn
                                                          + self.ffn_saving)
             if remaining <= 0:
@@ -267,7 +268,7 @@ def evaluate_cost_candidates(fit: MAPFit, depth: int, cost: CostModel,
                              bounds: Bounds = 'full') -> List[CostCandidate]:
     """Every ``(n_attn, n_act)`` with both counts in ``bounds``, with MAP's
     prediction and the speedup under ``cost``."""
-    depth = _check_depth(depth)
+    depth = check_depth(depth)
     if cost.depth is not None and cost.depth != depth:
         raise ValueError(f'cost model is for depth {cost.depth}, '
                          f'but depth is {depth}')

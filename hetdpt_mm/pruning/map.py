@@ -28,6 +28,8 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
+from .validation import as_int, check_depth
+
 __all__ = [
     'MAPPoint', 'DegreeScore', 'MAPFit', 'Candidate', 'Allocation',
     'load_points', 'parse_points', 'polynomial_terms', 'term_name',
@@ -134,7 +136,7 @@ def parse_points(records: Sequence[Mapping[str, Any]],
     name ``source`` and the record (``locations[i]``, default ``row i``).
     """
     if depth is not None:
-        depth = _check_depth(depth)
+        depth = check_depth(depth)
     if not records:
         raise ValueError(f'{source}: contains no points')
     if locations is None:
@@ -234,24 +236,6 @@ def _checked_ratio(values: Mapping[str, float], name: str,
     if not 0.0 <= ratio <= 1.0:  # also rejects NaN
         raise ValueError(f'{where}: ratio {name}={ratio:g} is outside [0, 1]')
     return ratio
-
-
-def _check_depth(depth: Any) -> int:
-    depth = _as_int(depth, 'depth')
-    if depth < 1:
-        raise ValueError(f'depth must be a positive number of blocks, '
-                         f'got {depth}')
-    return depth
-
-
-def _as_int(value: Any, name: str) -> int:
-    """Accept ints and integral floats (8.0); reject bools and fractions."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    if (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and float(value).is_integer()):
-        return int(value)
-    raise ValueError(f'{name} must be an integer, got {value!r}')
 
 
 # ---------------------------------------------------------------- fitting --
@@ -376,7 +360,7 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
 
 
 def _check_degrees(degrees: Iterable[int]) -> List[int]:
-    degrees = [_as_int(d, 'degree') for d in degrees]
+    degrees = [as_int(d, 'degree') for d in degrees]
     if not degrees:
         raise ValueError('at least one polynomial degree is needed')
     if any(d < 1 for d in degrees):
@@ -479,7 +463,7 @@ class MAPFit:
             if data.get('version') != FIT_FORMAT_VERSION:
                 raise ValueError(
                     f'unsupported version {data.get("version")!r}')
-            degree = _as_int(data['degree'], 'degree')
+            degree = as_int(data['degree'], 'degree')
             terms = [(t['a_power'], t['t_power']) for t in data['terms']]
             if terms != polynomial_terms(degree):
                 raise ValueError(f'terms do not match degree {degree}')
@@ -552,7 +536,7 @@ class Candidate:
 def resolve_bounds(bounds: Bounds, depth: int) -> Tuple[int, int]:
     """Per-type count bounds: ``'full'`` = ``0..depth``, ``'paper'`` =
     ``1..depth-1`` (the authors' snippet), or an explicit ``(lo, hi)``."""
-    depth = _check_depth(depth)
+    depth = check_depth(depth)
     if isinstance(bounds, str):
         named = {'full': (0, depth), 'paper': (1, depth - 1)}
         if bounds not in named:
@@ -564,7 +548,7 @@ def resolve_bounds(bounds: Bounds, depth: int) -> Tuple[int, int]:
     except (TypeError, ValueError):
         raise ValueError(f'bounds must be "full", "paper" or (lo, hi), '
                          f'got {bounds!r}') from None
-    lo, hi = _as_int(lo, 'lower bound'), _as_int(hi, 'upper bound')
+    lo, hi = as_int(lo, 'lower bound'), as_int(hi, 'upper bound')
     if not 0 <= lo <= hi <= depth:
         raise ValueError(f'bounds ({lo}, {hi}) must satisfy '
                          f'0 <= lo <= hi <= depth ({depth})')
@@ -640,8 +624,8 @@ def allocate(fit: MAPFit, budget: int, depth: int,
     accuracy together with the whole candidate table. Candidates outside the
     fitted points' convex hull are flagged ``extrapolated`` but still count.
     """
-    depth = _check_depth(depth)
-    budget = _as_int(budget, 'budget')
+    depth = check_depth(depth)
+    budget = as_int(budget, 'budget')
     if budget < 0:
         raise ValueError(f'budget must be >= 0 removed layers, got {budget}')
     if budget > 2 * depth:

@@ -1,0 +1,187 @@
+"""The shared base of the hooks that remove layers by closing gates
+(:class:`~.prune_hook.HetDPTPruneHook`,
+:class:`~.map_collect_hook.MAPCollectHook`).
+
+:class:`GateHookBase` owns what both need: finding the one gated backbone,
+the selection policy and its rank-0 decision broadcast to every rank,
+closing the chosen gate, the hook's versioned state in
+``checkpoint['meta'][STATE_KEY]`` and the checks of a resume.  Once found
+(:func:`~.spec_meta_hook.find_hetdpt_backbones`), the backbone is used only
+through its family interface (``depth``, ``prune_spec``, ``gates``,
+``gate_scores``, ``set_spec``, ``form``).
+"""
+import copy
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
+
+from mmengine.dist import (all_gather_object, broadcast_object_list,
+                           is_main_process)
+from torch.nn.parallel import DistributedDataParallel
+
+from ..pruning.selection import Decision, SelectionPolicy, build_selection
+from ..record import read_backbone_checkpoint
+from ..spec import ACT, ATTN, PruneSpec
+from .spec_meta_hook import HetDPTMetaHook, find_hetdpt_backbones
+
+__all__ = ['KIND_NAMES', 'GatedBackboneError', 'GateHookBase']
+
+KIND_NAMES = {ATTN: 'attention', ACT: 'GELU'}
+
+
+class GatedBackboneError(TypeError, ValueError):
+    """The model has no single gated backbone.  Both a TypeError and a
+    ValueError: the two hooks raised one each before they shared this
+    check, and callers may catch either."""
+
+
+class GateHookBase(HetDPTMetaHook):
+    """Base of the hooks that close gates of a gated backbone.
+
+    Subclasses set :attr:`STATE_KEY` and :attr:`STATE_VERSION`, return their
+    state from :meth:`state_dict` (saved with ``version`` at every
+    checkpoint) and read a resumed one with :meth:`resumed_state`, which
+    upgrades older versions with :meth:`upgrade_state`.  Being a
+    :class:`HetDPTMetaHook`, they also write the backbone's spec record.
+
+    Args:
+        selection: the policy choosing the layer to remove: a
+            :class:`~hetdpt_mm.pruning.selection.SelectionPolicy`, a config
+            dict (``dict(type='LowestGateScore')``) or a registered name.
+    """
+
+    #: Key of the hook's state in ``checkpoint['meta']``.
+    STATE_KEY: str
+    #: Layout version of that state.  A state without ``version`` is
+    #: version 1 (HetDPTPruneHook wrote none at first).
+    STATE_VERSION: int
+
+    def __init__(self, selection: Union[str, Mapping, SelectionPolicy]):
+        self.selection = build_selection(selection)
+        self._loaded_state: Optional[Dict] = None
+
+    # ------------------------------------------------------------ backbone
+    def backbone(self, runner):
+        """The model's one gated backbone (a distillation teacher's are not
+        counted)."""
+        found = [(prefix, backbone.form, backbone)
+                 for prefix, backbone in find_hetdpt_backbones(runner.model)]
+        gated = [backbone for _, form, backbone in found if form == 'gated']
+        if len(gated) != 1:
+            described = ', '.join(f'{type(b).__name__} in the {form} form at '
+                                  f'{prefix!r}' for prefix, form, b in found)
+            raise GatedBackboneError(
+                f'{type(self).__name__} removes layers by closing gates: the '
+                "model needs backbone=dict(type='HetDPTViT', gated=True, ...)"
+                f' (exactly one); found: {described or "none"}')
+        return gated[0]
+
+    def check_wrapper(self, runner) -> None:
+        """Closed gates leave parameters without gradients: DDP must expect
+        unused parameters."""
+        model = runner.model
+        if isinstance(model, DistributedDataParallel) and \
+                not model.find_unused_parameters:
+            raise ValueError(
+                f'{type(self).__name__} under DistributedDataParallel needs '
+                'find_unused_parameters=True (set `find_unused_parameters = '
+                'True` in the config, or in model_wrapper_cfg): a closed gate '
+                'skips its layer, whose parameters then get no gradient')
+
+    # ----------------------------------------------------------- selection
+    @property
+    def selects_here(self) -> bool:
+        """Whether this rank runs the policy (rank 0 always)."""
+        return self.selection.runs_on_every_rank or is_main_process()
+
+    def setup_selection(self, runner, backbone) -> None:
+        """The policy's checks and preparation, before training."""
+        if self.selects_here:
+            self.selection.setup(runner, backbone)
+
+    def select_and_close(self, backbone, kind: str, candidates: List[int]
+                         ) -> Tuple[Decision, Optional[List[int]]]:
+        """Rank 0's decision among ``candidates`` (open ``kind`` layers),
+        applied on every rank, so all ranks close the same gate; also each
+        rank's own choice when the policy runs on every rank (else None)."""
+        own = self.selection.select(backbone, kind, candidates) \
+            if self.selects_here else None
+        shared = [own]
+        broadcast_object_list(shared)
+        decision = shared[0]
+        rank_choices = [d.index for d in all_gather_object(own)] \
+            if self.selection.runs_on_every_rank else None
+        backbone.set_spec(backbone.prune_spec.with_removed(
+            decision.kind, decision.index))
+        return decision, rank_choices
+
+    # --------------------------------------------------------------- state
+    def state_dict(self) -> Optional[Dict]:
+        """The state to save (without ``version``), None for nothing yet."""
+        raise NotImplementedError
+
+    def upgrade_state(self, state: Dict, version: int) -> Dict:
+        """``state`` of layout ``version`` in layout ``version + 1``."""
+        raise NotImplementedError
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        super().before_save_checkpoint(runner, checkpoint)
+        state = self.state_dict()
+        if state is not None:
+            checkpoint.setdefault('meta', {})[self.STATE_KEY] = dict(
+                copy.deepcopy(state), version=self.STATE_VERSION)
+
+    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        """Runs before the weights load and before the runner says whether
+        it resumes: close the checkpoint's gates and keep its state for
+        :meth:`resumed_state`."""
+        record = read_backbone_checkpoint(checkpoint).record
+        if record.form == 'gated':
+            self.backbone(runner).set_spec(record.spec)
+        state = (checkpoint.get('meta') or {}).get(self.STATE_KEY)
+        self._loaded_state = copy.deepcopy(dict(state)) \
+            if state is not None else None
+
+    @property
+    def has_loaded_state(self) -> bool:
+        return self._loaded_state is not None
+
+    def resumed_state(self) -> Optional[Dict]:
+        """The loaded checkpoint's state in the current layout (without
+        ``version``), or None when it had none; consumed by the call."""
+        state, self._loaded_state = self._loaded_state, None
+        if state is None:
+            return None
+        version = state.pop('version', 1)
+        if isinstance(version, bool) or not isinstance(version, int) or \
+                not 1 <= version <= self.STATE_VERSION:
+            raise ValueError(
+                f'{type(self).__name__}: unsupported state version '
+                f'{version!r} in meta[{self.STATE_KEY!r}] (this version '
+                f'writes {self.STATE_VERSION}; is the checkpoint newer?)')
+        for older in range(version, self.STATE_VERSION):
+            state = self.upgrade_state(state, older)
+        return state
+
+    # -------------------------------------------------------------- resume
+    def check_resumed_settings(self, state: Mapping,
+                               current: Mapping) -> None:
+        """The settings in ``current`` must equal those the checkpoint was
+        saved with."""
+        for key, value in current.items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f'{type(self).__name__}: the checkpoint was saved with '
+                    f'{key}={state.get(key)!r}, this configuration gives '
+                    f'{value!r}; resume with the same setting')
+
+    def check_resumed_gates(self, backbone, start: PruneSpec,
+                            removals: Iterable[Tuple[str, int]]) -> None:
+        """The gates loaded from the checkpoint must be ``start`` with the
+        recorded ``removals`` applied."""
+        expected = start
+        for kind, index in removals:
+            expected = expected.with_removed(kind, index)
+        if backbone.prune_spec != expected:
+            raise ValueError(
+                f'{type(self).__name__}: inconsistent resume state: the '
+                f'checkpoint gates give {backbone.prune_spec} but its '
+                f'recorded removals give {expected}')
