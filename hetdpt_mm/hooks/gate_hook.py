@@ -18,7 +18,6 @@ from mmengine.dist import (all_gather_object, broadcast_object_list,
 from torch.nn.parallel import DistributedDataParallel
 
 from ..pruning.selection import Decision, SelectionPolicy, build_selection
-from ..record import read_backbone_checkpoint
 from ..spec import ACT, ATTN, PruneSpec
 from .spec_meta_hook import HetDPTMetaHook, find_hetdpt_backbones
 
@@ -130,12 +129,9 @@ class GateHookBase(HetDPTMetaHook):
                 copy.deepcopy(state), version=self.STATE_VERSION)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        """Runs before the weights load and before the runner says whether
-        it resumes: close the checkpoint's gates and keep its state for
-        :meth:`resumed_state`."""
-        record = read_backbone_checkpoint(checkpoint).record
-        if record.form == 'gated':
-            self.backbone(runner).set_spec(record.spec)
+        """Runs before the runner says whether it resumes: keep the
+        hook's state for :meth:`resumed_state` (the gates load with the
+        weights: they are buffers)."""
         state = (checkpoint.get('meta') or {}).get(self.STATE_KEY)
         self._loaded_state = copy.deepcopy(dict(state)) \
             if state is not None else None
