@@ -1,9 +1,4 @@
-#!/usr/bin/env python
-"""HetDPT end to end on the embedded CPU demo, in one command.
-
-    python tools/demo.py [--quick] [--work-dir work_dirs/demo]
-        [--data-root data/demo] [--budget K] [--jobs N] [--threads N]
-        [--resume]
+"""HetDPT end to end on the embedded CPU demo (``tools/demo.py``).
 
 Stages (each runs the project's own tools as subprocesses, exactly the
 commands a user would type; they are printed, logged under
@@ -14,8 +9,9 @@ commands a user would type; they are printed, logged under
 3. collect MAP points with ``MAPCollectHook`` from the dense checkpoint,
    schedules attn / act / interleaved
    (``configs/demo/vit-demo_digits_map.py``), and test the dense model;
-4. fit MAP and split the budget (``tools/fit_map.py``, plot);
-5. prune with ``HetDPTPruneHook`` (MAP counts) and fine-tune
+4. fit MAP and split the budget (``tools/fit_map.py``, plot; the split is
+   read from its ``--save-allocation`` output);
+5. prune with ``HetDPTPruneHook`` (the MAP split's counts) and fine-tune
    (``configs/demo/vit-demo_digits_hetdpt.py``);
 6. merge (``tools/merge_ckpt.py``) and test the pruned model;
 7. DETR and UperNet from the merged backbone: test before training, train,
@@ -23,6 +19,10 @@ commands a user would type; they are printed, logged under
    merged classifier;
 8. benchmark dense vs pruned vs merged (``tools/benchmark.py``);
 9. write ``report.md``, ``summary.json`` and the plots.
+
+Hook options are set by hook type, not by list position: a job whose hook
+needs other options runs a config generated under ``<work-dir>/configs/``
+that inherits the demo config (:func:`write_hook_config`).
 
 The independent jobs of a stage run side by side (``--jobs``, default one
 per core, at most 2).  Threads per job (``--threads``) default to the idle
@@ -33,42 +33,33 @@ work dir; ``--resume`` continues one instead, skipping its finished stages.
 ``--quick`` is the CI variant: the same stages on tiny subsets and
 schedules (minutes; its accuracies mean nothing).  See docs/demo.md.
 """
-import argparse
 import csv
 import dataclasses
 import io
 import json
 import math
-import os
-import re
-import shlex
+import pprint
 import shutil
-import signal
-import subprocess
-import sys
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # run from a clone without installing
+import torch
+from mmengine.config import Config
+from mmengine.logging import MMLogger
 
-import torch  # noqa: E402
-from mmengine.logging import MMLogger  # noqa: E402
-
-from hetdpt_mm import demo_report  # noqa: E402
-from hetdpt_mm.benchmark import machine_info  # noqa: E402
-from hetdpt_mm.checkpoint import load_checkpoint_file  # noqa: E402
-from hetdpt_mm.datasets import make_all  # noqa: E402
-from hetdpt_mm.fileio import atomic_write_text  # noqa: E402
-from hetdpt_mm.hooks.map_collect_hook import POINT_COLUMNS  # noqa: E402
-from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE  # noqa: E402
-from hetdpt_mm.pruning import (AnalyticCost, MAPFit, allocate,  # noqa: E402
-                               load_points)
-from hetdpt_mm.spec import read_spec_meta  # noqa: E402
+from ..benchmark import machine_info
+from ..checkpoint import load_checkpoint_file
+from ..datasets import make_all
+from ..fileio import atomic_write_text
+from ..hooks.map_collect_hook import POINT_COLUMNS
+from ..hooks.prune_hook import STATE_KEY as PRUNE_STATE
+from ..pruning import AnalyticCost, MAPFit, load_points
+from ..spec import read_spec_meta
+from . import demo_report, plots
+from .fit_map import load_allocation
+from .jobs import Job, JobRunner, load_average
 
 DENSE_CONFIG = 'configs/demo/vit-demo_digits.py'
 MAP_CONFIG = 'configs/demo/vit-demo_digits_map.py'
@@ -77,10 +68,11 @@ DETR_CONFIG = 'configs/demo/detr_hetdpt_demo.py'
 UPERNET_CONFIG = 'configs/demo/upernet_hetdpt_demo.py'
 DEFAULT_DATA_ROOT = 'data/demo'
 STATE_FILE = 'demo_state.json'
-STATE_VERSION = 1
+# 2: the MAP allocation is read from fit_map's output and kept in the state.
+STATE_VERSION = 2
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
-OUTPUTS = ('vit-demo_digits', 'map', 'vit-demo_digits_hetdpt',
+OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'vit-demo_digits_hetdpt',
            'detr_hetdpt_demo', 'upernet_hetdpt_demo', 'benchmark', 'logs',
            'report.md', 'summary.json', 'accuracy_vs_speedup.png',
            'losses.png', 'demo.log', STATE_FILE)
@@ -129,139 +121,30 @@ QUICK = Settings(
     transfer_log_interval=1, bench_batch=16, bench_repeats=2,
     context_bench=False)
 
-#: Log lines of the subprocesses shown on the console (all are in the logs).
-PROGRESS_LINE = re.compile(
-    r'Epoch\((?:val|test)\)|Iter\((?:val|test)\)|MAPCollectHook (?:point|'
-    r'step \d+: removed)|HetDPT prune \d|HetDPT prune counts|spec now|'
-    r'merged checkpoint written|Traceback|Error|error:')
-TRAIN_LINE = re.compile(r'((?:Epoch|Iter)\(train\)\s*(?:\[\d+\])?\s*'
-                        r'\[\s*\d+/\d+\])')
-MMENGINE_PREFIX = re.compile(r'^(?:\d{4}/)?\d\d/\d\d \d\d:\d\d:\d\d - \S+ - '
-                             r'\w+ - ')
-NOISY_FIELDS = re.compile(r'\s+(?:data_time|time|base_lr|lr|grad_norm|eta): '
-                          r'\S+')
-TRAIN_LINE_SECONDS = 20  # at most one training line per job this often
 
+@dataclasses.dataclass(frozen=True)
+class DemoOptions:
+    """One demo run as ``tools/demo.py`` was asked for it."""
+    repo: Path  # the checkout whose tools and configs the jobs run
+    work_dir: Path
+    data_root: Path
+    quick: bool = False
+    budget: Optional[int] = None  # None: the variant's (FULL or QUICK)
+    jobs: int = 1  # independent jobs side by side
+    threads: Optional[int] = None  # per job; None: from the idle cores
+    resume: bool = False
+    command: str = ''  # how it was started, for the report
 
-# --------------------------------------------------------------------- jobs
-@dataclasses.dataclass
-class Job:
-    """One subprocess: ``python ARGV...`` from the repository root."""
-    name: str
-    #: the arguments, or a function giving them when the job starts (its
-    #: input is made by an earlier job of the same lane)
-    argv: Union[List[str], Callable[[], List[str]]]
-    show_all: bool = False  # print every line (short tools) or progress only
-    last_train_line: float = -float('inf')  # when a training line was shown
+    @property
+    def mode(self) -> str:
+        return 'quick' if self.quick else 'full'
 
-
-class JobRunner:
-    """Runs jobs as subprocesses with a live, filtered view of their output;
-    the full output of each goes to ``<log_dir>/<name>.log``."""
-
-    def __init__(self, logger, log_dir: Path, threads: Optional[int],
-                 jobs: int):
-        self.logger = logger
-        self.log_dir = log_dir
-        self.threads = threads  # None: chosen per stage (lane_threads)
-        self.jobs = jobs
-        self.commands: List[str] = []
-        self.durations: Dict[str, float] = {}
-        self.threads_used: Dict[str, int] = {}
-        self._lock = threading.Lock()
-        self._running: set = set()
-        self._failure: Optional[Exception] = None
-
-    def run_lanes(self, lanes: Sequence[Sequence[Job]]) -> None:
-        """Run each lane's jobs in order, up to ``jobs`` lanes at a time.
-        The first failure stops the other lanes (their running jobs are
-        terminated) and is raised; so is an interruption of the demo."""
-        lanes = [lane for lane in lanes if lane]
-        workers = min(self.jobs, len(lanes))
-        threads = self.threads or lane_threads(workers)
-        self._failure = None
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(self._run_lane, lane, threads)
-                       for lane in lanes]
-            try:
-                for future in futures:
-                    future.result()
-            except BaseException:  # Ctrl-C or SIGTERM of the demo itself
-                self._stop_all()
-                raise
-        if self._failure is not None:
-            raise self._failure
-
-    def _run_lane(self, lane: Sequence[Job], threads: int) -> None:
-        for job in lane:
-            if self._failure is not None:
-                return
-            try:
-                self._run(job, threads)
-            except Exception as err:  # raised by run_lanes
-                with self._lock:
-                    if self._failure is None:
-                        self._failure = err
-                self._stop_all()
-                return
-
-    def _stop_all(self) -> None:
-        with self._lock:
-            for process in self._running:
-                process.terminate()
-
-    def _run(self, job: Job, threads: int) -> None:
-        argv = job.argv() if callable(job.argv) else job.argv
-        command = shlex.join([f'OMP_NUM_THREADS={threads}', 'python'] + argv)
-        with self._lock:
-            self.commands.append(command)
-            self.threads_used[job.name] = threads
-        log_path = self.log_dir / f'{job.name}.log'
-        self.logger.info(f'[{job.name}] $ {command}')
-        start = time.monotonic()
-        with open(log_path, 'w', encoding='utf-8') as log, subprocess.Popen(
-                [sys.executable] + argv, cwd=REPO, env=dict(
-                    os.environ, PYTHONUNBUFFERED='1',
-                    OMP_NUM_THREADS=str(threads),
-                    MKL_NUM_THREADS=str(threads)),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                bufsize=1) as process:
-            with self._lock:
-                self._running.add(process)
-            try:
-                for line in process.stdout:
-                    log.write(line)
-                    self._show(job, MMENGINE_PREFIX.sub('', line.rstrip()))
-            finally:
-                with self._lock:
-                    self._running.discard(process)
-        seconds = time.monotonic() - start
-        with self._lock:
-            self.durations[job.name] = seconds
-        if process.returncode != 0:
-            tail = log_path.read_text(encoding='utf-8').splitlines()[-25:]
-            raise DemoError(
-                f'job {job.name} failed with exit status '
-                f'{process.returncode} after {seconds:.0f} s:\n  $ {command}'
-                '\n  last lines of its output:\n    ' + '\n    '.join(tail) +
-                f'\n  full log: {log_path}')
-        self.logger.info(f'[{job.name}] done in {seconds:.1f} s')
-
-    def _show(self, job: Job, text: str) -> None:
-        """Print a job's output line if it tells the user something: all of
-        it for short tools, else results and decisions, and a training line
-        now and then."""
-        if job.show_all:
-            self.logger.info(f'[{job.name}] {text}')
-        elif PROGRESS_LINE.search(text):
-            self.logger.info(f'[{job.name}] {NOISY_FIELDS.sub("", text)}')
-        elif TRAIN_LINE.search(text) and (time.monotonic() -
-                                          job.last_train_line >=
-                                          TRAIN_LINE_SECONDS):
-            job.last_train_line = time.monotonic()
-            eta = re.search(r'eta: (\S+)', text)
-            self.logger.info(f'[{job.name}] {NOISY_FIELDS.sub("", text)}' +
-                             (f'  eta {eta.group(1)}' if eta else ''))
+    @property
+    def settings(self) -> Settings:
+        variant = QUICK if self.quick else FULL
+        if self.budget is None:
+            return variant
+        return dataclasses.replace(variant, budget=self.budget)
 
 
 # -------------------------------------------------------------------- demo
@@ -287,40 +170,27 @@ def last_checkpoint(work_dir: Path) -> Path:
     return Path(marker.read_text().strip())
 
 
-def load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
+def write_hook_config(base: Path, hook_type: str, options: Mapping[str, Any],
+                      path: Path, unset: Sequence[str] = ()) -> None:
+    """Write a config to ``path`` that inherits ``base`` and gives its one
+    ``hook_type`` hook ``options`` (and drops its keys ``unset``).
 
-
-def _cpu_times() -> tuple:
-    """(idle, total) jiffies of all cores since boot (Linux)."""
-    with open('/proc/stat', encoding='ascii') as file:
-        values = [int(v) for v in file.readline().split()[1:9]]
-    return values[3] + values[4], sum(values)
-
-
-def free_cores(seconds: float = 0.5) -> float:
-    """Idle CPU capacity now, in cores: sampled from /proc/stat, else
-    estimated from the load average."""
-    cores = os.cpu_count() or 1
-    try:
-        idle_before, total_before = _cpu_times()
-        time.sleep(seconds)
-        idle_after, total_after = _cpu_times()
-    except (OSError, ValueError, IndexError):
-        load = load_average()
-        return float(cores) if load != load else max(0.0, cores - load)
-    total = total_after - total_before
-    return cores * (idle_after - idle_before) / total if total else cores
-
-
-def lane_threads(lanes: int) -> int:
-    """Threads per job when ``lanes`` jobs run side by side: the free cores
-    shared out, at least 1.  Tiny models gain from a second thread only if
-    a core is really free: on a busy machine OpenMP threads mostly wait for
-    each other (measured here: 1.6x faster on an idle 2-core machine, 3.5x
-    slower under load 7)."""
-    cores = os.cpu_count() or 1
-    return max(1, min(cores // lanes, int(free_cores() / lanes + 0.25)))
+    ``--cfg-options custom_hooks.<i>.<key>=...`` would address the hook by
+    its position in the list, silently reaching another hook when the
+    config's list changes; here it is found by type.
+    """
+    hooks = [hook.to_dict() for hook in Config.fromfile(base).custom_hooks]
+    matching = [hook for hook in hooks if hook['type'] == hook_type]
+    if len(matching) != 1:
+        raise DemoError(f'{base} has {len(matching)} {hook_type} hooks in '
+                        'custom_hooks; the demo configures exactly one')
+    for key in unset:
+        matching[0].pop(key, None)
+    matching[0].update(options)
+    atomic_write_text(path, (
+        f'# Written by the HetDPT demo: {base.name} with options of its '
+        f'{hook_type}.\n_base_ = [{str(base)!r}]\n'
+        f'custom_hooks = {pprint.pformat(hooks, sort_dicts=False)}\n'))
 
 
 class Demo:
@@ -341,15 +211,16 @@ class Demo:
         ('report', 'write the report'),
     )
 
-    def __init__(self, args: argparse.Namespace, settings: Settings):
-        self.args = args
-        self.settings = settings
-        self.work_dir: Path = args.work_dir
-        self.data_root: Path = args.data_root
+    def __init__(self, options: DemoOptions):
+        self.options = options
+        self.settings = options.settings
+        self.repo: Path = options.repo
+        self.work_dir: Path = options.work_dir
+        self.data_root: Path = options.data_root
         self.state: Dict[str, Any] = dict(
-            version=STATE_VERSION, mode=args.mode,
-            settings=dataclasses.asdict(settings),
-            data_root=str(args.data_root), finished=[], seconds={},
+            version=STATE_VERSION, mode=options.mode,
+            settings=dataclasses.asdict(self.settings),
+            data_root=str(options.data_root), finished=[], seconds={},
             results={}, commands=[], job_seconds={}, job_threads={})
         self.results = self.state['results']
         self.logger: Optional[MMLogger] = None
@@ -361,7 +232,7 @@ class Demo:
         the report should show it."""
         path = Path(path)
         try:
-            return str(path.resolve().relative_to(REPO))
+            return str(path.resolve().relative_to(self.repo))
         except ValueError:
             return str(path.resolve())
 
@@ -400,6 +271,17 @@ class Demo:
                 '--out-metrics', metrics]
         return argv + (['--cfg-options', *options] if options else [])
 
+    def hook_config(self, job: str, config: str, hook_type: str,
+                    options: Mapping[str, Any],
+                    unset: Sequence[str] = ()) -> str:
+        """``config`` with options of its ``hook_type`` hook, written for
+        ``job`` under ``<work_dir>/configs/`` (same file name: the merge hook
+        names its output after it)."""
+        path = self.out('configs', job, Path(config).name)
+        write_hook_config(self.repo / config, hook_type, options, path,
+                          unset)
+        return self.rel(path)
+
     def save_state(self) -> None:
         self.state['commands'] = self.jobs.commands
         self.state['job_seconds'] = self.jobs.durations
@@ -412,7 +294,7 @@ class Demo:
         """Resume an earlier run, or replace its outputs; never touch a
         directory the demo did not make."""
         state_path = self.out(STATE_FILE)
-        if self.args.resume:
+        if self.options.resume:
             if not state_path.is_file():
                 raise DemoError(f'--resume: {state_path} does not exist (no '
                                 'earlier demo run in this work dir)')
@@ -448,19 +330,19 @@ class Demo:
         self.logger = MMLogger.get_instance(
             f'hetdpt_demo_{time.time_ns()}', logger_name='hetdpt_demo',
             log_file=str(self.out('demo.log')),
-            file_mode='a' if self.args.resume else 'w')
-        self.jobs = JobRunner(self.logger, self.out('logs'),
-                              self.args.threads, self.args.jobs)
+            file_mode='a' if self.options.resume else 'w')
+        self.jobs = JobRunner(self.logger, self.repo, self.out('logs'),
+                              self.options.threads, self.options.jobs)
         self.jobs.commands = list(self.state['commands'])
         self.jobs.durations = dict(self.state['job_seconds'])
         self.jobs.threads_used = dict(self.state['job_threads'])
         self.state.setdefault('load_before', load_average())
         start = time.monotonic() - sum(self.state['seconds'].values())
         self.logger.info(
-            f'HetDPT demo ({self.args.mode}): work dir '
+            f'HetDPT demo ({self.options.mode}): work dir '
             f'{self.rel(self.work_dir)}, data {self.rel(self.data_root)}, '
-            f'up to {self.args.jobs} parallel job(s), '
-            f'{self.args.threads or "auto"} thread(s) each, load average '
+            f'up to {self.options.jobs} parallel job(s), '
+            f'{self.options.threads or "auto"} thread(s) each, load average '
             f'{load_average():.2f}')
         for number, (name, title) in enumerate(self.STAGES, 1):
             banner = (f'[{number}/{len(self.STAGES)}] {title} (elapsed '
@@ -512,17 +394,18 @@ class Demo:
         jobs = {}
         for schedule in MAP_SCHEDULES:
             steps = s.map_steps[schedule]
+            name = f'map-{schedule}'
+            config = self.hook_config(
+                name, MAP_CONFIG, 'MAPCollectHook',
+                dict(schedule=schedule, interval=s.map_interval,
+                     max_removed=steps, calib_images=s.map_calib_images))
             options = [
                 f'load_from={dense["checkpoint"]}',
-                f'custom_hooks.0.schedule={schedule}',
-                f'custom_hooks.0.interval={s.map_interval}',
-                f'custom_hooks.0.max_removed={steps}',
-                f'custom_hooks.0.calib_images={s.map_calib_images}',
                 f'train_cfg.max_epochs={steps * s.map_interval}',
                 f'train_dataloader.sampler.subset={s.map_subset}',
             ] + self.data_options('cls')
-            jobs[schedule] = Job(f'map-{schedule}', self.train_argv(
-                MAP_CONFIG, self.rel(self.out('map', schedule)), options))
+            jobs[schedule] = Job(name, self.train_argv(
+                config, self.rel(self.out('map', schedule)), options))
         dense_test = Job('dense-test', self.test_argv(
             DENSE_CONFIG, dense['checkpoint'],
             self.rel(self.out('vit-demo_digits')),
@@ -560,31 +443,39 @@ class Demo:
     def stage_fit(self) -> None:
         depth = self.results['dense']['depth']
         fit_path = self.out('map', 'map_fit.json')
+        allocation_path = self.out('map', 'map_allocation.json')
         self.jobs.run_lanes([[Job('fit-map', [
             'tools/fit_map.py', self.rel(self.out('map', 'map_points.csv')),
             '--depth', str(depth), '--budget', str(self.settings.budget),
             '--bounds', 'full', '--plot',
             self.rel(self.out('map', 'map_fit.png')), '--save-fit',
-            self.rel(fit_path), '--force'], show_all=True)]])
+            self.rel(fit_path), '--save-allocation',
+            self.rel(allocation_path), '--force'], show_all=True)]])
         fit = MAPFit.from_dict(demo_report.read_json(fit_path))
-        allocation = allocate(fit, self.settings.budget, depth, 'full')
+        allocation = load_allocation(allocation_path, 'full')
         self.results['map'].update(
             fit=fit.to_dict(), bounds='full', fit_path=self.rel(fit_path),
-            degree=fit.degree, cv_mae=fit.cv_mae, cv_rmse=fit.cv_rmse,
+            allocation=allocation.to_dict(), degree=fit.degree,
+            cv_mae=fit.cv_mae, cv_rmse=fit.cv_rmse,
             n_attn=allocation.n_attn, n_act=allocation.n_act,
             predicted=allocation.best.predicted_accuracy)
 
     def stage_prune(self) -> None:
         s = self.settings
         work = self.out('vit-demo_digits_hetdpt')
-        options = [f'load_from={self.results["dense"]["checkpoint"]}',
-                   f'custom_hooks.0.map_fit={self.results["map"]["fit_path"]}',
-                   f'custom_hooks.0.budget={self.settings.budget}']
+        split = self.results['map']
+        # The counts of MAP's split as tools/fit_map.py saved it, instead
+        # of the fit and budget from which the hook would derive it again.
+        config = self.hook_config(
+            'prune-train', PRUNE_CONFIG, 'HetDPTPruneHook',
+            dict(counts=dict(attn=split['n_attn'], act=split['n_act'])),
+            unset=('map_points', 'map_fit', 'budget'))
+        options = [f'load_from={self.results["dense"]["checkpoint"]}']
         options += classifier_schedule_options(s.prune_epochs,
                                                s.prune_train_images)
         options += self.data_options('cls')
         self.jobs.run_lanes([[Job('prune-train', self.train_argv(
-            PRUNE_CONFIG, self.rel(work), options))]])
+            config, self.rel(work), options))]])
         checkpoint = last_checkpoint(work)
         loaded = load_checkpoint_file(checkpoint, mmap=True)
         spec = read_spec_meta(loaded)['spec']
@@ -610,7 +501,7 @@ class Demo:
             accuracy=demo_report.read_json(
                 work / 'test_metrics_pruned.json')['accuracy/top1'],
             hook_output_identical=self.same_weights(
-                REPO / merged, REPO / prune['hook_merged']))
+                self.repo / merged, self.repo / prune['hook_merged']))
 
     @staticmethod
     def same_weights(path_a: Path, path_b: Path) -> bool:
@@ -689,7 +580,7 @@ class Demo:
         out = self.out('benchmark')
         # One thread unless told, timed by the process's CPU time: on a
         # shared machine that is what other jobs cannot inflate.
-        threads = self.args.threads or 1
+        threads = self.options.threads or 1
         common = ['--threads', str(threads), '--force'] + (
             ['--clock', 'process'] if threads == 1 else [])
         runs = dict(demo=[
@@ -724,15 +615,15 @@ class Demo:
         removal_steps = [(p, speedup) for p, speedup in zip(
             summary['map']['points'], summary['map']['point_speedups'])
             if p['step'] != '0']
-        demo_report.write_png(
+        plots.write_image(
             self.out('accuracy_vs_speedup.png'),
-            demo_report.plot_accuracy_vs_speedup(
+            plots.plot_accuracy_vs_speedup(
                 *zip(*removal_steps),
                 [dict(name=name, accuracy=summary['classification'][name][
                     'accuracy'], speedup=summary['benchmark']['demo'][
                         'models'][name]['speedup'])
                  for name in ('dense', 'pruned', 'merged')]))
-        demo_report.write_png(self.out('losses.png'), demo_report.plot_losses(
+        plots.write_image(self.out('losses.png'), plots.plot_losses(
             {'DETR (toy COCO)': self.results['detr']['loss_curve'],
              'UperNet (toy ADE20K)': self.results['upernet']['loss_curve']}))
         atomic_write_text(self.out('summary.json'),
@@ -759,9 +650,9 @@ class Demo:
         total = sum(self.state['seconds'].values())
         points = r['map']['points']
         return dict(
-            mode=self.args.mode, command=self.args.command,
-            machine=machine_description(), jobs=self.args.jobs,
-            threads=self.args.threads or 'auto',
+            mode=self.options.mode, command=self.options.command,
+            machine=machine_description(), jobs=self.options.jobs,
+            threads=self.options.threads or 'auto',
             job_threads=self.jobs.threads_used,
             load_before=self.state['load_before'],
             load_after=load_average(),
@@ -820,67 +711,3 @@ def machine_description() -> str:
 def validation_size(data_root: Path) -> int:
     with open(data_root / 'cls' / 'meta' / 'val.txt', encoding='utf-8') as f:
         return sum(1 for line in f if line.strip())
-
-
-# --------------------------------------------------------------------- main
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description='HetDPT end to end on the embedded CPU demo: dense '
-        'training, MAP, pruning, merging, DETR, UperNet, benchmark, report.')
-    parser.add_argument('--quick', action='store_true',
-                        help='the CI variant: tiny subsets and schedules')
-    parser.add_argument('--work-dir', type=Path,
-                        default=Path('work_dirs/demo'),
-                        help='all outputs go here (default work_dirs/demo)')
-    parser.add_argument('--data-root', type=Path,
-                        default=Path(DEFAULT_DATA_ROOT),
-                        help='demo datasets, made here if missing (default '
-                        'data/demo)')
-    parser.add_argument('--budget', type=int,
-                        help='layers to remove in total, split by MAP '
-                        f'(default {FULL.budget}, --quick {QUICK.budget})')
-    parser.add_argument('--jobs', type=int,
-                        default=max(1, min(2, os.cpu_count() or 1)),
-                        help='independent jobs run side by side (default: '
-                        'one per core, at most 2)')
-    parser.add_argument('--threads', type=int,
-                        help='torch / OpenMP threads per job (default: the '
-                        'idle cores shared out among the jobs of a stage, '
-                        'at least 1; benchmarks use 1)')
-    parser.add_argument('--resume', action='store_true',
-                        help='continue the earlier run in --work-dir, '
-                        'skipping its finished stages')
-    args = parser.parse_args(argv)
-    for name in ('jobs', 'threads'):
-        if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f'--{name} must be >= 1')
-    settings = QUICK if args.quick else FULL
-    if args.budget is None:
-        args.budget = settings.budget
-    elif args.budget < 1:
-        parser.error('--budget must be >= 1')
-    args.mode = 'quick' if args.quick else 'full'
-    args.command = shlex.join(['python', 'tools/demo.py'] + list(
-        sys.argv[1:] if argv is None else argv))
-    args.work_dir = args.work_dir.resolve()
-    args.data_root = args.data_root.resolve()
-    return args
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse_args(argv)
-    settings = QUICK if args.quick else FULL
-    demo = Demo(args, dataclasses.replace(settings, budget=args.budget))
-    try:
-        demo.run()
-    except DemoError as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == '__main__':
-    # SIGTERM as an exception, so that the running jobs are stopped too.
-    signal.signal(signal.SIGTERM,
-                  lambda signum, frame: sys.exit(128 + signum))
-    sys.exit(main())

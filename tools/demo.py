@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""HetDPT end to end on the embedded CPU demo, in one command.
+
+    python tools/demo.py [--quick] [--work-dir work_dirs/demo]
+        [--data-root data/demo] [--budget K] [--jobs N] [--threads N]
+        [--resume]
+
+Dense training, MAP points, MAP fit, pruning, merging, DETR and UperNet
+transfer, benchmark and a report, each stage running the project's own
+tools; the stages and their outputs are described in
+:mod:`hetdpt_mm.apis.demo` and docs/demo.md.  ``--quick`` is the CI
+variant (minutes; its accuracies mean nothing).
+"""
+import argparse
+import shlex
+import signal
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a clone without installing
+
+from hetdpt_mm.apis.demo import (DEFAULT_DATA_ROOT, FULL, QUICK,  # noqa: E402
+                                 Demo, DemoError, DemoOptions)
+from hetdpt_mm.apis.jobs import JobError, default_jobs  # noqa: E402
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
+    parser = argparse.ArgumentParser(
+        description='HetDPT end to end on the embedded CPU demo: dense '
+        'training, MAP, pruning, merging, DETR, UperNet, benchmark, report.')
+    parser.add_argument('--quick', action='store_true',
+                        help='the CI variant: tiny subsets and schedules')
+    parser.add_argument('--work-dir', type=Path,
+                        default=Path('work_dirs/demo'),
+                        help='all outputs go here (default work_dirs/demo)')
+    parser.add_argument('--data-root', type=Path,
+                        default=Path(DEFAULT_DATA_ROOT),
+                        help='demo datasets, made here if missing (default '
+                        'data/demo)')
+    parser.add_argument('--budget', type=int,
+                        help='layers to remove in total, split by MAP '
+                        f'(default {FULL.budget}, --quick {QUICK.budget})')
+    parser.add_argument('--jobs', type=int, default=default_jobs(),
+                        help='independent jobs run side by side (default: '
+                        'one per core, at most 2)')
+    parser.add_argument('--threads', type=int,
+                        help='torch / OpenMP threads per job (default: the '
+                        'idle cores shared out among the jobs of a stage, '
+                        'at least 1; benchmarks use 1)')
+    parser.add_argument('--resume', action='store_true',
+                        help='continue the earlier run in --work-dir, '
+                        'skipping its finished stages')
+    args = parser.parse_args(argv)
+    for name in ('jobs', 'threads', 'budget'):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f'--{name} must be >= 1')
+    return DemoOptions(
+        repo=REPO, work_dir=args.work_dir.resolve(),
+        data_root=args.data_root.resolve(), quick=args.quick,
+        budget=args.budget, jobs=args.jobs, threads=args.threads,
+        resume=args.resume, command=shlex.join(
+            ['python', 'tools/demo.py'] +
+            list(sys.argv[1:] if argv is None else argv)))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        Demo(parse_args(argv)).run()
+    except (DemoError, JobError) as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == '__main__':
+    # SIGTERM as an exception, so that the running jobs are stopped too.
+    signal.signal(signal.SIGTERM,
+                  lambda signum, frame: sys.exit(128 + signum))
+    sys.exit(main())
