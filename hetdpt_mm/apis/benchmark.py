@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Measure the speed, MACs and parameters of dense vs HetDPT-pruned models.
 
 Three comparisons, each run in ONE process with every model timed once per
@@ -18,49 +17,40 @@ real configs with ``--config NAME=PATH`` (repeatable; the first is the
 baseline). End to end means ``model.test_step`` on a batch of uint8 images:
 normalisation, backbone, neck, heads and post-processing, no data loading.
 
-Examples (from the repository root)::
-
-    python tools/benchmark.py backbone --arch deit-base \\
-        --spec '{"attn_removed": [0, 3, 7, 8, 11],
-                 "act_removed": [2, 7, 8, 10, 11]}' \\
-        --batch-size 16 --json bench/deit-b.json --md bench/deit-b.md
-    python tools/benchmark.py detr --img-size 800 1216
-    python tools/benchmark.py upernet --img-size 512 512 --profile 10
-    python tools/benchmark.py detr \\
-        --config dense=configs/detr_deit_b_dense.py \\
-        --config merged=configs/detr_hetdpt_deit_b.py
-
-Outputs are written atomically, only after every input has been validated,
-and an existing output is kept unless ``--force``. Errors print
-``error: <message>`` and exit with status 2.
+The options are those of ``tools/benchmark.py`` (:class:`BenchmarkOptions`,
+checked by :func:`resolve_options`); outputs are written atomically, only
+after every input has been validated, and an existing output is kept unless
+``force``.  The building blocks (timing loop, MAC counts, model builders)
+are in :mod:`hetdpt_mm.benchmark`.
 """
-import argparse
+import dataclasses
 import json
 import os
 import shlex
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
 from mmengine.config import Config, DictAction
 from torch.profiler import ProfilerActivity
 
-from hetdpt_mm.benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
-                                 TensorForward, TimingStats, amdahl_bound,
-                                 analytic_macs, autocast,
-                                 build_backbone_variants, build_from_config,
-                                 count_macs, count_params, hetdpt_config,
-                                 machine_info, make_test_batch,
-                                 paired_speedups, spec_text, stock_config,
-                                 synchronize, time_runs)
-from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
-from hetdpt_mm.fileio import atomic_write_text, check_output_path
-from hetdpt_mm.models.hetdpt_vit import HetDPTViT, resolve_arch
-from hetdpt_mm.spec import PruneSpec
+from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
+                         TensorForward, TimingStats, amdahl_bound,
+                         analytic_macs, autocast, build_backbone_variants,
+                         build_from_config, count_macs, count_params,
+                         hetdpt_config, machine_info, make_test_batch,
+                         paired_speedups, spec_text, stock_config,
+                         synchronize, time_runs)
+from ..cli import UsageError
+from ..fileio import atomic_write_text, check_output_path
+from ..models.hetdpt_vit import HetDPTViT, resolve_arch
+from ..spec import PruneSpec
+
+__all__ = ['TASKS', 'BenchmarkOptions', 'resolve_options', 'run_benchmark',
+           'format_markdown', 'run_and_write']
 
 TASKS = ('backbone', 'detr', 'upernet')
 #: Models the dense-prediction tasks build without --config.
@@ -77,163 +67,126 @@ DEFAULTS = {
 BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
 
 
-def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-    parser = ArgumentParser(
-        description='Benchmark dense vs HetDPT-pruned models (speed, MACs, '
-        'parameters) in one process.')
-    parser.add_argument('task', choices=TASKS,
-                        help='backbone variants, DETR, or UperNet')
-    model = parser.add_argument_group('models')
-    model.add_argument('--arch', default='deit-base',
-                       help='deit-tiny/small/base or a JSON dict '
-                       '(embed_dims, num_layers, num_heads[, mlp_ratio])')
-    model.add_argument('--spec',
-                       help='JSON prune spec, e.g. \'{"attn_removed": [0, 3],'
-                       ' "act_removed": [2]}\' (default: the authors\' '
-                       'DeiT-B spec, unless a --checkpoint says)')
-    model.add_argument('--checkpoint',
-                       help='backbone: a checkpoint whose HetDPT meta (or '
-                       'keys) gives the structure; its weights are loaded')
-    model.add_argument('--prefix',
-                       help='backbone: key prefix of the backbone in '
-                       '--checkpoint (e.g. backbone.)')
-    model.add_argument('--distilled', action=argparse.BooleanOptionalAction,
-                       default=None,
-                       help='with the DeiT distillation token (default: '
-                       'backbone no, detr/upernet yes, as HetDPT models)')
-    model.add_argument('--models', nargs='+',
-                       help='which models, in order (the first is the '
-                       'baseline): dense pruned merged, and for upernet '
-                       'also stock (mmseg\'s own ViT)')
-    model.add_argument('--config', action='append', default=[],
-                       metavar='NAME=PATH',
-                       help='detr/upernet: benchmark this config instead of '
-                       'the built-in models (repeatable, first = baseline)')
-    model.add_argument('--cfg-options', nargs='+', default=[],
-                       metavar='[NAME:]KEY=VALUE',
-                       help='override settings of every --config, or of '
-                       'NAME only (VALUE: JSON, or as mmengine parses it)')
-    run = parser.add_argument_group('measurement')
-    run.add_argument('--img-size', type=int, nargs='+', metavar='H [W]',
-                     help='input size (default: backbone 224, detr '
-                     '800 1216, upernet 512)')
-    run.add_argument('--batch-size', type=int,
-                     help='images per batch (default: backbone 16, else 1)')
-    run.add_argument('--dtype', choices=('fp32', 'bf16', 'fp16'),
-                     default='fp32',
-                     help='fp32, or AMP (autocast) in bf16 / fp16')
-    run.add_argument('--device', default='cpu', help='cpu, cuda, cuda:1 ...')
-    run.add_argument('--threads', type=int,
-                     help='torch.set_num_threads (default: torch\'s)')
-    run.add_argument('--clock', choices=('wall', 'process'), default='wall',
-                     help='wall: elapsed time (default); process: CPU '
-                     'seconds of this process, for a loaded machine (use '
-                     'with --threads 1, CPU only)')
-    run.add_argument('--warmup', type=int, default=1,
-                     help='untimed batches per model first (default 1)')
-    run.add_argument('--repeats', type=int,
-                     help='timed rounds over all models (default: backbone '
-                     '5, else 3)')
-    run.add_argument('--iters', type=int, default=1,
-                     help='batches per model per round (default 1)')
-    run.add_argument('--split-backbone', action=argparse.BooleanOptionalAction,
-                     default=None,
-                     help='also time each backbone alone and report the '
-                     'Amdahl bound (default: on for upernet)')
-    run.add_argument('--no-macs', dest='macs', action='store_false',
-                     help='skip counting MACs (saves one traced forward)')
-    run.add_argument('--profile', type=int, default=0, metavar='N',
-                     help='profile one batch of each model with '
-                     'torch.profiler and report its N costliest operators')
-    out = parser.add_argument_group('output')
-    out.add_argument('--json', type=Path, help='write the results as JSON')
-    out.add_argument('--md', type=Path, help='write the markdown tables')
-    out.add_argument('--force', action='store_true',
-                     help='replace existing output files')
-    args = parser.parse_args(argv)
-    resolve_defaults(args)
-    return args
+@dataclass
+class BenchmarkOptions:
+    """What to benchmark and how, as ``tools/benchmark.py`` takes it (see
+    its help); ``None`` means the task's default, which
+    :func:`resolve_options` fills in."""
+    task: str  # one of TASKS
+    #: deit-tiny/small/base, or a JSON dict (text or parsed)
+    arch: Union[str, Dict[str, Any]] = 'deit-base'
+    spec: Union[None, str, Dict[str, Any]] = None  # JSON prune spec
+    checkpoint: Optional[str] = None  # backbone: structure and weights
+    prefix: Optional[str] = None  # backbone: key prefix in checkpoint
+    distilled: Optional[bool] = None  # with the distillation token
+    models: Optional[Sequence[str]] = None  # first = baseline
+    config: Sequence = ()  # NAME=PATH configs (detr/upernet)
+    cfg_options: Sequence[str] = ()  # [NAME:]KEY=VALUE
+    img_size: Optional[Sequence[int]] = None  # H or H W
+    batch_size: Optional[int] = None
+    dtype: str = 'fp32'  # fp32, bf16, fp16
+    device: str = 'cpu'
+    threads: Optional[int] = None  # torch.set_num_threads
+    clock: str = 'wall'  # wall or process
+    warmup: int = 1
+    repeats: Optional[int] = None
+    iters: int = 1
+    split_backbone: Optional[bool] = None  # also time backbones alone
+    macs: bool = True
+    profile: int = 0  # operators to report per model (0: no profile)
+    json_path: Optional[Path] = None
+    md_path: Optional[Path] = None
+    force: bool = False  # replace existing outputs
+    argv: Sequence[str] = ()  # the command line, for the result
 
 
-def resolve_defaults(args: argparse.Namespace) -> None:
-    """Fill task defaults and reject combinations that cannot work."""
-    img_size, batch_size, repeats, models, split = DEFAULTS[args.task]
-    if args.img_size is None:
-        args.img_size = img_size
-    elif len(args.img_size) == 1:
-        args.img_size = (args.img_size[0], ) * 2
-    elif len(args.img_size) != 2:
+def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
+    """A copy of ``given`` with the task's defaults filled in; raises
+    ``UsageError`` for combinations that cannot work."""
+    options = dataclasses.replace(given)
+    if options.task not in TASKS:
+        raise UsageError(f'unknown task {options.task!r}; choose from '
+                         f'{list(TASKS)}')
+    img_size, batch_size, repeats, models, split = DEFAULTS[options.task]
+    if options.img_size is None:
+        options.img_size = img_size
+    elif len(options.img_size) == 1:
+        options.img_size = (options.img_size[0], ) * 2
+    elif len(options.img_size) != 2:
         raise UsageError('--img-size takes H or H W')
-    args.img_size = tuple(args.img_size)
-    args.batch_size = args.batch_size or batch_size
-    args.repeats = args.repeats or repeats
+    options.img_size = tuple(options.img_size)
+    options.batch_size = options.batch_size or batch_size
+    options.repeats = options.repeats or repeats
     for name in ('batch_size', 'repeats', 'iters'):
-        if getattr(args, name) < 1:
+        if getattr(options, name) < 1:
             raise UsageError(f'--{name.replace("_", "-")} must be >= 1')
-    if args.warmup < 0:
+    if options.warmup < 0:
         raise UsageError('--warmup must be >= 0')
-    if min(args.img_size) < 1:
-        raise UsageError(f'--img-size must be positive, got {args.img_size}')
-    if args.threads is not None and args.threads < 1:
+    if min(options.img_size) < 1:
+        raise UsageError(f'--img-size must be positive, got '
+                         f'{options.img_size}')
+    if options.threads is not None and options.threads < 1:
         raise UsageError('--threads must be >= 1')
-    if args.clock == 'process' and torch.device(args.device).type != 'cpu':
+    if (options.clock == 'process'
+            and torch.device(options.device).type != 'cpu'):
         raise UsageError('--clock process measures CPU work; use the wall '
-                         f'clock on {args.device}')
-    if args.split_backbone is None:
-        args.split_backbone = split
-    elif args.split_backbone and args.task == 'backbone':
+                         f'clock on {options.device}')
+    if options.split_backbone is None:
+        options.split_backbone = split
+    elif options.split_backbone and options.task == 'backbone':
         raise UsageError('--split-backbone is for detr and upernet: the '
                          'backbone task times backbones only')
-    if args.distilled is None:
-        args.distilled = args.task != 'backbone'
-    args.arch = parse_json_or_text(args.arch)
+    if options.distilled is None:
+        options.distilled = options.task != 'backbone'
+    options.arch = parse_json_or_text(options.arch)
     try:
-        depth = resolve_arch(args.arch)['num_layers']
+        depth = resolve_arch(options.arch)['num_layers']
     except ValueError as err:
         raise UsageError(f'--arch: {err}') from None
-    if args.spec is not None:
+    if options.spec is not None:
         try:
-            args.spec = PruneSpec.coerce(json.loads(args.spec),
+            options.spec = PruneSpec.coerce(json.loads(options.spec),
                                          depth).to_dict()
         except (json.JSONDecodeError, TypeError, ValueError) as err:
             raise UsageError(f'--spec: {err}') from None
-    elif args.checkpoint is None:
+    elif options.checkpoint is None:
         if depth != AUTHORS_SPEC.depth:
             raise UsageError(f'--arch has {depth} blocks: give its --spec '
                              '(the default is the authors\' 12-block DeiT-B '
                              'spec)')
-        args.spec = AUTHORS_SPEC.to_dict()
-    if args.task == 'backbone':
-        if args.config or args.cfg_options:
+        options.spec = AUTHORS_SPEC.to_dict()
+    if options.task == 'backbone':
+        if options.config or options.cfg_options:
             raise UsageError('--config and --cfg-options are for detr and '
                              'upernet; backbone takes --arch/--spec or '
                              '--checkpoint')
         allowed = BACKBONE_VARIANTS
     else:
-        if args.checkpoint or args.prefix:
+        if options.checkpoint or options.prefix:
             raise UsageError('--checkpoint is for the backbone task; for '
                              'detr/upernet give the checkpoint in the config '
                              '(or --cfg-options)')
-        allowed = BUILTIN_MODELS[args.task]
-        args.config = [parse_named_path(item) for item in args.config]
-        if args.config and args.models:
+        allowed = BUILTIN_MODELS[options.task]
+        options.config = [parse_named_path(item) for item in options.config]
+        if options.config and options.models:
             raise UsageError('--models selects built-in models; with '
                              '--config, the configs are the models')
-        if args.cfg_options and not args.config:
+        if options.cfg_options and not options.config:
             raise UsageError('--cfg-options applies to --config models')
-    if args.config:
-        args.models = [name for name, _ in args.config]
-        if len(set(args.models)) != len(args.models):
+    if options.config:
+        options.models = [name for name, _ in options.config]
+        if len(set(options.models)) != len(options.models):
             raise UsageError(f'--config names must be unique, got '
-                             f'{args.models}')
+                             f'{options.models}')
     else:
-        args.models = list(args.models or models)
-        unknown = [m for m in args.models if m not in allowed]
+        options.models = list(options.models or models)
+        unknown = [m for m in options.models if m not in allowed]
         if unknown:
-            raise UsageError(f'unknown models {unknown} for {args.task}; '
+            raise UsageError(f'unknown models {unknown} for {options.task}; '
                              f'choose from {list(allowed)}')
-        if len(set(args.models)) != len(args.models):
-            raise UsageError(f'--models has duplicates: {args.models}')
+        if len(set(options.models)) != len(options.models):
+            raise UsageError(f'--models has duplicates: {options.models}')
+    return options
 
 
 def parse_json_or_text(value: str) -> Any:
@@ -253,12 +206,12 @@ def parse_named_path(item: str):
     return name, path
 
 
-def parse_cfg_options(options: Sequence[str], names: Sequence[str]
+def parse_cfg_options(items: Sequence[str], names: Sequence[str]
                       ) -> Dict[Optional[str], Dict[str, Any]]:
     """``KEY=VALUE`` (all configs) and ``NAME:KEY=VALUE`` (one config), by
     config name (``None``: all)."""
     parsed: Dict[Optional[str], Dict[str, Any]] = {}
-    for option in options:
+    for option in items:
         key, sep, value = option.partition('=')
         if not sep or not key:
             raise UsageError(f'--cfg-options takes [NAME:]KEY=VALUE, got '
@@ -279,16 +232,17 @@ def parse_cfg_options(options: Sequence[str], names: Sequence[str]
     return parsed
 
 
-def check_outputs(args: argparse.Namespace) -> None:
+def check_outputs(options: BenchmarkOptions) -> None:
     """Fail before any work if an output path is unusable."""
-    outputs = [p for p in (args.json, args.md) if p is not None]
+    outputs = [p for p in (options.json_path, options.md_path)
+               if p is not None]
     if len(outputs) == 2 and outputs[0].absolute() == outputs[1].absolute():
         raise UsageError(f'--json and --md are the same file {outputs[0]}')
-    inputs = [path for _, path in args.config]
-    if args.checkpoint:
-        inputs.append(args.checkpoint)
+    inputs = [path for _, path in options.config]
+    if options.checkpoint:
+        inputs.append(options.checkpoint)
     for out in outputs:
-        check_output_path(out, inputs=inputs, force=args.force)
+        check_output_path(out, inputs=inputs, force=options.force)
 
 
 # ------------------------------------------------------------------ models
@@ -305,17 +259,17 @@ class Entry:
     backbone_inputs: torch.Tensor
 
 
-def backbone_entries(args: argparse.Namespace) -> List[Entry]:
+def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
     variants = build_backbone_variants(
-        arch=args.arch, spec=args.spec, variants=args.models,
-        checkpoint=args.checkpoint, prefix=args.prefix,
-        img_size=args.img_size, distilled=args.distilled)
+        arch=options.arch, spec=options.spec, variants=options.models,
+        checkpoint=options.checkpoint, prefix=options.prefix,
+        img_size=options.img_size, distilled=options.distilled)
     generator = torch.Generator().manual_seed(0)
-    images = torch.randn(args.batch_size, 3, *args.img_size,
-                         generator=generator).to(args.device)
+    images = torch.randn(options.batch_size, 3, *options.img_size,
+                         generator=generator).to(options.device)
     entries = []
     for name, model in variants.items():
-        model.to(args.device)
+        model.to(options.device)
         entries.append(Entry(
             name=name, description=describe(model), model=model,
             run=lambda model=model: model(images), macs_module=model,
@@ -338,22 +292,23 @@ def describe(model: nn.Module) -> str:
     return f'HetDPTViT {form} ({spec_text(spec)})'
 
 
-def config_entries(args: argparse.Namespace) -> List[Entry]:
-    if args.config:
-        options = parse_cfg_options(args.cfg_options, args.models)
+def config_entries(options: BenchmarkOptions) -> List[Entry]:
+    if options.config:
+        overrides = parse_cfg_options(options.cfg_options, options.models)
         configs = []
-        for name, path in args.config:
+        for name, path in options.config:
             cfg = Config.fromfile(path)
-            cfg.merge_from_dict(options.get(None, {}))
-            cfg.merge_from_dict(options.get(name, {}))
+            cfg.merge_from_dict(overrides.get(None, {}))
+            cfg.merge_from_dict(overrides.get(name, {}))
             configs.append((name, cfg))
     else:
-        configs = [(name, builtin_config(args, name)) for name in args.models]
+        configs = [(name, builtin_config(options, name))
+                   for name in options.models]
     entries = []
     for name, cfg in configs:
-        model = build_from_config(cfg).to(args.device)
-        data = make_test_batch(cfg.get('default_scope'), args.batch_size,
-                               args.img_size)
+        model = build_from_config(cfg).to(options.device)
+        data = make_test_batch(cfg.get('default_scope'), options.batch_size,
+                               options.img_size)
         with torch.no_grad():
             batch = model.data_preprocessor(data, False)
         entries.append(Entry(
@@ -365,22 +320,22 @@ def config_entries(args: argparse.Namespace) -> List[Entry]:
     return entries
 
 
-def builtin_config(args: argparse.Namespace, name: str) -> Config:
+def builtin_config(options: BenchmarkOptions, name: str) -> Config:
     if name == 'stock':
-        return stock_config(args.task)
-    return hetdpt_config(args.task, arch=args.arch,
-                         spec=None if name == 'dense' else args.spec,
+        return stock_config(options.task)
+    return hetdpt_config(options.task, arch=options.arch,
+                         spec=None if name == 'dense' else options.spec,
                          merged=name == 'merged',
-                         img_size=BACKBONE_IMG_SIZE[args.task],
-                         distilled=args.distilled)
+                         img_size=BACKBONE_IMG_SIZE[options.task],
+                         distilled=options.distilled)
 
 
 # ------------------------------------------------------------ measurement
-def measure_macs(entry: Entry, args: argparse.Namespace) -> Dict[str, Any]:
+def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
     counts: Dict[str, Any] = dict(params=count_params(entry.model))
     if entry.backbone is not entry.model:
         counts['backbone_params'] = count_params(entry.backbone)
-    if not args.macs:
+    if not options.macs:
         return counts
     macs: MacCount = count_macs(entry.macs_module, entry.macs_inputs)
     counts['macs'] = macs.to_dict()
@@ -389,24 +344,24 @@ def measure_macs(entry: Entry, args: argparse.Namespace) -> Dict[str, Any]:
         counts['backbone_macs'] = count_macs(
             backbone, entry.backbone_inputs[:1]).to_dict()
     if isinstance(backbone, HetDPTViT) and all(
-            s % backbone.patch_size == 0 for s in args.img_size):
+            s % backbone.patch_size == 0 for s in options.img_size):
         counts['backbone_analytic_macs'] = analytic_macs(backbone,
-                                                         args.img_size)
+                                                         options.img_size)
     return counts
 
 
 def profile(run: Callable, top: int,
-            args: argparse.Namespace) -> List[Dict[str, Any]]:
+            options: BenchmarkOptions) -> List[Dict[str, Any]]:
     """The ``top`` operators by self time (device time on CUDA) in one
     batch of ``run``."""
     activities = [ProfilerActivity.CPU]
-    if torch.device(args.device).type == 'cuda':
+    if torch.device(options.device).type == 'cuda':
         activities.append(ProfilerActivity.CUDA)
-    with torch.inference_mode(), autocast(args.device, args.dtype):
+    with torch.inference_mode(), autocast(options.device, options.dtype):
         run()  # warm
         with torch.profiler.profile(activities=activities) as prof:
             run()
-            synchronize(args.device)
+            synchronize(options.device)
     events = prof.key_averages()
     key = ('self_device_time_total' if len(activities) > 1 else
            'self_cpu_time_total')
@@ -416,25 +371,25 @@ def profile(run: Callable, top: int,
                  share=getattr(e, key) / total) for e in rows]
 
 
-def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    machine = machine_info(args.device)
-    entries = (backbone_entries(args) if args.task == 'backbone' else
-               config_entries(args))
+def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    machine = machine_info(options.device)
+    entries = (backbone_entries(options) if options.task == 'backbone' else
+               config_entries(options))
     runs = {}
     for entry in entries:
         runs[entry.name] = entry.run
-        if args.split_backbone:
+        if options.split_backbone:
             runs[f'{entry.name}/backbone'] = (
                 lambda e=entry: e.backbone(e.backbone_inputs))
-    counts = {entry.name: measure_macs(entry, args) for entry in entries}
-    timings = time_runs(runs, batch_size=args.batch_size,
-                        repeats=args.repeats, warmup=args.warmup,
-                        iters=args.iters, device=args.device,
-                        dtype=args.dtype, clock=args.clock)
-    profiles = {name: profile(run, args.profile, args)
-                for name, run in runs.items()} if args.profile else {}
+    counts = {entry.name: measure_macs(entry, options) for entry in entries}
+    timings = time_runs(runs, batch_size=options.batch_size,
+                        repeats=options.repeats, warmup=options.warmup,
+                        iters=options.iters, device=options.device,
+                        dtype=options.dtype, clock=options.clock)
+    profiles = {name: profile(run, options.profile, options)
+                for name, run in runs.items()} if options.profile else {}
     if hasattr(os, 'getloadavg'):
         machine['loadavg_after'] = [round(v, 2) for v in os.getloadavg()]
     baseline = entries[0].name
@@ -446,7 +401,7 @@ def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
                       speedup=speedup(timings[baseline], timings[name],
                                       counts[baseline].get('macs'),
                                       counts[name].get('macs')))
-        if args.split_backbone:
+        if options.split_backbone:
             key = f'{name}/backbone'
             record['backbone_timing'] = timings[key].to_dict()
             record['backbone_speedup'] = speedup(
@@ -455,24 +410,25 @@ def run_benchmark(args: argparse.Namespace) -> Dict[str, Any]:
                 counts[name].get('backbone_macs'))
         if profiles:
             record['profile'] = profiles[entry.name]
-            if args.split_backbone:
+            if options.split_backbone:
                 record['backbone_profile'] = profiles[f'{entry.name}/backbone']
         models.append(record)
     result = dict(
-        task=args.task,
-        command='python tools/benchmark.py ' + shlex.join(args.argv),
-        settings=dict(img_size=list(args.img_size), batch_size=args.batch_size,
-                      dtype=args.dtype, device=args.device,
-                      threads=torch.get_num_threads(), clock=args.clock,
-                      warmup=args.warmup,
-                      repeats=args.repeats, iters=args.iters,
+        task=options.task,
+        command='python tools/benchmark.py ' + shlex.join(options.argv),
+        settings=dict(img_size=list(options.img_size),
+                      batch_size=options.batch_size,
+                      dtype=options.dtype, device=options.device,
+                      threads=torch.get_num_threads(), clock=options.clock,
+                      warmup=options.warmup,
+                      repeats=options.repeats, iters=options.iters,
                       # --config models take all of these from configs.
-                      arch=None if args.config else args.arch,
-                      spec=None if args.config else args.spec,
-                      distilled=None if args.config else args.distilled,
-                      configs=dict(args.config) or None),
+                      arch=None if options.config else options.arch,
+                      spec=None if options.config else options.spec,
+                      distilled=None if options.config else options.distilled,
+                      configs=dict(options.config) or None),
         machine=machine, baseline=baseline, models=models)
-    if args.split_backbone:
+    if options.split_backbone:
         result['amdahl'] = amdahl_section(timings, entries)
     return result
 
@@ -617,23 +573,16 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
     return lines
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    return run_reporting_errors(lambda: run(argv))
-
-
-def run(argv: List[str]) -> None:
-    args = parse_args(argv)
-    args.argv = argv
-    check_outputs(args)
-    result = run_benchmark(args)
+def run_and_write(options: BenchmarkOptions) -> Dict[str, Any]:
+    """Check the outputs, benchmark, print the markdown tables and write
+    the requested files; returns the result."""
+    check_outputs(options)
+    result = run_benchmark(options)
     markdown = format_markdown(result)
     print(markdown)
-    if args.json is not None:
-        atomic_write_text(args.json, json.dumps(result, indent=2) + '\n')
-    if args.md is not None:
-        atomic_write_text(args.md, markdown)
-
-
-if __name__ == '__main__':
-    sys.exit(main())
+    if options.json_path is not None:
+        atomic_write_text(options.json_path,
+                          json.dumps(result, indent=2) + '\n')
+    if options.md_path is not None:
+        atomic_write_text(options.md_path, markdown)
+    return result

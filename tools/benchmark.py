@@ -1,0 +1,121 @@
+#!/usr/bin/env python
+"""Measure the speed, MACs and parameters of dense vs HetDPT-pruned models.
+
+Three comparisons, each run in ONE process with every model timed once per
+repeat in rotating order (after warm-up): ``backbone`` (a HetDPTViT dense,
+pruned and merged), ``detr`` and ``upernet`` (end to end, built-in models
+or ``--config NAME=PATH``); see :mod:`hetdpt_mm.apis.benchmark`, which does
+the work, and docs/benchmarks.md.
+
+Examples (from the repository root)::
+
+    python tools/benchmark.py backbone --arch deit-base \\
+        --spec '{"attn_removed": [0, 3, 7, 8, 11],
+                 "act_removed": [2, 7, 8, 10, 11]}' \\
+        --batch-size 16 --json bench/deit-b.json --md bench/deit-b.md
+    python tools/benchmark.py detr --img-size 800 1216
+    python tools/benchmark.py upernet --img-size 512 512 --profile 10
+    python tools/benchmark.py detr \\
+        --config dense=configs/detr_deit_b_dense.py \\
+        --config merged=configs/detr_hetdpt_deit_b.py
+
+Outputs are written atomically, only after every input has been validated,
+and an existing output is kept unless ``--force``. Errors print
+``error: <message>`` and exit with status 2.
+"""
+import argparse
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from hetdpt_mm.apis.benchmark import (TASKS, BenchmarkOptions,
+                                      resolve_options, run_and_write)
+from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
+
+
+def parse_args(argv: List[str]) -> BenchmarkOptions:
+    parser = ArgumentParser(
+        description='Benchmark dense vs HetDPT-pruned models (speed, MACs, '
+        'parameters) in one process.')
+    parser.add_argument('task', choices=TASKS,
+                        help='backbone variants, DETR, or UperNet')
+    model = parser.add_argument_group('models')
+    model.add_argument('--arch',
+                       help='deit-tiny/small/base or a JSON dict '
+                       '(embed_dims, num_layers, num_heads[, mlp_ratio])')
+    model.add_argument('--spec',
+                       help='JSON prune spec, e.g. \'{"attn_removed": [0, 3],'
+                       ' "act_removed": [2]}\' (default: the authors\' '
+                       'DeiT-B spec, unless a --checkpoint says)')
+    model.add_argument('--checkpoint',
+                       help='backbone: a checkpoint whose HetDPT meta (or '
+                       'keys) gives the structure; its weights are loaded')
+    model.add_argument('--prefix',
+                       help='backbone: key prefix of the backbone in '
+                       '--checkpoint (e.g. backbone.)')
+    model.add_argument('--distilled', action=argparse.BooleanOptionalAction,
+                       help='with the DeiT distillation token (default: '
+                       'backbone no, detr/upernet yes, as HetDPT models)')
+    model.add_argument('--models', nargs='+',
+                       help='which models, in order (the first is the '
+                       'baseline): dense pruned merged, and for upernet '
+                       'also stock (mmseg\'s own ViT)')
+    model.add_argument('--config', action='append', metavar='NAME=PATH',
+                       help='detr/upernet: benchmark this config instead of '
+                       'the built-in models (repeatable, first = baseline)')
+    model.add_argument('--cfg-options', nargs='+',
+                       metavar='[NAME:]KEY=VALUE',
+                       help='override settings of every --config, or of '
+                       'NAME only (VALUE: JSON, or as mmengine parses it)')
+    run = parser.add_argument_group('measurement')
+    run.add_argument('--img-size', type=int, nargs='+', metavar='H [W]',
+                     help='input size (default: backbone 224, detr '
+                     '800 1216, upernet 512)')
+    run.add_argument('--batch-size', type=int,
+                     help='images per batch (default: backbone 16, else 1)')
+    run.add_argument('--dtype', choices=('fp32', 'bf16', 'fp16'),
+                     help='fp32, or AMP (autocast) in bf16 / fp16')
+    run.add_argument('--device', help='cpu, cuda, cuda:1 ...')
+    run.add_argument('--threads', type=int,
+                     help='torch.set_num_threads (default: torch\'s)')
+    run.add_argument('--clock', choices=('wall', 'process'),
+                     help='wall: elapsed time (default); process: CPU '
+                     'seconds of this process, for a loaded machine (use '
+                     'with --threads 1, CPU only)')
+    run.add_argument('--warmup', type=int,
+                     help='untimed batches per model first (default 1)')
+    run.add_argument('--repeats', type=int,
+                     help='timed rounds over all models (default: backbone '
+                     '5, else 3)')
+    run.add_argument('--iters', type=int,
+                     help='batches per model per round (default 1)')
+    run.add_argument('--split-backbone', action=argparse.BooleanOptionalAction,
+                     help='also time each backbone alone and report the '
+                     'Amdahl bound (default: on for upernet)')
+    run.add_argument('--no-macs', dest='macs', action='store_false',
+                     default=None,
+                     help='skip counting MACs (saves one traced forward)')
+    run.add_argument('--profile', type=int, metavar='N',
+                     help='profile one batch of each model with '
+                     'torch.profiler and report its N costliest operators')
+    out = parser.add_argument_group('output')
+    out.add_argument('--json', dest='json_path', metavar='JSON', type=Path,
+                     help='write the results as JSON')
+    out.add_argument('--md', dest='md_path', metavar='MD', type=Path,
+                     help='write the markdown tables')
+    out.add_argument('--force', action='store_true',
+                     help='replace existing output files')
+    args = parser.parse_args(argv)
+    # Options not given keep BenchmarkOptions' defaults.
+    given = {name: value for name, value in vars(args).items()
+             if value is not None}
+    return resolve_options(BenchmarkOptions(argv=argv, **given))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_reporting_errors(lambda: run_and_write(parse_args(argv)))
+
+
+if __name__ == '__main__':
+    sys.exit(main())
