@@ -679,8 +679,8 @@ class Demo:
                 spec=r['prune']['spec'], decisions=r['prune']['decisions']),
             map=dict(points=points, point_speedups=demo_report.map_speedups(
                 points, cost), **{k: r['map'][k] for k in (
-                    'fit', 'bounds', 'interval', 'degree', 'cv_mae',
-                    'cv_rmse', 'n_attn', 'n_act', 'predicted')}),
+                    'fit', 'bounds', 'allocation', 'interval', 'degree',
+                    'cv_mae', 'cv_rmse', 'n_attn', 'n_act', 'predicted')}),
             detr=r['detr'], upernet=r['upernet'],
             benchmark=r['benchmark'])
 
