@@ -4,8 +4,7 @@
   job pool of :mod:`.jobs` and the report of :mod:`.demo_report`;
 * :mod:`.benchmark` (``tools/benchmark.py``): dense vs pruned benchmarks;
 * :mod:`.fit_map` (``tools/fit_map.py``): MAP fit and budget split;
-* :mod:`.plots`: the figures of the last two and of the demo.
+* :mod:`.plots`: the figures of fit_map and of the demo.
 
-Submodules are imported on use: the demo and the benchmark pull in torch
-and the OpenMMLab toolboxes, which fit_map does not need.
+Import the submodule a tool needs; nothing is imported here.
 """
