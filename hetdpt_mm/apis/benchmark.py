@@ -23,12 +23,11 @@ after every input has been validated, and an existing output is kept unless
 ``force``.  The building blocks (timing loop, MAC counts, model builders)
 are in :mod:`hetdpt_mm.benchmark`.
 """
-import dataclasses
 import json
 import os
 import shlex
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -103,7 +102,7 @@ class BenchmarkOptions:
 def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     """A copy of ``given`` with the task's defaults filled in; raises
     ``UsageError`` for combinations that cannot work."""
-    options = dataclasses.replace(given)
+    options = replace(given)
     if options.task not in TASKS:
         raise UsageError(f'unknown task {options.task!r}; choose from '
                          f'{list(TASKS)}')
