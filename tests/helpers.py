@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def load_tool(name: str) -> ModuleType:
     """``tools/<name>.py`` as a module, to run its ``main()`` in-process (a
-    fresh interpreter per case would cost seconds each)."""
+    fresh interpreter per case would cost seconds each).  For a tool's
+    command-line surface only (exit status, ``error:`` messages): its logic
+    is in the package, where the tests import it."""
     spec = importlib.util.spec_from_file_location(f'{name}_tool',
                                                   REPO / 'tools' / f'{name}.py')
     module = importlib.util.module_from_spec(spec)

@@ -1,7 +1,8 @@
-"""tools/benchmark.py and hetdpt_mm.benchmark: the tool runs and writes the
-promised fields, MACs and parameters match the analytic counts, the merged
-backbone is a plain dense network. No timing assertions: speed targets live
-in docs/benchmarks.md, measured with the tool."""
+"""hetdpt_mm.apis.benchmark, hetdpt_mm.benchmark and tools/benchmark.py:
+the benchmark gives the promised fields, MACs and parameters match the
+analytic counts, the merged backbone is a plain dense network, the tool
+refuses bad input. No timing assertions: speed targets live in
+docs/benchmarks.md, measured with the tool."""
 import json
 
 import pytest
@@ -11,6 +12,8 @@ import torch.nn.functional as F
 from helpers import MIXED_SPEC, REPO, load_tool, randomize_
 from timm.layers import Attention, Mlp
 
+from hetdpt_mm.apis.benchmark import (BenchmarkOptions, format_markdown,
+                                      resolve_options, run_benchmark)
 from hetdpt_mm.benchmark import (AUTHORS_SPEC, amdahl_bound,
                                  build_backbone_variants, count_macs,
                                  count_params, gate_modules, rotations,
@@ -25,16 +28,17 @@ TINY_SPEC = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
 
 @pytest.fixture(scope='module')
 def tool():
+    """tools/benchmark.py, for its command-line surface (exit status and
+    ``error:`` messages)."""
     return load_tool('benchmark')
 
 
-def run_tool(tool, tmp_path, *args):
-    out = tmp_path / 'result.json'
-    md = tmp_path / 'result.md'
-    code = tool.main([*args, '--repeats', '2', '--warmup', '0', '--json',
-                      str(out), '--md', str(md)])
-    assert code == 0
-    return json.loads(out.read_text()), md.read_text()
+def benchmark(task, **options):
+    """The result (as its JSON reads back) and markdown of a short run."""
+    resolved = resolve_options(BenchmarkOptions(task, repeats=2, warmup=0,
+                                                **options))
+    result = run_benchmark(resolved)
+    return json.loads(json.dumps(result)), format_markdown(result)
 
 
 def test_authors_spec_is_the_methods_reference():
@@ -186,10 +190,9 @@ def test_amdahl_bound():
         amdahl_bound(1.2, 2.0)
 
 
-def test_backbone_tool_writes_tables_and_json(tool, tmp_path):
-    result, markdown = run_tool(tool, tmp_path, 'backbone', '--arch',
-                                TINY_ARCH, '--spec', TINY_SPEC, '--img-size',
-                                '32', '--batch-size', '2', '--threads', '1')
+def test_backbone_benchmark_tables_and_json():
+    result, markdown = benchmark('backbone', arch=TINY_ARCH, spec=TINY_SPEC,
+                                 img_size=[32], batch_size=2, threads=1)
     assert result['task'] == 'backbone'
     assert result['baseline'] == 'dense'
     assert result['settings']['img_size'] == [32, 32]
@@ -215,11 +218,10 @@ def test_backbone_tool_writes_tables_and_json(tool, tmp_path):
     assert 'vs AnalyticCost' in markdown
 
 
-def test_upernet_tool_reports_amdahl(tool, tmp_path):
-    result, markdown = run_tool(tool, tmp_path, 'upernet', '--arch',
-                                TINY_ARCH, '--spec', TINY_SPEC, '--img-size',
-                                '32', '--models', 'stock', 'merged',
-                                '--profile', '3')
+def test_upernet_benchmark_reports_amdahl():
+    result, markdown = benchmark('upernet', arch=TINY_ARCH, spec=TINY_SPEC,
+                                 img_size=[32], models=['stock', 'merged'],
+                                 profile=3)
     stock, merged = result['models']
     assert stock['description'] == 'mmseg VisionTransformer'
     # The stock ViT's attention runs as bmm: it is counted too.
@@ -238,7 +240,7 @@ def test_upernet_tool_reports_amdahl(tool, tmp_path):
     assert 'Amdahl bound' in markdown and 'backbone only' in markdown
 
 
-def test_detr_tool_with_configs_and_per_model_options(tool, tmp_path):
+def test_detr_benchmark_with_configs_and_per_model_options():
     """The real configs, with the backbone shrunk and made random through
     --cfg-options (NAME: prefixes reach one model only)."""
     spec = json.dumps(MIXED_SPEC)
@@ -246,11 +248,10 @@ def test_detr_tool_with_configs_and_per_model_options(tool, tmp_path):
             'model.neck.in_channels=[192]',
             f'merged:model.backbone.prune_spec={spec}',
             'merged:model.backbone.merged=true']
-    result, _ = run_tool(
-        tool, tmp_path, 'detr', '--config',
-        f'dense={REPO / "configs/detr_deit_b_dense.py"}', '--config',
-        f'merged={REPO / "configs/detr_hetdpt_deit_b.py"}', '--img-size', '32',
-        '48', '--cfg-options', *tiny)
+    result, _ = benchmark(
+        'detr', config=[f'dense={REPO / "configs/detr_deit_b_dense.py"}',
+                        f'merged={REPO / "configs/detr_hetdpt_deit_b.py"}'],
+        img_size=[32, 48], cfg_options=tiny)
     dense, merged = result['models']
     assert dense['description'] == 'HetDPTViT dense'
     assert 'attn 0,3,7,8,11 / act 2,7,8,10,11' in merged['description']

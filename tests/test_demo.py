@@ -11,7 +11,7 @@ import pytest
 from helpers import REPO, load_tool
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
-from hetdpt_mm.demo_report import all_numbers
+from hetdpt_mm.apis.demo_report import all_numbers
 from hetdpt_mm.record import read_backbone_checkpoint
 
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from helpers import REPO, load_tool
 
-from hetdpt_mm.pruning import (AnalyticCost, MAPFit, MAPPoint, MeasuredCost,
-                               allocate, allocate_for_accuracy,
+from hetdpt_mm.apis.fit_map import load_allocation
+from hetdpt_mm.pruning import (Allocation, AnalyticCost, MAPFit, MAPPoint,
+                               MeasuredCost, allocate, allocate_for_accuracy,
                                allocate_for_speedup, evaluate_cost_candidates,
                                fit_map, load_points, pareto_front,
-                               polynomial_terms)
+                               polynomial_terms, smallest_budget_reaching)
 
 PAPER_POINTS = REPO / 'tests' / 'data' / 'map_points_paper.csv'
 TOOL = REPO / 'tools' / 'fit_map.py'
@@ -253,6 +254,31 @@ def test_allocate_for_accuracy_and_infeasible_targets(paper_fit):
                for x, y in zip(front, front[1:]))
 
 
+def test_smallest_budget_reaching(paper_fit):
+    """The paper's procedure: the first budget whose MAP split is fast
+    enough, so one layer fewer is not."""
+    cost = AnalyticCost.from_arch('deit-base', img_size=(800, 1216))
+    best = smallest_budget_reaching(paper_fit, 12, cost, 1.5)
+    assert cost.speedup(best.n_attn, best.n_act) >= 1.5
+    assert best == allocate(paper_fit, best.removed, 12).best
+    shorter = allocate(paper_fit, best.removed - 1, 12).best
+    assert cost.speedup(shorter.n_attn, shorter.n_act) < 1.5
+    assert smallest_budget_reaching(paper_fit, 12, cost, 50.0) is None
+
+
+def test_allocation_round_trips_through_json(paper_fit):
+    allocation = allocate(paper_fit, 8, 12, 'paper')
+    data = json.loads(json.dumps(allocation.to_dict()))
+    assert Allocation.from_dict(data) == allocation
+    assert Allocation.from_dict(data).format_table() == \
+        allocation.format_table()
+    with pytest.raises(ValueError, match='malformed MAP allocation'):
+        Allocation.from_dict(dict(data, best=dict(data['best'], n_act=9)))
+    with pytest.raises(ValueError, match='malformed MAP allocation'):
+        Allocation.from_dict({key: value for key, value in data.items()
+                              if key != 'candidates'})
+
+
 def test_measured_cost(tmp_path):
     path = write(tmp_path / 'cost.json', json.dumps(
         {'dense_total': 100.0, 'attn': 4.0, 'ffn_saving': 3.0, 'depth': 12,
@@ -341,10 +367,12 @@ def fit_map_tool():
 
 def test_cli_end_to_end(tmp_path):
     plot, saved = tmp_path / 'out' / 'map.png', tmp_path / 'fit.json'
+    split = tmp_path / 'allocation.json'
     result = subprocess.run(
         [sys.executable, str(TOOL), 'tests/data/map_points_paper.csv',
          '--depth', '12', '--budget', '8', '--bounds', 'both', '--plot',
-         str(plot), '--save-fit', str(saved), '--cost', 'analytic',
+         str(plot), '--save-fit', str(saved), '--save-allocation',
+         str(split), '--cost', 'analytic',
          '--arch', 'deit-base', '--img-size', '800', '1216', '--speedup',
          '1.5', '--min-accuracy', '78'],
         cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -356,6 +384,10 @@ def test_cli_end_to_end(tmp_path):
     assert '3801 tokens' in out
     assert plot.read_bytes().startswith(b'\x89PNG')
     assert MAPFit.from_dict(json.loads(saved.read_text())).degree == 2
+    for bounds in ('full', 'paper'):
+        allocation = load_allocation(split, bounds)
+        assert (allocation.n_attn, allocation.n_act) == (4, 4)
+        assert allocation.budget == 8
     assert [p.name for p in plot.parent.iterdir()] == ['map.png']
 
 

@@ -2,30 +2,33 @@
 
     python tools/make_demo_data.py data/demo [--seed 0]
 
-Existing datasets made with the same settings are kept.
+Existing datasets made with the same settings are kept.  Errors print
+``error: <message>`` and exit with status 2.
 """
-import argparse
 import sys
 import time
 
+from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 from hetdpt_mm.datasets import make_all
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('root', nargs='?', default='data/demo')
-    parser.add_argument('--seed', type=int, default=0)
-    args = parser.parse_args(argv)
+def make(root: str, seed: int) -> None:
     start = time.perf_counter()
-    try:
-        paths = make_all(args.root, args.seed)
-    except FileExistsError as error:
-        print(f'error: {error}', file=sys.stderr)
-        return 2
-    for name, path in paths.items():
+    for name, path in make_all(root, seed).items():
         print(f'{name}: {path}')
     print(f'done in {time.perf_counter() - start:.1f} s')
-    return 0
+
+
+def main(argv=None):
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('root', nargs='?', default='data/demo')
+    parser.add_argument('--seed', type=int, default=0)
+
+    def run():
+        args = parser.parse_args(argv)
+        make(args.root, args.seed)
+
+    return run_reporting_errors(run)
 
 
 if __name__ == '__main__':

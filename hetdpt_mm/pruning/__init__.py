@@ -3,7 +3,7 @@ latency-aware extension."""
 from .cost import (ARCH_PRESETS, AnalyticCost, CostAllocation, CostCandidate,
                    CostModel, MeasuredCost, allocate_for_accuracy,
                    allocate_for_speedup, evaluate_cost_candidates,
-                   pareto_front)
+                   pareto_front, smallest_budget_reaching)
 from .map import (Allocation, Candidate, DegreeScore, MAPFit, MAPPoint,
                   allocate, evaluate_candidates, fit_map, format_candidates,
                   load_points, parse_points, polynomial_terms, resolve_bounds,
@@ -16,4 +16,5 @@ __all__ = [
     'ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost',
     'CostCandidate', 'CostAllocation', 'evaluate_cost_candidates',
     'pareto_front', 'allocate_for_speedup', 'allocate_for_accuracy',
+    'smallest_budget_reaching',
 ]

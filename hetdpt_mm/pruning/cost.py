@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .map import (Bounds, Candidate, MAPFit, evaluate_candidates,
+from .map import (Bounds, Candidate, MAPFit, allocate, evaluate_candidates,
                   resolve_bounds)
 from .validation import as_int, check_depth
 
@@ -26,6 +26,7 @@ __all__ = [
     'ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost',
     'CostCandidate', 'CostAllocation', 'evaluate_cost_candidates',
     'pareto_front', 'allocate_for_speedup', 'allocate_for_accuracy',
+    'smallest_budget_reaching',
 ]
 
 # DeiT variants: depth 12, patch 16, MLP ratio 4.
@@ -336,6 +337,19 @@ def allocate_for_accuracy(fit: MAPFit, depth: int, cost: CostModel,
     return CostAllocation(
         objective=f'max speedup with predicted accuracy >= {min_accuracy:g}',
         best=best, feasible=tuple(feasible), candidates=tuple(candidates))
+
+
+def smallest_budget_reaching(fit: MAPFit, depth: int, cost: CostModel,
+                             target: float, bounds: Bounds = 'full'
+                             ) -> Optional[Candidate]:
+    """The paper's procedure for a speedup target: raise the layer budget
+    until MAP's split of it is fast enough (``None``: no budget is)."""
+    lo, hi = resolve_bounds(bounds, depth)
+    for budget in range(2 * lo, 2 * hi + 1):
+        best = allocate(fit, budget, depth, bounds).best
+        if cost.speedup(best.n_attn, best.n_act) >= target * (1 - 1e-12):
+            return best
+    return None
 
 
 def _positive(value: Any, name: str) -> float:

@@ -592,6 +592,33 @@ class Allocation:
         """Every candidate, the argmax marked with ``*``."""
         return format_candidates(self.candidates, self.best)
 
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-serialisable form; :meth:`from_dict` restores it exactly."""
+        return dict(budget=self.budget, depth=self.depth,
+                    bounds=list(self.bounds), best=vars(self.best).copy(),
+                    candidates=[vars(c).copy() for c in self.candidates])
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> 'Allocation':
+        """Rebuild an allocation saved with :meth:`to_dict`; raises
+        ``ValueError`` on anything malformed."""
+        try:
+            lo, hi = data['bounds']
+            allocation = cls(
+                budget=as_int(data['budget'], 'budget'),
+                depth=as_int(data['depth'], 'depth'),
+                bounds=(as_int(lo, 'lower bound'),
+                        as_int(hi, 'upper bound')),
+                best=Candidate(**data['best']),
+                candidates=tuple(Candidate(**c) for c in data['candidates']))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f'malformed MAP allocation: '
+                             f'{type(err).__name__}: {err}') from None
+        if allocation.best not in allocation.candidates:
+            raise ValueError('malformed MAP allocation: its best split is '
+                             'not among its candidates')
+        return allocation
+
 
 def format_candidates(candidates: Sequence[Candidate],
                       best: Optional[Candidate] = None,

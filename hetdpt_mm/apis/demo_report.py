@@ -1,24 +1,24 @@
-"""Results, plots and the markdown report of the end-to-end demo
-(``tools/demo.py``).
+"""Results and the markdown report of the end-to-end demo
+(:mod:`hetdpt_mm.apis.demo`).
 
 The demo's stages run the project's tools as subprocesses; this module reads
 what they wrote (metrics JSON of ``tools/test.py``, MMEngine's
-``vis_data/scalars.json``, the MAP points and fit, the benchmark JSON) and
-turns the collected ``summary`` dict into ``report.md`` and two PNG plots.
-Everything is written atomically (:mod:`hetdpt_mm.fileio`).
+``vis_data/scalars.json``, the MAP points, fit and allocation, the benchmark
+JSON) and turns the collected ``summary`` dict into ``report.md`` (its plots
+are in :mod:`hetdpt_mm.apis.plots`).
 """
-import io
 import json
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from .fileio import atomic_path
-from .hooks.gate_hook import KIND_NAMES
-from .pruning import AnalyticCost, MAPFit, allocate, format_candidates
+from ..pruning import Allocation, AnalyticCost, MAPFit
+from ..spec import ACT, ATTN
 
 __all__ = ['read_json', 'train_scalars', 'scalar_curve', 'map_speedups',
-           'plot_accuracy_vs_speedup', 'plot_losses', 'write_png',
            'duration', 'format_report', 'headline', 'all_numbers']
+
+#: How the report names the layer types of the prune decisions.
+LAYER_TYPE_NAMES = {ATTN: 'attention', ACT: 'GELU'}
 
 
 # ------------------------------------------------------------------ reading
@@ -54,72 +54,6 @@ def map_speedups(points: Sequence[Mapping[str, Any]],
     """Analytic MACs speedup (dense over pruned-and-merged) of each MAP
     point's removed counts."""
     return [cost.speedup(int(p['n_attn']), int(p['n_act'])) for p in points]
-
-
-# -------------------------------------------------------------------- plots
-def _figure(size):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=size)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _png(fig) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format='png', dpi=110, bbox_inches='tight')
-    return buffer.getvalue()
-
-
-def plot_accuracy_vs_speedup(map_points: Sequence[Mapping[str, Any]],
-                             map_point_speedups: Sequence[float],
-                             models: Sequence[Mapping[str, Any]]) -> bytes:
-    """Accuracy against speedup: the MAP points (fast fine-tune, analytic
-    MACs speedup) and the final models (measured speedup)."""
-    fig = _figure((7, 5))
-    ax = fig.subplots()
-    markers = {'attn': 'v', 'act': '^', 'interleaved': 'D'}
-    for schedule, marker in markers.items():
-        chosen = [(s, float(p['accuracy']))
-                  for p, s in zip(map_points, map_point_speedups)
-                  if p['schedule'] == schedule]
-        if chosen:
-            ax.scatter(*zip(*chosen), marker=marker, s=40, color='0.55',
-                       label=f'MAP points, {schedule} schedule (MACs '
-                       'speedup, fast fine-tune)')
-    colours = {'dense': 'tab:blue', 'pruned': 'tab:orange',
-               'merged': 'tab:red'}
-    for model in models:
-        ax.scatter([model['speedup']], [model['accuracy']], s=160,
-                   marker='*', color=colours.get(model['name'], 'k'),
-                   edgecolors='black', zorder=3,
-                   label=f'{model["name"]}: {model["accuracy"]:.2f} % at '
-                   f'{model["speedup"]:.2f}x (measured)')
-    ax.set_xlabel('speedup over the dense model')
-    ax.set_ylabel('top-1 accuracy (%) on the demo digits val split')
-    ax.set_title('Accuracy vs speedup, demo ViT at 32x32')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc='lower left')
-    return _png(fig)
-
-
-def plot_losses(curves: Mapping[str, Sequence[Sequence[float]]]) -> bytes:
-    """Training loss against iteration, one panel per run."""
-    fig = _figure((4 * len(curves), 3.2))
-    axes = fig.subplots(1, len(curves), squeeze=False)[0]
-    for ax, (name, curve) in zip(axes, curves.items()):
-        if curve:
-            ax.plot(*zip(*curve), marker='.', lw=1)
-        ax.set_title(name)
-        ax.set_xlabel('iteration')
-        ax.set_ylabel('training loss')
-        ax.grid(alpha=0.3)
-    return _png(fig)
-
-
-def write_png(path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(data)
 
 
 # ------------------------------------------------------------------- report
@@ -185,7 +119,7 @@ def _classification_section(summary: Mapping[str, Any]) -> List[str]:
     lines += _table(['#', 'after iteration (epoch)', 'type', 'block closed',
                      'scores m of the open layers of that type (block: m)'],
                     [[d['step'], f'{d["iter"]} ({d["epoch"]})',
-                      KIND_NAMES[d['kind']], d['index'],
+                      LAYER_TYPE_NAMES[d['kind']], d['index'],
                       ', '.join(f'{i}: {d["scores"][i]:+.4f}'
                                 for i in d['candidates'])]
                      for d in cls['decisions']], 'lrlrl')
@@ -197,9 +131,9 @@ def _classification_section(summary: Mapping[str, Any]) -> List[str]:
 
 def _map_section(summary: Mapping[str, Any]) -> List[str]:
     fit = MAPFit.from_dict(summary['map']['fit'])
+    allocation = Allocation.from_dict(summary['map']['allocation'])
     depth = summary['classification']['depth']
     budget = summary['classification']['budget']
-    allocation = allocate(fit, budget, depth, summary['map']['bounds'])
     points = summary['map']['points']
     lines = ['## MAP: points, fit, allocation', '',
              f'{len(points)} points from `MAPCollectHook` (one removal per '
@@ -232,7 +166,7 @@ def _map_section(summary: Mapping[str, Any]) -> List[str]:
     lines += ['', f'`{fit.format_polynomial()}`', '',
               f'Allocation of budget {budget} at depth {depth} (bounds '
               f'`{summary["map"]["bounds"]}`; `*` = argmax):', '', '```',
-              format_candidates(allocation.candidates, allocation.best),
+              allocation.format_table(),
               '```', '',
               '![MAP surface](map/map_fit.png)']
     return lines
@@ -283,7 +217,8 @@ def _benchmark_section(summary: Mapping[str, Any]) -> List[str]:
 
 def format_report(summary: Mapping[str, Any]) -> str:
     """The markdown report of one demo run (``summary`` is what
-    ``tools/demo.py`` collects; see ``summary.json`` next to the report)."""
+    :class:`hetdpt_mm.apis.demo.Demo` collects; see ``summary.json`` next to
+    the report)."""
     cls = summary['classification']
     bench = summary['benchmark']['demo']['models']
     merged = bench['merged']

@@ -1,0 +1,713 @@
+"""HetDPT end to end on the embedded CPU demo (``tools/demo.py``).
+
+Stages (each runs the project's own tools as subprocesses, exactly the
+commands a user would type; they are printed, logged under
+``<work-dir>/logs/`` and listed in the report):
+
+1. make the demo datasets (digits, toy COCO, toy ADE20K) if missing;
+2. train the dense classifier (``configs/demo/vit-demo_digits.py``);
+3. collect MAP points with ``MAPCollectHook`` from the dense checkpoint,
+   schedules attn / act / interleaved
+   (``configs/demo/vit-demo_digits_map.py``), and test the dense model;
+4. fit MAP and split the budget (``tools/fit_map.py``, plot; the split is
+   read from its ``--save-allocation`` output);
+5. prune with ``HetDPTPruneHook`` (the MAP split's counts) and fine-tune
+   (``configs/demo/vit-demo_digits_hetdpt.py``);
+6. merge (``tools/merge_ckpt.py``) and test the pruned model;
+7. DETR and UperNet from the merged backbone: test before training, train,
+   test after (``configs/demo/{detr,upernet}_hetdpt_demo.py``); test the
+   merged classifier;
+8. benchmark dense vs pruned vs merged (``tools/benchmark.py``);
+9. write ``report.md``, ``summary.json`` and the plots.
+
+Hook options are set by hook type, not by list position: a job whose hook
+needs other options runs a config generated under ``<work-dir>/configs/``
+that inherits the demo config (:func:`write_hook_config`).
+
+The independent jobs of a stage run side by side (``--jobs``, default one
+per core, at most 2).  Threads per job (``--threads``) default to the idle
+cores, measured when the stage starts, shared out among its jobs: tiny
+models on a busy machine are much slower with OpenMP threads that wait for
+each other.  A new run replaces the outputs of an earlier demo run in the
+work dir; ``--resume`` continues one instead, skipping its finished stages.
+``--quick`` is the CI variant: the same stages on tiny subsets and
+schedules (minutes; its accuracies mean nothing).  See docs/demo.md.
+"""
+import csv
+import dataclasses
+import io
+import json
+import math
+import pprint
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import torch
+from mmengine.config import Config
+from mmengine.logging import MMLogger
+
+from ..benchmark import machine_info
+from ..checkpoint import load_checkpoint_file
+from ..datasets import make_all
+from ..fileio import atomic_write_text
+from ..hooks.map_collect_hook import POINT_COLUMNS
+from ..hooks.prune_hook import STATE_KEY as PRUNE_STATE
+from ..pruning import AnalyticCost, MAPFit, load_points
+from ..record import load_backbone_checkpoint, read_backbone_checkpoint
+from . import demo_report, plots
+from .fit_map import load_allocation
+from .jobs import Job, JobRunner, load_average
+
+DENSE_CONFIG = 'configs/demo/vit-demo_digits.py'
+MAP_CONFIG = 'configs/demo/vit-demo_digits_map.py'
+PRUNE_CONFIG = 'configs/demo/vit-demo_digits_hetdpt.py'
+DETR_CONFIG = 'configs/demo/detr_hetdpt_demo.py'
+UPERNET_CONFIG = 'configs/demo/upernet_hetdpt_demo.py'
+DEFAULT_DATA_ROOT = 'data/demo'
+STATE_FILE = 'demo_state.json'
+# 2: the MAP allocation is read from fit_map's output and kept in the state.
+STATE_VERSION = 2
+#: What a demo run creates in its work dir (all of it is replaced by a new
+#: run; nothing else there is touched).
+OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'vit-demo_digits_hetdpt',
+           'detr_hetdpt_demo', 'upernet_hetdpt_demo', 'benchmark', 'logs',
+           'report.md', 'summary.json', 'accuracy_vs_speedup.png',
+           'losses.png', 'demo.log', STATE_FILE)
+MAP_SCHEDULES = ('attn', 'act', 'interleaved')
+
+
+class DemoError(Exception):
+    """A stage failed or the inputs are unusable; the message says which."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Sizes of one demo variant.  ``None`` keeps the config's value."""
+    dense_epochs: Optional[int]
+    dense_train_images: Optional[int]  # the first N images only
+    map_steps: Dict[str, int]  # removal steps per schedule
+    map_interval: int  # fine-tuning epochs per step
+    map_subset: Union[int, float]  # fast fine-tune: images or fraction
+    map_calib_images: int  # TE score
+    budget: int  # layers to remove, split by MAP
+    prune_epochs: Optional[int]
+    prune_train_images: Optional[int]
+    detr_epochs: Optional[int]
+    detr_train_images: Optional[int]
+    upernet_iters: Optional[int]
+    transfer_log_interval: Optional[int]  # iterations per logged loss
+    bench_batch: int
+    bench_repeats: int
+    context_bench: bool  # also time DeiT-S at 224 (context)
+
+
+FULL = Settings(
+    dense_epochs=None, dense_train_images=None,
+    map_steps=dict(attn=2, act=4, interleaved=2), map_interval=1,
+    map_subset=0.5, map_calib_images=128, budget=4,
+    prune_epochs=None, prune_train_images=None,
+    detr_epochs=None, detr_train_images=None, upernet_iters=None,
+    transfer_log_interval=None, bench_batch=64, bench_repeats=15,
+    context_bench=True)
+QUICK = Settings(
+    dense_epochs=2, dense_train_images=256,
+    map_steps=dict(attn=2, act=2, interleaved=2), map_interval=1,
+    map_subset=64, map_calib_images=64, budget=2,
+    prune_epochs=3, prune_train_images=128,
+    detr_epochs=1, detr_train_images=16, upernet_iters=4,
+    transfer_log_interval=1, bench_batch=16, bench_repeats=2,
+    context_bench=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoOptions:
+    """One demo run as ``tools/demo.py`` was asked for it."""
+    repo: Path  # the checkout whose tools and configs the jobs run
+    work_dir: Path
+    data_root: Path
+    quick: bool = False
+    budget: Optional[int] = None  # None: the variant's (FULL or QUICK)
+    jobs: int = 1  # independent jobs side by side
+    threads: Optional[int] = None  # per job; None: from the idle cores
+    resume: bool = False
+    command: str = ''  # how it was started, for the report
+
+    @property
+    def mode(self) -> str:
+        return 'quick' if self.quick else 'full'
+
+    @property
+    def settings(self) -> Settings:
+        variant = QUICK if self.quick else FULL
+        if self.budget is None:
+            return variant
+        return dataclasses.replace(variant, budget=self.budget)
+
+
+# -------------------------------------------------------------------- demo
+def classifier_schedule_options(epochs: Optional[int],
+                                train_images: Optional[int]) -> List[str]:
+    """``--cfg-options`` that shorten a classifier run (``None``: keep the
+    config's value); validation runs once, at the end."""
+    options = []
+    if epochs is not None:
+        options += [f'train_cfg.max_epochs={epochs}',
+                    f'train_cfg.val_interval={epochs}']
+    if train_images is not None:
+        options.append(f'train_dataloader.dataset.indices={train_images}')
+    return options
+
+
+def last_checkpoint(work_dir: Path) -> Path:
+    """The checkpoint MMEngine saved last in ``work_dir``."""
+    marker = work_dir / 'last_checkpoint'
+    if not marker.is_file():
+        raise DemoError(f'no checkpoint was saved in {work_dir} '
+                        f'({marker} is missing)')
+    return Path(marker.read_text().strip())
+
+
+def write_hook_config(base: Path, hook_type: str, options: Mapping[str, Any],
+                      path: Path, unset: Sequence[str] = ()) -> None:
+    """Write a config to ``path`` that inherits ``base`` and gives its one
+    ``hook_type`` hook ``options`` (and drops its keys ``unset``).
+
+    ``--cfg-options custom_hooks.<i>.<key>=...`` would address the hook by
+    its position in the list, silently reaching another hook when the
+    config's list changes; here it is found by type.
+    """
+    hooks = [hook.to_dict() for hook in Config.fromfile(base).custom_hooks]
+    matching = [hook for hook in hooks if hook['type'] == hook_type]
+    if len(matching) != 1:
+        raise DemoError(f'{base} has {len(matching)} {hook_type} hooks in '
+                        'custom_hooks; the demo configures exactly one')
+    for key in unset:
+        matching[0].pop(key, None)
+    matching[0].update(options)
+    atomic_write_text(path, (
+        f'# Written by the HetDPT demo: {base.name} with options of its '
+        f'{hook_type}.\n_base_ = [{str(base)!r}]\n'
+        f'custom_hooks = {pprint.pformat(hooks, sort_dicts=False)}\n'))
+
+
+class Demo:
+    """The stages of the demo; results accumulate in ``self.results`` and
+    are saved with the finished stages in ``<work_dir>/demo_state.json``."""
+
+    STAGES = (
+        ('data', 'make the demo datasets'),
+        ('dense', 'train the dense classifier'),
+        ('map', 'collect MAP points (attn / act / interleaved); test the '
+         'dense model'),
+        ('fit', 'fit MAP and split the budget'),
+        ('prune', 'prune with HetDPTPruneHook and fine-tune'),
+        ('merge', 'merge (tools/merge_ckpt.py); test the pruned model'),
+        ('transfer', 'DETR and UperNet from the merged backbone; test the '
+         'merged classifier'),
+        ('benchmark', 'benchmark dense vs pruned vs merged'),
+        ('report', 'write the report'),
+    )
+
+    def __init__(self, options: DemoOptions):
+        self.options = options
+        self.settings = options.settings
+        self.repo: Path = options.repo
+        self.work_dir: Path = options.work_dir
+        self.data_root: Path = options.data_root
+        self.state: Dict[str, Any] = dict(
+            version=STATE_VERSION, mode=options.mode,
+            settings=dataclasses.asdict(self.settings),
+            data_root=str(options.data_root), finished=[], seconds={},
+            results={}, commands=[], job_seconds={}, job_threads={})
+        self.results = self.state['results']
+        self.logger: Optional[MMLogger] = None
+        self.jobs: Optional[JobRunner] = None
+
+    # ----------------------------------------------------------- helpers
+    def rel(self, path: Union[str, Path]) -> str:
+        """A path as the subprocesses (run from the repository root) and
+        the report should show it."""
+        path = Path(path)
+        try:
+            return str(path.resolve().relative_to(self.repo))
+        except ValueError:
+            return str(path.resolve())
+
+    def out(self, *parts: str) -> Path:
+        return self.work_dir.joinpath(*parts)
+
+    def data_options(self, kind: str) -> List[str]:
+        """``--cfg-options`` pointing a demo config at ``--data-root``
+        (nothing when it is the configs' own ``data/demo``)."""
+        root = self.rel(self.data_root)
+        if root == DEFAULT_DATA_ROOT:
+            return []
+        loaders = ('train_dataloader', 'val_dataloader', 'test_dataloader')
+        sub = dict(cls='cls', detr='coco', upernet='ade')[kind]
+        options = [f'{loader}.dataset.data_root={root}/{sub}'
+                   for loader in loaders]
+        if kind == 'detr':
+            # The COCO evaluator reads the annotation file itself.
+            ann_file = f'{root}/coco/annotations/instances_val2017.json'
+            options += [f'val_evaluator.ann_file={ann_file}',
+                        f'test_evaluator.ann_file={ann_file}']
+        return options
+
+    @staticmethod
+    def train_argv(config: str, work_dir: str, options: Sequence[str],
+                   validate: bool = True) -> List[str]:
+        argv = ['tools/train.py', config, '--work-dir', work_dir]
+        if not validate:
+            argv.append('--no-validate')
+        return argv + (['--cfg-options', *options] if options else [])
+
+    @staticmethod
+    def test_argv(config: str, checkpoint: str, work_dir: str,
+                  metrics: str, options: Sequence[str]) -> List[str]:
+        argv = ['tools/test.py', config, checkpoint, '--work-dir', work_dir,
+                '--out-metrics', metrics]
+        return argv + (['--cfg-options', *options] if options else [])
+
+    def hook_config(self, job: str, config: str, hook_type: str,
+                    options: Mapping[str, Any],
+                    unset: Sequence[str] = ()) -> str:
+        """``config`` with options of its ``hook_type`` hook, written for
+        ``job`` under ``<work_dir>/configs/`` (same file name: the merge hook
+        names its output after it)."""
+        path = self.out('configs', job, Path(config).name)
+        write_hook_config(self.repo / config, hook_type, options, path,
+                          unset)
+        return self.rel(path)
+
+    def save_state(self) -> None:
+        self.state['commands'] = self.jobs.commands
+        self.state['job_seconds'] = self.jobs.durations
+        self.state['job_threads'] = self.jobs.threads_used
+        atomic_write_text(self.out(STATE_FILE),
+                          json.dumps(self.state, indent=1) + '\n')
+
+    # --------------------------------------------------------------- run
+    def prepare_work_dir(self) -> None:
+        """Resume an earlier run, or replace its outputs; never touch a
+        directory the demo did not make."""
+        state_path = self.out(STATE_FILE)
+        if self.options.resume:
+            if not state_path.is_file():
+                raise DemoError(f'--resume: {state_path} does not exist (no '
+                                'earlier demo run in this work dir)')
+            state = json.loads(state_path.read_text())
+            if any(state.get(key) != self.state[key]
+                   for key in ('version', 'settings', 'data_root')):
+                raise DemoError(
+                    f'--resume: the run in {self.work_dir} used other '
+                    f'settings (mode {state.get("mode")!r}, data root '
+                    f'{state.get("data_root")}); start it again without '
+                    '--resume')
+            self.state.update(state)
+            self.results = self.state['results']
+            return
+        if self.work_dir.exists():
+            if not self.work_dir.is_dir():
+                raise DemoError(f'--work-dir {self.work_dir} is not a '
+                                'directory')
+            if any(self.work_dir.iterdir()) and not state_path.is_file():
+                raise DemoError(
+                    f'--work-dir {self.work_dir} is not empty and holds no '
+                    'earlier demo run: choose another --work-dir')
+            for name in OUTPUTS:
+                path = self.out(name)
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
+                    path.unlink()
+
+    def run(self) -> None:
+        self.prepare_work_dir()
+        self.out('logs').mkdir(parents=True, exist_ok=True)
+        self.logger = MMLogger.get_instance(
+            f'hetdpt_demo_{time.time_ns()}', logger_name='hetdpt_demo',
+            log_file=str(self.out('demo.log')),
+            file_mode='a' if self.options.resume else 'w')
+        self.jobs = JobRunner(self.logger, self.repo, self.out('logs'),
+                              self.options.threads, self.options.jobs)
+        self.jobs.commands = list(self.state['commands'])
+        self.jobs.durations = dict(self.state['job_seconds'])
+        self.jobs.threads_used = dict(self.state['job_threads'])
+        self.state.setdefault('load_before', load_average())
+        start = time.monotonic() - sum(self.state['seconds'].values())
+        self.logger.info(
+            f'HetDPT demo ({self.options.mode}): work dir '
+            f'{self.rel(self.work_dir)}, data {self.rel(self.data_root)}, '
+            f'up to {self.options.jobs} parallel job(s), '
+            f'{self.options.threads or "auto"} thread(s) each, load average '
+            f'{load_average():.2f}')
+        for number, (name, title) in enumerate(self.STAGES, 1):
+            banner = (f'[{number}/{len(self.STAGES)}] {title} (elapsed '
+                      f'{demo_report.duration(time.monotonic() - start)})')
+            if name in self.state['finished']:
+                self.logger.info(f'==== {banner}: done in an earlier run, '
+                                 'skipped')
+                continue
+            self.logger.info(f'==== {banner}')
+            stage_start = time.monotonic()
+            try:
+                getattr(self, f'stage_{name}')()
+            except (OSError, ValueError) as err:
+                raise DemoError(f'stage "{title}": {err}') from err
+            seconds = time.monotonic() - stage_start
+            self.state['seconds'][name] = seconds
+            self.state['finished'].append(name)
+            self.save_state()
+            self.logger.info(f'==== [{number}/{len(self.STAGES)}] done in '
+                             f'{seconds:.1f} s')
+        self.logger.info(
+            f'HetDPT demo finished in '
+            f'{demo_report.duration(time.monotonic() - start)}: report '
+            f'{self.rel(self.out("report.md"))}\n' +
+            self.results['headline'])
+
+    # ------------------------------------------------------------ stages
+    def stage_data(self) -> None:
+        paths = make_all(self.data_root)
+        self.logger.info('demo datasets: ' + ', '.join(
+            f'{name} {self.rel(path)}' for name, path in paths.items()))
+
+    def stage_dense(self) -> None:
+        s = self.settings
+        work = self.rel(self.out('vit-demo_digits'))
+        options = self.data_options('cls') + classifier_schedule_options(
+            s.dense_epochs, s.dense_train_images)
+        self.jobs.run_lanes([[Job('dense-train', self.train_argv(
+            DENSE_CONFIG, work, options))]])
+        checkpoint = last_checkpoint(self.out('vit-demo_digits'))
+        record = load_backbone_checkpoint(checkpoint, mmap=True).record
+        self.results['dense'] = dict(
+            checkpoint=self.rel(checkpoint), arch=record.arch,
+            depth=record.spec.depth)
+
+    def stage_map(self) -> None:
+        s = self.settings
+        dense = self.results['dense']
+        jobs = {}
+        for schedule in MAP_SCHEDULES:
+            steps = s.map_steps[schedule]
+            name = f'map-{schedule}'
+            config = self.hook_config(
+                name, MAP_CONFIG, 'MAPCollectHook',
+                dict(schedule=schedule, interval=s.map_interval,
+                     max_removed=steps, calib_images=s.map_calib_images))
+            options = [
+                f'load_from={dense["checkpoint"]}',
+                f'train_cfg.max_epochs={steps * s.map_interval}',
+                f'train_dataloader.sampler.subset={s.map_subset}',
+            ] + self.data_options('cls')
+            jobs[schedule] = Job(name, self.train_argv(
+                config, self.rel(self.out('map', schedule)), options))
+        dense_test = Job('dense-test', self.test_argv(
+            DENSE_CONFIG, dense['checkpoint'],
+            self.rel(self.out('vit-demo_digits')),
+            self.rel(self.out('vit-demo_digits', 'test_metrics.json')),
+            self.data_options('cls')))
+        # On two cores: the longest schedule beside the other two, then the
+        # dense test (it needs no MAP result) on whichever core frees first.
+        longest = max(MAP_SCHEDULES, key=lambda name: s.map_steps[name])
+        self.jobs.run_lanes([
+            [jobs[longest]],
+            [jobs[name] for name in MAP_SCHEDULES if name != longest],
+            [dense_test]])
+        dense['accuracy'] = demo_report.read_json(self.out(
+            'vit-demo_digits', 'test_metrics.json'))['accuracy/top1']
+        # One points file: the starting (dense) point once, then every
+        # removal step of every schedule.
+        rows = []
+        for schedule in MAP_SCHEDULES:
+            with open(self.out('map', schedule, 'map_points.csv'),
+                      encoding='utf-8') as file:
+                rows += [row for row in csv.DictReader(file)
+                         if not (rows and row['step'] == '0')]
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=POINT_COLUMNS,
+                                lineterminator='\n')
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(self.out('map', 'map_points.csv'), text.getvalue())
+        load_points(self.out('map', 'map_points.csv'), depth=dense['depth'])
+        self.results['map'] = dict(points=rows,
+                                   interval=s.map_interval)
+        self.logger.info(f'{len(rows)} MAP points in '
+                         f'{self.rel(self.out("map", "map_points.csv"))}')
+
+    def stage_fit(self) -> None:
+        depth = self.results['dense']['depth']
+        fit_path = self.out('map', 'map_fit.json')
+        allocation_path = self.out('map', 'map_allocation.json')
+        self.jobs.run_lanes([[Job('fit-map', [
+            'tools/fit_map.py', self.rel(self.out('map', 'map_points.csv')),
+            '--depth', str(depth), '--budget', str(self.settings.budget),
+            '--bounds', 'full', '--plot',
+            self.rel(self.out('map', 'map_fit.png')), '--save-fit',
+            self.rel(fit_path), '--save-allocation',
+            self.rel(allocation_path), '--force'], show_all=True)]])
+        fit = MAPFit.from_dict(demo_report.read_json(fit_path))
+        allocation = load_allocation(allocation_path, 'full')
+        self.results['map'].update(
+            fit=fit.to_dict(), bounds='full', fit_path=self.rel(fit_path),
+            allocation=allocation.to_dict(), degree=fit.degree,
+            cv_mae=fit.cv_mae, cv_rmse=fit.cv_rmse,
+            n_attn=allocation.n_attn, n_act=allocation.n_act,
+            predicted=allocation.best.predicted_accuracy)
+
+    def stage_prune(self) -> None:
+        s = self.settings
+        work = self.out('vit-demo_digits_hetdpt')
+        split = self.results['map']
+        # The counts of MAP's split as tools/fit_map.py saved it, instead
+        # of the fit and budget from which the hook would derive it again.
+        config = self.hook_config(
+            'prune-train', PRUNE_CONFIG, 'HetDPTPruneHook',
+            dict(counts=dict(attn=split['n_attn'], act=split['n_act'])),
+            unset=('map_points', 'map_fit', 'budget'))
+        options = [f'load_from={self.results["dense"]["checkpoint"]}']
+        options += classifier_schedule_options(s.prune_epochs,
+                                               s.prune_train_images)
+        options += self.data_options('cls')
+        self.jobs.run_lanes([[Job('prune-train', self.train_argv(
+            config, self.rel(work), options))]])
+        checkpoint = last_checkpoint(work)
+        loaded = load_checkpoint_file(checkpoint, mmap=True)
+        spec = read_backbone_checkpoint(loaded, checkpoint).record.spec
+        self.results['prune'] = dict(
+            checkpoint=self.rel(checkpoint),
+            hook_merged=self.rel(work / 'vit-demo_digits_hetdpt_merged.pth'),
+            spec=dict(spec.to_dict(), n_attn=spec.n_attn, n_act=spec.n_act),
+            decisions=loaded['meta'][PRUNE_STATE]['decisions'])
+
+    def stage_merge(self) -> None:
+        prune = self.results['prune']
+        work = self.out('vit-demo_digits_hetdpt')
+        merged = self.rel(work / 'merged.pth')
+        self.jobs.run_lanes([
+            [Job('merge', ['tools/merge_ckpt.py', prune['checkpoint'], merged,
+                           '--force'], show_all=True)],
+            [Job('pruned-test', self.test_argv(
+                PRUNE_CONFIG, prune['checkpoint'], self.rel(work),
+                self.rel(work / 'test_metrics_pruned.json'),
+                self.data_options('cls')))]])
+        prune.update(
+            merged=merged,
+            accuracy=demo_report.read_json(
+                work / 'test_metrics_pruned.json')['accuracy/top1'],
+            hook_output_identical=self.same_weights(
+                self.repo / merged, self.repo / prune['hook_merged']))
+
+    @staticmethod
+    def same_weights(path_a: Path, path_b: Path) -> bool:
+        """Whether two checkpoints hold bit-identical tensors."""
+        a = load_checkpoint_file(path_a)['state_dict']
+        b = load_checkpoint_file(path_b)['state_dict']
+        return a.keys() == b.keys() and all(torch.equal(a[k], b[k])
+                                            for k in a)
+
+    def stage_transfer(self) -> None:
+        s = self.settings
+        merged = self.results['prune']['merged']
+        overrides = dict(
+            detr=[] if s.detr_epochs is None else [
+                f'train_cfg.max_epochs={s.detr_epochs}',
+                f'train_cfg.val_interval={s.detr_epochs}'],
+            upernet=[] if s.upernet_iters is None else [
+                f'train_cfg.max_iters={s.upernet_iters}',
+                f'train_cfg.val_interval={s.upernet_iters}'])
+        if s.detr_train_images is not None:
+            overrides['detr'].append(
+                f'train_dataloader.dataset.indices={s.detr_train_images}')
+        if s.transfer_log_interval is not None:
+            for options in overrides.values():
+                options.append(f'default_hooks.logger.interval='
+                               f'{s.transfer_log_interval}')
+        lanes = []
+        for kind, config in (('detr', DETR_CONFIG),
+                             ('upernet', UPERNET_CONFIG)):
+            work = self.out(Path(config).stem)
+            common = [f'model.backbone.init_cfg.checkpoint={merged}'
+                      ] + self.data_options(kind)
+
+            def test_after(config=config, work=work, common=common):
+                return self.test_argv(
+                    config, self.rel(last_checkpoint(work)), self.rel(work),
+                    self.rel(work / 'test_metrics_after_training.json'),
+                    common)
+
+            lanes.append([
+                Job(f'{kind}-test-before', self.test_argv(
+                    config, merged, self.rel(work),
+                    self.rel(work / 'test_metrics_before_training.json'),
+                    common)),
+                Job(f'{kind}-train', self.train_argv(
+                    config, self.rel(work), common + overrides[kind],
+                    validate=False)),
+                Job(f'{kind}-test-after', test_after),
+            ])
+        prune_work = self.out('vit-demo_digits_hetdpt')
+        # The deployment path: the plain dense config and the merged file,
+        # whose meta rebuilds the pruned structure.  It runs on whichever
+        # core the shorter of DETR and UperNet frees first.
+        lanes.append([Job('merged-test', self.test_argv(
+            DENSE_CONFIG, merged, self.rel(prune_work),
+            self.rel(prune_work / 'test_metrics_merged.json'),
+            self.data_options('cls')))])
+        self.jobs.run_lanes(lanes)
+        self.results['prune']['merged_accuracy'] = demo_report.read_json(
+            prune_work / 'test_metrics_merged.json')['accuracy/top1']
+        for kind, config in (('detr', DETR_CONFIG),
+                             ('upernet', UPERNET_CONFIG)):
+            work = self.out(Path(config).stem)
+            curve = demo_report.scalar_curve(demo_report.train_scalars(work))
+            self.results[kind] = dict(
+                before=demo_report.read_json(
+                    work / 'test_metrics_before_training.json'),
+                after=demo_report.read_json(
+                    work / 'test_metrics_after_training.json'),
+                loss_curve=curve, loss_first=curve[0][1],
+                loss_last=curve[-1][1], iterations=curve[-1][0],
+                checkpoint=self.rel(last_checkpoint(work)))
+
+    def stage_benchmark(self) -> None:
+        s = self.settings
+        out = self.out('benchmark')
+        # One thread unless told, timed by the process's CPU time: on a
+        # shared machine that is what other jobs cannot inflate.
+        threads = self.options.threads or 1
+        common = ['--threads', str(threads), '--force'] + (
+            ['--clock', 'process'] if threads == 1 else [])
+        runs = dict(demo=[
+            'tools/benchmark.py', 'backbone', '--checkpoint',
+            self.results['prune']['checkpoint'], '--prefix', 'backbone.',
+            '--img-size', '32', '--batch-size', str(s.bench_batch),
+            '--repeats', str(s.bench_repeats)])
+        if s.context_bench:
+            # For context: DeiT-S at 224 with the authors' DeiT-B spec.
+            runs['context'] = ['tools/benchmark.py', 'backbone', '--arch',
+                               'deit-small', '--batch-size', '4',
+                               '--repeats', '3']
+        lane = [Job(f'benchmark-{name}', argv + common + [
+            '--json', self.rel(out / f'{name}.json'), '--md',
+            self.rel(out / f'{name}.md')], show_all=True)
+            for name, argv in runs.items()]
+        # Timings only mean something with nothing else of ours running.
+        self.jobs.run_lanes([lane])
+        self.results['benchmark'] = {
+            name: condense_benchmark(
+                demo_report.read_json(out / f'{name}.json'),
+                (out / f'{name}.md').read_text(encoding='utf-8'))
+            for name in runs}
+
+    def stage_report(self) -> None:
+        summary = self.summary()
+        if not all(map(math.isfinite, demo_report.all_numbers(summary))):
+            atomic_write_text(self.out('summary.json'),
+                              json.dumps(summary, indent=1) + '\n')
+            raise DemoError('the results hold non-finite numbers: see '
+                            f'{self.rel(self.out("summary.json"))}')
+        removal_steps = [(p, speedup) for p, speedup in zip(
+            summary['map']['points'], summary['map']['point_speedups'])
+            if p['step'] != '0']
+        plots.write_image(
+            self.out('accuracy_vs_speedup.png'),
+            plots.plot_accuracy_vs_speedup(
+                *zip(*removal_steps),
+                [dict(name=name, accuracy=summary['classification'][name][
+                    'accuracy'], speedup=summary['benchmark']['demo'][
+                        'models'][name]['speedup'])
+                 for name in ('dense', 'pruned', 'merged')]))
+        plots.write_image(self.out('losses.png'), plots.plot_losses(
+            {'DETR (toy COCO)': self.results['detr']['loss_curve'],
+             'UperNet (toy ADE20K)': self.results['upernet']['loss_curve']}))
+        atomic_write_text(self.out('summary.json'),
+                          json.dumps(summary, indent=1) + '\n')
+        atomic_write_text(self.out('report.md'),
+                          demo_report.format_report(summary))
+        self.results['headline'] = demo_report.headline(summary)
+
+    # ----------------------------------------------------------- summary
+    def analytic_cost(self) -> AnalyticCost:
+        """MACs of the demo ViT (from the dense checkpoint's meta) at its
+        input size, by removed counts."""
+        build_args = self.results['dense']['arch']
+        dims = build_args['arch']
+        return AnalyticCost(
+            embed_dim=dims['embed_dims'], num_heads=dims['num_heads'],
+            mlp_ratio=dims.get('mlp_ratio', 4), depth=dims['num_layers'],
+            img_size=build_args['img_size'],
+            patch_size=build_args['patch_size'])
+
+    def summary(self) -> Dict[str, Any]:
+        r = self.results
+        cost = self.analytic_cost()
+        total = sum(self.state['seconds'].values())
+        points = r['map']['points']
+        return dict(
+            mode=self.options.mode, command=self.options.command,
+            machine=machine_description(), jobs=self.options.jobs,
+            threads=self.options.threads or 'auto',
+            job_threads=self.jobs.threads_used,
+            load_before=self.state['load_before'],
+            load_after=load_average(),
+            finished_at=datetime.now().isoformat(timespec='seconds'),
+            wall_seconds=total,
+            stages=[dict(name=name, title=title,
+                         seconds=self.state['seconds'].get(name, 0.0))
+                    for name, title in self.STAGES if name != 'report'],
+            job_seconds=self.jobs.durations,
+            commands=self.jobs.commands,
+            classification=dict(
+                arch=r['dense']['arch'].get('arch'),
+                depth=r['dense']['depth'], budget=self.settings.budget,
+                val_images=validation_size(self.data_root),
+                dense=dict(accuracy=r['dense']['accuracy'],
+                           checkpoint=r['dense']['checkpoint']),
+                pruned=dict(accuracy=r['prune']['accuracy'],
+                            checkpoint=r['prune']['checkpoint']),
+                merged=dict(accuracy=r['prune']['merged_accuracy'],
+                            checkpoint=r['prune']['merged']),
+                pruned_equals_merged=(r['prune']['accuracy'] ==
+                                      r['prune']['merged_accuracy']),
+                hook_output_identical=r['prune']['hook_output_identical'],
+                spec=r['prune']['spec'], decisions=r['prune']['decisions']),
+            map=dict(points=points, point_speedups=demo_report.map_speedups(
+                points, cost), **{k: r['map'][k] for k in (
+                    'fit', 'bounds', 'allocation', 'interval', 'degree',
+                    'cv_mae', 'cv_rmse', 'n_attn', 'n_act', 'predicted')}),
+            detr=r['detr'], upernet=r['upernet'],
+            benchmark=r['benchmark'])
+
+
+def condense_benchmark(result: Dict[str, Any], markdown: str
+                       ) -> Dict[str, Any]:
+    """What the report needs from one ``tools/benchmark.py`` JSON."""
+    settings = result['settings']
+    return dict(
+        batch_size=settings['batch_size'], threads=settings['threads'],
+        repeats=settings['repeats'], img_size=settings['img_size'],
+        clock=settings['clock'],
+        markdown=markdown, models={
+            model['name']: dict(
+                params=model['params'], macs=model['macs']['total'],
+                median_ms=model['timing']['median_ms'],
+                speedup=model['speedup']['median'],
+                macs_speedup=model['speedup'].get('macs', 1.0))
+            for model in result['models']})
+
+
+def machine_description() -> str:
+    info = machine_info('cpu')
+    return (f'{info["cpu"]}, {info["logical_cores"]} logical cores, '
+            f'torch {info["torch"]}')
+
+
+def validation_size(data_root: Path) -> int:
+    with open(data_root / 'cls' / 'meta' / 'val.txt', encoding='utf-8') as f:
+        return sum(1 for line in f if line.strip())

@@ -1,0 +1,158 @@
+"""The project's plots: the fitted MAP surface (``tools/fit_map.py``) and
+the demo's accuracy-vs-speedup and training-loss figures
+(``tools/demo.py``).  Each returns the image as bytes; matplotlib is
+imported only when a plot is drawn."""
+import io
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..fileio import atomic_path
+from ..pruning import Allocation, Candidate, MAPFit
+
+__all__ = ['figure_formats', 'plot_map_fit', 'plot_accuracy_vs_speedup',
+           'plot_losses', 'write_image']
+
+
+def figure_formats() -> Dict[str, str]:
+    """The image formats a plot can be written in (suffix -> name)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    return FigureCanvasAgg.get_supported_filetypes()
+
+
+def _figure(size):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _image(fig, image_format: str = 'png', dpi: int = 110) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=image_format, dpi=dpi, bbox_inches='tight')
+    return buffer.getvalue()
+
+
+def write_image(path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def plot_map_fit(fit: MAPFit, depth: int, allocations: Dict[str, Allocation],
+                 budget: Optional[int], image_format: str) -> bytes:
+    """Fitted surface over the data (and budget line) range with observed
+    points, the data hull, the budget line and the chosen splits."""
+    from matplotlib.colors import Normalize
+    from matplotlib.ticker import MaxNLocator
+
+    observed = np.array([(p.a, p.t, p.accuracy) for p in fit.points])
+    shown = [observed[:, :2]] + [
+        np.array([(c.a, c.t) for c in allocation.candidates])
+        for allocation in allocations.values()]
+    low = np.concatenate(shown).min(axis=0) - 0.05
+    a_grid, t_grid = np.meshgrid(np.linspace(low[0], 1.0, 200),
+                                 np.linspace(low[1], 1.0, 200))
+    surface = fit.predict(a_grid, t_grid)
+    # Extrapolated corners can fall far below the data: spend the colours
+    # on the points and the budget candidates, saturate beyond (contour
+    # lines still label the rest).
+    candidate_accuracy = [c.predicted_accuracy
+                          for allocation in allocations.values()
+                          for c in allocation.candidates]
+    spread = np.ptp(observed[:, 2]) or 1.0
+    levels = MaxNLocator(20).tick_values(
+        min([observed[:, 2].min() - spread, *candidate_accuracy]),
+        max(surface.max(), observed[:, 2].max()))
+    norm = Normalize(vmin=levels[0], vmax=levels[-1])
+
+    fig = _figure((7.5, 6.5))
+    ax = fig.subplots()
+    filled = ax.contourf(a_grid, t_grid, surface, levels=levels,
+                         cmap='viridis', norm=norm, extend='both')
+    lines = ax.contour(a_grid, t_grid, surface, levels=12, colors='k',
+                       linewidths=0.5, alpha=0.6)
+    ax.clabel(lines, fmt='%.1f', fontsize=7)
+    fig.colorbar(filled, ax=ax, label='accuracy (predicted surface, points)')
+
+    hull = fit.hull_vertices
+    ax.fill(hull[:, 0], hull[:, 1], fill=False, ls='--', color='white',
+            lw=1.2, label='data hull (MAP interpolates inside)')
+    ax.scatter(observed[:, 0], observed[:, 1], c=observed[:, 2],
+               cmap='viridis', norm=norm, s=70, edgecolors='black',
+               linewidths=1.0, zorder=3, label='observed points')
+
+    if budget is not None:
+        ratio_sum = 2 - budget / depth
+        a_line = np.linspace(low[0], 1.0, 2)
+        ax.plot(a_line, ratio_sum - a_line, color='red', lw=1.5,
+                label=f'budget {budget}: a + t = {ratio_sum:.3f}')
+        candidates = next(iter(allocations.values())).candidates
+        ax.scatter([c.a for c in candidates], [c.t for c in candidates],
+                   marker='x', color='red', s=30, zorder=3)
+    bounds_by_best: Dict[Candidate, List[str]] = {}  # one star per split
+    for bounds, allocation in allocations.items():
+        bounds_by_best.setdefault(allocation.best, []).append(bounds)
+    for colour, (best, names) in zip(('red', 'orange'),
+                                     bounds_by_best.items()):
+        ax.scatter([best.a], [best.t], marker='*', s=350, color=colour,
+                   edgecolors='black', zorder=4,
+                   label=f'argmax ({" & ".join(names)} bounds): '
+                   f'n_attn={best.n_attn}, n_act={best.n_act}, '
+                   f'P={best.predicted_accuracy:.2f}')
+
+    ax.set_xlim(low[0], 1.02)
+    ax.set_ylim(low[1], 1.02)
+    ax.set_aspect('equal')
+    ax.set_xlabel('a = retained attention ratio')
+    ax.set_ylabel('t = retained GELU ratio')
+    ax.set_title(f'MAP degree {fit.degree} on {len(fit.points)} points '
+                 f'(leave-2-out CV RMSE {fit.cv_rmse:.3f})')
+    ax.legend(loc='best', fontsize=7, framealpha=0.85)
+    return _image(fig, image_format, dpi=120)
+
+
+def plot_accuracy_vs_speedup(map_points: Sequence[Mapping[str, Any]],
+                             map_point_speedups: Sequence[float],
+                             models: Sequence[Mapping[str, Any]]) -> bytes:
+    """Accuracy against speedup: the MAP points (fast fine-tune, analytic
+    MACs speedup) and the final models (measured speedup)."""
+    fig = _figure((7, 5))
+    ax = fig.subplots()
+    markers = {'attn': 'v', 'act': '^', 'interleaved': 'D'}
+    for schedule, marker in markers.items():
+        chosen = [(s, float(p['accuracy']))
+                  for p, s in zip(map_points, map_point_speedups)
+                  if p['schedule'] == schedule]
+        if chosen:
+            ax.scatter(*zip(*chosen), marker=marker, s=40, color='0.55',
+                       label=f'MAP points, {schedule} schedule (MACs '
+                       'speedup, fast fine-tune)')
+    colours = {'dense': 'tab:blue', 'pruned': 'tab:orange',
+               'merged': 'tab:red'}
+    for model in models:
+        ax.scatter([model['speedup']], [model['accuracy']], s=160,
+                   marker='*', color=colours.get(model['name'], 'k'),
+                   edgecolors='black', zorder=3,
+                   label=f'{model["name"]}: {model["accuracy"]:.2f} % at '
+                   f'{model["speedup"]:.2f}x (measured)')
+    ax.set_xlabel('speedup over the dense model')
+    ax.set_ylabel('top-1 accuracy (%) on the demo digits val split')
+    ax.set_title('Accuracy vs speedup, demo ViT at 32x32')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc='lower left')
+    return _image(fig)
+
+
+def plot_losses(curves: Mapping[str, Sequence[Sequence[float]]]) -> bytes:
+    """Training loss against iteration, one panel per run."""
+    fig = _figure((4 * len(curves), 3.2))
+    axes = fig.subplots(1, len(curves), squeeze=False)[0]
+    for ax, (name, curve) in zip(axes, curves.items()):
+        if curve:
+            ax.plot(*zip(*curve), marker='.', lw=1)
+        ax.set_title(name)
+        ax.set_xlabel('iteration')
+        ax.set_ylabel('training loss')
+        ax.grid(alpha=0.3)
+    return _image(fig)
