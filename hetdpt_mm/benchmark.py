@@ -29,10 +29,10 @@ from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
+from .models.family import HetDPTBackbone
 from .models.hetdpt_vit import HetDPTViT, resolve_arch
 from .record import load_backbone_checkpoint
 from .models.layers import StraightThroughGate
-from .pruning.cost import AnalyticCost
 from .spec import ACT, ATTN, PruneSpec
 
 #: The authors' reference DeiT-B model ("10 layers", METHOD.md section 1).
@@ -210,7 +210,7 @@ def count_macs(model: nn.Module, inputs: Union[torch.Tensor, Tuple]
     """MACs of ``model(*inputs)`` traced by mmengine's FlopAnalyzer, plus
     the attention products (``scaled_dot_product_attention``, ``baddbmm``)
     it leaves out by default. ``matmul`` sums the matrix products only
-    (what :class:`AnalyticCost` models); ``total`` adds mmengine's counts
+    (what :class:`~hetdpt_mm.pruning.AnalyticCost` models); ``total`` adds mmengine's counts
     for norms, upsampling and pooling. ``uncounted_ops`` lists operators
     that were traced but have no count (elementwise ones, and any gap)."""
     if isinstance(inputs, torch.Tensor):
@@ -245,19 +245,18 @@ def count_params(model: nn.Module) -> int:
     return int(parameter_count(model)[''])
 
 
-def analytic_macs(backbone: HetDPTViT, img_size: Sequence[int]) -> int:
-    """:class:`AnalyticCost` of ``backbone`` at ``img_size`` (``H, W``;
-    multiples of the patch size, like the analytic model). Unmerged FFNs
-    cost as much as dense ones, with or without their GELU."""
-    arch = backbone.arch_settings
+def analytic_macs(backbone: HetDPTBackbone,
+                  img_size: Sequence[int]) -> int:
+    """Analytic MACs of ``backbone`` at ``img_size`` (``H, W``; multiples of
+    the patch size, like the analytic model), from its family's MACs per
+    layer. Unmerged FFNs cost as much as dense ones, with or without their
+    GELU."""
+    macs = type(backbone).layer_macs(backbone.build_args(), img_size)
     spec = backbone.prune_spec
-    cost = AnalyticCost(
-        embed_dim=arch['embed_dims'], num_heads=arch['num_heads'],
-        mlp_ratio=arch['mlp_ratio'], depth=arch['num_layers'],
-        img_size=tuple(img_size), patch_size=backbone.patch_size,
-        num_prefix_tokens=backbone.num_prefix_tokens)
     merged_ffns = spec.n_act if backbone.form == 'merged' else 0
-    return int(cost.total(spec.n_attn, merged_ffns))
+    return int(macs['rest'] + backbone.depth * (macs['attn'] + macs['ffn'])
+               - spec.n_attn * macs['attn']
+               - merged_ffns * (macs['ffn'] - macs['merged_ffn']))
 
 
 def gate_modules(model: nn.Module) -> List[str]:

@@ -326,3 +326,30 @@ def test_mismatched_checkpoints_are_named(tmp_path):
     with pytest.raises(ValueError, match='does not hold the weights of a known backbone'):
         HetDPTViT('deit-tiny', init_cfg=dict(type='Pretrained',
                                              checkpoint=str(path)))
+
+
+def test_loaded_weights_bring_their_structure():
+    """What mmdet's init_detector, mmseg's init_model and load_from do:
+    build from the config without init_cfg, then load a state dict."""
+    _, pruned, merged = three_forms('deit-small')
+    x = torch.randn(1, 3, 224, 224)
+    with torch.no_grad():
+        expected = merged(x)[0]
+    state = merged.state_dict()
+    for source in (state, {k: v for k, v in state.items()  # no record:
+                           if k != '_extra_state'}):     # from the tensors
+        unconfigured = HetDPTViT('deit-small').eval()
+        unconfigured.load_state_dict(source)
+        assert unconfigured.form == 'merged'
+        assert unconfigured.prune_spec == merged.prune_spec
+        with torch.no_grad():
+            assert (unconfigured(x)[0] - expected).abs().max() <= 1e-5
+    # A structure given in the config must fit the weights.
+    other = build('deit-small', prune_spec=dict(attn_removed=[1]))
+    with pytest.raises(StateDictMismatch, match=r'vit merged PruneSpec.*'
+                       r'built as a vit pruned PruneSpec\(depth=12, '
+                       r'attn_removed=\[1\]'):
+        other.load_state_dict(state)
+    wider = HetDPTViT('deit-base')
+    with pytest.raises(StateDictMismatch, match='cannot take'):
+        wider.load_state_dict(state)

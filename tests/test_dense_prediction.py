@@ -292,6 +292,42 @@ def test_detr_demo_train_merge_test(workspace):
     assert {'coco/bbox_mAP', 'coco/bbox_mAP_50'} <= metrics.keys()
 
 
+def first_losses(work_dir: Path) -> list:
+    return [line['loss'] for path in work_dir.glob('*/vis_data/scalars.json')
+            for line in map(json.loads, path.read_text().splitlines())
+            if 'loss' in line]
+
+
+def test_mmdet_tools_train_matches_ours(workspace):
+    """`mim train mmdet CONFIG` runs mmdet's own tools/train.py (shipped in
+    its wheel under .mim/tools): the config alone makes it build and save
+    the same network as ours, with the record in its checkpoints."""
+    import mmdet
+    mmdet_train = Path(mmdet.__file__).parent / '.mim/tools/train.py'
+    options = ['--cfg-options',
+               f'model.backbone.init_cfg.checkpoint='
+               f'{workspace / "pruned_cls.pth"}',
+               'train_cfg.max_epochs=1', 'train_cfg.val_interval=2',
+               'train_dataloader.batch_size=4',
+               'default_hooks.logger.interval=1']
+    config = ROOT / 'configs/demo/detr_hetdpt_demo.py'
+    ours = run_tool(workspace, 'train.py', config, '--work-dir',
+                    workspace / 'ours', *options)
+    result = subprocess.run(
+        [sys.executable, str(mmdet_train), str(config), '--work-dir',
+         str(workspace / 'mmdet'), *options], cwd=workspace,
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS='1'))
+    theirs = result.stdout + result.stderr
+    assert result.returncode == 0, theirs[-4000:]
+    assert LOADED.findall(ours) == LOADED.findall(theirs) != []
+    losses = first_losses(workspace / 'ours')
+    assert len(losses) == 2
+    assert first_losses(workspace / 'mmdet') == pytest.approx(losses,
+                                                              rel=1e-6)
+    check_structure(workspace / 'mmdet/epoch_1.pth', 'pruned')
+
+
 def test_upernet_demo_train_merge_test(workspace):
     metrics = train_merge_test(
         workspace, 'upernet_hetdpt_demo.py', 'upernet',

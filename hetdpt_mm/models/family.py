@@ -64,6 +64,11 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
 
     family: ClassVar[Optional[str]] = None
+    #: Whether the constructor was given a structure (a spec, the gated or
+    #: merged form): loaded weights must then fit it.  Otherwise the
+    #: structure is the default or came from ``init_cfg`` (where training
+    #: starts), and weights loaded later bring their own.
+    structure_given: bool = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -209,15 +214,15 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _follow_tensors(self, state_dict: Mapping, prefix: str) -> None:
-        """A state dict without a record: adopt what its tensors say when
-        they say it unambiguously and differ from this network."""
+        """A state dict without a record: its tensors say the structure,
+        unless they are gated or cannot say which GELUs are gone."""
         state = {k[len(prefix):]: v for k, v in state_dict.items()
                  if k.startswith(prefix)}
         if not self.recognizes(state):
             return
         found = self.record_from_tensors(state, 'the loaded state dict')
-        if self.form == 'gated' or found.form == 'gated':
-            return
+        if found.form == 'gated':
+            return  # the gates are buffers: they load with the weights
         try:
             self.check_record(self.record(), state)
             return
@@ -233,7 +238,8 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
         self._adopt(found)
 
     def _adopt(self, record: HetDPTRecord) -> None:
-        """Rebuild this network with the structure of ``record``."""
+        """Take the structure of loaded weights: rebuild this network when
+        its structure was not given, else check that they fit."""
         mine = self.record()
         theirs_arch = record.to_dict()['arch'] or {}
         mine_arch = mine.to_dict()['arch']
@@ -247,6 +253,18 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
                 'architecture')
         if record.same_structure(mine):
             return
+        if self.structure_given:
+            # A search network holds every tensor of an unmerged one, and
+            # the unmerged network of its spec every tensor it needs.
+            if {self.form, record.form} == {'gated', 'pruned'} and (
+                    self.form == 'gated' or record.spec == mine.spec):
+                return
+            raise StateDictMismatch(
+                f'the loaded weights are a {record.describe()}, but this '
+                f'backbone was built as a {mine.describe()}: leave its '
+                'structure (prune_spec, gated, merged) out of the config to '
+                'take the structure of the weights, or load them through '
+                "init_cfg=dict(type='Pretrained', ...), which converts them")
         print_log(f'{type(self).__name__}: rebuilding as {record.describe()} '
                   f'to load weights of that structure (was {mine.describe()})',
                   logger='current')

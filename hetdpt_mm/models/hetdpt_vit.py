@@ -132,6 +132,8 @@ class HetDPTViT(HetDPTBackbone):
             raise ValueError('a distilled ViT needs with_cls_token=True')
 
 
+        self.structure_given = gated or prune_spec is not None or \
+            merged is not None
         record = self._checkpoint_record()
         spec, form, semantics = self._resolve_structure(
             depth, prune_spec, gated, merged, removed_attn_output,
@@ -299,6 +301,21 @@ class HetDPTViT(HetDPTBackbone):
                     distilled=distilled, with_cls_token=with_cls,
                     qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
                     final_norm='norm.weight' in state)
+
+    @classmethod
+    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, float]:
+        from ..pruning.cost import AnalyticCost
+        settings = resolve_arch(arch['arch'])
+        cost = AnalyticCost(
+            embed_dim=settings['embed_dims'],
+            num_heads=settings['num_heads'], mlp_ratio=settings['mlp_ratio'],
+            depth=settings['num_layers'], img_size=tuple(img_size),
+            patch_size=arch['patch_size'], in_chans=arch['in_channels'],
+            num_prefix_tokens=int(arch['with_cls_token']) +
+            int(arch['distilled']))
+        return dict(attn=cost.attention_macs, ffn=cost.ffn_macs,
+                    merged_ffn=cost.merged_ffn_macs,
+                    rest=cost.patch_embed_macs)
 
     # --------------------------------------------------------- structure
     def _pretrained_cfg(self) -> Optional[dict]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ..models.hetdpt_vit import ARCH_PRESETS
 from .map import (Bounds, Candidate, MAPFit, allocate, evaluate_candidates,
                   resolve_bounds)
 from .validation import as_int, check_depth
@@ -29,12 +30,6 @@ __all__ = [
     'smallest_budget_reaching',
 ]
 
-# DeiT variants: depth 12, patch 16, MLP ratio 4.
-ARCH_PRESETS: Dict[str, Dict[str, int]] = {
-    'deit-tiny': dict(embed_dim=192, num_heads=3),
-    'deit-small': dict(embed_dim=384, num_heads=6),
-    'deit-base': dict(embed_dim=768, num_heads=12),
-}
 
 
 class CostModel:
@@ -120,7 +115,11 @@ class AnalyticCost(CostModel):
         if arch not in ARCH_PRESETS:
             raise ValueError(f'unknown arch {arch!r}; choose from '
                              f'{", ".join(ARCH_PRESETS)}')
-        return cls(**{**ARCH_PRESETS[arch], 'img_size': img_size,
+        preset = ARCH_PRESETS[arch]
+        return cls(**{'embed_dim': preset['embed_dims'],
+                      'num_heads': preset['num_heads'],
+                      'mlp_ratio': preset['mlp_ratio'],
+                      'depth': preset['num_layers'], 'img_size': img_size,
                       **overrides})
 
     @property
