@@ -14,9 +14,10 @@ from helpers import (MIXED_SPEC, REPO, load_tool, randomize_,
                      timm_state_dict)
 
 import hetdpt_mm  # noqa: F401  registers modules
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint import StateDictMismatch, load_checkpoint_file
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.record import encode_record
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 TOOL = REPO / 'tools' / 'merge_ckpt.py'
@@ -155,6 +156,29 @@ def test_gated_checkpoint_spec_from_the_gates_and_merged_input(tool, tmp_path,
     code, stdout, _ = run_tool(tool, capsys, first, second)
     assert code == 0 and 'already merged: written unchanged' in stdout
     assert digest(first) == digest(second)
+
+
+def test_a_record_that_contradicts_the_tensors_is_refused(tool, tmp_path,
+                                                        capsys):
+    """One check, in read_backbone_checkpoint, for the merge and the
+    backbone alike: a merged file whose meta names another spec."""
+    merged = tiny_backbone().to_merged()
+    lying = PruneSpec(4, attn_removed=[1], act_removed=[3])
+    record = merged.record()
+    meta = dict(record.to_dict(), spec=lying.to_dict(), prefix='backbone.')
+    state = {'backbone.' + k: v for k, v in timm_state_dict(merged).items()}
+    source = tmp_path / 'lying.pth'
+    torch.save(dict(state_dict=state, meta={META_KEY: meta}), source)
+    code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth')
+    assert code == 2 and 'does not match the tensors' in err, err
+    with pytest.raises(StateDictMismatch, match='does not match the tensors'):
+        HetDPTViT(arch=ARCH, img_size=32, patch_size=4, init_cfg=dict(
+            type='Pretrained', checkpoint=str(source)))
+    # The record in the state dict and the meta must agree too.
+    state['backbone._extra_state'] = encode_record(record.to_dict(False))
+    torch.save(dict(state_dict=state, meta={META_KEY: meta}), source)
+    code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth')
+    assert code == 2 and "meta[\"hetdpt\"] says" in err, err
 
 
 def test_merge_checkpoint_keeps_the_gated_function():
