@@ -25,14 +25,7 @@ TINY_ARCH = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_ratio=2)
 DEPTH = TINY_ARCH['num_layers']
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    # These models are tiny: on a busy 2-core machine extra threads only
-    # wait for each other (10x slower here).
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 # ------------------------------------------------------------------ TE score

@@ -29,13 +29,7 @@ ITERS_PER_EPOCH = 4
 CALIB_IMAGES = 12
 
 
-@pytest.fixture(autouse=True, scope='module')
-def one_thread():
-    # Tiny models on a shared 2-core machine: extra threads only wait.
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures('one_thread')
 
 
 def tiny_classifier():
