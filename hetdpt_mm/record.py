@@ -25,7 +25,7 @@ and nowhere else.
 import json
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 
@@ -37,10 +37,6 @@ from .spec import FORMS, META_KEY, PruneSpec
 EXTRA_STATE_KEY = '_extra_state'
 #: Version of the record layout written into checkpoints.
 RECORD_VERSION = 2
-#: Keys of a record (``to_dict``); ``prefix`` is where the backbone lives in
-#: a whole checkpoint and is not part of a backbone's own extra state.
-RECORD_FIELDS = ('version', 'family', 'spec', 'form', 'arch', 'semantics',
-                 'prefix', 'teacher_prefix')
 
 
 @dataclass(frozen=True)
@@ -194,14 +190,11 @@ class BackboneCheckpoint:
     """A checkpoint's HetDPT backbone: its record and tensors.
 
     ``state`` holds the backbone's tensors with keys relative to it (no
-    extra state); ``state_dict`` is the whole state dict of the checkpoint
-    and ``state_key`` where it was (``'state_dict'``, ``'model'`` or
-    ``None`` for a bare one).
+    extra state); ``state_dict`` is the whole state dict of the checkpoint.
     """
     record: HetDPTRecord
     state: Dict[str, Any]
     state_dict: Mapping[str, Any]
-    state_key: Optional[str]
 
     @property
     def family(self):
@@ -219,14 +212,13 @@ def _plain(value):
     return value
 
 
-def unwrap_state_dict(checkpoint: Mapping) -> Tuple[Optional[str], Mapping]:
-    """``(key holding the state dict or None for a bare one, state dict)``
-    for MMEngine (``state_dict``), DeiT / timm / authors' (``model``) and
-    bare checkpoints."""
+def unwrap_state_dict(checkpoint: Mapping) -> Mapping:
+    """The state dict of an MMEngine (``state_dict``), DeiT / timm /
+    authors' (``model``) or bare checkpoint."""
     for key in ('state_dict', 'model'):
         if isinstance(checkpoint.get(key), Mapping):
-            return key, checkpoint[key]
-    return None, checkpoint
+            return checkpoint[key]
+    return checkpoint
 
 
 def extra_state_records(state_dict: Mapping) -> Dict[str, Dict]:
@@ -274,7 +266,7 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     """
     from .models.family import get_family, recognising_family
     source = os.fspath(source)
-    state_key, state_dict = unwrap_state_dict(checkpoint)
+    state_dict = unwrap_state_dict(checkpoint)
     extra = extra_state_records(state_dict)
     meta = _meta_record(checkpoint)
     teacher_prefix = meta.get('teacher_prefix') if isinstance(
@@ -309,7 +301,7 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     record = replace(record, prefix=prefix, source=source,
                      teacher_prefix=teacher_prefix)
     get_family(record.family).check_record(record, state)
-    return BackboneCheckpoint(record, state, state_dict, state_key)
+    return BackboneCheckpoint(record, state, state_dict)
 
 
 def _teacher_prefix_of(state_dict: Mapping) -> Optional[str]:

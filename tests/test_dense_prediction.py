@@ -27,7 +27,6 @@ from mmengine.structures import InstanceData, PixelData
 from mmseg.structures import SegDataSample
 
 from hetdpt_mm import META_KEY, PruneSpec
-from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets import make_detection, make_segmentation
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.models.fused_attention import FusedMultiheadAttention

@@ -36,7 +36,6 @@ from hetdpt_mm.fileio import atomic_path, check_output_path
 from hetdpt_mm.merge import merge_checkpoint
 
 
-
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = ArgumentParser(
         description='Merge the HetDPTViT backbone of a checkpoint: drop '

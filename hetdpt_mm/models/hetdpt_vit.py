@@ -131,7 +131,6 @@ class HetDPTViT(HetDPTBackbone):
         if distilled and not with_cls_token:
             raise ValueError('a distilled ViT needs with_cls_token=True')
 
-
         self.structure_given = gated or prune_spec is not None or \
             merged is not None
         record = self._checkpoint_record()

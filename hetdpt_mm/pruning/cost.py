@@ -16,7 +16,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from ..models.hetdpt_vit import ARCH_PRESETS
 from .map import (Bounds, Candidate, MAPFit, allocate, evaluate_candidates,
@@ -29,7 +29,6 @@ __all__ = [
     'pareto_front', 'allocate_for_speedup', 'allocate_for_accuracy',
     'smallest_budget_reaching',
 ]
-
 
 
 class CostModel:
