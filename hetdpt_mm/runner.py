@@ -66,6 +66,15 @@ def prepare_cpu_distributed(cfg) -> None:
     cfg.model_wrapper_cfg = wrapper
 
 
+def release_distributed() -> None:
+    """Close the process group when a run ends; one left to interpreter
+    shutdown can abort a finished gloo run ("terminate called without an
+    active exception"), failing the launcher."""
+    if torch.distributed.is_available() and \
+            torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def build_runner(cfg) -> Runner:
     prepare_cpu_distributed(cfg)
     if 'runner_type' in cfg:

@@ -9,7 +9,8 @@ import json
 import os.path as osp
 
 from hetdpt_mm.fileio import atomic_write_text
-from hetdpt_mm.runner import add_runner_arguments, build_runner, load_config
+from hetdpt_mm.runner import (add_runner_arguments, build_runner, load_config,
+                              release_distributed)
 
 
 def parse_args(argv=None):
@@ -63,7 +64,10 @@ def main(argv=None):
         from mmengine.evaluator import DumpResults
         runner.test_evaluator.metrics.append(
             DumpResults(out_file_path=args.out))
-    metrics = runner.test()
+    try:
+        metrics = runner.test()
+    finally:
+        release_distributed()
     if args.out_metrics:
         atomic_write_text(args.out_metrics, json.dumps(
             {k: float(v) if hasattr(v, '__float__') else v

@@ -5,7 +5,8 @@
 """
 import argparse
 
-from hetdpt_mm.runner import add_runner_arguments, build_runner, load_config
+from hetdpt_mm.runner import (add_runner_arguments, build_runner, load_config,
+                              release_distributed)
 
 
 def parse_args(argv=None):
@@ -44,7 +45,11 @@ def main(argv=None):
     elif args.resume is not None:
         cfg.resume = True
         cfg.load_from = args.resume
-    build_runner(cfg).train()
+    runner = build_runner(cfg)
+    try:
+        runner.train()
+    finally:
+        release_distributed()
 
 
 if __name__ == '__main__':
