@@ -30,16 +30,29 @@ def check_output_path(out: PathLike, inputs: Iterable[PathLike] = (),
     return out
 
 
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it over ``path`` on
-    success, delete it on failure, so readers never see a partial file."""
+    success, delete it on failure, so readers never see a partial file.
+
+    The file gets the mode ``open(path, 'w')`` would give it: that of the
+    file it replaces, else the default under the user's umask (``mkstemp``
+    makes it 0600).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.', suffix='.tmp',
                                dir=path.parent)
     os.close(fd)
     tmp = Path(tmp)
+    tmp.chmod(path.stat().st_mode & 0o7777 if path.exists() else
+              0o666 & ~current_umask())
     try:
         yield tmp
         os.replace(tmp, path)

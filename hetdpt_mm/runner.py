@@ -1,13 +1,17 @@
 """Runner construction and command-line options shared by tools/train.py
 and tools/test.py."""
 import argparse
+import logging
 import os
 import os.path as osp
+from typing import Optional
 
 import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import RUNNERS
+from mmengine.logging import print_log
 from mmengine.runner import Runner
+from mmengine.runner.checkpoint import find_latest_checkpoint
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
 from .checkpoint import TRUST_ENV
@@ -64,6 +68,25 @@ def prepare_cpu_distributed(cfg) -> None:
         find_unused_parameters=cfg.get('find_unused_parameters', False))
     wrapper['device_ids'] = None
     cfg.model_wrapper_cfg = wrapper
+
+
+def apply_resume(cfg, resume: Optional[str]) -> None:
+    """``--resume`` (``'auto'``: the latest checkpoint of the work dir) or
+    ``--resume CKPT``.  With nothing to resume yet (a run stopped before its
+    first save) the run starts from the config's ``load_from``, and says so,
+    instead of from random weights."""
+    if resume is None:
+        return
+    if resume != 'auto':
+        cfg.resume, cfg.load_from = True, resume
+        return
+    latest = find_latest_checkpoint(cfg.work_dir)
+    if latest is None:
+        print_log(f'--resume: no checkpoint in {cfg.work_dir} yet; starting '
+                  f'from load_from={cfg.get("load_from")!r}', logger='current',
+                  level=logging.WARNING)
+        return
+    cfg.resume, cfg.load_from = True, None
 
 
 def release_distributed() -> None:

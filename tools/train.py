@@ -5,8 +5,8 @@
 """
 import argparse
 
-from hetdpt_mm.runner import (add_runner_arguments, build_runner, load_config,
-                              release_distributed)
+from hetdpt_mm.runner import (add_runner_arguments, apply_resume,
+                              build_runner, load_config, release_distributed)
 
 
 def parse_args(argv=None):
@@ -39,12 +39,7 @@ def main(argv=None):
         cfg.auto_scale_lr.enable = True
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    if args.resume == 'auto':
-        cfg.resume = True
-        cfg.load_from = None
-    elif args.resume is not None:
-        cfg.resume = True
-        cfg.load_from = args.resume
+    apply_resume(cfg, args.resume)
     runner = build_runner(cfg)
     try:
         runner.train()
