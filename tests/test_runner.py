@@ -2,6 +2,8 @@
 outputs' file modes."""
 import os
 
+import pytest
+from helpers import REPO, load_tool
 from mmengine.config import Config
 
 from hetdpt_mm.fileio import atomic_write_text
@@ -33,3 +35,27 @@ def test_outputs_get_ordinary_file_modes(tmp_path):
         assert kept.stat().st_mode & 0o777 == 0o640
     finally:
         os.umask(previous)
+
+
+def test_test_tool_never_writes_over_its_inputs(tmp_path):
+    checkpoint = tmp_path / 'model.pth'
+    checkpoint.write_bytes(b'weights')
+    link = tmp_path / 'link.json'
+    link.symlink_to(checkpoint)
+    config = REPO / 'configs/demo/vit-demo_digits.py'
+    for option, out in (('--out-metrics', checkpoint), ('--out', link),
+                        ('--out-metrics', config)):
+        with pytest.raises(SystemExit, match=r'^error: output .* is the same '
+                           'file as input'):
+            load_tool('test').main([str(config), str(checkpoint), option,
+                                    str(out)])
+    assert checkpoint.read_bytes() == b'weights'
+
+
+def test_merge_tool_never_writes_over_its_spec(tmp_path, capsys):
+    spec = tmp_path / 'spec.json'
+    spec.write_text('{"attn_removed": [0]}')
+    code = load_tool('merge_ckpt').main(
+        [str(tmp_path / 'in.pth'), str(spec), '--spec', str(spec), '--force'])
+    assert code == 2 and 'same file as input' in capsys.readouterr().err
+    assert spec.read_text() == '{"attn_removed": [0]}'

@@ -79,7 +79,10 @@ def read_spec(value: Optional[str]):
 
 
 def run(args: argparse.Namespace) -> None:
-    check_output_path(args.output, [args.input], args.force)
+    inputs = [args.input]
+    if args.spec is not None and not args.spec.lstrip().startswith('{'):
+        inputs.append(args.spec)  # a spec file
+    check_output_path(args.output, inputs, args.force)
     spec = read_spec(args.spec)
     checkpoint = load_checkpoint_file(args.input)
     merged, summary = merge_checkpoint(checkpoint, spec=spec,

@@ -8,7 +8,7 @@ import argparse
 import json
 import os.path as osp
 
-from hetdpt_mm.fileio import atomic_write_text
+from hetdpt_mm.fileio import atomic_write_text, check_output_path
 from hetdpt_mm.runner import (add_runner_arguments, build_runner, load_config,
                               release_distributed)
 
@@ -55,6 +55,11 @@ def main(argv=None):
     args = parse_args(argv)
     if not osp.isfile(args.checkpoint):
         raise SystemExit(f'error: checkpoint {args.checkpoint} does not exist')
+    for out in filter(None, (args.out, args.out_metrics)):
+        try:  # results are replaced, inputs never
+            check_output_path(out, [args.config, args.checkpoint], force=True)
+        except (ValueError, OSError) as err:
+            raise SystemExit(f'error: {err}') from None
     cfg = load_config(args)
     cfg.load_from = args.checkpoint
     if args.show or args.show_dir:
