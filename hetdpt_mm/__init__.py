@@ -1,11 +1,13 @@
 """hetdpt_mm: heterogeneity-aware depth pruning of ViTs for OpenMMLab."""
 from .checkpoint import register_mmengine_loader
+from .fileio import register_atomic_local_backend
 from .registry import register_all_modules
 from .spec import META_KEY, PruneSpec
 from .version import __version__
 from . import hooks  # noqa: F401  registers the hooks in MMEngine
 
 register_mmengine_loader()
+register_atomic_local_backend()
 register_all_modules()
 
 __all__ = ['__version__', 'PruneSpec', 'META_KEY']

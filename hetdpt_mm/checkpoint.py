@@ -136,8 +136,10 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
                 f'if you trust its source: set {TRUST_ENV}=1 '
                 '(tools/train.py, tools/test.py: --trust-checkpoint).'
             ) from None
-        reason = next((line for line in lines[1:] if line and
-                       'documentation' not in line), lines[0])
+        reason = next((line for line in lines[1:] if line and not any(
+            noise in line for noise in ('documentation', 'file an issue',
+                                        'WeightsUnpickler error:'))),
+            lines[0])
         raise CheckpointError(
             f'{name} is not a PyTorch checkpoint (unreadable pickle: '
             f'{reason[:200]})') from None

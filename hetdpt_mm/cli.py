@@ -2,8 +2,10 @@
 reported as ``error: <message>`` on stderr with exit status 2, no
 traceback."""
 import argparse
+import signal
 import sys
-from typing import Callable
+import threading
+from typing import Callable, Tuple, Type
 
 EXIT_USAGE = 2
 #: What a tool reports as bad input rather than as a crash.
@@ -21,11 +23,26 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def run_reporting_errors(action: Callable[[], None]) -> int:
-    """Run a tool's work; return its exit status."""
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def run_reporting_errors(action: Callable[[], None],
+                         errors: Tuple[Type[BaseException], ...] = INPUT_ERRORS
+                         ) -> int:
+    """Run a tool's work; return its exit status.
+
+    SIGTERM ends the tool like an error would, through the ``finally``
+    blocks that remove partial outputs (Python's default is to die on the
+    spot, leaving them)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         action()
-    except (UsageError, ) + INPUT_ERRORS as err:
-        print(f'error: {err}', file=sys.stderr)
+    except (UsageError, ) + errors as err:
+        # A KeyError's str() is its repr; the message is its argument.
+        message = err.args[0] if isinstance(err, KeyError) and err.args \
+            else err
+        print(f'error: {message}', file=sys.stderr)
         return EXIT_USAGE
     return 0

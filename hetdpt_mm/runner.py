@@ -4,7 +4,9 @@ import argparse
 import logging
 import os
 import os.path as osp
-from typing import Optional
+import re
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
@@ -14,7 +16,25 @@ from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
-from .checkpoint import TRUST_ENV
+from .checkpoint import TRUST_ENV, CheckpointError
+from .cli import INPUT_ERRORS
+from .fileio import same_file
+from .hooks import EpochSeedHook
+
+#: Files a run writes into its work dir besides the config dump and the
+#: timestamped log folder (MMEngine's CheckpointHook, our merge hook).
+RUN_OUTPUT_NAMES = re.compile(
+    r'^((epoch|iter)_\d+\.pth|best_.*\.pth|last_checkpoint|.*_merged\.pth)$')
+
+
+class RunError(ValueError):
+    """A run that cannot start or continue; the tools print it as
+    ``error: ...``."""
+
+
+#: What tools/train.py and tools/test.py report as ``error: ...`` (exit 2):
+#: bad input, and a type missing from a registry (a ``KeyError``).
+RUN_ERRORS = INPUT_ERRORS + (KeyError, )
 
 
 def trust_checkpoints() -> None:
@@ -42,7 +62,14 @@ def load_config(args: argparse.Namespace) -> Config:
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if args.trust_checkpoint:
         trust_checkpoints()
-    cfg = Config.fromfile(args.config)
+    if not osp.isfile(args.config):
+        raise RunError(f'config {args.config} does not exist')
+    try:
+        cfg = Config.fromfile(args.config)
+    except (SyntaxError, ImportError, KeyError, ValueError, TypeError,
+            OSError) as err:
+        raise RunError(f'config {args.config} cannot be read: '
+                       f'{str(err).strip()}') from None
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
@@ -81,6 +108,10 @@ def apply_resume(cfg, resume: Optional[str]) -> None:
         cfg.resume, cfg.load_from = True, resume
         return
     latest = find_latest_checkpoint(cfg.work_dir)
+    if latest is not None and not osp.isfile(latest):
+        raise RunError(f'--resume: {cfg.work_dir}/last_checkpoint names '
+                       f'{latest!r}, which is not a file; give the checkpoint '
+                       'to resume from: --resume PATH')
     if latest is None:
         print_log(f'--resume: no checkpoint in {cfg.work_dir} yet; starting '
                   f'from load_from={cfg.get("load_from")!r}', logger='current',
@@ -98,8 +129,115 @@ def release_distributed() -> None:
         torch.distributed.destroy_process_group()
 
 
+def _config_strings(node, key: str = '') -> Iterator[Tuple[str, str]]:
+    """Every string value of a config with its dotted key."""
+    if isinstance(node, dict):
+        for name, value in node.items():
+            yield from _config_strings(value, f'{key}.{name}' if key else name)
+    elif isinstance(node, (list, tuple)):
+        for index, value in enumerate(node):
+            yield from _config_strings(value, f'{key}[{index}]')
+    elif isinstance(node, str):
+        yield key, node
+
+
+def input_files(cfg, config_path: str) -> List[str]:
+    """The files a run reads: its config and every existing file the config
+    names (checkpoints, MAP points, spec files ...)."""
+    named = [value for _, value in _config_strings(cfg.to_dict())
+             if '://' not in value and osp.isfile(value)]
+    return [config_path] + named
+
+
+def check_work_dir(cfg, config_path: str, resume_from: Optional[str] = None
+                   ) -> None:
+    """Refuse a work dir where the run would write over one of its inputs:
+    MMEngine dumps the config to ``<work_dir>/<config name>`` and saves
+    ``epoch_N.pth`` / ``iter_N.pth`` / ``best_*.pth`` / ``last_checkpoint``
+    there, our merge hook ``*_merged.pth``.  (A checkpoint being resumed is
+    in its work dir by design: later saves do not reuse its name.)"""
+    work_dir = Path(cfg.work_dir)
+    if work_dir.exists() and not work_dir.is_dir():
+        raise RunError(f'work dir {work_dir} is a file, not a directory')
+    config_dump = work_dir / osp.basename(config_path)
+    for path in input_files(cfg, config_path):
+        if resume_from is not None and same_file(path, resume_from):
+            continue
+        if same_file(path, config_dump):
+            raise RunError(
+                f'{path} is an input of this run, and MMEngine writes the '
+                f'config it runs to {config_dump}; choose another --work-dir')
+        if same_file(Path(path).parent, work_dir) and \
+                RUN_OUTPUT_NAMES.match(Path(path).name):
+            raise RunError(
+                f'{path} is an input of this run, and the run saves files '
+                f'of that name into its work dir {work_dir}; move the file or '
+                'choose another --work-dir')
+
+
+def check_pretrained_exist(cfg) -> None:
+    """Fail before the runner is built (and its log written) if the model's
+    ``init_cfg`` names a local ``Pretrained`` checkpoint that does not
+    exist, e.g. the merged classifier a DETR / UperNet config starts from."""
+    for key, value in _config_strings(cfg.get('model', {}), 'model'):
+        if re.search(r'init_cfg(\[\d+\])?\.checkpoint$', key) and \
+                '://' not in value and not osp.exists(value):
+            raise RunError(
+                f'{key} = {value!r}: no such file. Make it first (a config '
+                'that starts from a pruned classifier needs its merged '
+                'checkpoint: docs/transfer.md) or give yours: '
+                f'--cfg-options {key}=PATH')
+
+
+def checked_load_or_resume(runner: Runner) -> None:
+    """Make ``runner.load_or_resume`` name the checkpoint and what is wrong
+    with it (a truncated file, another config's checkpoint, weights that do
+    not fit) instead of a bare ``KeyError: 'message_hub'``."""
+    load_or_resume = runner.load_or_resume
+
+    def load_or_resume_checked():
+        action = 'resume from' if runner._resume else 'load'
+        source = runner._load_from or 'the latest checkpoint of ' \
+            f'{runner.work_dir}'
+        try:
+            load_or_resume()
+        except KeyError as err:
+            raise RunError(
+                f'cannot {action} {source}: it has no {err} entry (resume '
+                'needs a checkpoint saved by an MMEngine training run)'
+            ) from None
+        except (CheckpointError, OSError) as err:
+            raise RunError(f'cannot {action} {source}: {err}') from None
+        except (ValueError, RuntimeError) as err:
+            if isinstance(err, RunError):
+                raise
+            hint = ' (was it saved by another config? --resume needs the ' \
+                'same model and optimizer)' if runner._resume else ''
+            raise RunError(f'cannot {action} {source}: '
+                           f'{str(err).strip()}{hint}') from None
+
+    runner.load_or_resume = load_or_resume_checked
+
+
+def add_epoch_seed_hook(cfg) -> None:
+    """Every run of ours gets :class:`EpochSeedHook` (exact ``--resume``)
+    unless its config already has it."""
+    hooks = list(cfg.get('custom_hooks') or [])
+    if not any(hook.get('type') in ('EpochSeedHook', EpochSeedHook)
+               for hook in hooks):
+        diff_rank_seed = (cfg.get('randomness') or {}).get(
+            'diff_rank_seed', False)
+        hooks.append(dict(type='EpochSeedHook',
+                          diff_rank_seed=diff_rank_seed))
+    cfg.custom_hooks = hooks
+
+
 def build_runner(cfg) -> Runner:
     prepare_cpu_distributed(cfg)
+    add_epoch_seed_hook(cfg)
     if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+        runner = RUNNERS.build(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
+    checked_load_or_resume(runner)
+    return runner

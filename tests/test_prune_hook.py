@@ -203,10 +203,9 @@ model = dict({model}
     backbone=dict(arch=dict(embed_dims={DIM}, num_layers={DEPTH},
                             num_heads=3)),
     head=dict(in_channels={DIM}))
-# No random augmentation: MMEngine does not checkpoint the global RNGs.
-test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
+# The demo's random augmentation (RandomCrop): resume must be exact with it.
 train_dataloader = dict(batch_size=16, dataset=dict(
-    data_root=data_root, indices={indices}, pipeline=test_pipeline))
+    data_root=data_root, indices={indices}))
 val_dataloader = dict(dataset=dict(data_root=data_root, indices=32))
 test_dataloader = val_dataloader
 custom_hooks = {hooks}
@@ -241,7 +240,8 @@ def map_run(tmp_path_factory, digits, single_thread):
     depth 4) and removes one layer after each of epochs 1-3."""
     root = tmp_path_factory.mktemp('map_run')
     config = write_config(root / 'prune_map.py', digits, MAP_HOOKS)
-    load_tool('train').main([str(config), '--work-dir', str(root / 'work')])
+    assert load_tool('train').main(
+        [str(config), '--work-dir', str(root / 'work')]) == 0
     return SimpleNamespace(root=root, config=config, work=root / 'work',
                            digits=digits)
 
@@ -300,8 +300,9 @@ def test_resume_after_the_first_removal_continues_identically(map_run):
     work.mkdir()
     shutil.copy(map_run.work / 'epoch_1.pth', work / 'epoch_1.pth')
     config = shutil.copy(map_run.config, map_run.root / 'prune_resume.py')
-    load_tool('train').main([str(config), '--work-dir', str(work), '--resume',
-                             str(work / 'epoch_1.pth')])
+    assert 0 == load_tool('train').main([
+        str(config), '--work-dir', str(work), '--resume',
+        str(work / 'epoch_1.pth')])
 
     log = next(work.glob('*/*.log')).read_text()
     assert 'HetDPT prune state restored: PruneSpec(depth=4, attn_removed=[]' \
@@ -317,6 +318,82 @@ def test_resume_after_the_first_removal_continues_identically(map_run):
     assert second[STATE_KEY]['decisions'] == first[STATE_KEY]['decisions']
 
 
+#: Runs tools/train.py and kills its own process (SIGKILL, no cleanup) at a
+#: chosen point: after iteration N, right after the N-th prune decision, or
+#: half-way through writing the N-th checkpoint.
+KILLER = """
+import os, runpy, signal, sys
+point, number = sys.argv[1], int(sys.argv[2])
+sys.argv = ['tools/train.py'] + sys.argv[3:]
+calls = []
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if point == 'iter':
+    from hetdpt_mm.hooks import EpochSeedHook
+    def after_train_iter(self, runner, *args, **kwargs):
+        if runner.iter + 1 == number:
+            die()
+    EpochSeedHook.after_train_iter = after_train_iter
+elif point == 'decision':
+    from hetdpt_mm.hooks import HetDPTPruneHook
+    remove = HetDPTPruneHook._remove_next
+    def remove_then_die(self, runner, step):
+        remove(self, runner, step)
+        if len(self.decisions) == number:
+            die()
+    HetDPTPruneHook._remove_next = remove_then_die
+elif point == 'save':
+    from hetdpt_mm.fileio import AtomicLocalBackend, atomic_path
+    put = AtomicLocalBackend.put
+    def put_half_then_die(self, obj, filepath):
+        calls.append(filepath)
+        if str(filepath).endswith('.pth') and len(calls) == number:
+            with atomic_path(filepath) as tmp:
+                tmp.write_bytes(obj[:len(obj) // 2])
+                die()
+        put(self, obj, filepath)
+    AtomicLocalBackend.put = put_half_then_die
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+
+
+@pytest.mark.parametrize('point, number', [
+    ('iter', 6),      # during epoch 2
+    ('decision', 2),  # right after the 2nd removal, before epoch_2.pth
+    ('save', 3),      # half of epoch_3.pth written
+])
+def test_killed_runs_resume_to_the_same_weights(map_run, tmp_path, point,
+                                                number):
+    """kill -9 at a chosen point, then --resume: the same final spec and
+    bit-identical weights as the uninterrupted run, and no half-written file
+    left in the work dir."""
+    work = tmp_path / 'work'
+    killer = tmp_path / 'killer.py'
+    killer.write_text(KILLER)
+    killed = subprocess.run(
+        [sys.executable, str(killer), point, str(number),
+         str(map_run.config), '--work-dir', str(work)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=str(REPO)))
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert not (work / 'epoch_4.pth').exists()
+    for path in work.glob('*.pth'):
+        load_checkpoint_file(path)  # no partial file at a final path
+
+    assert load_tool('train').main(
+        [str(map_run.config), '--work-dir', str(work), '--resume']) == 0
+    # The killed save's temporary file is gone too.
+    assert not [p.name for p in work.iterdir() if p.name.endswith('.tmp')]
+    full = load_checkpoint_file(map_run.work / 'epoch_4.pth')
+    resumed = load_checkpoint_file(work / 'epoch_4.pth')
+    assert resumed['meta'][META_KEY]['spec'] == full['meta'][META_KEY]['spec']
+    assert resumed['state_dict'].keys() == full['state_dict'].keys()
+    for key, value in full['state_dict'].items():
+        assert torch.equal(resumed['state_dict'][key], value), key
+
+
 def test_resume_from_a_version_1_checkpoint(map_run):
     """A checkpoint whose prune state predates versioning (no `version`, no
     `selection`) resumes like a current one."""
@@ -327,8 +404,9 @@ def test_resume_from_a_version_1_checkpoint(map_run):
     del state['version'], state['selection']
     torch.save(checkpoint, work / 'epoch_1.pth')
     config = shutil.copy(map_run.config, map_run.root / 'prune_resume_v1.py')
-    load_tool('train').main([str(config), '--work-dir', str(work), '--resume',
-                             str(work / 'epoch_1.pth')])
+    assert 0 == load_tool('train').main([
+        str(config), '--work-dir', str(work), '--resume',
+        str(work / 'epoch_1.pth')])
 
     first = load_checkpoint_file(map_run.work / 'epoch_4.pth')['meta']
     second = load_checkpoint_file(work / 'epoch_4.pth')['meta']

@@ -2,15 +2,23 @@
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
         [--cfg-options k=v ...] [--launcher pytorch]
+
+Bad input (a missing or broken config, a missing pretrained checkpoint, a
+work dir where the run would write over an input, a checkpoint that cannot
+be resumed) prints ``error: <message>`` and exits with status 2.
 """
 import argparse
+import sys
 
-from hetdpt_mm.runner import (add_runner_arguments, apply_resume,
-                              build_runner, load_config, release_distributed)
+from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
+from hetdpt_mm.runner import (RUN_ERRORS, add_runner_arguments, apply_resume,
+                              build_runner, check_pretrained_exist,
+                              check_work_dir, load_config,
+                              release_distributed)
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description='Train a model')
+    parser = ArgumentParser(description='Train a model')
     parser.add_argument('config', help='train config file path')
     parser.add_argument('--amp', action='store_true',
                         help='enable automatic mixed precision training')
@@ -26,20 +34,21 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None):
-    args = parse_args(argv)
+def train(args: argparse.Namespace) -> None:
     cfg = load_config(args)
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'
         cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
     if args.auto_scale_lr:
         if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
-            raise SystemExit('error: the config has no '
-                             'auto_scale_lr.base_batch_size')
+            raise UsageError('the config has no auto_scale_lr.base_batch_size')
         cfg.auto_scale_lr.enable = True
     if args.no_validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     apply_resume(cfg, args.resume)
+    check_work_dir(cfg, args.config,
+                   resume_from=cfg.load_from if cfg.get('resume') else None)
+    check_pretrained_exist(cfg)
     runner = build_runner(cfg)
     try:
         runner.train()
@@ -47,5 +56,9 @@ def main(argv=None):
         release_distributed()
 
 
+def main(argv=None) -> int:
+    return run_reporting_errors(lambda: train(parse_args(argv)), RUN_ERRORS)
+
+
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

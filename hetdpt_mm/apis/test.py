@@ -1,0 +1,137 @@
+"""``tools/test.py``: evaluate a checkpoint of any mmpretrain / mmdet / mmseg
+config, checking every option before a model is built."""
+import argparse
+import json
+import os.path as osp
+
+from mmengine.model import BaseTTAModel, is_model_wrapper
+from mmengine.runner import Runner, load_checkpoint
+
+from ..checkpoint import CheckpointError
+from ..cli import UsageError
+from ..fileio import atomic_write_text, check_output_path, same_file
+from ..runner import (RunError, build_runner, check_work_dir, input_files,
+                      load_config, release_distributed)
+
+#: mmdet's and mmpretrain's ``--out``: a pickle of raw predictions.
+PICKLE_SUFFIXES = ('.pkl', '.pickle')
+
+
+def enable_visualization(cfg, args: argparse.Namespace) -> None:
+    """Turn on the toolbox's visualization hook (mmdet / mmseg / mmpretrain
+    spell its switches differently)."""
+    hook = cfg.default_hooks.get('visualization')
+    if hook is None:
+        raise UsageError('--show/--show-dir need a visualization hook in '
+                         'default_hooks')
+    if hook['type'] == 'VisualizationHook':  # mmpretrain
+        hook['enable'] = True
+        hook['out_dir'] = args.show_dir
+    else:  # mmdet DetVisualizationHook, mmseg SegVisualizationHook
+        hook['draw'] = True
+        if args.show_dir:
+            cfg.visualizer['save_dir'] = args.show_dir
+            if hook['type'] == 'DetVisualizationHook':
+                hook['test_out_dir'] = args.show_dir
+    if args.show:
+        hook['show'] = True
+        hook['wait_time'] = args.wait_time
+
+
+def is_segmentation(cfg) -> bool:
+    evaluator = cfg.get('test_evaluator') or {}
+    return isinstance(evaluator, dict) and \
+        evaluator.get('type') in ('IoUMetric', 'mmseg.IoUMetric')
+
+
+def apply_out(cfg, out: str, inputs) -> None:
+    """``--out``: mmseg writes predicted masks into a directory (its
+    ``IoUMetric(output_dir=..., keep_results=True)``); the other toolboxes
+    dump a pickle (MMEngine's ``DumpResults``, added after the build)."""
+    if is_segmentation(cfg) and not out.endswith(PICKLE_SUFFIXES):
+        if osp.exists(out) and not osp.isdir(out):
+            raise UsageError(f'--out {out}: segmentation predictions go to a '
+                             'directory, and this is a file')
+        for path in inputs:
+            if same_file(osp.dirname(osp.abspath(path)), out):
+                raise UsageError(f'--out {out} holds the input {path}; '
+                                 'choose another directory')
+        cfg.test_evaluator['output_dir'] = out
+        cfg.test_evaluator['keep_results'] = True
+        return
+    if not out.endswith(PICKLE_SUFFIXES):
+        raise UsageError(f'--out {out}: raw predictions are dumped as a '
+                         'pickle; give a .pkl file (a directory of masks is '
+                         'only for segmentation configs)')
+    check_output_path(out, inputs, force=True)
+
+
+def apply_tta(cfg) -> None:
+    missing = [key for key in ('tta_model', 'tta_pipeline') if key not in cfg]
+    if missing:
+        raise UsageError(f'--tta needs {" and ".join(missing)} in the config '
+                         '(as in mmdet / mmseg / mmpretrain configs)')
+    cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
+    cfg.model = dict(cfg.tta_model, module=cfg.model)
+
+
+def load_for_test(runner: Runner, checkpoint: str, strict: bool) -> None:
+    """Load the weights a test evaluates.  Strict by default: a checkpoint
+    whose keys do not fit the model is an error, not a test of random
+    weights (MMEngine's ``load_from`` only warns)."""
+    model = runner.model.module if is_model_wrapper(runner.model) else \
+        runner.model
+    if isinstance(model, BaseTTAModel):
+        model = model.module
+    try:
+        load_checkpoint(model, checkpoint, map_location='cpu', strict=strict,
+                        logger='current')
+    except RuntimeError as err:
+        problems = [line.strip() for line in str(err).splitlines()
+                    if line.strip().startswith(('unexpected key',
+                                                'missing keys'))]
+        if not problems:
+            raise
+        summary = '; '.join(_shorten_key_list(line) for line in problems)
+        raise CheckpointError(
+            f'checkpoint {checkpoint} does not fit the model of this config '
+            f'({summary}); pass --non-strict to test it anyway') from None
+
+
+def _shorten_key_list(line: str, shown: int = 4) -> str:
+    what, _, keys = line.partition(': ')
+    keys = keys.split(', ')
+    more = f', ... ({len(keys)} in all)' if len(keys) > shown else ''
+    return f'{what}: {", ".join(keys[:shown])}{more}'
+
+
+def run_test(args: argparse.Namespace) -> dict:
+    if '://' not in args.checkpoint and not osp.isfile(args.checkpoint):
+        raise RunError(f'checkpoint {args.checkpoint} does not exist')
+    cfg = load_config(args)
+    inputs = input_files(cfg, args.config) + [args.checkpoint]
+    if args.out_metrics:  # results are replaced, inputs never
+        check_output_path(args.out_metrics, inputs, force=True)
+    if args.out:
+        apply_out(cfg, args.out, inputs)
+    check_work_dir(cfg, args.config)
+    if args.tta:
+        apply_tta(cfg)
+    if args.show or args.show_dir:
+        enable_visualization(cfg, args)
+    cfg.load_from = None  # loaded below, strictly
+    runner = build_runner(cfg)
+    load_for_test(runner, args.checkpoint, strict=not args.non_strict)
+    if args.out and args.out.endswith(PICKLE_SUFFIXES):
+        from mmengine.evaluator import DumpResults
+        runner.test_evaluator.metrics.append(
+            DumpResults(out_file_path=args.out))
+    try:
+        metrics = runner.test()
+    finally:
+        release_distributed()
+    if args.out_metrics:
+        atomic_write_text(args.out_metrics, json.dumps(
+            {k: float(v) if hasattr(v, '__float__') else v
+             for k, v in metrics.items()}, indent=1))
+    return metrics
