@@ -118,8 +118,9 @@ def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
             tmp.unlink()
 
 
-def atomic_write_text(path: PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+def atomic_write_text(path: PathLike, text: str,
+                      exclusive: bool = False) -> None:
+    with atomic_path(path, exclusive) as tmp:
         tmp.write_text(text)
 
 

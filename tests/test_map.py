@@ -121,8 +121,62 @@ def test_too_few_points_and_rank_deficiency():
     with pytest.raises(ValueError, match='rank-deficient: the points '
                        'determine only 2 of 3'):
         fit_map(one_line, degrees=(1,))
-    duplicated = fit_map(four + four, degrees=(1,))  # repeated (a, t): fine
-    assert duplicated.degree == 1
+    with pytest.raises(ValueError, match='got 4 distinct'):
+        fit_map(four + four, degrees=(1,))  # repeats are one point each
+
+
+def direct_leave_two_out(X, y):
+    """Leave-2-out by one least-squares fit per fold (the definition)."""
+    n = len(y)
+    predictions, deficient = np.zeros(n), 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            train = np.ones(n, dtype=bool)
+            train[[i, j]] = False
+            theta, _, rank, _ = np.linalg.lstsq(X[train], y[train],
+                                                rcond=None)
+            deficient += rank < X.shape[1]
+            predictions[[i, j]] += X[[i, j]] @ theta
+    return predictions / (n - 1), deficient
+
+
+@pytest.mark.parametrize('degree', [1, 2, 3])
+def test_closed_form_leave_two_out_equals_one_fit_per_fold(degree):
+    from hetdpt_mm.pruning.map import _design_matrix, _leave_two_out
+    points = load_points(PAPER_POINTS)
+    a, t, y = np.array([(p.a, p.t, p.accuracy) for p in points]).T
+    X = _design_matrix(a, t, polynomial_terms(degree))
+    fast, fast_deficient = _leave_two_out(X, y)
+    slow, slow_deficient = direct_leave_two_out(X, y)
+    assert np.allclose(fast, slow, atol=1e-8, rtol=0)
+    assert fast_deficient == slow_deficient  # 1 fold at degree 3
+
+
+def test_many_points_are_fast_and_too_many_are_refused():
+    rng = np.random.default_rng(0)
+    a, t = rng.uniform(0.3, 1, (2, 2000))
+    points = [MAPPoint(x, y, 60 + 20 * x + 15 * y - 10 * x * y)
+              for x, y in zip(a, t)]
+    fit = fit_map(points, degrees=(1, 2))  # 2 million folds, ~1 s
+    assert fit.degree == 2 and fit.cv_rmse < 1e-9
+    more = points + [MAPPoint(0.25, 0.25, 70.0)]
+    with pytest.raises(ValueError, match='2001 distinct .* capped at 2000'):
+        fit_map(more, degrees=(1, ))
+
+
+def test_repeated_points_are_averaged(fit_map_tool, tmp_path, capsys):
+    text = PAPER_POINTS.read_text()
+    rows = text.splitlines()
+    repeated = write(tmp_path / 'points.csv', '\n'.join(
+        rows + ['1.00,1.00,81.60', '1.00,1.00,82.00']) + '\n')
+    fit = fit_map(load_points(repeated))
+    assert len(fit.points) == 16
+    assert MAPPoint(1.0, 1.0, pytest.approx(81.8)) in fit.points
+    assert fit.coefficients == pytest.approx(
+        fit_map(load_points(PAPER_POINTS)).coefficients, abs=1e-9)
+    assert fit_map_tool.main([str(repeated), '--depth', '12']) == 0
+    assert '2 rows repeat the (a, t) of another row: their accuracies are ' \
+        'averaged, 16 distinct points' in capsys.readouterr().out
 
 
 # ------------------------------------------------------------- allocation --
@@ -174,7 +228,7 @@ def test_paper_allocations(paper_fit, budget, bounds, expected, best):
     (dict(budget=23, bounds='paper'), 'between 2 and 22'),
     (dict(budget=4, bounds=(3, 2)), r'bounds \(3, 2\) must satisfy'),
     (dict(budget=4, bounds='wide'), 'bounds must be "full", "paper"'),
-    (dict(budget=4, depth=0), 'depth must be a positive number'),
+    (dict(budget=4, depth=0), 'depth must be a number of blocks from 1 to 1024'),
 ])
 def test_allocate_rejects_bad_requests(paper_fit, kwargs, message):
     kwargs = {'depth': 12, **kwargs}
@@ -413,14 +467,22 @@ def test_cli_keeps_existing_output_without_force(fit_map_tool, tmp_path,
     ('infeasible', 'no allocation reaches a 50x speedup'),
     ('bad budget', 'budget 30 exceeds the 24 removable layers'),
     ('bad option', 'argument --depth: invalid int value'),
+    ('mixed units', 'accuracies mix fractions (<= 1, e.g. '),
+    ('huge accuracy', 'row 17 (line 18): accuracy is 1e+308; it must be a '
+     'percentage'),
+    ('huge depth', 'depth must be a number of blocks from 1 to 1024, got '
+     '1000000000'),
 ])
 def test_cli_writes_nothing_on_bad_input(fit_map_tool, tmp_path, capsys,
                                          case, message):
-    original = PAPER_POINTS.read_text() + (
-        '0.5,0.5,nan\n' if case == 'nan points' else '')
+    original = PAPER_POINTS.read_text() + {
+        'nan points': '0.5,0.5,nan\n', 'mixed units': '0.5,0.5,0.6\n',
+        'huge accuracy': '0.5,0.5,1e308\n'}.get(case, '')
     points = write(tmp_path / 'points.csv', original)
     plot = points if case == 'plot over input' else tmp_path / 'map.png'
-    args = [str(points), '--depth', 'twelve' if case == 'bad option' else '12',
+    depth = {'bad option': 'twelve', 'huge depth': '1000000000'}.get(case,
+                                                                    '12')
+    args = [str(points), '--depth', depth,
             '--budget', '30' if case == 'bad budget' else '8',
             '--save-fit', str(tmp_path / 'fit.json'), '--plot', str(plot)]
     if case == 'speedup without cost':

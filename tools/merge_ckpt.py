@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> None:
     checkpoint = load_checkpoint_file(args.input)
     merged, summary = merge_checkpoint(checkpoint, spec=spec,
                                        prefix=args.prefix, arch=args.arch)
-    with atomic_path(args.output) as tmp:
+    with atomic_path(args.output, exclusive=not args.force) as tmp:
         if summary.unchanged:
             shutil.copyfile(args.input, tmp)
         else:

@@ -581,7 +581,9 @@ def run_and_write(options: BenchmarkOptions) -> Dict[str, Any]:
     print(markdown)
     if options.json_path is not None:
         atomic_write_text(options.json_path,
-                          json.dumps(result, indent=2) + '\n')
+                          json.dumps(result, indent=2) + '\n',
+                          exclusive=not options.force)
     if options.md_path is not None:
-        atomic_write_text(options.md_path, markdown)
+        atomic_write_text(options.md_path, markdown,
+                          exclusive=not options.force)
     return result

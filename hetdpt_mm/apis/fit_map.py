@@ -187,9 +187,13 @@ def run_fit_map(options: FitMapOptions) -> None:
     points = load_points(options.points, depth=options.depth)
     fit = fit_map(points, degrees=options.degrees)
 
+    repeats = len(points) - len(fit.points)
+    averaged = f' ({repeats} rows repeat the (a, t) of another row: their ' \
+        f'accuracies are averaged, {len(fit.points)} distinct points)' \
+        if repeats else ''
     sections = [
         f'MAP fit on {len(points)} points from {options.points} '
-        f'(depth {options.depth}); leave-2-out CV over degrees '
+        f'(depth {options.depth}){averaged}; leave-2-out CV over degrees '
         f'{" ".join(map(str, sorted(options.degrees)))}',
         fit.format_table(),
         f'chosen degree {fit.degree}: CV MAE {fit.cv_mae:.4f}, CV RMSE '
@@ -216,15 +220,19 @@ def run_fit_map(options: FitMapOptions) -> None:
     print('\n\n'.join(sections))
     if options.save_fit is not None:
         atomic_write_text(options.save_fit,
-                          json.dumps(fit.to_dict(), indent=2) + '\n')
+                          json.dumps(fit.to_dict(), indent=2,
+                                     allow_nan=False) + '\n',
+                          exclusive=not options.force)
         print(f'\nwrote fit: {options.save_fit}')
     if options.save_allocation is not None:
         atomic_write_text(options.save_allocation, json.dumps(
             {bounds: allocation.to_dict()
-             for bounds, allocation in allocations.items()}, indent=2) + '\n')
+             for bounds, allocation in allocations.items()}, indent=2,
+            allow_nan=False) + '\n',
+            exclusive=not options.force)
         print(f'wrote allocation: {options.save_allocation}')
     if plot_bytes is not None:
-        write_image(options.plot, plot_bytes)
+        write_image(options.plot, plot_bytes, exclusive=not options.force)
         print(f'wrote plot: {options.plot}')
 
 

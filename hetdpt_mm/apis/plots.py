@@ -34,8 +34,8 @@ def _image(fig, image_format: str = 'png', dpi: int = 110) -> bytes:
     return buffer.getvalue()
 
 
-def write_image(path, data: bytes) -> None:
-    with atomic_path(path) as tmp:
+def write_image(path, data: bytes, exclusive: bool = False) -> None:
+    with atomic_path(path, exclusive) as tmp:
         tmp.write_bytes(data)
 
 

@@ -15,7 +15,6 @@ Typical use::
 """
 import csv
 import io
-import itertools
 import json
 import math
 import numbers
@@ -33,7 +32,7 @@ from .validation import as_int, check_depth
 __all__ = [
     'MAPPoint', 'DegreeScore', 'MAPFit', 'Candidate', 'Allocation',
     'load_points', 'parse_points', 'polynomial_terms', 'term_name',
-    'fit_map', 'resolve_bounds', 'evaluate_candidates', 'format_candidates',
+    'average_duplicates', 'fit_map', 'resolve_bounds', 'evaluate_candidates', 'format_candidates',
     'allocate',
 ]
 
@@ -45,6 +44,9 @@ RATIO_COLUMNS = ('a', 't')
 RATIO_TOLERANCE = 0.01
 # A candidate this close to the data's convex hull counts as inside it.
 HULL_TOLERANCE = 1e-9
+#: Leave-2-out CV fits n(n-1)/2 folds (in closed form, but still O(n^2)
+#: memory and time): 2,000 distinct points are about 2 million folds.
+MAX_CV_POINTS = 2000
 FIT_FORMAT = 'hetdpt_mm.map_fit'
 FIT_FORMAT_VERSION = 1
 
@@ -158,8 +160,24 @@ def parse_points(records: Sequence[Mapping[str, Any]],
             'depth was given to convert them into retained ratios; pass '
             'the number of blocks as depth')
     use_counts = has_counts and depth is not None
-    return [_point_from_record(record, depth if use_counts else None, where)
-            for record, where in zip(records, locations)]
+    points = [_point_from_record(record, depth if use_counts else None, where)
+              for record, where in zip(records, locations)]
+    _check_accuracy_units(points, locations)
+    return points
+
+
+def _check_accuracy_units(points: Sequence[MAPPoint],
+                          locations: Sequence[str]) -> None:
+    """Accuracies are all percentages or all fractions: a file mixing 81.8
+    and 0.818 would fit a surface through both."""
+    fractions = [where for point, where in zip(points, locations)
+                 if point.accuracy <= 1]
+    if fractions and len(fractions) < len(points):
+        percent = next(where for point, where in zip(points, locations)
+                       if point.accuracy > 1)
+        raise ValueError(
+            f'accuracies mix fractions (<= 1, e.g. {fractions[0]}) and '
+            f'percentages (> 1, e.g. {percent}); give all in one unit')
 
 
 def _normalise_key(key: Any) -> str:
@@ -178,9 +196,9 @@ def _point_from_record(record: Mapping[str, Any], depth: Optional[int],
                      if name in values), None)
     if accuracy is None:
         raise ValueError(f'{where}: no accuracy value')
-    if not math.isfinite(accuracy):
-        raise ValueError(f'{where}: accuracy is {accuracy}; it must be a '
-                         'finite number')
+    if not (math.isfinite(accuracy) and 0 <= accuracy <= 100):
+        raise ValueError(f'{where}: accuracy is {accuracy:g}; it must be a '
+                         'percentage (0 to 100) or a fraction (0 to 1)')
 
     if depth is not None:
         a, t = (_ratio_from_count(values, name, depth, where)
@@ -279,18 +297,56 @@ class DegreeScore:
 def _leave_two_out(X: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, int]:
     """Hold out every unordered pair once; return each point's mean
     prediction over the ``n - 1`` folds that held it out, and the number
-    of rank-deficient folds."""
+    of rank-deficient folds.
+
+    In closed form: with the hat matrix ``H`` of the full fit and its
+    residuals ``e``, the errors on a held-out pair ``S`` are
+    ``(I - H_SS)^-1 e_S``.  A fold whose ``I - H_SS`` is (nearly) singular
+    is solved directly; one without a unique least-squares fit gets numpy's
+    minimum-norm solution."""
     n = len(y)
-    prediction_sum = np.zeros(n)
+    basis = np.linalg.qr(X)[0]  # X has full column rank (_score_degree)
+    hat = basis @ basis.T
+    residual = y - hat @ y
+    first, second = np.triu_indices(n, 1)
+    h11 = 1 - hat[first, first]
+    h22 = 1 - hat[second, second]
+    h12 = -hat[first, second]
+    det = h11 * h22 - h12 * h12
+    # det is in [0, 1]; near 0 the closed form loses its precision (a fold
+    # of the paper's points at degree 3 has det 4e-10), so such folds are
+    # solved directly and lstsq's rank says whether they are deficient.
+    direct = np.abs(det) < 1e-6
+    det[direct] = 1.0
+    error_first = (h22 * residual[first] - h12 * residual[second]) / det
+    error_second = (h11 * residual[second] - h12 * residual[first]) / det
     rank_deficient = 0
-    for pair in itertools.combinations(range(n), 2):
-        held_out = list(pair)
+    for fold in np.flatnonzero(direct):
+        held_out = [first[fold], second[fold]]
         train = np.ones(n, dtype=bool)
         train[held_out] = False
         theta, _, rank, _ = np.linalg.lstsq(X[train], y[train], rcond=None)
         rank_deficient += rank < X.shape[1]
-        prediction_sum[held_out] += X[held_out] @ theta
+        error_first[fold], error_second[fold] = y[held_out] - X[held_out] @ \
+            theta
+    prediction_sum = np.zeros(n)
+    np.add.at(prediction_sum, first, y[first] - error_first)
+    np.add.at(prediction_sum, second, y[second] - error_second)
     return prediction_sum / (n - 1), rank_deficient
+
+
+def average_duplicates(points: Sequence[MAPPoint]
+                       ) -> Tuple[Tuple[MAPPoint, ...], int]:
+    """One point per ``(a, t)``, with the mean accuracy of its repeats
+    (repeated runs of one split); and how many rows were merged away.
+    Repeats would otherwise weigh a split several times and make leave-2-out
+    folds hold out a point while training on its twin."""
+    groups: Dict[Tuple[float, float], List[float]] = {}
+    for point in points:
+        groups.setdefault((point.a, point.t), []).append(point.accuracy)
+    averaged = tuple(MAPPoint(a, t, float(np.mean(accuracies)))
+                     for (a, t), accuracies in groups.items())
+    return averaged, len(points) - len(averaged)
 
 
 def _score_degree(degree: int, a: np.ndarray, t: np.ndarray,
@@ -326,7 +382,8 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
     Every degree in ``degrees`` is scored unless it has more terms than a
     training fold has points (``n - 2``) or the points leave it
     rank-deficient; the degree with the lowest CV RMSE wins (ties go to the
-    lower degree). ``points`` are :class:`MAPPoint` or ``(a, t, accuracy)``.
+    lower degree). ``points`` are :class:`MAPPoint` or ``(a, t, accuracy)``;
+    repeats of one ``(a, t)`` are averaged first (:func:`average_duplicates`).
     """
     points = tuple(p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
                    for p in points)
@@ -335,12 +392,20 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
                       dtype=float).reshape(-1, 3)
     if not np.isfinite(values).all():
         raise ValueError('MAP points must be finite numbers')
+    points, _ = average_duplicates(points)
+    if len(points) > MAX_CV_POINTS:
+        raise ValueError(
+            f'{len(points)} distinct (a, t) points: leave-2-out CV is capped '
+            f'at {MAX_CV_POINTS} points ({len(points) * (len(points) - 1) // 2}'
+            ' folds here); MAP needs one point per split tried, so average '
+            'repeated measurements or subsample')
+    values = np.array([(p.a, p.t, p.accuracy) for p in points], dtype=float)
     needed = len(polynomial_terms(degrees[0])) + 2
     if len(points) < needed:
         raise ValueError(
             f'MAP needs at least {needed} points to fit degree {degrees[0]} '
             f'({needed - 2} terms, and leave-2-out CV trains on n - 2 '
-            f'points); got {len(points)}')
+            f'points); got {len(points)} distinct (a, t) points')
     a, t, y = values.T
     scores, coefficients = [], {}
     for degree in degrees:

@@ -14,12 +14,17 @@ def as_int(value: Any, name: str) -> int:
     raise ValueError(f'{name} must be an integer, got {value!r}')
 
 
+#: Deeper than any ViT in use (DINOv2-g has 40 blocks); the split search
+#: enumerates up to (depth + 1)^2 candidates.
+MAX_DEPTH = 1024
+
+
 def check_depth(depth: Any) -> int:
-    """A network depth: a positive number of blocks."""
+    """A network depth: a positive number of blocks, at most MAX_DEPTH."""
     depth = as_int(depth, 'depth')
-    if depth < 1:
-        raise ValueError(f'depth must be a positive number of blocks, '
-                         f'got {depth}')
+    if not 1 <= depth <= MAX_DEPTH:
+        raise ValueError(f'depth must be a number of blocks from 1 to '
+                         f'{MAX_DEPTH}, got {depth}')
     return depth
 
 
