@@ -223,8 +223,10 @@ def add_epoch_seed_hook(cfg) -> None:
     """Every run of ours gets :class:`EpochSeedHook` (exact ``--resume``)
     unless its config already has it."""
     hooks = list(cfg.get('custom_hooks') or [])
-    if not any(hook.get('type') in ('EpochSeedHook', EpochSeedHook)
-               for hook in hooks):
+    if not any(isinstance(hook, EpochSeedHook) or (
+            isinstance(hook, dict) and
+            hook.get('type') in ('EpochSeedHook', EpochSeedHook))
+            for hook in hooks):
         diff_rank_seed = (cfg.get('randomness') or {}).get(
             'diff_rank_seed', False)
         hooks.append(dict(type='EpochSeedHook',

@@ -1,8 +1,10 @@
 """The run options shared by tools/train.py and tools/test.py, and atomic
 outputs' file modes."""
 import os
+import re
 
 import pytest
+import torch
 from helpers import REPO, load_tool
 from mmengine.config import Config
 
@@ -37,7 +39,7 @@ def test_outputs_get_ordinary_file_modes(tmp_path):
         os.umask(previous)
 
 
-def test_test_tool_never_writes_over_its_inputs(tmp_path):
+def test_test_tool_never_writes_over_its_inputs(tmp_path, capsys):
     checkpoint = tmp_path / 'model.pth'
     checkpoint.write_bytes(b'weights')
     link = tmp_path / 'link.json'
@@ -45,10 +47,10 @@ def test_test_tool_never_writes_over_its_inputs(tmp_path):
     config = REPO / 'configs/demo/vit-demo_digits.py'
     for option, out in (('--out-metrics', checkpoint), ('--out', link),
                         ('--out-metrics', config)):
-        with pytest.raises(SystemExit, match=r'^error: output .* is the same '
-                           'file as input'):
-            load_tool('test').main([str(config), str(checkpoint), option,
-                                    str(out)])
+        code, err = run_tool(capsys, 'test', [config, checkpoint, option,
+                                              out])
+        assert code == 2 and re.match(
+            r'^error: output .* is the same file as input', err), err
     assert checkpoint.read_bytes() == b'weights'
 
 
@@ -59,3 +61,209 @@ def test_merge_tool_never_writes_over_its_spec(tmp_path, capsys):
         [str(tmp_path / 'in.pth'), str(spec), '--spec', str(spec), '--force'])
     assert code == 2 and 'same file as input' in capsys.readouterr().err
     assert spec.read_text() == '{"attn_removed": [0]}'
+
+
+# ------------------------------------------ tools/train.py, tools/test.py
+DENSE_CONFIG = REPO / 'configs/demo/vit-demo_digits.py'
+PRUNE_CONFIG = REPO / 'configs/demo/vit-demo_digits_prune.py'
+
+
+def small_config(path, base, data_root, **overrides) -> str:
+    """A demo config on a few images of ``data_root``."""
+    lines = [f'_base_ = [{str(base)!r}]',
+             f'data_root = {str(data_root)!r}',
+             'train_dataloader = dict(dataset=dict(data_root=data_root, '
+             'indices=16))',
+             'val_dataloader = dict(dataset=dict(data_root=data_root, '
+             'indices=16))',
+             'test_dataloader = val_dataloader',
+             'train_cfg = dict(max_epochs=2, val_interval=2)',
+             'default_hooks = dict(checkpoint=dict(interval=1))']
+    lines += [f'{key} = {value}' for key, value in overrides.items()]
+    path.write_text('\n'.join(lines) + '\n')
+    return str(path)
+
+
+@pytest.fixture(scope='module')
+def dense_run(tmp_path_factory):
+    """Two epochs of the dense demo config on 16 images."""
+    from hetdpt_mm.datasets.demo_data import make_classification
+    root = tmp_path_factory.mktemp('dense_run')
+    make_classification(root / 'cls')
+    config = small_config(root / 'dense.py', DENSE_CONFIG, root / 'cls')
+    assert load_tool('train').main([config, '--work-dir',
+                                    str(root / 'work')]) == 0
+    return root
+
+
+def run_tool(capsys, tool, argv):
+    code = load_tool(tool).main([str(arg) for arg in argv])
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+@pytest.mark.parametrize('case, message', [
+    ('missing config', r'^error: config .*absent.py does not exist'),
+    ('syntax error', r'^error: config .*broken.py cannot be read: .*never '
+     'closed'),
+    ('missing pretrained', r"^error: model.backbone.init_cfg.checkpoint = "
+     r"'.*absent.pth': no such file. Make it first .*docs/transfer.md"),
+    ('index out of range', 'error: attn_removed index 9 is out of range for '
+     r'depth 6 \(valid: 0..5\)'),
+    ('missing map points', 'error: MAP points file not found: absent.csv'),
+    ('budget over 2 depth', 'error: budget 13 exceeds the 12 removable '
+     'layers at depth 6'),
+    ('unknown type', "error: NoSuchHook is not in the .*hook registry"),
+    ('truncated resume', r'error: cannot resume from .*truncated.pth: .* is '
+     r'not a (readable )?PyTorch checkpoint'),
+    ('resume another config', 'error: cannot resume from .*epoch_1.pth: '
+     'loaded state dict has a different number of parameter groups '
+     r'\(was it saved by another config\?'),
+    ('resume without message hub', r"error: cannot resume from .*no_hub.pth: "
+     r"it has no 'message_hub' entry"),
+    ('config in its work dir', r'error: .*dense.py is an input of this run, '
+     'and MMEngine writes the config it runs to'),
+    ('load_from in the work dir', r'error: .*epoch_1.pth is an input of this '
+     'run, and the run saves files of that name into its work dir'),
+])
+def test_train_reports_bad_input_as_errors(dense_run, tmp_path, capsys, case,
+                                           message):
+    work = tmp_path / 'work'
+    dense = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
+                         dense_run / 'cls')
+    prune = small_config(tmp_path / 'prune.py', PRUNE_CONFIG,
+                         dense_run / 'cls')
+    epoch_1 = dense_run / 'work' / 'epoch_1.pth'
+    argv = {
+        'missing config': [tmp_path / 'absent.py'],
+        'syntax error': [tmp_path / 'broken.py'],
+        'missing pretrained': [dense, '--cfg-options',
+                               'model.backbone.init_cfg.type=Pretrained',
+                               'model.backbone.init_cfg.checkpoint='
+                               f'{tmp_path}/absent.pth'],
+        'index out of range': [dense, '--cfg-options',
+                               'model.backbone.prune_spec.attn_removed=[9]'],
+        'missing map points': [prune, '--cfg-options',
+                               'custom_hooks.0.map_points=absent.csv'],
+        'budget over 2 depth': [prune, '--cfg-options',
+                                'custom_hooks.0.budget=13'],
+        'unknown type': [prune, '--cfg-options',
+                         'custom_hooks.1.type=NoSuchHook'],
+        'truncated resume': [dense, '--resume', tmp_path / 'truncated.pth'],
+        'resume another config': [prune, '--resume', epoch_1],
+        'resume without message hub': [dense, '--resume',
+                                       tmp_path / 'no_hub.pth'],
+        'config in its work dir': [tmp_path / 'dense.py', '--work-dir',
+                                   tmp_path],
+        'load_from in the work dir': [dense, '--work-dir', epoch_1.parent,
+                                      '--cfg-options', f'load_from={epoch_1}'],
+    }[case]
+    (tmp_path / 'broken.py').write_text('x = (\n')
+    (tmp_path / 'truncated.pth').write_bytes(epoch_1.read_bytes()[:5000])
+    checkpoint = torch.load(epoch_1, weights_only=False)
+    del checkpoint['message_hub']
+    torch.save(checkpoint, tmp_path / 'no_hub.pth')
+    if '--work-dir' not in argv:
+        argv += ['--work-dir', work]
+    code, err = run_tool(capsys, 'train', argv)
+    assert code == 2 and re.search(message, err), err
+    assert 'Traceback' not in err
+    assert not list(work.glob('*.pth'))
+
+
+def test_test_loads_strictly_and_checks_options_first(dense_run, tmp_path,
+                                                      capsys):
+    import torchvision
+    resnet = tmp_path / 'resnet18.pth'
+    torch.save(torchvision.models.resnet18().state_dict(), resnet)
+    config = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
+                          dense_run / 'cls')
+    work = ['--work-dir', tmp_path / 'work']
+    code, err = run_tool(capsys, 'test', [config, resnet] + work)
+    assert code == 2 and re.search(
+        r'error: checkpoint .*resnet18.pth does not fit the model of this '
+        r'config \(unexpected key in source state_dict: conv1.weight, .*'
+        r'\(122 in all\); missing keys in source state_dict: '
+        r'backbone.cls_token, .*; pass --non-strict', err), err
+    metrics = tmp_path / 'metrics.json'
+    assert run_tool(capsys, 'test', [config, resnet, '--non-strict',
+                                     '--out-metrics', metrics] + work)[0] == 0
+    assert 'accuracy/top1' in metrics.read_text()
+    epoch_2 = dense_run / 'work' / 'epoch_2.pth'
+    for options, message in (
+            (['--out', tmp_path / 'predictions'], 'give a .pkl file'),
+            (['--tta'], '--tta needs tta_model and tta_pipeline'),
+            (['--work-dir', tmp_path], 'MMEngine writes the config it runs')):
+        code, err = run_tool(capsys, 'test', [config, epoch_2] + options)
+        assert code == 2 and message in err, err
+        assert 'Traceback' not in err
+
+
+# ------------------------------------------------------- atomic writes
+def test_mmengine_checkpoint_saves_are_atomic(tmp_path, monkeypatch):
+    from mmengine.fileio import get_file_backend
+    from mmengine.runner.checkpoint import save_checkpoint
+
+    from hetdpt_mm.fileio import AtomicLocalBackend
+    assert isinstance(get_file_backend(str(tmp_path)), AtomicLocalBackend)
+    target = tmp_path / 'epoch_1.pth'
+    target.write_bytes(b'previous')
+
+    def fail(self, data):
+        self.open('wb').write(data[:10])
+        raise OSError(28, 'No space left on device')
+
+    monkeypatch.setattr(type(target), 'write_bytes', fail)
+    with pytest.raises(OSError, match='No space left'):
+        save_checkpoint({'state_dict': {}}, str(target))
+    monkeypatch.undo()
+    assert target.read_bytes() == b'previous'
+    assert [p.name for p in tmp_path.iterdir()] == ['epoch_1.pth']
+
+
+def test_temp_files_of_killed_writers_are_removed(tmp_path):
+    import subprocess
+    import sys
+    dead = subprocess.run([sys.executable, '-c', 'import os; '
+                           'print(os.getpid())'], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f'.out.json.{dead}.abcd1234.tmp'
+    live = tmp_path / f'.out.json.{os.getpid()}.abcd1234.tmp'
+    stale.write_text('half')
+    live.write_text('being written')
+    atomic_write_text(tmp_path / 'out.json', '{}')
+    assert not stale.exists() and live.exists()
+
+
+def test_exclusive_output_is_not_replaced_by_a_concurrent_writer(tmp_path):
+    from hetdpt_mm.fileio import atomic_path
+    out = tmp_path / 'merged.pth'
+    with pytest.raises(FileExistsError, match='created by another process'):
+        with atomic_path(out, exclusive=True) as tmp:
+            tmp.write_text('mine')
+            out.write_text('theirs')  # the other run finished first
+    assert out.read_text() == 'theirs'
+    assert [p.name for p in tmp_path.iterdir()] == ['merged.pth']
+
+
+def test_sigterm_removes_the_partial_output(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / 'writer.py'
+    script.write_text(f'''
+import os, signal
+from hetdpt_mm.cli import run_reporting_errors
+from hetdpt_mm.fileio import atomic_path
+
+def write():
+    with atomic_path({str(tmp_path / 'out.pth')!r}) as tmp:
+        tmp.write_bytes(b'x' * 1000)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+run_reporting_errors(write)
+''')
+    result = subprocess.run([sys.executable, str(script)], cwd=REPO,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 128 + 15, result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ['writer.py']

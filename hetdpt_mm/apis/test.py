@@ -59,11 +59,11 @@ def apply_out(cfg, out: str, inputs) -> None:
         cfg.test_evaluator['output_dir'] = out
         cfg.test_evaluator['keep_results'] = True
         return
+    check_output_path(out, inputs, force=True)
     if not out.endswith(PICKLE_SUFFIXES):
         raise UsageError(f'--out {out}: raw predictions are dumped as a '
                          'pickle; give a .pkl file (a directory of masks is '
                          'only for segmentation configs)')
-    check_output_path(out, inputs, force=True)
 
 
 def apply_tta(cfg) -> None:
