@@ -220,18 +220,16 @@ def checked_load_or_resume(runner: Runner) -> None:
 
 
 def add_epoch_seed_hook(cfg) -> None:
-    """Every run of ours gets :class:`EpochSeedHook` (exact ``--resume``)
-    unless its config already has it."""
-    hooks = list(cfg.get('custom_hooks') or [])
+    """Every run of ours gets :class:`EpochSeedHook` (exact ``--resume``),
+    also from configs that do not name it."""
+    hooks = list((cfg.get('default_hooks') or {}).values()) + list(
+        cfg.get('custom_hooks') or [])
     if not any(isinstance(hook, EpochSeedHook) or (
             isinstance(hook, dict) and
             hook.get('type') in ('EpochSeedHook', EpochSeedHook))
             for hook in hooks):
-        diff_rank_seed = (cfg.get('randomness') or {}).get(
-            'diff_rank_seed', False)
-        hooks.append(dict(type='EpochSeedHook',
-                          diff_rank_seed=diff_rank_seed))
-    cfg.custom_hooks = hooks
+        cfg.setdefault('default_hooks', {})['epoch_seed'] = dict(
+            type='EpochSeedHook')
 
 
 def build_runner(cfg) -> Runner:

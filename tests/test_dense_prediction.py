@@ -257,7 +257,7 @@ def check_structure(checkpoint: Path, form: str) -> None:
 
 
 def train_merge_test(workspace, config, name, train_options, metric_key,
-                     saved):
+                     saved, test_options=()):
     work_dir = workspace / name
     output = run_tool(
         workspace, 'train.py', ROOT / 'configs/demo' / config,
@@ -275,7 +275,7 @@ def train_merge_test(workspace, config, name, train_options, metric_key,
     metrics_file = workspace / f'{name}_metrics.json'
     run_tool(workspace, 'test.py', ROOT / 'configs/demo' / config, merged,
              '--work-dir', workspace / f'{name}_test', '--out-metrics',
-             metrics_file)
+             metrics_file, *test_options)
     tested = json.loads(metrics_file.read_text())
     assert tested.keys() <= trained.keys()
     for key, value in tested.items():
@@ -331,8 +331,11 @@ def test_upernet_demo_train_merge_test(workspace):
     metrics = train_merge_test(
         workspace, 'upernet_hetdpt_demo.py', 'upernet',
         ['train_cfg.max_iters=2', 'train_cfg.val_interval=2',
-         'train_dataloader.batch_size=4'], 'mIoU', 'iter_2.pth')
+         'train_dataloader.batch_size=4'], 'mIoU', 'iter_2.pth',
+        # mmseg's --out: a directory of predicted masks.
+        ['--out', workspace / 'upernet_masks'])
     assert 0 < metrics['mIoU'] <= 100
+    assert len(list((workspace / 'upernet_masks').glob('*.png'))) == 8
 
 
 # ------------------------------------------------------------------ recipe

@@ -70,7 +70,10 @@ train_cfg = dict(by_epoch=True, max_epochs=10, val_interval=5)
 val_cfg = dict()
 test_cfg = dict()
 
-default_hooks = dict(logger=dict(interval=10),
+# epoch_seed: epochs seeded from (seed, epoch), so --resume is exact with
+# the random crops, under any runner (docs/reliability.md).
+default_hooks = dict(epoch_seed=dict(type='EpochSeedHook'),
+                     logger=dict(interval=10),
                      checkpoint=dict(interval=5, max_keep_ckpts=2))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0, deterministic=False)

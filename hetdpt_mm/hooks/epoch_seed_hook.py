@@ -23,16 +23,15 @@ class EpochSeedHook(Hook):
     for workers that are restarted each epoch (not ``persistent_workers``,
     whose generators carry over from epoch to epoch).
 
-    ``tools/train.py`` adds it to every run (``hetdpt_mm.runner``).
+    Our configs name it in ``default_hooks`` (as ``epoch_seed``), so that
+    any runner gets it (mmdet's / mmseg's own ``tools/train.py``, ``mim
+    train``); ``tools/train.py`` adds it to configs that do not.
     """
     priority = 'VERY_HIGH'
 
-    def __init__(self, diff_rank_seed: bool = False):
-        self.diff_rank_seed = diff_rank_seed
-
     def before_train_epoch(self, runner) -> None:
         entropy = [runner.seed, runner.epoch]
-        if self.diff_rank_seed:
+        if (runner.cfg.get('randomness') or {}).get('diff_rank_seed'):
             entropy.append(get_rank())
         low, high = np.random.SeedSequence(entropy).generate_state(2)
         random.seed(int(low) << 32 | int(high))

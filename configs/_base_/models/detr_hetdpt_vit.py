@@ -9,6 +9,9 @@
 # --cfg-options model.backbone.init_cfg.checkpoint=PATH).
 _base_ = 'mmdet::detr/detr_r50_8xb2-150e_coco.py'
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+# Epochs seeded from (seed, epoch): --resume exact with random augmentation,
+# under any runner (docs/reliability.md).
+default_hooks = dict(epoch_seed=dict(type='EpochSeedHook'))
 
 model = dict(
     # mmdet's DETR with its attention on PyTorch's fused kernels (same

@@ -11,6 +11,9 @@
 # out_indices=(2, 5, 8, 11) keep their meaning.
 _base_ = 'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+# Epochs seeded from (seed, epoch): --resume exact with random augmentation,
+# under any runner (docs/reliability.md).
+default_hooks = dict(epoch_seed=dict(type='EpochSeedHook'))
 
 model = dict(
     # mmseg would hand `pretrained` to the backbone; ours loads via init_cfg.
