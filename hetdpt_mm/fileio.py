@@ -1,8 +1,10 @@
 """Atomic outputs and output-path checks shared by every tool and hook."""
 import contextlib
+import errno
 import logging
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterable, Iterator, Union
@@ -11,6 +13,9 @@ from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
 
 PathLike = Union[str, os.PathLike]
+
+#: Less free space than this after a failed write: the disk is full.
+FULL_DISK_BYTES = 1 << 20
 
 
 def check_output_path(out: PathLike, inputs: Iterable[PathLike] = (),
@@ -102,7 +107,15 @@ def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
     tmp.chmod(path.stat().st_mode & 0o7777 if path.exists() else
               0o666 & ~current_umask())
     try:
-        yield tmp
+        try:
+            yield tmp
+        except Exception as err:
+            # torch.save on a full disk says "unexpected pos 576 vs 534".
+            if not isinstance(err, OSError) and \
+                    shutil.disk_usage(path.parent).free < FULL_DISK_BYTES:
+                raise OSError(errno.ENOSPC, 'no space left on the device '
+                              f'while writing {path} ({err})') from None
+            raise
         if exclusive:
             try:
                 os.link(tmp, path)

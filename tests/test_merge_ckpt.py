@@ -287,6 +287,29 @@ def test_output_is_never_the_input_and_kept_without_force(tool, tmp_path,
                                                           'stage2.pth']
 
 
+def test_a_full_disk_is_named(tool, tmp_path, capsys, monkeypatch):
+    """torch.save on a full disk raises "unexpected pos 64 vs 0"; the tool
+    says what happened and leaves nothing behind."""
+    import collections
+    import shutil
+    source = authors_tiny(tmp_path)
+    spec = ['--spec', json.dumps(SPEC), '--arch', json.dumps(ARCH)]
+
+    def save_on_full_disk(obj, path):
+        Path(path).write_bytes(b'PK')
+        raise RuntimeError('[enforce fail at inline_container.cc:672] . '
+                           'unexpected pos 64 vs 0')
+
+    usage = collections.namedtuple('usage', 'total used free')
+    monkeypatch.setattr(torch, 'save', save_on_full_disk)
+    monkeypatch.setattr(shutil, 'disk_usage', lambda path: usage(1, 1, 0))
+    code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth',
+                            *spec)
+    assert code == 2 and err.startswith(
+        'error: [Errno 28] no space left on the device while writing ')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['stage2.pth']
+
+
 def test_command_line_error_has_no_traceback(tmp_path):
     result = subprocess.run(
         [sys.executable, str(TOOL), str(tmp_path / 'absent.pth'),
