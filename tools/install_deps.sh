@@ -59,13 +59,16 @@ build_mmcv_from_source() {  # $1 = output directory
   work="$(mktemp -d)"
   say "no mmcv ${MMCV_VERSION} wheel for torch ${TORCH_INSTALLED}: building it from source"
   say "this compiles the CPU ops once per machine (12 minutes on 2 idle cores, 30 on busy ones)"
+  pip install -q -r "$ROOT/requirements/build.txt"
   pip download -q --no-deps --no-build-isolation --no-binary :all: \
     -d "$work" "mmcv==${MMCV_VERSION}"
   tar -xzf "$work"/mmcv-${MMCV_VERSION}.tar.gz -C "$work"
   # torch >= 2.10 headers need C++20; this is the only change to mmcv.
   sed -i 's/-std=c++17/-std=c++20/g' "$work/mmcv-${MMCV_VERSION}/setup.py"
   local started=$SECONDS
+  # ninja is found on PATH: the venv's bin, which a venv run by path lacks.
   ( cd "$work/mmcv-${MMCV_VERSION}" &&
+    PATH="$(dirname "$PYTHON"):$PATH" \
     MMCV_WITH_OPS=1 FORCE_CUDA=0 MAX_JOBS="$(nproc)" \
       "$PYTHON" -m pip wheel --no-build-isolation --no-deps -w "$work/dist" -v . 2>&1 |
       while IFS= read -r line; do
