@@ -15,6 +15,8 @@ from mmengine.runner.checkpoint import find_latest_checkpoint
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
 from .checkpoint import TRUST_ENV
+from .models import FAMILIES
+from .record import load_backbone_checkpoint
 
 
 def trust_checkpoints() -> None:
@@ -98,8 +100,32 @@ def release_distributed() -> None:
         torch.distributed.destroy_process_group()
 
 
+def take_resumed_structure(cfg) -> None:
+    """A resumed run builds its optimizer before loading the checkpoint, so
+    a backbone whose structure the config leaves open (its ``init_cfg``
+    file gone, say) must have the checkpoint's structure from the start,
+    not rebuild after the optimizer took its parameters."""
+    if not cfg.get('resume'):
+        return
+    checkpoint = cfg.get('load_from') or find_latest_checkpoint(cfg.work_dir)
+    backbone = cfg.get('model', {}).get('backbone')
+    if checkpoint is None or not isinstance(backbone, dict) or any(
+            backbone.get(key) is not None
+            for key in ('prune_spec', 'gated', 'merged')):
+        return
+    families = {family.__name__ for family in FAMILIES.values()}
+    if str(backbone.get('type', '')).split('.')[-1] not in families:
+        return
+    record = load_backbone_checkpoint(checkpoint, 'backbone.',
+                                      mmap=True).record
+    backbone.update(prune_spec=record.spec.to_dict(),
+                    gated=record.form == 'gated',
+                    merged=record.form == 'merged', **record.semantics)
+
+
 def build_runner(cfg) -> Runner:
     prepare_cpu_distributed(cfg)
+    take_resumed_structure(cfg)
     if 'runner_type' in cfg:
         return RUNNERS.build(cfg)
     return Runner.from_cfg(cfg)

@@ -52,6 +52,10 @@ def resolve_arch(arch: Union[str, Mapping]) -> Dict:
     return arch
 
 
+def _absent_local_file(source: str) -> bool:
+    return '://' not in source and not osp.exists(osp.expanduser(source))
+
+
 class HetDPTViT(HetDPTBackbone):
     """DeiT/ViT with removable attention sublayers and FFN GELUs (HetDPT).
 
@@ -334,7 +338,7 @@ class HetDPTViT(HetDPTBackbone):
         if cfg is None:
             return None
         source = cfg['checkpoint']
-        if '://' not in source and not osp.exists(osp.expanduser(source)):
+        if _absent_local_file(source):
             print_log(f'HetDPTViT: init_cfg checkpoint {source} does not '
                       'exist; building the configured structure (weights '
                       'loaded later set theirs)', logger='current', level=30)
@@ -425,18 +429,23 @@ class HetDPTViT(HetDPTBackbone):
     # -------------------------------------------------------------- weights
     def init_weights(self):
         cfg = self._pretrained_cfg()
-        if cfg is None:
-            if self.init_cfg is not None:
-                super().init_weights()
-                return
-            trunc_normal_(self.pos_embed, std=.02)
-            for token in (self.cls_token, self.dist_token):
-                if token is not None:
-                    nn.init.normal_(token, std=1e-6)
-            for block in self.blocks:
-                block.apply(init_weights_vit_timm)
+        if cfg is not None and _absent_local_file(cfg['checkpoint']):
+            # The toolboxes' inference APIs, load_from and --resume load a
+            # whole model after this: its weights replace these.  Without
+            # them the first forward says what is missing.
+            self.awaited_checkpoint = cfg['checkpoint']
+        elif cfg is not None:
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
             return
-        self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+        elif self.init_cfg is not None:
+            super().init_weights()
+            return
+        trunc_normal_(self.pos_embed, std=.02)
+        for token in (self.cls_token, self.dist_token):
+            if token is not None:
+                nn.init.normal_(token, std=1e-6)
+        for block in self.blocks:
+            block.apply(init_weights_vit_timm)
 
     def _adapt_pretrained(self, state: Dict) -> Dict:
         if 'pos_embed' in state:
@@ -456,6 +465,11 @@ class HetDPTViT(HetDPTBackbone):
             interpolation=self.interpolate_mode, antialias=False)
 
     def forward(self, x: torch.Tensor) -> tuple:
+        if self.awaited_checkpoint is not None:
+            raise CheckpointError(
+                f'HetDPTViT: init_cfg checkpoint {self.awaited_checkpoint} '
+                'does not exist and no weights were loaded since; make it '
+                '(docs/transfer.md) or load a whole model checkpoint')
         batch, _, height, width = x.shape
         if height < self.patch_size or width < self.patch_size:
             raise ValueError(
