@@ -1,5 +1,6 @@
 """The toolboxes' own loading paths rebuild the backbone a checkpoint holds
-(issue 18, items 1 and 2).
+(issue 18, item 1; item 2, checkpoints of mmdet's own tools/train.py, is
+test_dense_prediction.py::test_mmdet_tools_train_matches_ours).
 
 A demo DETR, UperNet and classifier are trained for one iteration with a
 merged backbone; their checkpoints are then opened, with the stock demo
@@ -9,8 +10,6 @@ predictions of the model tools/test.py builds (our runner, ``load_from``).
 """
 import copy
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ from hetdpt_mm import PruneSpec
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.datasets import (make_classification, make_detection,
                                 make_segmentation)
-from hetdpt_mm.record import load_backbone_checkpoint
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,43 +245,6 @@ def test_a_given_structure_that_differs_is_an_error_naming_both(workspace):
     message = str(error.value)
     assert str(DEMO_SPEC) in message
     assert str(PruneSpec(6, attn_removed=[1])) in message
-
-
-# --------------------------------------------------- toolboxes' train.py
-@pytest.mark.parametrize('toolbox', ['mmdet', 'mmseg'])
-def test_toolbox_train_checkpoints_carry_the_record(workspace, toolbox):
-    """mmdet's / mmseg's own tools/train.py (what ``mim train`` runs) save
-    checkpoints that hold the record and rebuild the structure."""
-    root, _ = workspace
-    package = __import__(toolbox)
-    tool = Path(package.__file__).parent / '.mim/tools/train.py'
-    task, saved = ('det', 'epoch_1.pth') if toolbox == 'mmdet' else \
-        ('seg', 'iter_1.pth')
-    work_dir = root / f'{toolbox}_tools_train'
-    loop = 'train_cfg.max_iters=1' if task == 'seg' else \
-        'train_cfg.max_epochs=1'
-    result = subprocess.run(
-        [sys.executable, str(tool), str(CONFIGS[task]), '--work-dir',
-         str(work_dir), '--cfg-options',
-         f'model.backbone.init_cfg.checkpoint={root / "merged_cls.pth"}',
-         loop, 'train_cfg.val_interval=10', 'train_dataloader.batch_size=4',
-         'train_dataloader.dataset.indices=4',
-         'default_hooks.checkpoint.interval=1'],
-        cwd=root, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, OMP_NUM_THREADS='1'))
-    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
-    checkpoint = work_dir / saved
-    saved_state = torch.load(checkpoint, map_location='cpu',
-                             weights_only=False)['state_dict']
-    assert 'backbone._extra_state' in saved_state
-    record = load_backbone_checkpoint(checkpoint).record
-    assert record.origin == 'extra_state'
-    assert (record.form, record.spec) == ('merged', DEMO_SPEC)
-    cfg = Config.fromfile(CONFIGS[task])
-    with DefaultScope.overwrite_default_scope(cfg.default_scope):
-        model = MODELS.build(cfg.model)
-    load_checkpoint(model, str(checkpoint), map_location='cpu')
-    assert_merged_demo(model)
 
 
 def test_an_absent_init_cfg_checkpoint_waits_for_loaded_weights(tmp_path):
