@@ -140,7 +140,8 @@ def test_layer_decay_with_mmpretrain_and_for_detectors_and_segmentors():
 
     for config, scope, head in (
             ('detr_hetdpt_demo.py', 'mmdet', 'bbox_head.fc_cls.weight'),
-            ('upernet_hetdpt_demo.py', 'mmseg', 'decode_head.conv_seg.weight')):
+            ('upernet_hetdpt_demo.py', 'mmseg',
+             'decode_head.conv_seg.weight')):
         cfg = Config.fromfile(ROOT / 'configs/demo' / config)
         cfg.model.backbone.init_cfg = None
         with DefaultScope.overwrite_default_scope(scope):
