@@ -5,6 +5,7 @@ from .registry import register_all_modules
 from .spec import META_KEY, PruneSpec
 from .version import __version__
 from . import hooks  # noqa: F401  registers the hooks in MMEngine
+from . import optim  # noqa: F401  registers the optimizer constructor
 
 register_mmengine_loader()
 register_atomic_local_backend()

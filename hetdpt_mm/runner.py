@@ -20,6 +20,8 @@ from .checkpoint import TRUST_ENV, CheckpointError
 from .cli import INPUT_ERRORS
 from .fileio import same_file
 from .hooks import EpochSeedHook
+from .models import FAMILIES
+from .record import load_backbone_checkpoint
 
 #: Files a run writes into its work dir besides the config dump and the
 #: timestamped log folder (MMEngine's CheckpointHook, our merge hook).
@@ -232,9 +234,36 @@ def add_epoch_seed_hook(cfg) -> None:
             type='EpochSeedHook')
 
 
+def take_resumed_structure(cfg) -> None:
+    """A resumed run builds its optimizer before loading the checkpoint, so
+    a backbone whose structure the config leaves open (its ``init_cfg``
+    file gone, say) must have the checkpoint's structure from the start,
+    not rebuild after the optimizer took its parameters."""
+    if not cfg.get('resume'):
+        return
+    checkpoint = cfg.get('load_from') or find_latest_checkpoint(cfg.work_dir)
+    backbone = cfg.get('model', {}).get('backbone')
+    if checkpoint is None or not isinstance(backbone, dict) or any(
+            backbone.get(key) is not None
+            for key in ('prune_spec', 'gated', 'merged')):
+        return
+    families = {family.__name__ for family in FAMILIES.values()}
+    if str(backbone.get('type', '')).split('.')[-1] not in families:
+        return
+    try:
+        record = load_backbone_checkpoint(checkpoint, 'backbone.',
+                                          mmap=True).record
+    except (CheckpointError, OSError) as err:
+        raise RunError(f'cannot resume from {checkpoint}: {err}') from None
+    backbone.update(prune_spec=record.spec.to_dict(),
+                    gated=record.form == 'gated',
+                    merged=record.form == 'merged', **record.semantics)
+
+
 def build_runner(cfg) -> Runner:
     prepare_cpu_distributed(cfg)
     add_epoch_seed_hook(cfg)
+    take_resumed_structure(cfg)
     if 'runner_type' in cfg:
         runner = RUNNERS.build(cfg)
     else:

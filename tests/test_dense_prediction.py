@@ -324,7 +324,20 @@ def test_mmdet_tools_train_matches_ours(workspace):
     assert len(losses) == 2
     assert first_losses(workspace / 'mmdet') == pytest.approx(losses,
                                                               rel=1e-6)
-    check_structure(workspace / 'mmdet/epoch_1.pth', 'pruned')
+    # The record travels in the state dict (no meta hook in mmdet's
+    # runner), and loading the file rebuilds the structure.
+    checkpoint = workspace / 'mmdet/epoch_1.pth'
+    saved = torch.load(checkpoint, map_location='cpu', weights_only=False)
+    assert 'backbone._extra_state' in saved['state_dict']
+    assert load_backbone_checkpoint(checkpoint).record.origin == \
+        'extra_state'
+    check_structure(checkpoint, 'pruned')
+    cfg = Config.fromfile(config)
+    cfg.model.backbone.init_cfg = None
+    model = build_model(cfg)
+    model.load_state_dict(saved['state_dict'])
+    assert model.backbone.form == 'pruned'
+    assert model.backbone.prune_spec == PruneSpec(6, **DEMO_SPEC)
 
 
 def test_upernet_demo_train_merge_test(workspace):
@@ -338,35 +351,41 @@ def test_upernet_demo_train_merge_test(workspace):
     assert len(list((workspace / 'upernet_masks').glob('*.png'))) == 8
 
 
-# ------------------------------------------------------------------ recipe
-#: docs/transfer.md, "Any mmdet / mmseg config": the lines that swap the
-#: backbone of a stock config (CHECKPOINT is filled in by the test).
-DET_RECIPE = """
-_base_ = 'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py'
-custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
-model = dict(
-    backbone=dict(
-        _delete_=True, type='HetDPTViT', arch='deit-tiny',
-        out_type='featmap', out_indices=(3, 5, 7, 11),
-        init_cfg=dict(type='Pretrained', checkpoint=CHECKPOINT)),
-    neck=[
-        dict(type='mmseg.MultiLevelNeck', in_channels=[192] * 4,
-             out_channels=192, scales=[2, 1, 0.5, 0.25]),
-        dict(type='FPN', in_channels=[192] * 4, out_channels=256,
-             start_level=0, add_extra_convs='on_input', num_outs=5),
-    ])
-"""
-SEG_RECIPE = """
-_base_ = 'mmseg::segmenter/segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py'
-custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
-model = dict(
-    pretrained=None,
-    backbone=dict(
-        _delete_=True, type='HetDPTViT', arch='deit-tiny', img_size=512,
-        out_type='featmap', out_indices=(11, ),
-        init_cfg=dict(type='Pretrained', checkpoint=CHECKPOINT)),
-    decode_head=dict(in_channels=192))
-"""
+# ------------------------------------------------------------------ recipes
+def doc_recipes():
+    """The config code blocks of docs/transfer.md's "Any mmdet / mmseg
+    config", by their stock base."""
+    text = (ROOT / 'docs/transfer.md').read_text()
+    section = text.split('## Any mmdet / mmseg config')[1].split('\n## ')[0]
+    blocks = re.findall(r'```python\n(.*?)```', section, re.S)
+    return {re.search(r"_base_ = '(.*?)'", block).group(1): block
+            for block in blocks}
+
+
+RECIPES = doc_recipes()
+#: The strides each stock detector expects of its neck's outputs.
+DETECTOR_STRIDES = {
+    'mmdet::detr/detr_r50_8xb2-150e_coco.py': [16],
+    'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py': [4, 8, 16, 32, 64],
+    'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py': [8, 16, 32, 64, 128],
+    'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py': [8, 16, 32, 64],
+}
+
+
+def test_every_doc_recipe_is_tested():
+    assert RECIPES.keys() == DETECTOR_STRIDES.keys() | {
+        'mmseg::segmenter/segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py',
+        'mmseg::fcn/fcn_r50-d8_4xb4-80k_ade20k-512x512.py'}
+
+
+def as_deit_tiny(recipe: str, checkpoint) -> str:
+    """A recipe with DeiT-Ti (the test checkpoint) for its DeiT-B/S."""
+    for arch, width in (('deit-base', 768), ('deit-small', 384)):
+        recipe = recipe.replace(f"'{arch}'", "'deit-tiny'")
+        recipe = re.sub(rf'\b{width}\b', '192', recipe)
+    recipe = recipe.replace('distilled=True', 'distilled=False')
+    return re.sub(r"checkpoint='[^']*'", f'checkpoint={str(checkpoint)!r}',
+                  recipe)
 
 
 @pytest.fixture(scope='module')
@@ -380,45 +399,87 @@ def merged_tiny_checkpoint(tmp_path_factory):
     return path
 
 
-def recipe_model(recipe, checkpoint, tmp_path):
+def recipe_config(recipe, checkpoint, tmp_path):
     config = tmp_path / 'recipe.py'
-    config.write_text(recipe.replace('CHECKPOINT', repr(str(checkpoint))))
-    cfg = Config.fromfile(config)
+    config.write_text(as_deit_tiny(recipe, checkpoint))
+    return Config.fromfile(config)
+
+
+def with_masks(data):
+    """Box-filling instance masks, for Mask R-CNN."""
+    from mmdet.structures.mask import BitmapMasks
+    for sample in data['data_samples']:
+        h, w = sample.img_shape
+        boxes = sample.gt_instances.bboxes.round().long()
+        masks = torch.zeros(len(boxes), h, w, dtype=torch.uint8)
+        for mask, (x1, y1, x2, y2) in zip(masks, boxes.tolist()):
+            mask[y1:y2, x1:x2] = 1
+        sample.gt_instances.masks = BitmapMasks(masks.numpy(), h, w)
+    return data
+
+
+def train_one_step(cfg, data):
+    """Build the config's model and take one step of its optimizer; the
+    model comes back in eval mode with its loss values."""
     if 'size' in cfg.model.data_preprocessor:  # mmseg pads to its crop
         cfg.model.data_preprocessor.size = (64, 64)
     model = build_model(cfg)
     model.init_weights()
-    backbone = model.backbone
-    assert backbone.form == 'merged'
-    assert backbone.prune_spec == PruneSpec(12, **MIXED_SPEC)
-    return model
+    assert model.backbone.form == 'merged'
+    assert model.backbone.prune_spec == PruneSpec(12, **MIXED_SPEC)
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    weight = model.backbone.blocks[1].attn.qkv.weight
+    before = weight.detach().clone()
+    model.train()
+    log_vars = model.train_step(data, optim_wrapper)
+    assert torch.isfinite(log_vars['loss']) and log_vars['loss'] > 0
+    assert not torch.equal(weight, before)
+    return model.eval(), log_vars
 
 
-def test_recipe_swaps_the_backbone_of_a_stock_mmdet_config(
-        merged_tiny_checkpoint, tmp_path):
-    model = recipe_model(DET_RECIPE, merged_tiny_checkpoint, tmp_path)
-    shapes = [(64, 64), (64, 96)]
-    data = model.data_preprocessor(detection_batch(shapes, 80), True)
-    losses = model(**data, mode='loss')
-    assert torch.isfinite(sum(sum(v) if isinstance(v, list) else v
-                              for v in losses.values()))
-    feats = model.extract_feat(data['inputs'])
-    # Strides 8..128, as RetinaNet's anchors expect.
-    assert [f.shape[-2] for f in feats] == [8, 4, 2, 1, 1]
-    model.eval()
+def check_detector(cfg, strides, size=64):
+    shapes = [(size, size)] * 2
+    data = detection_batch(shapes, 80)
+    if cfg.model.get('roi_head', {}).get('mask_head'):
+        data = with_masks(data)
+    model, _ = train_one_step(cfg, data)
     with torch.no_grad():
+        inputs = model.data_preprocessor(data)['inputs']
+        feats = model.extract_feat(inputs)
         results = model.test_step(detection_batch(shapes, 80))
+    assert [f.shape[-2] for f in feats] == [-(-size // s) for s in strides]
     assert all(r.pred_instances.bboxes.shape[1] == 4 for r in results)
 
 
-def test_recipe_swaps_the_backbone_of_a_stock_mmseg_config(
-        merged_tiny_checkpoint, tmp_path):
-    model = recipe_model(SEG_RECIPE, merged_tiny_checkpoint, tmp_path)
-    data = model.data_preprocessor(
-        segmentation_batch([(64, 64), (64, 64)], 150), True)
-    losses = model(**data, mode='loss')
-    assert torch.isfinite(losses['decode.loss_ce'])
-    model.eval()
+def check_segmentor(cfg):
+    model, log_vars = train_one_step(
+        cfg, segmentation_batch([(64, 64), (64, 64)], 150))
+    assert torch.isfinite(log_vars['decode.loss_ce'])
     with torch.no_grad():
         results = model.test_step(segmentation_batch([(64, 64)], 150))
     assert results[0].pred_sem_seg.data.shape == (1, 64, 64)
+
+
+@pytest.mark.parametrize('base', sorted(RECIPES))
+def test_doc_recipe_trains_one_step(base, merged_tiny_checkpoint, tmp_path):
+    cfg = recipe_config(RECIPES[base], merged_tiny_checkpoint, tmp_path)
+    if 'detr' in base or 'dino' in base:
+        # The backbone and neck are the recipe's; a CPU-sized transformer.
+        cfg.model.encoder.num_layers = cfg.model.decoder.num_layers = 1
+    if 'dino' in base:  # its queries are picked among 85 tokens at 64x64
+        cfg.model.num_queries = 50
+    if base.startswith('mmdet::'):
+        check_detector(cfg, DETECTOR_STRIDES[base])
+    else:
+        check_segmentor(cfg)
+
+
+def test_mask_rcnn_config_trains_one_step():
+    check_detector(full_config('mask-rcnn_hetdpt_deit_s_fpn_1x_coco.py'),
+                   DETECTOR_STRIDES[
+                       'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'])
+
+
+def test_fcn_config_trains_one_step():
+    check_segmentor(full_config('fcn_hetdpt_deit_s_ade20k.py'))

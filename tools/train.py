@@ -48,7 +48,8 @@ def train(args: argparse.Namespace) -> None:
     apply_resume(cfg, args.resume)
     check_work_dir(cfg, args.config,
                    resume_from=cfg.load_from if cfg.get('resume') else None)
-    check_pretrained_exist(cfg)
+    if not cfg.get('load_from'):  # loaded weights replace init_cfg's
+        check_pretrained_exist(cfg)
     runner = build_runner(cfg)
     try:
         runner.train()

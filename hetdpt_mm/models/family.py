@@ -69,6 +69,9 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
     #: structure is the default or came from ``init_cfg`` (where training
     #: starts), and weights loaded later bring their own.
     structure_given: bool = False
+    #: The ``init_cfg`` checkpoint that was absent at ``init_weights``: the
+    #: weights must come from a state dict loaded later.
+    awaited_checkpoint: Optional[str] = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -211,6 +214,8 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         if prefix + EXTRA_STATE_KEY not in state_dict:
             self._follow_tensors(state_dict, prefix)
+        if any(key.startswith(prefix) for key in state_dict):
+            self.awaited_checkpoint = None
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _follow_tensors(self, state_dict: Mapping, prefix: str) -> None:

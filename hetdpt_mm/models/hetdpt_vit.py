@@ -7,6 +7,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
+from torch.utils.checkpoint import checkpoint
 from mmengine.logging import print_log
 from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
@@ -52,6 +53,10 @@ def resolve_arch(arch: Union[str, Mapping]) -> Dict:
     return arch
 
 
+def _absent_local_file(source: str) -> bool:
+    return '://' not in source and not osp.exists(osp.expanduser(source))
+
+
 class HetDPTViT(HetDPTBackbone):
     """DeiT/ViT with removable attention sublayers and FFN GELUs (HetDPT).
 
@@ -81,6 +86,17 @@ class HetDPTViT(HetDPTBackbone):
         final_norm: apply the final LayerNorm to the last block's output.
         output_cls_token: with ``'featmap'``, return ``(featmap, cls_token)``
             per level, like mmseg's ViT.
+        with_cp: gradient checkpointing of every block in training
+            (``torch.utils.checkpoint``): activations are recomputed in the
+            backward pass instead of kept.
+        frozen_stages: as mmpretrain's / mmseg's ViT: ``0`` or ``-1`` trains
+            everything; ``N > 0`` freezes the patch embedding, position
+            embedding and class / distillation tokens and blocks
+            ``0 .. N-1`` (and the final norm when ``N`` is the depth: a
+            linear probe), which ``train()`` keeps in eval mode.
+        norm_eval: keep the LayerNorms in eval mode while training (as
+            mmseg's ViT; LayerNorm has no running statistics, so this only
+            matters to subclasses with batch norms).
         pretrained: mmseg-style shortcut for a ``Pretrained`` init_cfg.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)``
             loads DeiT/timm, authors' HetDPT, our own, or mmdet / mmseg /
@@ -110,6 +126,9 @@ class HetDPTViT(HetDPTBackbone):
                  attn_drop_rate: float = 0.,
                  drop_path_rate: float = 0.,
                  interpolate_mode: str = 'bicubic',
+                 with_cp: bool = False,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         if pretrained is not None:
@@ -130,6 +149,12 @@ class HetDPTViT(HetDPTBackbone):
             raise ValueError('output_cls_token=True needs with_cls_token=True')
         if distilled and not with_cls_token:
             raise ValueError('a distilled ViT needs with_cls_token=True')
+        if not -1 <= frozen_stages <= depth:
+            raise ValueError(f'frozen_stages must be in -1..{depth} (the '
+                             f'number of blocks), got {frozen_stages}')
+        self.with_cp = with_cp
+        self.frozen_stages = max(frozen_stages, 0)
+        self.norm_eval = norm_eval
 
         self.structure_given = gated or prune_spec is not None or \
             merged is not None
@@ -189,6 +214,11 @@ class HetDPTViT(HetDPTBackbone):
                 raise ValueError(f'out_indices entry {index} is out of range '
                                  f'for {depth} blocks')
             self.out_indices.append(resolved)
+        self._freeze(self._frozen_modules())
+        if self.frozen_stages:
+            for param in (self.pos_embed, self.cls_token, self.dist_token):
+                if param is not None:
+                    param.requires_grad_(False)
 
     # ------------------------------------------------ family: the tensors
     @classmethod
@@ -334,7 +364,7 @@ class HetDPTViT(HetDPTBackbone):
         if cfg is None:
             return None
         source = cfg['checkpoint']
-        if '://' not in source and not osp.exists(osp.expanduser(source)):
+        if _absent_local_file(source):
             print_log(f'HetDPTViT: init_cfg checkpoint {source} does not '
                       'exist; building the configured structure (weights '
                       'loaded later set theirs)', logger='current', level=30)
@@ -399,6 +429,58 @@ class HetDPTViT(HetDPTBackbone):
                         **args, **self.semantics)
             for i in range(spec.depth)
         ])
+        self._freeze(self.blocks[:self.frozen_stages])  # also on rebuilds
+
+    # ------------------------------------------------------ fine-tuning
+    @staticmethod
+    def _freeze(modules) -> None:
+        for module in modules:
+            module.eval()
+            module.requires_grad_(False)
+
+    def _frozen_modules(self) -> List[nn.Module]:
+        modules = list(self.blocks[:self.frozen_stages])
+        if self.frozen_stages:
+            modules += [self.patch_embed, self.pos_drop]
+            if self.frozen_stages == len(self.blocks):
+                modules.append(self.norm)
+        return modules
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode:
+            for module in self._frozen_modules():
+                module.eval()
+            if self.norm_eval:
+                for module in self.modules():
+                    if isinstance(module, nn.LayerNorm):
+                        module.eval()
+        return self
+
+    def get_layer_depth(self, param_name: str,
+                        prefix: str = '') -> Tuple[int, int]:
+        """Layer depth of a parameter for layer-wise learning-rate decay
+        (mmpretrain's ``LearningRateDecayOptimWrapperConstructor``, or
+        :class:`~hetdpt_mm.optim.HetDPTLayerDecayOptimWrapperConstructor`
+        for detectors and segmentors): the embeddings are depth 0, block
+        ``i`` depth ``i + 1`` and everything after the blocks (final norm,
+        neck, heads) the last depth, ``depth + 1``, of ``depth + 2``.
+
+        Blocks keep their index whatever HetDPT removed from them: a block
+        whose attention (or GELU, or both) is gone still holds weights at
+        that depth (its norms, its FFN), and the decay of every other block
+        stays that of the dense model the recipe was tuned for.
+        """
+        num_layers = len(self.blocks) + 2
+        if not param_name.startswith(prefix):
+            return num_layers - 1, num_layers
+        name = param_name[len(prefix):]
+        if name in ('cls_token', 'dist_token', 'pos_embed') or \
+                name.startswith('patch_embed.'):
+            return 0, num_layers
+        if name.startswith('blocks.'):
+            return int(name.split('.')[1]) + 1, num_layers
+        return num_layers - 1, num_layers
 
     @property
     def depth(self) -> int:
@@ -425,18 +507,23 @@ class HetDPTViT(HetDPTBackbone):
     # -------------------------------------------------------------- weights
     def init_weights(self):
         cfg = self._pretrained_cfg()
-        if cfg is None:
-            if self.init_cfg is not None:
-                super().init_weights()
-                return
-            trunc_normal_(self.pos_embed, std=.02)
-            for token in (self.cls_token, self.dist_token):
-                if token is not None:
-                    nn.init.normal_(token, std=1e-6)
-            for block in self.blocks:
-                block.apply(init_weights_vit_timm)
+        if cfg is not None and _absent_local_file(cfg['checkpoint']):
+            # The toolboxes' inference APIs, load_from and --resume load a
+            # whole model after this: its weights replace these.  Without
+            # them the first forward says what is missing.
+            self.awaited_checkpoint = cfg['checkpoint']
+        elif cfg is not None:
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
             return
-        self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+        elif self.init_cfg is not None:
+            super().init_weights()
+            return
+        trunc_normal_(self.pos_embed, std=.02)
+        for token in (self.cls_token, self.dist_token):
+            if token is not None:
+                nn.init.normal_(token, std=1e-6)
+        for block in self.blocks:
+            block.apply(init_weights_vit_timm)
 
     def _adapt_pretrained(self, state: Dict) -> Dict:
         if 'pos_embed' in state:
@@ -456,6 +543,11 @@ class HetDPTViT(HetDPTBackbone):
             interpolation=self.interpolate_mode, antialias=False)
 
     def forward(self, x: torch.Tensor) -> tuple:
+        if self.awaited_checkpoint is not None:
+            raise CheckpointError(
+                f'HetDPTViT: init_cfg checkpoint {self.awaited_checkpoint} '
+                'does not exist and no weights were loaded since; make it '
+                '(docs/transfer.md) or load a whole model checkpoint')
         batch, _, height, width = x.shape
         if height < self.patch_size or width < self.patch_size:
             raise ValueError(
@@ -473,7 +565,10 @@ class HetDPTViT(HetDPTBackbone):
         outs = []
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
-            x = block(x)
+            if self.with_cp and self.training:
+                x = checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
             if index == last:
                 x = self.norm(x)
             if index in self.out_indices:

@@ -1,0 +1,63 @@
+# Transfer to CIFAR-100 by fine-tuning (the paper's transfer table): the
+# pruned, merged DeiT-B of deit-b_prune-10l_in1k.py with a new 100-class
+# DeiT head, every weight trained, on mmpretrain's CIFAR100 dataset
+# (data/cifar100/cifar-100-python, as mmpretrain downloads it) with the
+# 32x32 images resized to the 224x224 the backbone was trained at.
+#
+# A starting recipe, not tuned here: 8 x 64 images per step, AdamW 5e-4
+# with mmpretrain's layer-wise learning-rate decay (0.75 per block; blocks
+# keep their depth whatever was removed from them, see HetDPTViT
+# .get_layer_depth), DeiT's Mixup / CutMix and label smoothing, 100 epochs.
+_base_ = [
+    '../_base_/models/hetdpt_deit-b.py',
+    'mmpretrain::_base_/datasets/cifar100_bs16.py',
+    'mmpretrain::_base_/default_runtime.py',
+]
+
+# The merged checkpoint of deit-b_prune-10l_in1k.py (docs/transfer.md).
+hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
+
+model = dict(
+    backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+    head=dict(num_classes=100))
+
+train_pipeline = [
+    dict(type='RandomCrop', crop_size=32, padding=4),
+    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
+    dict(type='Resize', scale=224, interpolation='bicubic', backend='pillow'),
+    dict(type='PackInputs'),
+]
+test_pipeline = [
+    dict(type='Resize', scale=224, interpolation='bicubic', backend='pillow'),
+    dict(type='PackInputs'),
+]
+train_dataloader = dict(batch_size=64, dataset=dict(pipeline=train_pipeline))
+val_dataloader = dict(batch_size=64, dataset=dict(pipeline=test_pipeline))
+test_dataloader = val_dataloader
+
+optim_wrapper = dict(
+    optimizer=dict(type='AdamW', lr=5e-4, weight_decay=0.05,
+                   betas=(0.9, 0.999)),
+    constructor='LearningRateDecayOptimWrapperConstructor',
+    paramwise_cfg=dict(
+        layer_decay_rate=0.75,
+        norm_decay_mult=0.0,
+        bias_decay_mult=0.0,
+        custom_keys={
+            '.cls_token': dict(decay_mult=0.0),
+            '.pos_embed': dict(decay_mult=0.0),
+            '.dist_token': dict(decay_mult=0.0),
+        }),
+    clip_grad=dict(max_norm=5.0))
+max_epochs = 100
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5,
+         convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', eta_min=1e-6, by_epoch=True, begin=5,
+         end=max_epochs, convert_to_iter_based=True),
+]
+train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=10)
+val_cfg = dict()
+test_cfg = dict()
+auto_scale_lr = dict(base_batch_size=512)
+default_hooks = dict(checkpoint=dict(interval=10, max_keep_ckpts=2))

@@ -1,0 +1,266 @@
+"""The toolboxes' own loading paths rebuild the backbone a checkpoint holds
+(issue 18, item 1; item 2, checkpoints of mmdet's own tools/train.py, is
+test_dense_prediction.py::test_mmdet_tools_train_matches_ours).
+
+A demo DETR, UperNet and classifier are trained for one iteration with a
+merged backbone; their checkpoints are then opened, with the stock demo
+configs (whose classification checkpoint is absent, or which describe the
+dense network), through every API OpenMMLab users call.  Each must give the
+predictions of the model tools/test.py builds (our runner, ``load_from``).
+"""
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import randomize_
+from mmengine.config import Config
+from mmengine.registry import MODELS, DefaultScope
+from mmengine.runner import load_checkpoint
+
+from hetdpt_mm import PruneSpec
+from hetdpt_mm.checkpoint import StateDictMismatch
+from hetdpt_mm.datasets import (make_classification, make_detection,
+                                make_segmentation)
+from hetdpt_mm.runner import build_runner
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / 'configs/demo'
+#: A spec of the 6-block demo ViT with blocks of all four kinds.
+DEMO_SPEC = PruneSpec(6, attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
+CONFIGS = dict(det=DEMO / 'detr_hetdpt_demo.py',
+               seg=DEMO / 'upernet_hetdpt_demo.py',
+               cls=DEMO / 'vit-demo_digits.py')
+
+def first_image(pattern: str) -> str:
+    return str(sorted(Path.cwd().glob(pattern))[0])
+
+
+@pytest.fixture(scope='module')
+def workspace(tmp_path_factory, one_thread):
+    """A working directory with the demo data, a merged demo classifier with
+    random weights, and one-iteration training checkpoints of the three
+    demo models started from it (the config's own checkpoint path,
+    ``work_dirs/vit-demo_digits_prune/...``, stays absent)."""
+    root = tmp_path_factory.mktemp('apis')
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        make_detection('data/demo/coco', num_train=4, num_val=2)
+        make_segmentation('data/demo/ade', num_train=4, num_val=2)
+        make_classification('data/demo/cls')
+        cfg = Config.fromfile(CONFIGS['cls'])
+        cfg.model.backbone.update(prune_spec=DEMO_SPEC.to_dict(),
+                                  merged=True)
+        with DefaultScope.overwrite_default_scope(cfg.default_scope):
+            classifier = randomize_(MODELS.build(cfg.model))
+        torch.save(dict(state_dict=classifier.state_dict()),
+                   root / 'merged_cls.pth')
+        checkpoints = dict(
+            det=train_one_iteration('det', root, 'epoch_1.pth'),
+            seg=train_one_iteration('seg', root, 'iter_1.pth'),
+            cls=train_one_iteration('cls', root, 'epoch_1.pth'))
+        yield root, checkpoints
+    finally:
+        os.chdir(cwd)
+
+
+def one_iteration(cfg, task: str):
+    """``cfg`` trained for one iteration (one epoch of 4 images)."""
+    cfg.train_dataloader.batch_size = 4
+    cfg.train_dataloader.dataset.indices = 4
+    if task == 'seg':
+        cfg.train_cfg.update(max_iters=1, val_interval=10)
+    else:
+        cfg.train_cfg.update(max_epochs=1, val_interval=10)
+    if task == 'cls':  # its cosine phase starts after the first epoch
+        cfg.param_scheduler = None
+    cfg.default_hooks.checkpoint.interval = 1
+    return cfg
+
+
+def train_one_iteration(task: str, root: Path, saved: str) -> Path:
+    cfg = one_iteration(Config.fromfile(CONFIGS[task]), task)
+    work_dir = root / f'train_{task}'
+    cfg.work_dir = str(work_dir)
+    cfg.model.backbone.init_cfg = dict(
+        type='Pretrained', checkpoint=str(root / 'merged_cls.pth'))
+    build_runner(cfg).train()
+    return work_dir / saved
+
+
+def reference_model(task: str, checkpoint: Path, tmp_path: Path):
+    """The model tools/test.py tests: our runner with ``load_from``."""
+    cfg = Config.fromfile(CONFIGS[task])
+    cfg.work_dir = str(tmp_path / 'reference')
+    cfg.load_from = str(checkpoint)
+    runner = build_runner(cfg)
+    runner.load_or_resume()
+    model = runner.model.eval()
+    model.cfg = model._config = cfg  # what mmdet's / mmpretrain's APIs read
+    return model
+
+
+def assert_merged_demo(model) -> None:
+    assert model.backbone.form == 'merged'
+    assert model.backbone.prune_spec == DEMO_SPEC
+
+
+# ------------------------------------------------------------- detection
+def detections(model_or_inferencer, image):
+    from mmdet.apis import DetInferencer, inference_detector
+    if isinstance(model_or_inferencer, DetInferencer):
+        result = model_or_inferencer(image, return_datasamples=True)
+        sample = result['predictions'][0]
+    else:
+        sample = inference_detector(model_or_inferencer, image)
+    return sample.pred_instances
+
+
+def assert_same_detections(got, want):
+    torch.testing.assert_close(got.scores, want.scores, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got.bboxes, want.bboxes, atol=1e-3, rtol=1e-4)
+    assert torch.equal(got.labels, want.labels)
+
+
+def test_mmdet_apis_rebuild_the_trained_detector(workspace, tmp_path):
+    from mmdet.apis import DetInferencer, init_detector
+    root, checkpoints = workspace
+    checkpoint = checkpoints['det']
+    image = first_image('data/demo/coco/val2017/*.jpg')
+    reference = reference_model('det', checkpoint, tmp_path)
+    assert_merged_demo(reference)
+    want = detections(reference, image)
+
+    model = init_detector(str(CONFIGS['det']), str(checkpoint),
+                          device='cpu')
+    assert_merged_demo(model)
+    assert_same_detections(detections(model, image), want)
+
+    inferencer = DetInferencer(model=str(CONFIGS['det']),
+                               weights=str(checkpoint), device='cpu',
+                               show_progress=False)
+    assert_merged_demo(inferencer.model)
+    assert_same_detections(detections(inferencer, image), want)
+
+
+# ---------------------------------------------------------- segmentation
+def segmentation_logits(model_or_inferencer, image):
+    from mmseg.apis import MMSegInferencer, inference_model
+    if isinstance(model_or_inferencer, MMSegInferencer):
+        sample = model_or_inferencer(image, return_datasamples=True)
+    else:
+        sample = inference_model(model_or_inferencer, image)
+    return sample.seg_logits.data
+
+
+def test_mmseg_apis_rebuild_the_trained_segmentor(workspace, tmp_path):
+    from mmseg.apis import MMSegInferencer, init_model
+    root, checkpoints = workspace
+    checkpoint = checkpoints['seg']
+    image = first_image('data/demo/ade/images/validation/*.jpg')
+    reference = reference_model('seg', checkpoint, tmp_path)
+    assert_merged_demo(reference)
+    want = segmentation_logits(reference, image)
+
+    model = init_model(str(CONFIGS['seg']), str(checkpoint), device='cpu')
+    assert_merged_demo(model)
+    torch.testing.assert_close(segmentation_logits(model, image), want,
+                               atol=1e-4, rtol=1e-4)
+
+    inferencer = MMSegInferencer(model=str(CONFIGS['seg']),
+                                 weights=str(checkpoint), device='cpu')
+    assert_merged_demo(inferencer.model)
+    torch.testing.assert_close(segmentation_logits(inferencer, image), want,
+                               atol=1e-4, rtol=1e-4)
+
+
+# -------------------------------------------------------- classification
+def class_scores(model_or_inferencer, image):
+    from mmpretrain.apis import ImageClassificationInferencer
+    if not isinstance(model_or_inferencer, ImageClassificationInferencer):
+        model_or_inferencer = ImageClassificationInferencer(
+            model_or_inferencer, device='cpu')
+    return torch.as_tensor(model_or_inferencer(image)[0]['pred_scores'])
+
+
+def test_mmpretrain_apis_rebuild_the_trained_classifier(workspace, tmp_path):
+    from mmpretrain.apis import ImageClassificationInferencer, get_model
+    root, checkpoints = workspace
+    checkpoint = checkpoints['cls']
+    image = first_image('data/demo/cls/val/*/*.png')
+    reference = reference_model('cls', checkpoint, tmp_path)
+    assert_merged_demo(reference)
+    want = class_scores(reference, image)
+
+    model = get_model(str(CONFIGS['cls']), pretrained=str(checkpoint),
+                      device='cpu')
+    assert_merged_demo(model)
+    torch.testing.assert_close(class_scores(model, image), want, atol=1e-5,
+                               rtol=1e-4)
+
+    inferencer = ImageClassificationInferencer(
+        str(CONFIGS['cls']), pretrained=str(checkpoint), device='cpu')
+    assert_merged_demo(inferencer.model)
+    torch.testing.assert_close(class_scores(inferencer, image), want,
+                               atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------- mmengine loading paths
+@pytest.mark.parametrize('task', ['det', 'seg', 'cls'])
+def test_load_checkpoint_and_resume_rebuild_the_backbone(workspace, tmp_path,
+                                                         task):
+    root, checkpoints = workspace
+    checkpoint = checkpoints[task]
+    reference = reference_model(task, checkpoint, tmp_path)
+    cfg = Config.fromfile(CONFIGS[task])
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        model = MODELS.build(copy.deepcopy(cfg.model))
+    assert model.backbone.form == 'pruned'  # the config's default
+    load_checkpoint(model, str(checkpoint), map_location='cpu')
+    assert_merged_demo(model)
+    assert model.state_dict().keys() == reference.state_dict().keys()
+    for key, value in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+
+    # tools/train.py --resume CHECKPOINT: the run continues on the trained
+    # structure (the one epoch / iteration is done, so it only loads).
+    cfg.work_dir = str(tmp_path / 'resumed')
+    cfg.resume, cfg.load_from = True, str(checkpoint)
+    runner = build_runner(one_iteration(cfg, task))
+    runner.train()
+    assert_merged_demo(runner.model)
+    for key, value in reference.state_dict().items():
+        assert torch.equal(runner.model.state_dict()[key], value), key
+
+
+def test_a_given_structure_that_differs_is_an_error_naming_both(workspace):
+    from mmdet.apis import init_detector
+    root, checkpoints = workspace
+    cfg = Config.fromfile(CONFIGS['det'])
+    cfg.model.backbone.update(prune_spec=dict(attn_removed=[1]), merged=True)
+    with pytest.raises(StateDictMismatch) as error:
+        init_detector(cfg, str(checkpoints['det']), device='cpu')
+    message = str(error.value)
+    assert str(DEMO_SPEC) in message
+    assert str(PruneSpec(6, attn_removed=[1])) in message
+
+
+def test_an_absent_init_cfg_checkpoint_waits_for_loaded_weights(tmp_path):
+    """Where the config's classification checkpoint is absent, weights loaded
+    after init_weights make it irrelevant; without them the first forward
+    names the file (a run never starts silently from random weights)."""
+    from hetdpt_mm.checkpoint import CheckpointError
+    from hetdpt_mm.models import HetDPTViT
+    arch = dict(embed_dims=32, num_layers=2, num_heads=2)
+    absent = str(tmp_path / 'absent.pth')
+    backbone = HetDPTViT(arch, img_size=32, patch_size=8,
+                         init_cfg=dict(type='Pretrained', checkpoint=absent))
+    backbone.init_weights()
+    image = torch.zeros(1, 3, 32, 32)
+    with pytest.raises(CheckpointError, match=f'{absent} does not exist'):
+        backbone(image)
+    trained = randomize_(HetDPTViT(arch, img_size=32, patch_size=8))
+    backbone.load_state_dict(trained.state_dict())
+    torch.testing.assert_close(backbone(image), trained(image))
