@@ -234,3 +234,32 @@ def test_dropping_the_distillation_token_warns(tmp_path, monkeypatch):
     plain.init_weights()
     assert any(level == 30 and 'distillation token' in msg
                for level, msg in logged), logged
+
+
+def test_authors_search_file_loads_its_weights(tmp_path, x):
+    """Their search network wraps each timm block (``blocks.N.block.*``,
+    ``attn.attention.*``, scores ``learn_mask``); its gate flags are not
+    saved, so the file gives the dense weights (the spec is in their log)."""
+    from timm.models.vision_transformer import VisionTransformer
+    source = randomize_(VisionTransformer(
+        embed_dim=DIMS, depth=DEPTH, num_heads=HEADS, num_classes=CLASSES,
+        **SIZE), seed=9).eval()
+    state = {}
+    for key, value in source.state_dict().items():
+        if key.startswith('blocks.'):
+            index, rest = key[len('blocks.'):].split('.', 1)
+            rest = rest.replace('attn.', 'attn.attention.')
+            key = f'blocks.{index}.block.{rest}'
+        state[key] = value
+    for index in range(DEPTH):
+        for gated in ('attn', 'mlp.act'):
+            state[f'blocks.{index}.block.{gated}.learn_mask'] = torch.tensor(
+                0.1 * index)
+    path = tmp_path / 'stage1_step2_checkpoint.pth'
+    torch.save(dict(model=state), path)
+    backbone = HetDPTViT(arch=ARCH, **SIZE, init_cfg=dict(
+        type='Pretrained', checkpoint=str(path)))
+    backbone.init_weights()
+    assert backbone.prune_spec.is_dense
+    with torch.no_grad():
+        assert_close(backbone.eval()(x), [source.forward_features(x)[:, 0]])

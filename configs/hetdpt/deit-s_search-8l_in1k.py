@@ -13,7 +13,8 @@ search_checkpoint = 'checkpoints/deit_small_patch16_224-cd65a155.pth'
 map_points = 'work_dirs/deit-s_map-collect_in1k/map_points.csv'
 
 model = dict(
-    backbone=dict(arch='deit-small', drop_path_rate=0.0,
+    # drop path 0.1: their script's default for any model.
+    backbone=dict(arch='deit-small', drop_path_rate=0.1,
                   init_cfg=dict(checkpoint=search_checkpoint)),
     head=dict(in_channels=384,
               init_cfg=dict(checkpoint=search_checkpoint)))

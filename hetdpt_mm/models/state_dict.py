@@ -89,8 +89,35 @@ def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
     return out
 
 
+#: The authors' search network (their train_stage1_step2.py) wraps each
+#: timm block: ``blocks.N.block.<timm key>``, its attention as
+#: ``attn.attention.*`` next to the score ``attn.learn_mask``, its GELU as
+#: ``mlp.act`` holding ``learn_mask``.
+_AUTHORS_SEARCH_KEY = re.compile(r'^blocks\.(\d+)\.block\.(.+)$')
+
+
+def from_authors_search_layout(state_dict: Mapping) -> 'OrderedDict':
+    """The weights of an authors' search checkpoint in timm's layout, as a
+    dense network: their gates' open/closed flags are plain attributes,
+    never saved, so the file cannot say its spec (their log does), and its
+    scores (``learn_mask``) are dropped."""
+    out = OrderedDict()
+    for key, value in state_dict.items():
+        match = _AUTHORS_SEARCH_KEY.match(key)
+        if match:
+            rest = match.group(2)
+            if rest.endswith('learn_mask'):
+                continue
+            key = f'blocks.{match.group(1)}.' + _rename(
+                rest, (('attn.attention.', 'attn.'), ))
+        out[key] = value
+    return out
+
+
 def canonical_layout(state_dict: Mapping) -> Mapping:
     """ViT tensors in timm's layout, from any layout this family reads."""
+    if any(map(_AUTHORS_SEARCH_KEY.match, state_dict)):
+        return from_authors_search_layout(state_dict)
     if is_openmmlab_vit_state_dict(state_dict) and not \
             is_vit_state_dict(state_dict):
         return from_openmmlab_layout(state_dict)
