@@ -62,7 +62,8 @@ def assert_close(got, want):
 
 @pytest.fixture
 def x():
-    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(2, 3, 32, 32, generator=generator)
 
 
 def test_official_distilled_deit_loads_with_both_heads(tmp_path, x):
@@ -183,7 +184,8 @@ def test_mmseg_converted_vit_layout(tmp_path, x):
     from mmseg.models.backbones import VisionTransformer
     source = randomize_(VisionTransformer(
         embed_dims=DIMS, num_layers=DEPTH, num_heads=HEADS,
-        out_indices=(3, 11), final_norm=True, norm_cfg=dict(type='LN', eps=1e-6),
+        out_indices=(3, 11), final_norm=True,
+        norm_cfg=dict(type='LN', eps=1e-6),
         interpolate_mode='bicubic', **SIZE), seed=7)
     source.eval()  # (its train() returns None)
     assert 'layers.0.attn.attn.in_proj_weight' in source.state_dict()

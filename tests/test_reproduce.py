@@ -110,6 +110,18 @@ def test_search_config_is_the_authors_search():
         'hetdpt_score'] == dict(decay_mult=0.0)
 
 
+@pytest.mark.parametrize('name, teacher', [
+    ('deit-b_prune-10l_in1k.py', 'deit_base_patch16_224-b5f2ef4d.pth'),
+    ('deit-s_prune-10l_in1k.py', 'deit_small_patch16_224-cd65a155.pth')])
+def test_one_run_configs_load_heads_and_the_dense_teacher(name, teacher):
+    model = Config.fromfile(CONFIGS / name).model
+    assert model.head.init_cfg.type == 'PretrainedHeads'
+    assert model.head.init_cfg.checkpoint == \
+        model.backbone.init_cfg.checkpoint
+    assert model.teacher_checkpoint == f'checkpoints/{teacher}'
+    assert not model.teacher.backbone.get('distilled', False)
+
+
 # ------------------------------------------------------- tiny CPU run
 DIMS, CLASSES, PATCH = 48, 2, 32  # 7 x 7 patches of the 224 crops
 ARCH = dict(embed_dims=DIMS, num_layers=12, num_heads=3)
