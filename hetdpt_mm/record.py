@@ -197,7 +197,7 @@ class BackboneCheckpoint:
     record: HetDPTRecord
     state: Dict[str, Any]
     state_dict: Mapping[str, Any]
-    layout_keys: frozenset = frozenset()
+    layout_keys: frozenset
 
     @property
     def family(self):
