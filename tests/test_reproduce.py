@@ -15,7 +15,7 @@ from mmengine.config import Config
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.record import read_backbone_checkpoint
-from hetdpt_mm.spec import PruneSpec
+from hetdpt_mm.spec import META_KEY, PruneSpec
 
 CONFIGS = REPO / 'configs' / 'hetdpt'
 GPUS = 8
@@ -191,9 +191,10 @@ def test_search_then_finetune_reaches_the_merged_checkpoint(tiny_inputs):
     spec_file = root / 'search' / 'found_spec.json'
     found = PruneSpec.from_dict(json.loads(spec_file.read_text()))
     assert (found.n_attn, found.n_act) == (5, 5)
-    record = read_backbone_checkpoint(load_checkpoint_file(
-        root / 'search' / 'epoch_1.pth')).record
+    checkpoint = load_checkpoint_file(root / 'search' / 'epoch_1.pth')
+    record = read_backbone_checkpoint(checkpoint).record
     assert record.spec == found and record.form == 'gated'
+    assert PruneSpec.from_dict(checkpoint['meta'][META_KEY]['spec']) == found
     assert record.semantics['residual_gelu'] == 'act_removed'
 
     finetune = tiny_config('deit-b_finetune-10l_in1k.py', root,
