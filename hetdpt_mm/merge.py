@@ -1,5 +1,7 @@
 """Checkpoint-level merging (METHOD.md section 4), shared by
-:class:`~hetdpt_mm.hooks.MergeCheckpointHook` and ``tools/merge_ckpt.py``.
+:class:`~hetdpt_mm.hooks.MergeCheckpointHook` and ``tools/merge_ckpt.py``,
+and applying a spec to dense weights (how the authors start stage 2, and how
+to try a known spec without the search).
 
 :func:`merge_checkpoint` turns a checkpoint holding a HetDPT backbone of any
 family (e.g. HetDPTViT: our gated or
@@ -8,7 +10,10 @@ with the backbone under a prefix, the authors' stage-2 ``{'model': sd}``
 files, bare state dicts) into one whose backbone is in the merged form:
 removed attention weights and gate parameters dropped, activation-free FFNs
 merged into one linear.  Only the backbone's tensors change; every other
-tensor is passed through as the same object (bit-identical).  The result
+tensor is passed through as the same object (bit-identical).  Given a
+``spec``, dense (or less pruned) weights are cut to it: the result is the
+network of that spec, in the merged or (``form='pruned'``) the unmerged
+form, classifier heads kept.  The result
 carries the merged backbone's :class:`~hetdpt_mm.record.HetDPTRecord` (in the
 backbone's extra state, and in ``meta['hetdpt']`` with its ``prefix``), so
 the backbone rebuilds it from the file alone.  Checkpoint parsing is
@@ -40,11 +45,16 @@ class MergeSummary:
     backbone_after: int
     unchanged: bool = False
     dropped: Dict[str, int] = field(default_factory=dict)
+    form_out: str = 'merged'
+    spec_in: Optional[PruneSpec] = None
 
     def format(self) -> str:
         where = f'under prefix {self.prefix!r}' if self.prefix else \
             '(bare backbone state dict)'
-        lines = [f'backbone {where}: {self.form_in} form, {self.spec}']
+        spec_in = self.spec_in or self.spec
+        lines = [f'backbone {where}: {self.form_in} form, {spec_in}']
+        if self.spec_in is not None and self.spec_in != self.spec:
+            lines.append(f'spec applied: {self.spec} ({self.form_out} form)')
         if self.unchanged:
             lines.append('the checkpoint is already merged: written '
                          'unchanged')
@@ -52,7 +62,9 @@ class MergeSummary:
             f'attention layers removed: {self.spec.n_attn} '
             f'{list(self.spec.attn_removed)}',
             f'GELU layers removed:      {self.spec.n_act} '
-            f'{list(self.spec.act_removed)} (FFNs merged to one linear)',
+            f'{list(self.spec.act_removed)} ' + (
+                '(FFNs merged to one linear)' if self.form_out == 'merged'
+                else '(FFNs kept as two linears: pruned form)'),
             f'backbone parameters: {self.backbone_before:,} -> '
             f'{self.backbone_after:,}',
             f'all tensors:         {self.total_before:,} -> '
@@ -81,20 +93,19 @@ def parse_arch(value: Union[None, str, Mapping]) -> Union[None, str, Dict]:
 
 
 def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
-    """The checkpoint's spec (already checked against its tensors),
-    cross-checked against ``spec`` (the user's)."""
+    """The spec of the output: the checkpoint's (already checked against
+    its tensors), or the user's ``spec``, which may remove more layers than
+    the weights lack (applying a spec to dense weights) but never fewer."""
     found = record.spec
     if spec is not None:
         spec = PruneSpec.coerce(spec, found.depth)
-    if not record.from_tensors or record.form in ('gated', 'merged'):
+    if record.form in ('gated', 'merged'):
         if spec is not None and spec != found:
-            where = 'record' if not record.from_tensors else record.form
             raise StateDictMismatch(
                 f'the given spec {spec} does not match the checkpoint\'s '
-                f'{where} spec {found}')
+                f'{record.form} spec {found} (a spec applies to dense or '
+                'pruned weights only)')
         return found
-    # A pruned, unmerged checkpoint without a record: the missing attention
-    # weights are known, the removed GELUs are not.
     if spec is None:
         if record.act_unknown:
             raise ValueError(
@@ -102,14 +113,22 @@ def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
                 f'{list(found.attn_removed)} and no HetDPT record, so its '
                 'removed GELUs are unknown (an authors\' stage-2 checkpoint?):'
                 ' pass the spec with --spec')
-        raise ValueError('the checkpoint is dense (no layer removed) and has '
-                         'no HetDPT record: there is nothing to merge')
-    if spec.attn_removed != found.attn_removed:
+        if found.is_dense:
+            raise ValueError(
+                'the checkpoint is dense (no layer removed): give the spec '
+                'to apply with --spec')
+        return found
+    lost = {kind: sorted(set(found.removed(kind)) - set(spec.removed(kind)))
+            for kind in ('attn', 'act')}
+    if lost['attn']:
         raise StateDictMismatch(
-            f'the spec does not match the checkpoint\'s tensors: it removes '
-            f'attention in blocks {list(spec.attn_removed)}, but the '
-            f'checkpoint lacks attention weights for blocks '
-            f'{list(found.attn_removed)}')
+            f'the spec does not match the checkpoint\'s tensors: it keeps '
+            f'attention in blocks {lost["attn"]}, but the checkpoint lacks '
+            f'attention weights for blocks {list(found.attn_removed)}')
+    if lost['act'] and not record.from_tensors:
+        raise StateDictMismatch(
+            f'the spec keeps the GELU of blocks {lost["act"]}, which the '
+            f'checkpoint\'s record removes ({found})')
     return spec
 
 
@@ -123,19 +142,23 @@ def _check_loadable(state: Mapping, network) -> None:
               if k in state and state[k].shape != v.shape]
     if missing or unexpected or shapes:
         raise StateDictMismatch(
-            f'the merged weights do not fit a merged {type(network).__name__}'
+            f'the converted weights do not fit a {network.form} '
+            f'{type(network).__name__}'
             f' with {network.prune_spec}: missing {missing[:5]}, unexpected '
             f'{unexpected[:5]}, shape mismatches {shapes[:5]}')
 
 
 def merge_checkpoint(checkpoint: Mapping, spec=None,
                      prefix: Optional[str] = None,
-                     arch: Union[None, str, Mapping] = None
-                     ) -> Tuple[Dict, MergeSummary]:
+                     arch: Union[None, str, Mapping] = None,
+                     form: str = 'merged') -> Tuple[Dict, MergeSummary]:
     """Return ``(merged checkpoint, summary)``; ``checkpoint`` is not
     modified.  ``spec`` (PruneSpec, dict or JSON; ``depth`` may be left
-    out) is needed only where the checkpoint cannot say it (an authors'
-    stage-2 checkpoint); otherwise it must agree with the checkpoint.
+    out) is needed where the checkpoint cannot say it (an authors' stage-2
+    checkpoint) and to apply a spec to dense or pruned weights (it may
+    remove more layers than the weights lack, never fewer); a gated or
+    merged checkpoint's spec it must equal.  ``form='pruned'`` writes the
+    unmerged network of the spec (for fine-tuning it further).
 
     The merged checkpoint is ``{'state_dict': ..., 'meta': {...,
     'hetdpt': record}}`` keeping the input's other meta entries, with the
@@ -149,7 +172,12 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
     loaded = read_backbone_checkpoint(checkpoint, 'checkpoint', prefix)
     record, backbone, state = loaded.record, loaded.state, loaded.state_dict
     prefix = record.prefix
+    if form not in ('merged', 'pruned'):
+        raise ValueError(f'form must be merged or pruned, got {form!r}')
     final_spec = _resolve_spec(record, spec)
+    if record.form == 'merged' and form == 'pruned':
+        raise StateDictMismatch('the checkpoint is merged; merging is '
+                                'one-way, it cannot be written pruned')
     if record.form == 'merged':
         size = _numel(backbone)
         return dict(checkpoint), MergeSummary(
@@ -162,10 +190,10 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
     build_args = family.build_args_from_tensors(
         backbone, parse_arch(arch) if arch is not None else record.arch)
     merged_record = HetDPTRecord(
-        spec=final_spec, form='merged', family=record.family,
+        spec=final_spec, form=form, family=record.family,
         arch=build_args, semantics=dict(record.semantics), prefix=prefix)
     network = family.from_record(merged_record)
-    converted = family.convert_state_dict(backbone, final_spec, 'merged')
+    converted = family.convert_state_dict(backbone, final_spec, form)
     own = network.state_dict()
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.
@@ -187,7 +215,7 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
         elif key.endswith(EXTRA_STATE_KEY) and (
                 relative == EXTRA_STATE_KEY or teacher):
             continue  # rewritten below, or the teacher's whereabouts
-        elif relative in backbone and relative not in foreign:
+        elif relative in loaded.layout_keys and relative not in foreign:
             if not backbone_written:
                 out_state.update(
                     (prefix + k, v) for k, v in with_record(
@@ -195,7 +223,7 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
                 backbone_written = True
         else:
             out_state[key] = value
-    gates = sum(network._is_gate_key(k) for k in backbone)
+    gates = sum(network._is_gate_key(k) for k in loaded.state)
     if gates:
         dropped['gate tensors'] = gates
 
@@ -206,7 +234,7 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
     summary = MergeSummary(
         prefix=prefix, form_in=record.form, spec=final_spec,
         total_before=_numel(state), total_after=_numel(out_state),
-        backbone_before=_numel(backbone),
+        backbone_before=_numel(loaded.state),
         backbone_after=_numel(merged_backbone),
-        dropped=dropped)
+        dropped=dropped, form_out=form, spec_in=record.spec)
     return {'state_dict': out_state, 'meta': out_meta}, summary

@@ -190,11 +190,14 @@ class BackboneCheckpoint:
     """A checkpoint's HetDPT backbone: its record and tensors.
 
     ``state`` holds the backbone's tensors with keys relative to it (no
-    extra state); ``state_dict`` is the whole state dict of the checkpoint.
+    extra state), in the family's own layout; ``state_dict`` is the whole
+    state dict of the checkpoint, and ``layout_keys`` the backbone's keys in
+    it (relative, as the file has them: another layout's names).
     """
     record: HetDPTRecord
     state: Dict[str, Any]
     state_dict: Mapping[str, Any]
+    layout_keys: frozenset
 
     @property
     def family(self):
@@ -274,12 +277,16 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     teacher_prefix = teacher_prefix or _teacher_prefix_of(state_dict)
     if prefix is None:
         prefix = _choose_prefix(state_dict, extra, meta, teacher_prefix)
-    state = {k[len(prefix):]: v for k, v in state_dict.items()
-             if k.startswith(prefix) and k != prefix + EXTRA_STATE_KEY}
-    if prefix and not state:
+    raw = {k[len(prefix):]: v for k, v in state_dict.items()
+           if k.startswith(prefix) and k != prefix + EXTRA_STATE_KEY}
+    if prefix and not raw:
         raise CheckpointError(
             f'{source} has no keys with prefix {prefix!r} (first keys: '
             f'{list(state_dict)[:5]})')
+    # Other layouts of a family's weights (mmpretrain's, mmseg's ViT) are
+    # read in the family's own.
+    family = recognising_family(raw)
+    state = family.canonical_state(raw) if family is not None else raw
     if prefix in extra:
         record = HetDPTRecord.from_dict(extra[prefix], source,
                                         origin='extra_state')
@@ -288,7 +295,6 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     elif isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
         record = HetDPTRecord.from_dict(meta, source, origin='meta')
     else:
-        family = recognising_family(state)
         if family is None:
             from .models.family import FAMILIES
             expected = '; '.join(f.describe_keys() for f in FAMILIES.values())
@@ -301,7 +307,7 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     record = replace(record, prefix=prefix, source=source,
                      teacher_prefix=teacher_prefix)
     get_family(record.family).check_record(record, state)
-    return BackboneCheckpoint(record, state, state_dict)
+    return BackboneCheckpoint(record, state, state_dict, frozenset(raw))
 
 
 def _teacher_prefix_of(state_dict: Mapping) -> Optional[str]:
@@ -326,12 +332,17 @@ def load_backbone_checkpoint(source: str, prefix: Optional[str] = None,
     """:func:`read_backbone_checkpoint` of a file or of any URL MMEngine
     can load (through the same safe loaders)."""
     source = os.fspath(source)
+    return read_backbone_checkpoint(load_any_checkpoint(source, mmap),
+                                    source, prefix)
+
+
+def load_any_checkpoint(source: str, mmap: bool = False) -> Mapping:
+    """A local file, or any URL MMEngine can load, through the same safe
+    loaders (a URL through torch.hub's cache)."""
     if '://' in source:
         from mmengine.runner.checkpoint import CheckpointLoader
-        checkpoint = CheckpointLoader.load_checkpoint(source, 'cpu')
-    else:
-        checkpoint = load_checkpoint_file(source, mmap=mmap)
-    return read_backbone_checkpoint(checkpoint, source, prefix)
+        return CheckpointLoader.load_checkpoint(source, 'cpu')
+    return load_checkpoint_file(source, mmap=mmap)
 
 
 def with_record(state_dict: Mapping, record: HetDPTRecord) -> Dict:
@@ -340,3 +351,52 @@ def with_record(state_dict: Mapping, record: HetDPTRecord) -> Dict:
     out = {k: v for k, v in state_dict.items() if k != EXTRA_STATE_KEY}
     out[EXTRA_STATE_KEY] = encode_record(record.to_dict(with_prefix=False))
     return out
+
+
+#: Where a classifier checkpoint keeps its linear heads, per layout: the
+#: key prefix of the class head and of the distillation head.
+HEAD_LAYOUTS = (
+    # mmpretrain's VisionTransformerClsHead / DeiTClsHead (also ours)
+    ('mmpretrain', 'head.layers.head.', 'head.layers.head_dist.'),
+    # mmpretrain's LinearClsHead
+    ('mmpretrain LinearClsHead', 'head.fc.', None),
+    # timm, DeiT (facebookresearch) and the authors' release
+    ('timm', 'head.', 'head_dist.'),
+)
+#: The canonical names of the heads.
+CLASS_HEAD, DIST_HEAD = 'head', 'head_dist'
+
+
+def read_classifier_heads(checkpoint: Mapping, source: str = 'checkpoint'
+                          ) -> Dict[str, Dict[str, torch.Tensor]]:
+    """The linear classifier heads of a checkpoint of any supported layout:
+    ``{'head': {'weight': ..., 'bias': ...}, 'head_dist': {...}}`` (the
+    distillation head only where the file has one).
+
+    Raises :class:`CheckpointError` naming the layouts looked for when the
+    checkpoint holds no head.
+    """
+    state_dict = unwrap_state_dict(checkpoint)
+    for _, head_prefix, dist_prefix in HEAD_LAYOUTS:
+        if head_prefix + 'weight' not in state_dict:
+            continue
+        heads = {}
+        for name, prefix in ((CLASS_HEAD, head_prefix),
+                             (DIST_HEAD, dist_prefix)):
+            if prefix is None or prefix + 'weight' not in state_dict:
+                continue
+            heads[name] = {k: state_dict[prefix + k]
+                           for k in ('weight', 'bias')
+                           if prefix + k in state_dict}
+        return heads
+    expected = ', '.join(f'{head}weight ({name})'
+                         for name, head, _ in HEAD_LAYOUTS)
+    raise CheckpointError(
+        f'{source} holds no classifier head: expected one of {expected}; '
+        f'found {list(state_dict)[:5]}...')
+
+
+def load_classifier_heads(source: str) -> Dict[str, Dict[str, torch.Tensor]]:
+    """:func:`read_classifier_heads` of a file or URL (safe loaders)."""
+    source = os.fspath(source)
+    return read_classifier_heads(load_any_checkpoint(source), source)

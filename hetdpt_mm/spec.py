@@ -8,6 +8,7 @@ tool can rebuild the exact network.
 """
 import json
 import numbers
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -136,15 +137,18 @@ class PruneSpec:
 
     @classmethod
     def coerce(cls, value, depth: Optional[int] = None) -> 'PruneSpec':
-        """Accept a PruneSpec, a dict, a JSON string or ``None`` (dense)."""
+        """Accept a PruneSpec, a dict, a JSON string, the path of a JSON
+        file (e.g. the spec a search run wrote) or ``None`` (dense)."""
+        if isinstance(value, str):
+            value = value if value.lstrip().startswith('{') else \
+                _read_spec_file(value)
+            value = json.loads(value)
         if isinstance(value, cls):
             spec = value
         elif value is None:
             if depth is None:
                 raise ValueError('a dense spec needs a depth')
             spec = cls(depth)
-        elif isinstance(value, str):
-            spec = cls.from_json(value)
         else:
             data = dict(value)
             if depth is not None:
@@ -159,3 +163,13 @@ class PruneSpec:
         return (f'PruneSpec(depth={self.depth}, '
                 f'attn_removed={list(self.attn_removed)}, '
                 f'act_removed={list(self.act_removed)})')
+
+
+def _read_spec_file(path: str) -> str:
+    path = os.path.expanduser(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f'prune spec file {path} does not exist (a search run writes it: '
+            "HetDPTPruneHook's spec_file)")
+    with open(path, encoding='utf-8') as file:
+        return file.read()

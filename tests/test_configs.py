@@ -129,6 +129,13 @@ def test_config_builds(name, tmp_path):
         init_cfg.checkpoint = str(stand_in)
     if backbone_cfg.get('gated'):
         expected_form = 'gated'
+    if isinstance(backbone_cfg.get('prune_spec'), str):
+        # The spec file a search run writes (a stage-2 config's input).
+        spec_file = tmp_path / 'found_spec.json'
+        spec_file.write_text(mixed_spec(depth).to_json())
+        backbone_cfg.prune_spec = str(spec_file)
+    if backbone_cfg.get('prune_spec') is not None:
+        expected_spec = PruneSpec.coerce(backbone_cfg.prune_spec, depth)
 
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         model = MODELS.build(cfg.model)

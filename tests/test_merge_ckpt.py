@@ -200,6 +200,47 @@ def test_merge_checkpoint_keeps_the_gated_function():
         assert (model(x)[0] - gated(x)[0]).abs().max() <= 1e-5
 
 
+@pytest.mark.parametrize('form', ['merged', 'pruned'])
+def test_spec_applied_to_dense_weights_with_heads(tool, tmp_path, capsys,
+                                                  form):
+    """An official-layout dense file plus a spec gives the network of that
+    spec (issue 18 item 4): the same function as the dense weights loaded
+    into a backbone of that spec, heads passed through unchanged."""
+    dense = tiny_backbone(spec=None, distilled=True)
+    state = timm_state_dict(dense)
+    state['head.weight'] = torch.randn(10, 48)
+    state['head_dist.weight'] = torch.randn(10, 48)
+    source = tmp_path / 'deit_dense.pth'
+    torch.save(dict(model=state), source)
+    out = tmp_path / 'deit_spec.pth'
+    code, stdout, err = run_tool(tool, capsys, source, out, '--spec',
+                                 json.dumps(SPEC), '--form', form,
+                                 '--arch', json.dumps(ARCH))
+    assert code == 0, err
+    assert 'spec applied: PruneSpec(depth=4, attn_removed=[0, 2], ' \
+        f'act_removed=[2, 3]) ({form} form)' in stdout
+    converted = load_checkpoint_file(out)
+    assert converted['meta'][META_KEY]['form'] == form
+    for key in ('head.weight', 'head_dist.weight'):
+        assert torch.equal(converted['state_dict'][key], state[key])
+    assert ('blocks.2.mlp.fc.weight' in converted['state_dict']) == \
+        (form == 'merged')
+    assert 'blocks.0.attn.qkv.weight' not in converted['state_dict']
+
+    rebuilt = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, distilled=True,
+                        init_cfg=dict(type='Pretrained', checkpoint=str(out)))
+    rebuilt.init_weights()
+    assert (rebuilt.form, rebuilt.prune_spec) == (form, PruneSpec(4, **SPEC))
+    cut = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, distilled=True,
+                    prune_spec=SPEC, init_cfg=dict(type='Pretrained',
+                                                   checkpoint=str(source)))
+    cut.init_weights()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        for got, want in zip(rebuilt.eval()(x)[0], cut.eval()(x)[0]):
+            assert (got - want).abs().max() <= 1e-5
+
+
 # ------------------------------------------------------ bad inputs (CLI)
 def authors_tiny(tmp_path) -> Path:
     path = tmp_path / 'stage2.pth'
@@ -252,9 +293,9 @@ def test_bad_input_files_are_rejected(tool, tmp_path, capsys):
         (random_bytes, spec, 'is not a PyTorch checkpoint'),
         (truncated, spec, 'truncated or corrupt'),
         (resnet, spec, 'does not hold the weights of a known backbone'),
-        (dense, [], 'dense (no layer removed) and has no HetDPT record'),
-        (dense, spec, "the spec does not match the checkpoint's tensors: "
-         'it removes attention in blocks [0, 2]'),
+        (dense, [], 'dense (no layer removed): give the spec to apply'),
+        (valid, ['--spec', '{"attn_removed": [0]}'],
+         "it keeps attention in blocks [2]"),
         (valid, spec[:2], 'matches no preset'),
     ]
     inputs = sorted(p.name for p in tmp_path.iterdir())

@@ -1,8 +1,9 @@
 #!/usr/bin/env python
-"""Convert a checkpoint's HetDPTViT backbone to the merged (deployable) form.
+"""Convert a checkpoint's HetDPTViT backbone to the merged (deployable) form,
+or apply a spec to dense weights.
 
-    python tools/merge_ckpt.py IN OUT [--spec JSON|FILE] [--prefix PREFIX]
-        [--arch NAME|JSON] [--force]
+    python tools/merge_ckpt.py IN OUT [--spec JSON|FILE] [--form FORM]
+        [--prefix PREFIX] [--arch NAME|JSON] [--force]
 
 Accepts our classification checkpoints (gated or pruned; the spec comes from
 ``meta['hetdpt']`` or from the gates), mmdet / mmseg / mmpretrain checkpoints
@@ -12,6 +13,10 @@ authors' stage-2 checkpoints (``{'model': state_dict}`` in timm layout: give
 the spec with ``--spec``, e.g. ``'{"attn_removed": [0, 3, 7, 8, 11],
 "act_removed": [2, 7, 8, 10, 11]}'``) and bare state dicts.  A checkpoint that
 is already merged is copied unchanged.
+
+Given ``--spec``, dense weights (an official DeiT file, mmpretrain's, ours)
+are cut to that spec, heads kept: ``--form merged`` (default) for the
+deployable network, ``--form pruned`` for the unmerged one to fine-tune.
 
 OUT is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record}}`` (the input's
 other meta entries kept; optimizer state dropped) and loads with
@@ -45,7 +50,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument(
         '--spec', help='prune spec as JSON or a JSON file: {"attn_removed": '
         '[...], "act_removed": [...]} (needed for the authors\' stage-2 '
-        'checkpoints; otherwise it must match the checkpoint)')
+        'checkpoints, and to apply a spec to dense weights; a gated or '
+        'merged checkpoint\'s spec it must match)')
+    parser.add_argument(
+        '--form', choices=('merged', 'pruned'), default='merged',
+        help='form of the output backbone (default: merged; pruned keeps '
+        'the FFNs of removed GELUs as two linears, to fine-tune)')
     parser.add_argument(
         '--prefix', help='state-dict prefix of the backbone (default: from '
         'the meta, else "backbone." or none for a bare ViT state dict)')
@@ -86,7 +96,8 @@ def run(args: argparse.Namespace) -> None:
     spec = read_spec(args.spec)
     checkpoint = load_checkpoint_file(args.input)
     merged, summary = merge_checkpoint(checkpoint, spec=spec,
-                                       prefix=args.prefix, arch=args.arch)
+                                       prefix=args.prefix, arch=args.arch,
+                                       form=args.form)
     with atomic_path(args.output, exclusive=not args.force) as tmp:
         if summary.unchanged:
             shutil.copyfile(args.input, tmp)

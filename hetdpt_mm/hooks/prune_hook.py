@@ -34,11 +34,13 @@ records every rank's own choice to show it.
 """
 import json
 import math
+import os.path as osp
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
-from mmengine.dist import get_world_size
+from mmengine.dist import get_world_size, is_main_process
 from mmengine.registry import HOOKS
 
+from ..fileio import atomic_write_text
 from ..pruning import MAPFit, allocate, fit_map, load_points
 from ..pruning.schedules import build_prune_schedule
 from ..pruning.selection import SelectionPolicy
@@ -79,6 +81,10 @@ class HetDPTPruneHook(GateHookBase):
             that may be removed, per type (default: all).
         selection: the policy that picks the layer (see
             :class:`~.gate_hook.GateHookBase`); default: the lowest gate score.
+        spec_file: after training, write the final spec as JSON to this
+            file (relative to the work directory), for a stage-2 run to
+            fine-tune (``prune_spec=<that file>``); the spec is also in
+            every checkpoint's record.
     """
 
     priority = 'NORMAL'
@@ -99,7 +105,8 @@ class HetDPTPruneHook(GateHookBase):
                  prune_epoch: Optional[int] = None,
                  candidates: Optional[Mapping[str, Sequence[int]]] = None,
                  selection: Union[str, Mapping,
-                                  SelectionPolicy] = 'LowestGateScore'):
+                                  SelectionPolicy] = 'LowestGateScore',
+                 spec_file: Optional[str] = None):
         sources = [name for name, value in (('counts', counts),
                                             ('map_points', map_points),
                                             ('map_fit', map_fit))
@@ -134,6 +141,7 @@ class HetDPTPruneHook(GateHookBase):
         self.bounds = bounds
         self.degrees = tuple(degrees)
         self.candidates_cfg = candidates
+        self.spec_file = spec_file
         # Resolved in before_train.
         self.counts: Dict[str, int] = {}
         self.order: List[str] = []
@@ -330,6 +338,10 @@ class HetDPTPruneHook(GateHookBase):
         runner.logger.info(
             f'HetDPT pruning: {len(self.decisions)} of {len(self.order)} '
             f'removals done, final {backbone.prune_spec}')
+        if self.spec_file is not None and is_main_process():
+            path = osp.join(runner.work_dir, self.spec_file)
+            atomic_write_text(path, backbone.prune_spec.to_json() + '\n')
+            runner.logger.info(f'HetDPT spec written to {path}')
 
 
 def _check_count_values(counts: Mapping[str, int], depth: int) -> None:

@@ -1,3 +1,4 @@
+from . import heads  # noqa: F401  registers PretrainedHeads
 from .family import FAMILIES, HetDPTBackbone, get_family
 from .hetdpt_vit import ARCH_PRESETS, HetDPTViT
 from .state_dict import convert_state_dict, merge_ffn_weights

@@ -52,6 +52,26 @@ def kd_loss(student: torch.Tensor, teacher: torch.Tensor, mode: str,
                      f'{KD_MODES}')
 
 
+def teacher_init_cfg(teacher: dict, checkpoint: str) -> None:
+    """Make ``teacher`` (a classifier config) start from ``checkpoint``.
+
+    A HetDPTViT teacher loads its backbone and heads from a checkpoint of
+    any layout (an official DeiT file, mmpretrain's, ours), the backbone
+    through its ``Pretrained`` init_cfg and the heads through
+    ``PretrainedHeads``; any other classifier loads the whole file by key
+    names (mmengine's ``Pretrained``).
+    """
+    backbone = teacher.get('backbone') or {}
+    if backbone.get('type') != 'HetDPTViT':
+        teacher['init_cfg'] = dict(type='Pretrained', checkpoint=checkpoint)
+        return
+    teacher['backbone'] = dict(
+        backbone, init_cfg=dict(type='Pretrained', checkpoint=checkpoint))
+    teacher['head'] = dict(
+        teacher['head'], init_cfg=dict(type='PretrainedHeads',
+                                       checkpoint=checkpoint))
+
+
 @MODELS.register_module()
 class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
     """ImageClassifier with a frozen teacher and a KD loss.
@@ -61,8 +81,9 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
         distill: ``dict(mode='hard'|'soft', alpha=0.5, temperature=1.0)``.
         teacher: model config of the teacher (an mmpretrain classifier);
             default the student's own structure.
-        teacher_checkpoint: weights of the teacher; without it the teacher
-            is a snapshot of the student (see the module doc).
+        teacher_checkpoint: weights of the teacher (see
+            :func:`teacher_init_cfg`); without it the teacher is a snapshot
+            of the student (see the module doc).
     """
 
     def __init__(self, backbone: dict, head: dict,
@@ -93,8 +114,7 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
                            neck=neck, head=head)
         teacher = copy.deepcopy(dict(teacher))
         if teacher_checkpoint is not None:
-            teacher['init_cfg'] = dict(type='Pretrained',
-                                       checkpoint=teacher_checkpoint)
+            teacher_init_cfg(teacher, teacher_checkpoint)
         self.teacher = MODELS.build(teacher)
         self.teacher.requires_grad_(False)
         # Saved with the teacher's weights (so a resumed run knows whether

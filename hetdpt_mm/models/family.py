@@ -9,6 +9,7 @@ subclass, with its checkpoint conversion, and nothing in the hooks or tools:
 
 =======================  ====================================================
 class level (no model)   ``recognizes(state)``, ``describe_keys()``,
+                         ``canonical_state(state)``,
                          ``record_from_tensors(state, source)``,
                          ``check_record(record, state)``,
                          ``convert_state_dict(state, spec, form)``,
@@ -87,6 +88,12 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
     def describe_keys(cls) -> str:
         """The keys that identify the family, for error messages."""
         raise NotImplementedError
+
+    @classmethod
+    def canonical_state(cls, state: Mapping) -> Mapping:
+        """``state`` (any layout :meth:`recognizes` accepts) in the family's
+        own layout, which every other method reads; the default keeps it."""
+        return state
 
     @classmethod
     def record_from_tensors(cls, state: Mapping,

@@ -223,12 +223,19 @@ class HetDPTViT(HetDPTBackbone):
     # ------------------------------------------------ family: the tensors
     @classmethod
     def recognizes(cls, state: Mapping) -> bool:
-        return vit_state_dict.is_vit_state_dict(state)
+        return vit_state_dict.is_vit_state_dict(state) or \
+            vit_state_dict.is_openmmlab_vit_state_dict(state)
 
     @classmethod
     def describe_keys(cls) -> str:
         return ('ViT keys like pos_embed, patch_embed.proj.weight and '
-                'blocks.0.norm1.weight')
+                'blocks.0.norm1.weight (timm / DeiT), or '
+                'patch_embed.projection.weight and layers.0.ln1.weight '
+                '(mmpretrain / mmseg)')
+
+    @classmethod
+    def canonical_state(cls, state: Mapping) -> Mapping:
+        return vit_state_dict.canonical_layout(state)
 
     @classmethod
     def record_from_tensors(cls, state: Mapping,
@@ -526,8 +533,15 @@ class HetDPTViT(HetDPTBackbone):
             block.apply(init_weights_vit_timm)
 
     def _adapt_pretrained(self, state: Dict) -> Dict:
+        src_prefix = sum(k in state for k in ('cls_token', 'dist_token'))
+        if 'dist_token' in state and self.dist_token is None:
+            # Loads, but not the network the file was trained as.
+            state.pop('dist_token')
+            print_log('HetDPTViT: the checkpoint is distilled (it has a '
+                      'distillation token) and this backbone is not '
+                      '(distilled=False): the token and its position '
+                      'embedding are dropped', logger='current', level=30)
         if 'pos_embed' in state:
-            src_prefix = sum(k in state for k in ('cls_token', 'dist_token'))
             state['pos_embed'] = vit_state_dict.resize_pos_embed(
                 state['pos_embed'], src_prefix, self.num_prefix_tokens,
                 self.patch_grid, self.interpolate_mode)

@@ -6,7 +6,9 @@ pruned form, and pruned (activation-free, unmerged) FFNs to merged ones.  The
 backbone's ``init_weights``, its ``merged()`` method, the merge hook and
 ``tools/merge_ckpt.py`` all use it.
 
-Keys follow timm's VisionTransformer layout, relative to the backbone::
+Keys follow timm's VisionTransformer layout, relative to the backbone
+(:func:`from_openmmlab_layout` first renames mmpretrain's and mmseg's ViT
+layouts to it)::
 
     cls_token, dist_token, pos_embed, patch_embed.proj.*, norm.*,
     blocks.{i}.norm1.*, blocks.{i}.attn.{qkv,proj}.*, blocks.{i}.norm2.*,
@@ -28,6 +30,98 @@ from .layers import GATE_SUFFIXES
 _BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
 #: Keys every ViT backbone checkpoint has; used to recognise one.
 VIT_MARKERS = ('pos_embed', 'patch_embed.proj.weight')
+
+
+#: Keys that identify OpenMMLab's ViT layouts (mmpretrain's
+#: ``VisionTransformer`` / ``DistilledVisionTransformer``, mmseg's
+#: ``VisionTransformer`` and its converted timm weights).
+OPENMMLAB_VIT_MARKERS = ('pos_embed', 'patch_embed.projection.weight')
+_OPENMMLAB_BLOCK_KEY = re.compile(r'^layers\.(\d+)\.(.+)$')
+#: Renames inside a block, OpenMMLab -> timm (mmseg's attention is
+#: ``nn.MultiheadAttention``, whose packed input projection is timm's qkv:
+#: rows q, k, v).
+_OPENMMLAB_BLOCK_RENAMES = (
+    ('ln1.', 'norm1.'), ('ln2.', 'norm2.'),
+    ('attn.attn.in_proj_weight', 'attn.qkv.weight'),
+    ('attn.attn.in_proj_bias', 'attn.qkv.bias'),
+    ('attn.attn.out_proj.', 'attn.proj.'),
+    ('ffn.layers.0.0.', 'mlp.fc1.'), ('ffn.layers.1.', 'mlp.fc2.'),
+)
+_OPENMMLAB_TOP_RENAMES = (('patch_embed.projection.', 'patch_embed.proj.'),
+                          ('ln1.', 'norm.'))
+
+
+def is_openmmlab_vit_state_dict(state_dict: Mapping) -> bool:
+    return all(k in state_dict for k in OPENMMLAB_VIT_MARKERS) and any(
+        map(_OPENMMLAB_BLOCK_KEY.match, state_dict))
+
+
+def _rename(rest: str, renames) -> str:
+    for old, new in renames:
+        if rest.startswith(old):
+            return new + rest[len(old):]
+    return rest
+
+
+def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
+    """mmpretrain's / mmseg's ViT tensors in timm's layout (same values).
+
+    mmseg's ViT has no patch-embedding bias by default; a zero bias computes
+    the same.  A ``pre_norm`` (CLIP-style ViTs) has no place in a DeiT block
+    stack and is refused.
+    """
+    if any(k.startswith('pre_norm.') for k in state_dict):
+        raise StateDictMismatch(
+            'the ViT weights have a pre_norm (a LayerNorm before the '
+            'blocks); HetDPTViT is a DeiT/ViT without one')
+    out = OrderedDict()
+    for key, value in state_dict.items():
+        match = _OPENMMLAB_BLOCK_KEY.match(key)
+        if match:
+            key = f'blocks.{match.group(1)}.' + _rename(
+                match.group(2), _OPENMMLAB_BLOCK_RENAMES)
+        else:
+            key = _rename(key, _OPENMMLAB_TOP_RENAMES)
+        out[key] = value
+    weight = out['patch_embed.proj.weight']
+    if 'patch_embed.proj.bias' not in out:
+        out['patch_embed.proj.bias'] = weight.new_zeros(weight.shape[0])
+    return out
+
+
+#: The authors' search network (their train_stage1_step2.py) wraps each
+#: timm block: ``blocks.N.block.<timm key>``, its attention as
+#: ``attn.attention.*`` next to the score ``attn.learn_mask``, its GELU as
+#: ``mlp.act`` holding ``learn_mask``.
+_AUTHORS_SEARCH_KEY = re.compile(r'^blocks\.(\d+)\.block\.(.+)$')
+
+
+def from_authors_search_layout(state_dict: Mapping) -> 'OrderedDict':
+    """The weights of an authors' search checkpoint in timm's layout, as a
+    dense network: their gates' open/closed flags are plain attributes,
+    never saved, so the file cannot say its spec (their log does), and its
+    scores (``learn_mask``) are dropped."""
+    out = OrderedDict()
+    for key, value in state_dict.items():
+        match = _AUTHORS_SEARCH_KEY.match(key)
+        if match:
+            rest = match.group(2)
+            if rest.endswith('learn_mask'):
+                continue
+            key = f'blocks.{match.group(1)}.' + _rename(
+                rest, (('attn.attention.', 'attn.'), ))
+        out[key] = value
+    return out
+
+
+def canonical_layout(state_dict: Mapping) -> Mapping:
+    """ViT tensors in timm's layout, from any layout this family reads."""
+    if any(map(_AUTHORS_SEARCH_KEY.match, state_dict)):
+        return from_authors_search_layout(state_dict)
+    if is_openmmlab_vit_state_dict(state_dict) and not \
+            is_vit_state_dict(state_dict):
+        return from_openmmlab_layout(state_dict)
+    return state_dict
 
 
 def merge_ffn_weights(

@@ -3,10 +3,11 @@
 # smoothing, Mixup + CutMix, initialisation) with mmpretrain's
 # DistilledVisionTransformer replaced by HetDPTViT.
 #
-# Start: the official distilled DeiT-B weights (HetDPT fine-tunes that model,
-# METHOD.md §1).  Their classifier heads are in timm's layout, which
-# DeiTClsHead does not read, so the heads start at zero (as DeiTClsHead
-# initialises them) and are learned in the first epochs.
+# Start: the official distilled DeiT-B classifier, whole (HetDPT fine-tunes
+# that model, METHOD.md §4): the backbone through its Pretrained init_cfg,
+# the class and distillation heads (timm's `head`, `head_dist`) through
+# PretrainedHeads, so the built classifier computes the official model's
+# logits before any training.
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 
 # https://dl.fbaipublicfiles.com/deit/deit_base_distilled_patch16_224-df68dfff.pth
@@ -29,7 +30,9 @@ model = dict(
         num_classes=1000,
         in_channels=768,
         loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
-                  mode='original')),
+                  mode='original'),
+        init_cfg=dict(type='PretrainedHeads',
+                      checkpoint=pretrained_checkpoint)),
     init_cfg=[
         dict(type='TruncNormal', layer='Linear', std=.02),
         dict(type='Constant', layer='LayerNorm', val=1., bias=0.),

@@ -12,4 +12,5 @@ model = dict(
         arch='deit-small',
         drop_path_rate=0.0,
         init_cfg=dict(checkpoint=pretrained_checkpoint)),
-    head=dict(in_channels=384))
+    head=dict(in_channels=384,
+              init_cfg=dict(checkpoint=pretrained_checkpoint)))
