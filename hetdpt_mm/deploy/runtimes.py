@@ -9,7 +9,7 @@ torch.export keeps sizes symbolic (dynamic batch, height and width) and
 fails loudly where it cannot.
 """
 from pathlib import Path
-from typing import Callable, List, Sequence, Union
+from typing import Any, Callable, List, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -82,3 +82,42 @@ def make_session(path: Union[str, Path], runtime: str,
             return [np.asarray(results[out]) for out in compiled.outputs]
         return run
     raise ValueError(f'unknown runtime {runtime!r}; choose from {RUNTIMES}')
+
+
+#: What ``tools/benchmark.py --runtime`` runs a backbone in: PyTorch eager,
+#: ``torch.compile`` (inductor), and the ONNX runtimes.
+BENCHMARK_RUNTIMES = ('torch', 'compile') + RUNTIMES
+
+
+def benchmark_runner(model: nn.Module, images: torch.Tensor, runtime: str,
+                     workdir: Union[str, Path], name: str
+                     ) -> Tuple[Callable[[], Any], float]:
+    """A call running ``model(images)`` in ``runtime`` (``images`` fixed,
+    as a benchmark times it) and the largest absolute difference of its
+    outputs from PyTorch eager's. The ONNX runtimes get a graph exported
+    at exactly this input shape (static shapes: the most their graph
+    optimisers can do), with PyTorch's number of threads."""
+    with torch.inference_mode():
+        expected = torch.utils._pytree.tree_leaves(model(images))
+    if runtime == 'torch':
+        return (lambda: model(images)), 0.
+    if runtime == 'compile':
+        compiled = torch.compile(model)
+        with torch.inference_mode():  # compiles here, not in the timing
+            got = torch.utils._pytree.tree_leaves(compiled(images))
+        return (lambda: compiled(images)), max_abs_diff(got, expected)
+    path = Path(workdir) / f'{name}.onnx'
+    if not path.exists():
+        count = len(expected)
+        export_onnx(model, images, path, [f'out{i}' for i in range(count)],
+                    dynamic_batch=False, dynamic_hw=False)
+    run = make_session(path, runtime, torch.get_num_threads())
+    array = images.cpu().numpy()
+    got = [torch.from_numpy(np.asarray(out)) for out in run(array)]
+    return (lambda: run(array)), max_abs_diff(got, expected)
+
+
+def max_abs_diff(got: Sequence[torch.Tensor],
+                 expected: Sequence[torch.Tensor]) -> float:
+    return max(float((g.float() - e.float()).abs().max())
+               for g, e in zip(got, expected))
