@@ -8,8 +8,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
-from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
-from timm.layers.helpers import is_exporting
+from timm.layers import (PatchEmbed, is_exporting, resample_abs_pos_embed,
+                         trunc_normal_)
 from timm.models.vision_transformer import init_weights_vit_timm
 
 from ..checkpoint import CheckpointError, StateDictMismatch
