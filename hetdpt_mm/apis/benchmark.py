@@ -427,12 +427,11 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
         if options.split_backbone:
             runs[f'{entry.name}/backbone'] = (
                 lambda e=entry: e.backbone(e.backbone_inputs))
-    counts: Dict[str, Any] = {}
+    by_model: Dict[int, Dict[str, Any]] = {}
     for entry in entries:  # a model run in several runtimes counts once
-        counts[entry.name] = next(
-            (counts[e.name] for e in entries
-             if e.model is entry.model and e.name in counts), None) or \
-            measure_macs(entry, options)
+        if id(entry.model) not in by_model:
+            by_model[id(entry.model)] = measure_macs(entry, options)
+    counts = {entry.name: by_model[id(entry.model)] for entry in entries}
     timings = time_runs(runs, batch_size=options.batch_size,
                         repeats=options.repeats, warmup=options.warmup,
                         iters=options.iters, device=options.device,

@@ -156,9 +156,9 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
     :class:`VerificationError` when a difference exceeds the tolerance
     (nothing written either)."""
     check_options(options)
-    model = load_model(options.config, options.checkpoint,
-                       options.cfg_options)
-    net = build_network(options.task, model)
+    model, scope = load_model(options.config, options.checkpoint,
+                              options.cfg_options)
+    net = build_network(options.task, model, scope)
     img_size, sizes = resolve_sizes(options, model)
     cases = reference_outputs(net, sizes, options.verify_batch_sizes,
                               options.seed)

@@ -14,7 +14,7 @@ HetDPT record rebuilds the backbone's exact structure as it loads
 (:mod:`hetdpt_mm.record`), as in ``tools/test.py``.
 """
 import copy
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -130,22 +130,24 @@ def exportable(net: nn.Module) -> nn.Module:
 
 
 def load_model(config: str, checkpoint: str,
-               cfg_options: Optional[dict] = None) -> nn.Module:
+               cfg_options: Optional[dict] = None
+               ) -> Tuple[nn.Module, Optional[str]]:
     """The model of ``config`` with the weights of ``checkpoint``, eval
-    mode; the backbone's structure is the checkpoint's."""
+    mode (the backbone's structure is the checkpoint's), and the config's
+    registry scope."""
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     model = build_from_config(cfg)
     load_checkpoint(model, checkpoint, map_location='cpu', strict=True,
                     logger='silent')
-    model.cfg = cfg
-    return model.eval()
+    return model.eval(), cfg.get('default_scope')
 
 
-def build_network(task: str, model: nn.Module) -> nn.Module:
-    """The tensor network of ``task`` around a loaded ``model``."""
-    scope = model.cfg.get('default_scope')
+def build_network(task: str, model: nn.Module,
+                  scope: Optional[str]) -> nn.Module:
+    """The tensor network of ``task`` around a loaded ``model`` of the
+    toolbox ``scope``."""
     if task != 'backbone' and scope != TASK_SCOPES[task]:
         raise ValueError(f'task {task} needs a {TASK_SCOPES[task]} config; '
                          f'this one is {scope}')

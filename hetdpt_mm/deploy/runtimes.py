@@ -15,6 +15,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..cli import UsageError
+
 #: ONNX opset of every export: the dynamo exporter's own (18) — SDPA,
 #: LayerNorm and bicubic Resize need no legacy fallbacks there.
 OPSET = 18
@@ -28,7 +30,7 @@ def require(module: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ImportError(
+        raise UsageError(
             f'{module} is not installed: pip install -r '
             'requirements/deploy.txt (or hetdpt_mm[deploy])') from None
 
