@@ -27,6 +27,8 @@ setup(
     # tools/install_deps.sh installs them so that an existing CUDA torch is
     # kept and mmcv is never built by pip in an isolated environment.
     install_requires=read_requirements('runtime.txt'),
-    extras_require={'tests': read_requirements('tests.txt')},
+    # deploy: ONNX export and the ONNX Runtime / OpenVINO runtimes.
+    extras_require={'tests': read_requirements('tests.txt'),
+                    'deploy': read_requirements('deploy.txt')},
     license='Apache-2.0',
 )

@@ -13,6 +13,8 @@ Examples (from the repository root)::
         --spec '{"attn_removed": [0, 3, 7, 8, 11],
                  "act_removed": [2, 7, 8, 10, 11]}' \\
         --batch-size 16 --json bench/deit-b.json --md bench/deit-b.md
+    python tools/benchmark.py backbone --arch deit-base --batch-size 1 \\
+        --models dense merged --runtime torch onnxruntime openvino
     python tools/benchmark.py detr --img-size 800 1216
     python tools/benchmark.py upernet --img-size 512 512 --profile 10
     python tools/benchmark.py detr \\
@@ -75,6 +77,12 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
                      help='images per batch (default: backbone 16, else 1)')
     run.add_argument('--dtype', choices=('fp32', 'bf16', 'fp16'),
                      help='fp32, or AMP (autocast) in bf16 / fp16')
+    run.add_argument('--runtime', dest='runtimes', nargs='+',
+                     metavar='RUNTIME',
+                     help='backbone: run every model in each of torch '
+                     '(eager, default), compile (torch.compile), onnxruntime,'
+                     ' openvino (exported to ONNX first; needs the deploy '
+                     'extra)')
     run.add_argument('--device', help='cpu, cuda, cuda:1 ...')
     run.add_argument('--threads', type=int,
                      help='torch.set_num_threads (default: torch\'s)')

@@ -106,7 +106,8 @@ else
   pip install -q "$WHEEL"
 fi
 
-# 4. The OpenMMLab toolboxes, timm and the rest, then hetdpt_mm itself.
+# 4. The OpenMMLab toolboxes, timm and the rest (with the deploy extra:
+#    the tests export to ONNX), then hetdpt_mm itself.
 if "$PYTHON" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys
 from importlib.metadata import version
@@ -114,7 +115,7 @@ from pathlib import Path
 from pip._vendor.packaging.requirements import Requirement
 root = Path(sys.argv[1])
 version('hetdpt_mm')
-for name in ('runtime.txt', 'tests.txt'):
+for name in ('runtime.txt', 'tests.txt', 'deploy.txt'):
     for line in (root / 'requirements' / name).read_text().splitlines():
         line = line.strip()
         if line and not line.startswith('#'):
@@ -125,7 +126,8 @@ then
   say "python requirements and hetdpt_mm: present"
 else
   say "installing python requirements and hetdpt_mm (editable)"
-  pip install -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt"
+  pip install -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
+    -r "$ROOT/requirements/deploy.txt"
   pip install -q --no-build-isolation --no-deps -e "$ROOT"
 fi
 say "done"

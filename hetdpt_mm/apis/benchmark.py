@@ -27,6 +27,7 @@ import json
 import os
 import shlex
 import statistics
+import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
@@ -34,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import torch
 import torch.nn as nn
 from mmengine.config import Config, DictAction
+from mmengine.logging import print_log
 from torch.profiler import ProfilerActivity
 
 from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
@@ -44,6 +46,7 @@ from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
                          paired_speedups, spec_text, stock_config,
                          synchronize, time_runs)
 from ..cli import UsageError
+from ..deploy.runtimes import BENCHMARK_RUNTIMES, benchmark_runner
 from ..fileio import atomic_write_text, check_output_path
 from ..models.hetdpt_vit import HetDPTViT, resolve_arch
 from ..spec import PruneSpec
@@ -96,6 +99,8 @@ class BenchmarkOptions:
     json_path: Optional[Path] = None
     md_path: Optional[Path] = None
     force: bool = False  # replace existing outputs
+    #: backbone: what runs each model (hetdpt_mm.deploy BENCHMARK_RUNTIMES)
+    runtimes: Sequence[str] = ('torch', )
     argv: Sequence[str] = ()  # the command line, for the result
 
 
@@ -130,6 +135,7 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
             and torch.device(options.device).type != 'cpu'):
         raise UsageError('--clock process measures CPU work; use the wall '
                          f'clock on {options.device}')
+    check_runtimes(options)
     if options.split_backbone is None:
         options.split_backbone = split
     elif options.split_backbone and options.task == 'backbone':
@@ -186,6 +192,31 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         if len(set(options.models)) != len(options.models):
             raise UsageError(f'--models has duplicates: {options.models}')
     return options
+
+
+def check_runtimes(options: BenchmarkOptions) -> None:
+    runtimes = list(dict.fromkeys(options.runtimes))
+    unknown = [r for r in runtimes if r not in BENCHMARK_RUNTIMES]
+    if unknown:
+        raise UsageError(f'unknown runtimes {unknown}; choose from '
+                         f'{list(BENCHMARK_RUNTIMES)}')
+    options.runtimes = runtimes
+    if runtimes == ['torch']:
+        return
+    if options.task != 'backbone':
+        raise UsageError('--runtime other than torch is for the backbone '
+                         'task (detr/upernet time post-processing too)')
+    exported = [r for r in runtimes if r in ('onnxruntime', 'openvino')]
+    if exported and options.dtype != 'fp32':
+        raise UsageError(f'{", ".join(exported)} run the exported fp32 '
+                         f'graph; --dtype {options.dtype} is for torch and '
+                         'compile')
+    if exported and torch.device(options.device).type != 'cpu':
+        raise UsageError(f'{", ".join(exported)} run on the CPU here; use '
+                         '--device cpu')
+    if 'compile' in runtimes and options.warmup < 1:
+        raise UsageError('--runtime compile needs --warmup >= 1 (the first '
+                         'call compiles)')
 
 
 def parse_json_or_text(value: str) -> Any:
@@ -256,6 +287,8 @@ class Entry:
     macs_inputs: torch.Tensor
     backbone: nn.Module
     backbone_inputs: torch.Tensor
+    runtime: str = 'torch'
+    max_abs_diff: float = 0.  # of the runtime's outputs from PyTorch's
 
 
 def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
@@ -267,14 +300,26 @@ def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
     images = torch.randn(options.batch_size, 3, *options.img_size,
                          generator=generator).to(options.device)
     entries = []
-    for name, model in variants.items():
-        model.to(options.device)
-        entries.append(Entry(
-            name=name, description=describe(model), model=model,
-            run=lambda model=model: model(images), macs_module=model,
-            macs_inputs=images[:1], backbone=model,
-            backbone_inputs=images))
+    with tempfile.TemporaryDirectory() as workdir:
+        for runtime in options.runtimes:
+            for name, model in variants.items():
+                model.to(options.device)
+                run, diff = benchmark_runner(model, images, runtime,
+                                             workdir, name)
+                if runtime != 'torch':
+                    print_log(f'{name} in {runtime}: largest difference '
+                              f'from PyTorch {diff:.3g}', logger='current')
+                entries.append(Entry(
+                    name=runtime_name(name, runtime),
+                    description=describe(model), model=model, run=run,
+                    macs_module=model, macs_inputs=images[:1],
+                    backbone=model, backbone_inputs=images,
+                    runtime=runtime, max_abs_diff=diff))
     return entries
+
+
+def runtime_name(variant: str, runtime: str) -> str:
+    return variant if runtime == 'torch' else f'{variant}@{runtime}'
 
 
 def describe(model: nn.Module) -> str:
@@ -382,7 +427,11 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
         if options.split_backbone:
             runs[f'{entry.name}/backbone'] = (
                 lambda e=entry: e.backbone(e.backbone_inputs))
-    counts = {entry.name: measure_macs(entry, options) for entry in entries}
+    by_model: Dict[int, Dict[str, Any]] = {}
+    for entry in entries:  # a model run in several runtimes counts once
+        if id(entry.model) not in by_model:
+            by_model[id(entry.model)] = measure_macs(entry, options)
+    counts = {entry.name: by_model[id(entry.model)] for entry in entries}
     timings = time_runs(runs, batch_size=options.batch_size,
                         repeats=options.repeats, warmup=options.warmup,
                         iters=options.iters, device=options.device,
@@ -407,6 +456,9 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
                 timings[f'{baseline}/backbone'], timings[key],
                 counts[baseline].get('backbone_macs'),
                 counts[name].get('backbone_macs'))
+        if entry.runtime != 'torch':
+            record.update(runtime=entry.runtime,
+                          max_abs_diff=entry.max_abs_diff)
         if profiles:
             record['profile'] = profiles[entry.name]
             if options.split_backbone:
@@ -429,7 +481,31 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
         machine=machine, baseline=baseline, models=models)
     if options.split_backbone:
         result['amdahl'] = amdahl_section(timings, entries)
+    if list(options.runtimes) != ['torch']:
+        result['runtimes'] = runtime_section(timings, entries, options)
     return result
+
+
+def runtime_section(timings, entries: List[Entry],
+                    options: BenchmarkOptions) -> List[Dict[str, Any]]:
+    """Per runtime: each variant's speedup over the first (baseline)
+    variant in that runtime, and over the same variant in PyTorch eager."""
+    base = options.models[0]
+    diffs = {entry.name: entry.max_abs_diff for entry in entries}
+    rows = []
+    for runtime in options.runtimes:
+        for variant in options.models[1:]:
+            name = runtime_name(variant, runtime)
+            rows.append(dict(
+                runtime=runtime, model=variant, baseline=base,
+                max_abs_diff=max(diffs[name],
+                                 diffs[runtime_name(base, runtime)]),
+                ms=1e3 * timings[name].median,
+                baseline_ms=1e3 * timings[runtime_name(base, runtime)].median,
+                speedup=speedup(timings[runtime_name(base, runtime)],
+                                timings[name]),
+                vs_torch=speedup(timings[variant], timings[name])))
+    return rows
 
 
 def speedup(base: TimingStats, other: TimingStats,
@@ -502,6 +578,22 @@ def format_markdown(result: Dict[str, Any]) -> str:
                          f'{row["bound"]:.3f}x | '
                          f'{row["end_to_end_speedup"]:.3f}x | '
                          f'{100 * row["fraction_of_bound"]:.1f} % |')
+    if 'runtimes' in result:
+        lines += ['', 'By runtime (paired speedups, median [min-max] over '
+                  'repeats; the largest difference of either model\'s '
+                  'outputs from PyTorch eager):', '',
+                  '| runtime | baseline ms | model ms | model vs baseline | '
+                  'model vs PyTorch eager model | max abs diff |',
+                  '| --- | ---: | ---: | ---: | ---: | ---: |']
+        for row in result['runtimes']:
+            gain, eager = row['speedup'], row['vs_torch']
+            lines.append(
+                f'| {row["runtime"]} ({row["model"]} vs {row["baseline"]}) '
+                f'| {row["baseline_ms"]:.1f} | {row["ms"]:.1f} | '
+                f'{gain["paired_median"]:.3f}x [{gain["paired_min"]:.2f}-'
+                f'{gain["paired_max"]:.2f}] | {eager["paired_median"]:.3f}x '
+                f'[{eager["paired_min"]:.2f}-{eager["paired_max"]:.2f}] | '
+                f'{row["max_abs_diff"]:.2g} |')
     analytic = [m for m in result['models']
                 if 'backbone_analytic_macs' in m]
     if analytic:

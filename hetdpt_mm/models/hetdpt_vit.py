@@ -9,7 +9,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 from mmengine.logging import print_log
-from timm.layers import PatchEmbed, resample_abs_pos_embed, trunc_normal_
+from timm.layers import (PatchEmbed, is_exporting, resample_abs_pos_embed,
+                         trunc_normal_)
 from timm.models.vision_transformer import init_weights_vit_timm
 
 from ..checkpoint import CheckpointError, StateDictMismatch
@@ -549,7 +550,9 @@ class HetDPTViT(HetDPTBackbone):
 
     # -------------------------------------------------------------- forward
     def _pos_embed(self, grid: Tuple[int, int]) -> torch.Tensor:
-        if tuple(grid) == tuple(self.patch_grid):
+        # Exported graphs always resample (an identity copy at the stored
+        # grid), so that the grid stays a computed, dynamic size.
+        if not is_exporting() and tuple(grid) == tuple(self.patch_grid):
             return self.pos_embed
         return resample_abs_pos_embed(
             self.pos_embed, list(grid), old_size=list(self.patch_grid),

@@ -1,0 +1,125 @@
+"""ONNX export and the runtimes that run exported models (ONNX Runtime and
+OpenVINO, on the CPU), shared by ``tools/export.py`` and
+``tools/benchmark.py --runtime``.
+
+Export uses ``torch.onnx.export(..., dynamo=True)`` (torch.export, then
+onnxscript) at opset :data:`OPSET`: the TorchScript exporter is deprecated
+and specialises Python-level shape logic to the example input, while
+torch.export keeps sizes symbolic (dynamic batch, height and width) and
+fails loudly where it cannot.
+"""
+from pathlib import Path
+from typing import Any, Callable, List, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from ..cli import UsageError
+
+#: ONNX opset of every export: the dynamo exporter's own (18) — SDPA,
+#: LayerNorm and bicubic Resize need no legacy fallbacks there.
+OPSET = 18
+#: What runs an exported model.
+RUNTIMES = ('onnxruntime', 'openvino')
+
+
+def require(module: str):
+    """Import an optional deployment package, or say how to install it."""
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(
+            f'{module} is not installed: pip install -r '
+            'requirements/deploy.txt (or hetdpt_mm[deploy])') from None
+
+
+def export_onnx(net: nn.Module, example: torch.Tensor, path: Union[str, Path],
+                output_names: Sequence[str], dynamic_batch: bool = True,
+                dynamic_hw: bool = True) -> None:
+    """Export ``net(example)`` to ``path`` with input ``'input'``
+    (N, C, H, W) and the given output names; the batch, height and width
+    axes are dynamic as asked."""
+    for name in ('onnx', 'onnxscript'):
+        require(name)
+    dynamic = torch.export.Dim.DYNAMIC
+    axes = {}
+    if dynamic_batch:
+        axes[0] = dynamic
+    if dynamic_hw:
+        axes.update({2: dynamic, 3: dynamic})
+    with torch.no_grad():
+        torch.onnx.export(net, (example, ), str(path), dynamo=True,
+                          opset_version=OPSET, input_names=['input'],
+                          output_names=list(output_names),
+                          dynamic_shapes=(axes, ) if axes else None,
+                          external_data=False, verbose=False)
+
+
+def make_session(path: Union[str, Path], runtime: str,
+                 threads: int = 0) -> Callable[[np.ndarray], List[np.ndarray]]:
+    """A function running the ONNX model at ``path`` in ``runtime`` on the
+    CPU in fp32 (``threads`` intra-op threads; 0: the runtime's default):
+    one NCHW float32 array in, the list of outputs out."""
+    if runtime == 'onnxruntime':
+        ort = require('onnxruntime')
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.log_severity_level = 3
+        session = ort.InferenceSession(str(path), options,
+                                       providers=['CPUExecutionProvider'])
+        name = session.get_inputs()[0].name
+        return lambda array: session.run(None, {name: array})
+    if runtime == 'openvino':
+        ov = require('openvino')
+        config = {'INFERENCE_PRECISION_HINT': 'f32'}
+        if threads:
+            config['INFERENCE_NUM_THREADS'] = threads
+        compiled = ov.Core().compile_model(str(path), 'CPU', config)
+        request = compiled.create_infer_request()
+
+        def run(array):
+            results = request.infer([array], share_inputs=True)
+            return [np.asarray(results[out]) for out in compiled.outputs]
+        return run
+    raise ValueError(f'unknown runtime {runtime!r}; choose from {RUNTIMES}')
+
+
+#: What ``tools/benchmark.py --runtime`` runs a backbone in: PyTorch eager,
+#: ``torch.compile`` (inductor), and the ONNX runtimes.
+BENCHMARK_RUNTIMES = ('torch', 'compile') + RUNTIMES
+
+
+def benchmark_runner(model: nn.Module, images: torch.Tensor, runtime: str,
+                     workdir: Union[str, Path], name: str
+                     ) -> Tuple[Callable[[], Any], float]:
+    """A call running ``model(images)`` in ``runtime`` (``images`` fixed,
+    as a benchmark times it) and the largest absolute difference of its
+    outputs from PyTorch eager's. The ONNX runtimes get a graph exported
+    at exactly this input shape (static shapes: the most their graph
+    optimisers can do), with PyTorch's number of threads."""
+    with torch.inference_mode():
+        expected = torch.utils._pytree.tree_leaves(model(images))
+    if runtime == 'torch':
+        return (lambda: model(images)), 0.
+    if runtime == 'compile':
+        compiled = torch.compile(model)
+        with torch.inference_mode():  # compiles here, not in the timing
+            got = torch.utils._pytree.tree_leaves(compiled(images))
+        return (lambda: compiled(images)), max_abs_diff(got, expected)
+    path = Path(workdir) / f'{name}.onnx'
+    if not path.exists():
+        count = len(expected)
+        export_onnx(model, images, path, [f'out{i}' for i in range(count)],
+                    dynamic_batch=False, dynamic_hw=False)
+    run = make_session(path, runtime, torch.get_num_threads())
+    array = images.cpu().numpy()
+    got = [torch.from_numpy(np.asarray(out)) for out in run(array)]
+    return (lambda: run(array)), max_abs_diff(got, expected)
+
+
+def max_abs_diff(got: Sequence[torch.Tensor],
+                 expected: Sequence[torch.Tensor]) -> float:
+    return max(float((g.float() - e.float()).abs().max())
+               for g, e in zip(got, expected))

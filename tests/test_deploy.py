@@ -1,0 +1,222 @@
+"""ONNX export (tools/export.py, hetdpt_mm.deploy) and the runtimes of
+tools/benchmark.py --runtime: every exported graph is verified against
+PyTorch in ONNX Runtime (and OpenVINO) at several sizes, within 1e-4."""
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+from helpers import REPO, load_tool, randomize_
+from mmengine.config import Config
+
+from hetdpt_mm import META_KEY
+from hetdpt_mm.benchmark import build_from_config
+from hetdpt_mm.deploy import networks
+from hetdpt_mm.deploy.networks import AdaptiveAvgPool2dExport
+
+DEMO = REPO / 'configs' / 'demo'
+DEMO_SPEC = dict(attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
+# A DeiT-tiny-wide classifier, 4 blocks deep to keep the exports quick.
+CLASSIFIER_CONFIG = f"""
+_base_ = [{str(DEMO / 'vit-demo_digits.py')!r}]
+model = dict(
+    backbone=dict(arch=dict(embed_dims=192, num_layers=4, num_heads=3),
+                  img_size=224, patch_size=16),
+    head=dict(in_channels=192))
+"""
+
+
+@pytest.fixture(scope='module')
+def export_tool():
+    return load_tool('export')
+
+
+def save_merged(cfg: Config, path: Path, seed: int = 0) -> Path:
+    """A checkpoint of ``cfg``'s model with a merged backbone of random
+    weights; its record says the structure."""
+    cfg.model.backbone.init_cfg = None
+    model = randomize_(build_from_config(cfg), seed)
+    model.backbone = model.backbone.to_merged()
+    torch.save(dict(state_dict=model.state_dict(),
+                    meta={META_KEY: model.backbone.record().to_dict()}), path)
+    return path
+
+
+@pytest.fixture(scope='module')
+def classifier(tmp_path_factory):
+    root = tmp_path_factory.mktemp('classifier')
+    config = root / 'classifier.py'
+    config.write_text(CLASSIFIER_CONFIG)
+    cfg = Config.fromfile(config)
+    cfg.model.backbone.prune_spec = dict(attn_removed=[1], act_removed=[1, 3])
+    return config, save_merged(cfg, root / 'merged.pth')
+
+
+@pytest.fixture(scope='module')
+def classifier_onnx(export_tool, classifier, tmp_path_factory):
+    config, checkpoint = classifier
+    out = tmp_path_factory.mktemp('onnx') / 'classifier.onnx'
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        status = export_tool.main([
+            'classifier', str(config), str(checkpoint), '--out', str(out),
+            '--static-hw', '--verify-batch-sizes', '1', '3',
+            '--runtimes', 'onnxruntime', 'openvino'])
+    return status, out, printed.getvalue()
+
+
+def checked_rows(output, runtimes, inputs):
+    """The verification table printed by the tool: every check within the
+    tolerance, in every runtime, at every input shape."""
+    rows = [line.split(' | ') for line in output.splitlines()
+            if line.startswith('| onnxruntime') or
+            line.startswith('| openvino')]
+    assert {(row[0][2:], row[1]) for row in rows} == {
+        (runtime, shape) for runtime in runtimes for shape in inputs}
+    for row in rows:
+        assert float(row[3]) <= 1e-4 and row[4].startswith('yes')
+
+
+def test_classifier_exports_with_dynamic_batch(classifier_onnx):
+    status, out, output = classifier_onnx
+    assert status == 0 and out.is_file()
+    checked_rows(output, ('onnxruntime', 'openvino'),
+                 ('1x3x224x224', '3x3x224x224'))
+    assert 'at opset 18' in output and 'dynamic batch\n' in output
+
+
+def test_backbone_exports_with_dynamic_size(export_tool, classifier,
+                                            tmp_path, capsys):
+    config, checkpoint = classifier
+    out = tmp_path / 'backbone.onnx'
+    assert export_tool.main([
+        'backbone', str(config), str(checkpoint), '--out', str(out),
+        '--verify-sizes', '320', '256', '--verify-batch-sizes', '1', '3']
+    ) == 0
+    checked_rows(capsys.readouterr().out, ('onnxruntime', ),
+                 ('1x3x224x224', '3x3x224x224', '1x3x320x256',
+                  '3x3x320x256'))
+
+
+def demo_checkpoint(name: str, path: Path) -> Path:
+    cfg = Config.fromfile(DEMO / f'{name}.py')
+    cfg.model.backbone.prune_spec = DEMO_SPEC
+    return save_merged(cfg, path)
+
+
+@pytest.mark.parametrize('task, name, sizes', [
+    ('detr', 'detr_hetdpt_demo', ((48, 48), (64, 80))),
+    ('upernet', 'upernet_hetdpt_demo', ((64, 64), (96, 72))),
+])
+def test_dense_prediction_exports_at_two_sizes(export_tool, task, name,
+                                               sizes, tmp_path, capsys):
+    checkpoint = demo_checkpoint(name, tmp_path / 'merged.pth')
+    (height, width), (other_h, other_w) = sizes
+    assert export_tool.main([
+        task, str(DEMO / f'{name}.py'), str(checkpoint),
+        '--out', str(tmp_path / f'{task}.onnx'),
+        '--img-size', str(height), str(width),
+        '--verify-sizes', str(other_h), str(other_w),
+        '--verify-batch-sizes', '2']) == 0
+    checked_rows(capsys.readouterr().out, ('onnxruntime', ),
+                 (f'2x3x{height}x{width}', f'2x3x{other_h}x{other_w}'))
+
+
+def test_a_difference_above_the_tolerance_fails_and_writes_nothing(
+        export_tool, classifier, classifier_onnx, tmp_path, monkeypatch,
+        capsys):
+    """The graph of one checkpoint checked against another's weights."""
+    config, _ = classifier
+    cfg = Config.fromfile(config)
+    cfg.model.backbone.prune_spec = dict(attn_removed=[1], act_removed=[1, 3])
+    other = save_merged(cfg, tmp_path / 'other.pth', seed=1)
+    monkeypatch.setattr(
+        'hetdpt_mm.deploy.export.export_onnx',
+        lambda net, example, path, *args, **kwargs: shutil.copy(
+            classifier_onnx[1], path))
+    out = tmp_path / 'bad.onnx'
+    assert export_tool.main(['classifier', str(config), str(other), '--out',
+                             str(out), '--static-hw']) == 1
+    assert 'differ from PyTorch by more than 0.0001' in \
+        capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == [other]
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--verify-sizes', '8', '8'], 'input size 8x8 cannot work with this '
+     'model: input of 8x8 pixels is smaller than one 16x16 patch'),
+    (['--static-hw', '--verify-sizes', '320', '256'],
+     'it cannot be verified at 320x256'),
+    (['--batch-size', '1'], 'must be >= 2'),
+])
+def test_bad_input_is_reported_before_anything_is_written(
+        export_tool, classifier, tmp_path, capsys, args, message):
+    config, checkpoint = classifier
+    out = tmp_path / 'model.onnx'
+    assert export_tool.main(['backbone', str(config), str(checkpoint),
+                             '--out', str(out), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_wrong_toolbox_and_existing_output(export_tool, classifier,
+                                           tmp_path, capsys):
+    config, checkpoint = classifier
+    assert export_tool.main(['detr', str(config), str(checkpoint), '--out',
+                             str(tmp_path / 'x.onnx')]) == 2
+    assert 'task detr needs a mmdet config' in capsys.readouterr().err
+    existing = tmp_path / 'existing.onnx'
+    existing.write_text('keep')
+    assert export_tool.main(['classifier', str(config), str(checkpoint),
+                             '--out', str(existing)]) == 2
+    assert 'already exists' in capsys.readouterr().err
+    assert existing.read_text() == 'keep'
+
+
+@pytest.mark.parametrize('size', [(1, 1), (2, 3), (5, 7), (13, 18), (24, 16)])
+def test_exportable_adaptive_pool_is_torchs(size):
+    inputs = torch.randn(2, 4, *size)
+    for output_size in (1, 2, 3, 6, (2, 5)):
+        torch.testing.assert_close(
+            AdaptiveAvgPool2dExport(output_size)(inputs),
+            nn.AdaptiveAvgPool2d(output_size)(inputs))
+    net = networks.exportable(nn.Sequential(nn.AdaptiveAvgPool2d(3)))
+    assert isinstance(net[0], AdaptiveAvgPool2dExport)
+
+
+def test_benchmark_times_every_runtime(tmp_path):
+    tool = load_tool('benchmark')
+    out = tmp_path / 'bench.json'
+    assert tool.main([
+        'backbone', '--arch', json.dumps(dict(embed_dims=64, num_layers=2,
+                                              num_heads=2)),
+        '--spec', json.dumps(dict(attn_removed=[0], act_removed=[0, 1])),
+        '--img-size', '32', '--batch-size', '2', '--models', 'dense',
+        'merged', '--runtime', 'torch', 'onnxruntime', 'openvino',
+        '--repeats', '1', '--warmup', '1', '--no-macs', '--json',
+        str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [m['name'] for m in result['models']] == [
+        'dense', 'merged', 'dense@onnxruntime', 'merged@onnxruntime',
+        'dense@openvino', 'merged@openvino']
+    rows = {row['runtime']: row for row in result['runtimes']}
+    assert set(rows) == {'torch', 'onnxruntime', 'openvino'}
+    for row in rows.values():
+        assert row['max_abs_diff'] <= 1e-4
+        assert row['speedup']['paired_median'] > 0
+    assert rows['torch']['vs_torch']['paired_median'] == 1
+
+
+@pytest.mark.parametrize('args, message', [
+    (['detr', '--runtime', 'onnxruntime'], 'for the backbone task'),
+    (['backbone', '--runtime', 'openvino', '--dtype', 'bf16'],
+     'run the exported fp32 graph'),
+    (['backbone', '--runtime', 'tensorrt'], 'unknown runtimes'),
+])
+def test_benchmark_runtime_usage_errors(args, message, capsys):
+    assert load_tool('benchmark').main(args) == 2
+    assert message in capsys.readouterr().err
