@@ -19,7 +19,11 @@ hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
 
 model = dict(
     backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
-    head=dict(num_classes=100))
+    # A new 100-class head, zero-initialised as DeiT's: the ImageNet heads
+    # the base model loads (PretrainedHeads) do not fit 100 classes.
+    head=dict(num_classes=100,
+              init_cfg=dict(_delete_=True, type='Constant', layer='Linear',
+                            val=0)))
 
 train_pipeline = [
     dict(type='RandomCrop', crop_size=32, padding=4),
