@@ -2,6 +2,8 @@
 tools/benchmark.py --runtime: every exported graph is verified against
 PyTorch in ONNX Runtime (and OpenVINO) at several sizes, within 1e-4."""
 import contextlib
+import ctypes
+import gc
 import io
 import json
 import shutil
@@ -17,6 +19,7 @@ from hetdpt_mm import META_KEY
 from hetdpt_mm.benchmark import build_from_config
 from hetdpt_mm.deploy import networks
 from hetdpt_mm.deploy.networks import AdaptiveAvgPool2dExport
+from hetdpt_mm.deploy.runtimes import _SignalStack, make_session
 
 DEMO = REPO / 'configs' / 'demo'
 DEMO_SPEC = dict(attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
@@ -186,6 +189,25 @@ def test_exportable_adaptive_pool_is_torchs(size):
             nn.AdaptiveAvgPool2d(output_size)(inputs))
     net = networks.exportable(nn.Sequential(nn.AdaptiveAvgPool2d(3)))
     assert isinstance(net[0], AdaptiveAvgPool2dExport)
+
+
+def signal_stack():
+    stack = _SignalStack()
+    ctypes.CDLL(None).sigaltstack(None, ctypes.byref(stack))
+    return stack.ss_sp, stack.ss_flags, stack.ss_size
+
+
+def test_openvino_sessions_leave_the_signal_stack_as_it_was(classifier_onnx):
+    """Freed in the order they were made, two OpenVINO models would leave
+    the thread a freed alternate signal stack (a later SIGCHLD: SIGSEGV)."""
+    before = signal_stack()
+    first = make_session(classifier_onnx[1], 'openvino')
+    second = make_session(classifier_onnx[1], 'openvino')
+    del first
+    gc.collect()
+    del second
+    gc.collect()
+    assert signal_stack() == before
 
 
 def test_benchmark_times_every_runtime(tmp_path):

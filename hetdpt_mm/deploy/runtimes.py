@@ -8,8 +8,11 @@ and specialises Python-level shape logic to the example input, while
 torch.export keeps sizes symbolic (dynamic batch, height and width) and
 fails loudly where it cannot.
 """
+import contextlib
+import ctypes
+import sys
 from pathlib import Path
-from typing import Any, Callable, List, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, List, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -33,6 +36,35 @@ def require(module: str):
         raise UsageError(
             f'{module} is not installed: pip install -r '
             'requirements/deploy.txt (or hetdpt_mm[deploy])') from None
+
+
+class _SignalStack(ctypes.Structure):
+    """``stack_t`` of sigaltstack(2) on Linux."""
+    _fields_ = [('ss_sp', ctypes.c_void_p), ('ss_flags', ctypes.c_int),
+                ('ss_size', ctypes.c_size_t)]
+
+
+@contextlib.contextmanager
+def signal_stack_kept() -> Iterator[None]:
+    """Give the calling thread back its alternate signal stack afterwards.
+
+    OpenVINO's CPU plugin (2026.4) installs an alternate signal stack on the
+    thread that compiles a model and, when that compiled model is freed,
+    reinstalls the stack it replaced. With two models freed in the order
+    they were compiled, the thread is left with a stack already freed, and
+    the next handled signal (SIGCHLD from a subprocess once PyTorch's
+    DataLoader has set a handler) kills the process with SIGSEGV.
+    """
+    if not sys.platform.startswith('linux'):
+        yield
+        return
+    sigaltstack = ctypes.CDLL(None, use_errno=True).sigaltstack
+    own = _SignalStack()
+    sigaltstack(None, ctypes.byref(own))
+    try:
+        yield
+    finally:
+        sigaltstack(ctypes.byref(own), None)
 
 
 def export_onnx(net: nn.Module, example: torch.Tensor, path: Union[str, Path],
@@ -76,7 +108,8 @@ def make_session(path: Union[str, Path], runtime: str,
         config = {'INFERENCE_PRECISION_HINT': 'f32'}
         if threads:
             config['INFERENCE_NUM_THREADS'] = threads
-        compiled = ov.Core().compile_model(str(path), 'CPU', config)
+        with signal_stack_kept():
+            compiled = ov.Core().compile_model(str(path), 'CPU', config)
         request = compiled.create_infer_request()
 
         def run(array):
