@@ -1,18 +1,23 @@
 """HetDPTSwin (issue 16): the three forms compute the same function, the
 dense form is mmdet's, mmpretrain's and timm's Swin (each checkpoint layout
 converted), and the backbone works in mmdet / mmseg models."""
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import randomize_, timm_state_dict
+from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
-from hetdpt_mm.benchmark import analytic_macs
+from hetdpt_mm.benchmark import analytic_macs, build_from_config, \
+    make_test_batch
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin
 from hetdpt_mm.models.swin_state_dict import \
     resize_relative_position_bias_table
 from hetdpt_mm.record import load_backbone_checkpoint
 
+ROOT = Path(__file__).resolve().parents[1]
 #: A small Swin: four stages (8 blocks), every stage with both a W-MSA and
 #: an SW-MSA block, two heads in the first stage.
 SMALL_ARCH = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[2, 2, 4, 4])
@@ -252,3 +257,38 @@ def test_builds_from_toolbox_registries(scope):
         backbone = registry.build(dict(type='HetDPTSwin', arch=SMALL_ARCH,
                                        prune_spec=SMALL_SPEC, merged=True))
     assert isinstance(backbone, HetDPTSwin) and backbone.form == 'merged'
+
+
+@pytest.mark.parametrize('name, stage_widths', [
+    ('mask-rcnn_hetdpt_swin-t_fpn_1x_coco.py', [96, 192, 384, 768]),
+    ('upernet_hetdpt_swin-b_ade20k.py', [128, 256, 512, 1024]),
+])
+def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
+    """The configs as written (mmdet's / mmseg's Swin configs, backbone
+    swapped) with a small merged Swin in place of the real one: they build
+    through the toolbox, take the checkpoint's structure and predict."""
+    cfg = Config.fromfile(ROOT / 'configs' / name)
+    backbone_cfg = cfg.model.backbone
+    assert backbone_cfg.type == 'HetDPTSwin' and backbone_cfg.pad_small_map
+    neck_or_head = cfg.model.get('neck') or cfg.model.decode_head
+    assert list(neck_or_head.in_channels) == stage_widths
+    merged = swin(prune_spec=SMALL_SPEC, merged=True)
+    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
+                                merged.state_dict().items()}),
+               tmp_path / 'merged.pth')
+    backbone_cfg.arch = SMALL_ARCH
+    backbone_cfg.init_cfg.checkpoint = str(tmp_path / 'merged.pth')
+    widths = [16, 32, 64, 128]
+    if 'neck' in cfg.model:
+        cfg.model.neck.in_channels = widths
+    else:
+        cfg.model.decode_head.in_channels = widths
+        cfg.model.auxiliary_head.in_channels = widths[2]
+    model = build_from_config(cfg)
+    model.init_weights()
+    assert model.backbone.form == 'merged'
+    assert model.backbone.prune_spec == merged.prune_spec
+    with torch.no_grad():
+        results = model.test_step(make_test_batch(cfg.default_scope, 1,
+                                                  (96, 128)))
+    assert len(results) == 1
