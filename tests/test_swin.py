@@ -1,6 +1,7 @@
 """HetDPTSwin (issue 16): the three forms compute the same function, the
 dense form is mmdet's, mmpretrain's and timm's Swin (each checkpoint layout
 converted), and the backbone works in mmdet / mmseg models."""
+import json
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,11 @@ from helpers import randomize_, timm_state_dict
 from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
+from hetdpt_mm.apis.benchmark import (BenchmarkOptions, resolve_options,
+                                      run_benchmark)
 from hetdpt_mm.benchmark import analytic_macs, build_from_config, \
     make_test_batch
+from hetdpt_mm.cli import UsageError
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin
 from hetdpt_mm.models.swin_state_dict import \
@@ -292,3 +296,22 @@ def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
         results = model.test_step(make_test_batch(cfg.default_scope, 1,
                                                   (96, 128)))
     assert len(results) == 1
+
+
+def test_backbone_benchmark_of_a_swin():
+    """tools/benchmark.py backbone --family swin: traced matrix-product MACs
+    equal the per-block analytic ones in every form."""
+    options = resolve_options(BenchmarkOptions(
+        'backbone', family='swin', arch=json.dumps(SMALL_ARCH),
+        spec=json.dumps(SMALL_SPEC), img_size=[64], batch_size=1, repeats=1,
+        warmup=0, threads=1))
+    result = run_benchmark(options)
+    dense, pruned, merged = result['models']
+    for model in result['models']:
+        assert model['macs']['matmul'] == model['backbone_analytic_macs']
+    assert merged['speedup']['macs'] > pruned['speedup']['macs'] > 1.0
+    assert merged['description'].startswith('HetDPTSwin pruned and merged')
+    with pytest.raises(UsageError, match='--family swin is for the backbone'):
+        resolve_options(BenchmarkOptions('upernet', family='swin'))
+    with pytest.raises(UsageError, match='give its --spec'):
+        resolve_options(BenchmarkOptions('backbone', family='swin'))
