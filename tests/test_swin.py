@@ -96,6 +96,18 @@ def test_gated_pruned_merged_compute_the_same(semantics, tmp_path):
         sum(p.numel() for p in dense.parameters())
 
 
+def test_straight_through_gradient_reaches_open_gates_only():
+    gated = randomize_(swin(gated=True, prune_spec=SMALL_SPEC)).train()
+    gated(images(32, 32))[3].pow(2).sum().backward()
+    spec = PruneSpec.coerce(SMALL_SPEC, 8)
+    for kind in ('attn', 'act'):
+        for index, gate in enumerate(gated.gates(kind)):
+            reached = gate.hetdpt_score.grad is not None
+            assert reached != spec.is_removed(kind, index), (kind, index)
+    scores = gated.gate_scores('attn')
+    assert scores.shape == (8, )
+
+
 def mmdet_swin(**kwargs):
     from mmdet.models.backbones import SwinTransformer
     model = SwinTransformer(embed_dims=16, depths=[2, 2, 2, 2],

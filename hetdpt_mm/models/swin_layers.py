@@ -159,9 +159,9 @@ class WindowAttention(nn.Module):
         height, width = hw_shape
         window, shift = self.window_and_shift(hw_shape)
         x = x.view(batch, height, width, channels)
-        pad_bottom = -height % window
-        pad_right = -width % window
-        x = F.pad(x, (0, 0, 0, pad_right, 0, pad_bottom))
+        padded = bool(height % window or width % window)
+        if padded:  # (a copy: skipped where the windows fit, e.g. at 224²)
+            x = F.pad(x, (0, 0, 0, -width % window, 0, -height % window))
         padded_height, padded_width = x.shape[1:3]
         mask = None
         if shift:
@@ -173,8 +173,9 @@ class WindowAttention(nn.Module):
         x = window_reverse(windows, window, padded_height, padded_width)
         if shift:
             x = torch.roll(x, (shift, shift), dims=(1, 2))
-        x = x[:, :height, :width].contiguous()
-        return x.view(batch, height * width, channels)
+        if padded:
+            x = x[:, :height, :width].contiguous()
+        return x.reshape(batch, height * width, channels)
 
 
 class GatedWindowAttention(GatedResidualBranch, WindowAttention):
