@@ -1,12 +1,13 @@
 """HetDPTSwin (issue 16): the three forms compute the same function, the
 dense form is mmdet's, mmpretrain's and timm's Swin (each checkpoint layout
-converted), and the backbone works in mmdet / mmseg models."""
+converted), the prune hook, the merge and the benchmark drive it through the
+family interface, and it works in mmdet / mmseg models."""
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import randomize_, timm_state_dict
+from helpers import fake_runner, randomize_, timm_state_dict
 from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
@@ -15,6 +16,7 @@ from hetdpt_mm.apis.benchmark import (BenchmarkOptions, resolve_options,
 from hetdpt_mm.benchmark import analytic_macs, build_from_config, \
     make_test_batch
 from hetdpt_mm.cli import UsageError
+from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin
 from hetdpt_mm.models.swin_state_dict import \
@@ -106,6 +108,41 @@ def test_straight_through_gradient_reaches_open_gates_only():
             assert reached != spec.is_removed(kind, index), (kind, index)
     scores = gated.gate_scores('attn')
     assert scores.shape == (8, )
+
+
+def test_prune_hook_and_merge_drive_a_swin_classifier(tmp_path):
+    """The family interface is all the hooks and the merge need: a gated
+    Swin in an mmpretrain classifier is pruned by HetDPTPruneHook (lowest
+    score within a type), and its checkpoint merges to a network computing
+    the same."""
+    from mmpretrain.registry import MODELS
+    model = MODELS.build(dict(
+        type='ImageClassifier',
+        backbone=dict(type='HetDPTSwin', arch=SMALL_ARCH, gated=True,
+                      out_indices=(3, ), drop_path_rate=0.),
+        neck=dict(type='GlobalAveragePooling'),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=128)))
+    backbone = randomize_(model.backbone)
+    runner = fake_runner(model)
+    hook = HetDPTPruneHook(counts=dict(attn=1, act=2), stages=1)
+    hook.before_train(runner)
+    with torch.no_grad():
+        backbone.gates('act')[6].hetdpt_score.fill_(-1.)
+        backbone.gates('act')[2].hetdpt_score.fill_(-.5)
+        backbone.gates('attn')[5].hetdpt_score.fill_(-1.)
+    for runner.iter in range(12):
+        hook.after_train_iter(runner, runner.iter)
+    assert backbone.prune_spec == PruneSpec(8, [5], [2, 6])
+    merged_file, _ = merge_checkpoint(dict(state_dict=model.state_dict()))
+    merged = HetDPTSwin(arch=SMALL_ARCH, out_indices=(3, ))
+    merged.load_state_dict({k[len('backbone.'):]: v for k, v in
+                            merged_file['state_dict'].items()
+                            if k.startswith('backbone.')})
+    assert merged.form == 'merged' and merged.prune_spec == \
+        backbone.prune_spec
+    x = images(32, 32)
+    with torch.no_grad():
+        assert_outputs_close(merged.eval()(x), backbone.eval()(x))
 
 
 def mmdet_swin(**kwargs):
