@@ -73,9 +73,10 @@ class HetDPTSwin(HetDPTBackbone):
         arch: ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` or a dict
             with ``embed_dims``, ``depths``, ``num_heads`` (per stage) and
             optionally ``mlp_ratio``.
-        pretrain_img_size: accepted for mmdet / mmseg configs, where it
-            sizes the absolute position embedding that no released Swin has;
-            the relative position biases here serve any input size.
+        pretrain_img_size: accepted (and not used) so that mmdet / mmseg
+            backbone dicts carry over: there it sizes the absolute position
+            embedding that no released Swin has; the relative position
+            biases here serve any input size.
         window_size: window side of every stage (7; 12 for the 384²
             models); tables of loaded weights made for another window are
             resampled (bicubic).
@@ -142,7 +143,6 @@ class HetDPTSwin(HetDPTBackbone):
         if not -1 <= frozen_stages <= stages:
             raise ValueError(f'frozen_stages must be in -1..{stages} (the '
                              f'number of stages), got {frozen_stages}')
-        self.pretrain_img_size = pretrain_img_size
         self.window_size = window_size
         self.pad_small_map = pad_small_map
         self.with_cp = with_cp
