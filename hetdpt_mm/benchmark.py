@@ -29,8 +29,8 @@ from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
-from .models.family import HetDPTBackbone
-from .models.hetdpt_vit import HetDPTViT, resolve_arch
+from .models.family import HetDPTBackbone, get_family
+from .models.hetdpt_vit import resolve_arch
 from .record import load_backbone_checkpoint
 from .models.layers import StraightThroughGate
 from .spec import ACT, ATTN, PruneSpec
@@ -249,14 +249,18 @@ def analytic_macs(backbone: HetDPTBackbone,
                   img_size: Sequence[int]) -> int:
     """Analytic MACs of ``backbone`` at ``img_size`` (``H, W``; multiples of
     the patch size, like the analytic model), from its family's MACs per
-    layer. Unmerged FFNs cost as much as dense ones, with or without their
+    block. Unmerged FFNs cost as much as dense ones, with or without their
     GELU."""
     macs = type(backbone).layer_macs(backbone.build_args(), img_size)
     spec = backbone.prune_spec
-    merged_ffns = spec.n_act if backbone.form == 'merged' else 0
-    return int(macs['rest'] + backbone.depth * (macs['attn'] + macs['ffn'])
-               - spec.n_attn * macs['attn']
-               - merged_ffns * (macs['ffn'] - macs['merged_ffn']))
+    merged = backbone.form == 'merged'
+    total = macs['rest']
+    for index in range(backbone.depth):
+        if not spec.is_removed(ATTN, index):
+            total += macs['attn'][index]
+        total += macs['merged_ffn'][index] if merged and spec.is_removed(
+            ACT, index) else macs['ffn'][index]
+    return int(total)
 
 
 def gate_modules(model: nn.Module) -> List[str]:
@@ -271,17 +275,19 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
                             variants: Sequence[str] = BACKBONE_VARIANTS,
                             checkpoint: Optional[str] = None,
                             prefix: Optional[str] = None,
-                            **backbone_args) -> Dict[str, HetDPTViT]:
-    """The dense, pruned (unmerged) and merged forms of one backbone, in
-    eval mode, in ``variants`` order.
+                            family: str = 'vit',
+                            **backbone_args) -> Dict[str, HetDPTBackbone]:
+    """The dense, pruned (unmerged) and merged forms of one backbone of
+    ``family`` (``'vit'``, ``'swin'``), in eval mode, in ``variants`` order.
 
     Without ``checkpoint`` the weights are random (speed does not depend on
-    them). With one, the structure (arch, spec, semantics) comes from it as
-    in training, ``arch`` and ``spec`` only filling in what it cannot say
-    (a checkpoint without meta: its arch; removed GELUs of an authors'
-    stage-2 file), and its weights go into the forms they convert to (a
-    merged checkpoint cannot be unmerged: its pruned form stays random).
-    ``backbone_args`` (e.g. ``img_size``, ``out_type``) override both.
+    them). With one, the structure (family, arch, spec, semantics) comes
+    from it as in training, ``arch`` and ``spec`` only filling in what it
+    cannot say (a checkpoint without meta: its arch; removed GELUs of an
+    authors' stage-2 file), and its weights go into the forms they convert
+    to (a merged checkpoint cannot be unmerged: its pruned form stays
+    random). ``backbone_args`` (e.g. ``img_size``, ``out_type``) override
+    both.
     """
     unknown = [v for v in variants if v not in BACKBONE_VARIANTS]
     if unknown:
@@ -290,9 +296,11 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
     structure = dict(arch=arch)
     pruned_args = dict(prune_spec=spec)
     stored_form = None
+    backbone_class = get_family(family)
     if checkpoint is not None:
         record = load_backbone_checkpoint(checkpoint, prefix,
                                           mmap=True).record
+        backbone_class = get_family(record.family)
         stored_form = record.form
         structure = dict(record.arch or structure)
         pruned_args = dict(
@@ -300,14 +308,14 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
                           prefix=prefix),
             prune_spec=spec if record.act_unknown else None)
     structure.update(backbone_args)
-    pruned = HetDPTViT(**structure, **pruned_args, merged=False)
+    pruned = backbone_class(**structure, **pruned_args, merged=False)
     if stored_form == 'merged':
         pruned.init_cfg = None  # random: merged weights cannot be unmerged
     pruned.init_weights()
     models = {}
     for variant in variants:
         if variant == 'dense':
-            model = HetDPTViT(**structure, merged=False)
+            model = backbone_class(**structure, merged=False)
             model.init_weights()
         elif variant == 'pruned':
             model = pruned

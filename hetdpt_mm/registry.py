@@ -1,7 +1,8 @@
 """Registration of hetdpt_mm's modules in the OpenMMLab registries.
 
 The backbone is registered in the MODELS registry of every toolbox that is
-installed (mmpretrain, mmdet, mmseg), so ``type='HetDPTViT'`` builds from any
+installed (mmpretrain, mmdet, mmseg), so ``type='HetDPTViT'`` and
+``type='HetDPTSwin'`` build from any
 of their scopes, directly or through ``custom_imports``; with mmdet,
 ``FusedAttentionDETR`` too.
 
@@ -47,10 +48,11 @@ def toolbox_model_registries():
 
 
 def register_all_modules():
-    from .models import HetDPTViT
+    from .models import HetDPTSwin, HetDPTViT
     registries = toolbox_model_registries()
     for registry in registries.values():
-        registry.register_module(module=HetDPTViT, force=True)
+        for backbone in (HetDPTViT, HetDPTSwin):
+            registry.register_module(module=backbone, force=True)
     if 'mmdet' in registries:
         registries['mmdet'].register_module(
             name='FusedAttentionDETR', force=True,

@@ -34,6 +34,9 @@ CONFIGS = sorted(
     str(path.relative_to(ROOT / 'configs'))
     for path in (ROOT / 'configs').rglob('*.py')
     if '_base_' not in path.parts)
+#: Swin configs build in tests/test_swin.py (this module writes stand-ins
+#: for ViT checkpoints).
+VIT_CONFIGS = [name for name in CONFIGS if 'swin' not in name]
 BASES = sorted(
     str(path.relative_to(ROOT / 'configs'))
     for path in (ROOT / 'configs' / '_base_').rglob('*.py'))
@@ -108,7 +111,7 @@ def test_configs_load_and_every_base_is_used():
     assert not unused, f'no config inherits {sorted(unused)}'
 
 
-@pytest.mark.parametrize('name', CONFIGS)
+@pytest.mark.parametrize('name', VIT_CONFIGS)
 def test_config_builds(name, tmp_path):
     cfg = Config.fromfile(ROOT / 'configs' / name)
     assert 'hetdpt_mm' in cfg.custom_imports['imports']

@@ -150,10 +150,11 @@ class ToyNet(HetDPTBackbone):
                     in_features=weight.shape[1])
 
     @classmethod
-    def layer_macs(cls, arch, img_size) -> Dict[str, float]:
-        tokens, dim = img_size[0], arch['dim']
-        return dict(attn=4 * tokens * dim**2 + 2 * tokens**2 * dim,
-                    ffn=4 * tokens * dim**2, merged_ffn=tokens * dim**2,
+    def layer_macs(cls, arch, img_size) -> Dict[str, object]:
+        tokens, dim, depth = img_size[0], arch['dim'], arch['depth']
+        return dict(attn=[4 * tokens * dim**2 + 2 * tokens**2 * dim] * depth,
+                    ffn=[4 * tokens * dim**2] * depth,
+                    merged_ffn=[tokens * dim**2] * depth,
                     rest=tokens * arch['in_features'] * dim)
 
     # the network

@@ -2,10 +2,11 @@
 """Measure the speed, MACs and parameters of dense vs HetDPT-pruned models.
 
 Three comparisons, each run in ONE process with every model timed once per
-repeat in rotating order (after warm-up): ``backbone`` (a HetDPTViT dense,
-pruned and merged), ``detr`` and ``upernet`` (end to end, built-in models
-or ``--config NAME=PATH``); see :mod:`hetdpt_mm.apis.benchmark`, which does
-the work, and docs/benchmarks.md.
+repeat in rotating order (after warm-up): ``backbone`` (a HetDPTViT, or a
+HetDPTSwin with ``--family swin``: dense, pruned and merged), ``detr`` and
+``upernet`` (end to end, built-in models or ``--config NAME=PATH``); see
+:mod:`hetdpt_mm.apis.benchmark`, which does the work, and
+docs/benchmarks.md.
 
 Examples (from the repository root)::
 
@@ -15,6 +16,10 @@ Examples (from the repository root)::
         --batch-size 16 --json bench/deit-b.json --md bench/deit-b.md
     python tools/benchmark.py backbone --arch deit-base --batch-size 1 \\
         --models dense merged --runtime torch onnxruntime openvino
+    python tools/benchmark.py backbone --family swin --arch base \\
+        --spec '{"attn_removed": [10, 12, 14, 16, 18, 20],
+                 "act_removed": [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
+                                 19]}'
     python tools/benchmark.py detr --img-size 800 1216
     python tools/benchmark.py upernet --img-size 512 512 --profile 10
     python tools/benchmark.py detr \\
@@ -42,9 +47,15 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
     parser.add_argument('task', choices=TASKS,
                         help='backbone variants, DETR, or UperNet')
     model = parser.add_argument_group('models')
+    model.add_argument('--family', choices=('vit', 'swin'),
+                       help='backbone: HetDPTViT (default) or HetDPTSwin '
+                       '(specs index the blocks of all stages)')
     model.add_argument('--arch',
-                       help='deit-tiny/small/base or a JSON dict '
-                       '(embed_dims, num_layers, num_heads[, mlp_ratio])')
+                       help='vit: deit-tiny/small/base (default deit-base) '
+                       'or a JSON dict (embed_dims, num_layers, num_heads'
+                       '[, mlp_ratio]); swin: tiny/small/base/large '
+                       '(default base) or a JSON dict (embed_dims, depths, '
+                       'num_heads[, mlp_ratio])')
     model.add_argument('--spec',
                        help='JSON prune spec, e.g. \'{"attn_removed": [0, 3],'
                        ' "act_removed": [2]}\' (default: the authors\' '

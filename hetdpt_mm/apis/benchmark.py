@@ -5,8 +5,9 @@ repeat in rotating order (after warm-up), reporting the median time per
 batch with its spread and the speedup over the first (baseline) model, both
 as a ratio of medians and per repeat (paired):
 
-* ``backbone``: a HetDPTViT in its dense, pruned (unmerged) and merged forms,
-  given by ``--arch`` + ``--spec`` or by a ``--checkpoint`` with HetDPT meta;
+* ``backbone``: a HetDPTViT or HetDPTSwin (``--family``) in its dense, pruned
+  (unmerged) and merged forms, given by ``--arch`` + ``--spec`` or by a
+  ``--checkpoint`` with HetDPT meta;
 * ``detr``: DETR (mmdet's config) with the dense vs the merged HetDPT DeiT-B;
 * ``upernet``: mmseg's stock DeiT-B UperNet vs the same UperNet with the
   merged HetDPT DeiT-B, with the backbone also timed alone (Amdahl's law).
@@ -48,7 +49,9 @@ from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
 from ..cli import UsageError
 from ..deploy.runtimes import BENCHMARK_RUNTIMES, benchmark_runner
 from ..fileio import atomic_write_text, check_output_path
-from ..models.hetdpt_vit import HetDPTViT, resolve_arch
+from ..models.family import HetDPTBackbone
+from ..models.hetdpt_swin import resolve_swin_arch
+from ..models.hetdpt_vit import resolve_arch
 from ..spec import PruneSpec
 
 __all__ = ['TASKS', 'BenchmarkOptions', 'resolve_options', 'run_benchmark',
@@ -64,6 +67,8 @@ DEFAULTS = {
     'detr': ((800, 1216), 1, 3, ('dense', 'merged'), False),
     'upernet': ((512, 512), 1, 3, ('stock', 'merged'), True),
 }
+#: The arch each family's backbone benchmark takes without --arch.
+DEFAULT_ARCHS = {'vit': 'deit-base', 'swin': 'base'}
 #: The size the built-in backbones store their position embedding at, as in
 #: configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
 BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
@@ -75,8 +80,10 @@ class BenchmarkOptions:
     its help); ``None`` means the task's default, which
     :func:`resolve_options` fills in."""
     task: str  # one of TASKS
-    #: deit-tiny/small/base, or a JSON dict (text or parsed)
-    arch: Union[str, Dict[str, Any]] = 'deit-base'
+    family: str = 'vit'  # backbone: a key of DEFAULT_ARCHS
+    #: a preset of the family or a JSON dict (text or parsed); None: the
+    #: family's DEFAULT_ARCHS
+    arch: Union[None, str, Dict[str, Any]] = None
     spec: Union[None, str, Dict[str, Any]] = None  # JSON prune spec
     checkpoint: Optional[str] = None  # backbone: structure and weights
     prefix: Optional[str] = None  # backbone: key prefix in checkpoint
@@ -141,11 +148,22 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     elif options.split_backbone and options.task == 'backbone':
         raise UsageError('--split-backbone is for detr and upernet: the '
                          'backbone task times backbones only')
-    if options.distilled is None:
+    if options.family not in DEFAULT_ARCHS:
+        raise UsageError(f'unknown --family {options.family!r}; choose from '
+                         f'{list(DEFAULT_ARCHS)}')
+    if options.family != 'vit':
+        if options.task != 'backbone':
+            raise UsageError(f'--family {options.family} is for the backbone '
+                             'task (detr and upernet build DeiT models; '
+                             'give other models with --config)')
+        if options.distilled:
+            raise UsageError('--distilled is for ViT backbones')
+    elif options.distilled is None:
         options.distilled = options.task != 'backbone'
-    options.arch = parse_json_or_text(options.arch)
+    options.arch = parse_json_or_text(options.arch or
+                                      DEFAULT_ARCHS[options.family])
     try:
-        depth = resolve_arch(options.arch)['num_layers']
+        depth = arch_depth(options.family, options.arch)
     except ValueError as err:
         raise UsageError(f'--arch: {err}') from None
     if options.spec is not None:
@@ -192,6 +210,13 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         if len(set(options.models)) != len(options.models):
             raise UsageError(f'--models has duplicates: {options.models}')
     return options
+
+
+def arch_depth(family: str, arch: Union[str, Dict[str, Any]]) -> int:
+    """Blocks of ``arch`` (over all stages), which specs index."""
+    if family == 'swin':
+        return sum(resolve_swin_arch(arch)['depths'])
+    return resolve_arch(arch)['num_layers']
 
 
 def check_runtimes(options: BenchmarkOptions) -> None:
@@ -292,10 +317,14 @@ class Entry:
 
 
 def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
+    # A ViT stores its position embedding at the input size; a Swin's
+    # relative position biases serve any size.
+    vit_args = dict(img_size=options.img_size, distilled=options.distilled) \
+        if options.family == 'vit' else {}
     variants = build_backbone_variants(
         arch=options.arch, spec=options.spec, variants=options.models,
         checkpoint=options.checkpoint, prefix=options.prefix,
-        img_size=options.img_size, distilled=options.distilled)
+        family=options.family, **vit_args)
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(options.batch_size, 3, *options.img_size,
                          generator=generator).to(options.device)
@@ -324,16 +353,18 @@ def runtime_name(variant: str, runtime: str) -> str:
 
 def describe(model: nn.Module) -> str:
     """What a model's backbone is, for the tables."""
-    backbone = model if isinstance(model, HetDPTViT) else model.backbone
-    if not isinstance(backbone, HetDPTViT):
+    backbone = model if isinstance(model, HetDPTBackbone) else \
+        model.backbone
+    name = type(backbone).__name__
+    if not isinstance(backbone, HetDPTBackbone):
         toolbox = type(backbone).__module__.split('.')[0]
-        return f'{toolbox} {type(backbone).__name__}'
+        return f'{toolbox} {name}'
     spec = backbone.prune_spec
     if spec.is_dense:
-        return 'HetDPTViT dense'
+        return f'{name} dense'
     form = {'merged': 'pruned and merged', 'pruned': 'pruned, FFNs unmerged',
             'gated': 'gated'}[backbone.form]
-    return f'HetDPTViT {form} ({spec_text(spec)})'
+    return f'{name} {form} ({spec_text(spec)})'
 
 
 def config_entries(options: BenchmarkOptions) -> List[Entry]:
@@ -387,8 +418,9 @@ def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
     if backbone is not entry.model:
         counts['backbone_macs'] = count_macs(
             backbone, entry.backbone_inputs[:1]).to_dict()
-    if isinstance(backbone, HetDPTViT) and all(
-            s % backbone.patch_size == 0 for s in options.img_size):
+    if isinstance(backbone, HetDPTBackbone) and all(
+            s % backbone.build_args()['patch_size'] == 0
+            for s in options.img_size):
         counts['backbone_analytic_macs'] = analytic_macs(backbone,
                                                          options.img_size)
     return counts
@@ -474,6 +506,7 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
                       warmup=options.warmup,
                       repeats=options.repeats, iters=options.iters,
                       # --config models take all of these from configs.
+                      family=None if options.config else options.family,
                       arch=None if options.config else options.arch,
                       spec=None if options.config else options.spec,
                       distilled=None if options.config else options.distilled,

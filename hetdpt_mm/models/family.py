@@ -29,18 +29,19 @@ a backbone of another structure rebuilds it first (through every loading
 path: ``load_state_dict``, MMEngine's ``load_checkpoint``, ``load_from``,
 ``--resume``, the toolboxes' inference APIs).
 """
-from typing import ClassVar, Dict, List, Mapping, Optional, Type
+import os.path as osp
+from typing import ClassVar, Dict, List, Mapping, Optional, Tuple, Type
 
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
-from ..checkpoint import StateDictMismatch
+from ..checkpoint import CheckpointError, StateDictMismatch
 from ..record import (EXTRA_STATE_KEY, HetDPTRecord, RecordInStateDict,
                       load_backbone_checkpoint, with_record)
 from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
-from .layers import GATE_SUFFIXES
+from .layers import GATE_SUFFIXES, SEMANTICS_CHOICES
 
 #: Family name -> backbone class.
 FAMILIES: Dict[str, Type['HetDPTBackbone']] = {}
@@ -52,6 +53,10 @@ def get_family(name: str) -> Type['HetDPTBackbone']:
             f'unknown backbone family {name!r}; this hetdpt_mm knows '
             f'{sorted(FAMILIES)}')
     return FAMILIES[name]
+
+
+def absent_local_file(source: str) -> bool:
+    return '://' not in source and not osp.exists(osp.expanduser(source))
 
 
 def recognising_family(state: Mapping) -> Optional[Type['HetDPTBackbone']]:
@@ -120,10 +125,11 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
         raise NotImplementedError
 
     @classmethod
-    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, float]:
-        """Multiply-accumulates per block of one attention sublayer
-        (``'attn'``), one FFN (``'ffn'``), one merged FFN (``'merged_ffn'``)
-        and of everything else in the network (``'rest'``)."""
+    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
+        """Multiply-accumulates of the network at ``img_size``: lists by
+        block index of its attention sublayer (``'attn'``), FFN (``'ffn'``)
+        and merged FFN (``'merged_ffn'``), and the number for everything
+        else (``'rest'``).  Blocks of a family may differ (Swin's stages)."""
         raise NotImplementedError
 
     @classmethod
@@ -137,6 +143,121 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
         return family(**dict(record.arch), **dict(record.semantics),
                       prune_spec=record.spec, gated=record.form == 'gated',
                       merged=record.form == 'merged', **kwargs)
+
+    # ------------------------------------------- construction (init_cfg)
+    def _pretrained_cfg(self) -> Optional[dict]:
+        cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [
+            self.init_cfg]
+        for cfg in cfgs:
+            if isinstance(cfg, Mapping) and cfg.get('type') == 'Pretrained':
+                return dict(cfg)
+        return None
+
+    def _checkpoint_record(self) -> Optional[HetDPTRecord]:
+        """The structure of the ``init_cfg`` checkpoint (memory-mapped, so
+        only its records and key names are touched).  A local file that is
+        not there (a config's training start, read at inference time) gives
+        none: the weights loaded later bring their own structure."""
+        cfg = self._pretrained_cfg()
+        if cfg is None:
+            return None
+        source = cfg['checkpoint']
+        if absent_local_file(source):
+            print_log(f'{type(self).__name__}: init_cfg checkpoint {source} '
+                      'does not exist; building the configured structure '
+                      '(weights loaded later set theirs)', logger='current',
+                      level=30)
+            return None
+        return load_backbone_checkpoint(source, cfg.get('prefix'),
+                                        mmap=True).record
+
+    def _resolve_structure(self, depth: int, prune_spec, gated: bool,
+                           merged: Optional[bool], defaults: Mapping,
+                           **given_semantics
+                           ) -> Tuple[PruneSpec, str, Dict[str, str]]:
+        """The spec, form and semantics to build: the constructor's
+        arguments where given, else the ``init_cfg`` checkpoint's record,
+        else dense, unmerged and the family's ``defaults`` semantics
+        (``given_semantics``: the semantics arguments, ``None`` = not
+        given).  Sets :attr:`structure_given`."""
+        self.structure_given = gated or prune_spec is not None or \
+            merged is not None
+        record = self._checkpoint_record()
+        if prune_spec is None and record is not None and record.act_unknown:
+            raise CheckpointError(
+                f'{record.source} has no attention weights for blocks '
+                f'{list(record.spec.attn_removed)} but no HetDPT record, so '
+                'its removed GELUs are unknown (e.g. an authors\' stage-2 '
+                'checkpoint): pass prune_spec=dict(attn_removed=[...], '
+                'act_removed=[...]) to the backbone')
+        if record is not None and record.family != self.family:
+            raise StateDictMismatch(
+                f'{record.source} holds a {record.family} backbone, this is '
+                f'{self.family}')
+        if prune_spec is None:
+            spec = record.spec if record is not None else PruneSpec(depth)
+        else:
+            spec = PruneSpec.coerce(prune_spec, depth)
+        if spec.depth != depth:
+            raise ValueError(
+                f'{record.source if record else "the checkpoint"} has '
+                f'{spec.depth} blocks but arch has {depth}')
+        if gated and merged:
+            raise ValueError('a gated (search) backbone cannot be merged')
+        if gated:
+            form = 'gated'
+        elif merged is None:
+            form = 'merged' if record is not None and \
+                record.form == 'merged' else 'pruned'
+        else:
+            form = 'merged' if merged else 'pruned'
+        semantics = dict(defaults)
+        if record is not None:
+            semantics.update(record.semantics)
+        for name, value in given_semantics.items():
+            allowed = SEMANTICS_CHOICES[name]
+            if value is not None:
+                semantics[name] = value
+            if semantics[name] not in allowed:
+                raise ValueError(f'{name} must be one of {allowed}, got '
+                                 f'{semantics[name]!r}')
+        return spec, form, semantics
+
+    def _init_from_cfg(self) -> bool:
+        """``init_weights`` for what ``init_cfg`` asks: load its checkpoint
+        (converted to this structure) or run MMEngine's initialisers.
+        ``False`` when the family's own random initialisation is to run: no
+        ``init_cfg``, or a checkpoint that is absent, whose weights must
+        then come from a whole model loaded later (the toolboxes'
+        inference APIs, ``load_from``, ``--resume``)."""
+        cfg = self._pretrained_cfg()
+        if cfg is not None and absent_local_file(cfg['checkpoint']):
+            self.awaited_checkpoint = cfg['checkpoint']
+            return False
+        if cfg is not None:
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+            return True
+        if self.init_cfg is not None:
+            super().init_weights()
+            return True
+        return False
+
+    def _check_weights_arrived(self) -> None:
+        """Called by ``forward``: without the awaited checkpoint's weights
+        the network would compute with random ones."""
+        if self.awaited_checkpoint is not None:
+            raise CheckpointError(
+                f'{type(self).__name__}: init_cfg checkpoint '
+                f'{self.awaited_checkpoint} does not exist and no weights '
+                'were loaded since; make it (docs/transfer.md) or load a '
+                'whole model checkpoint')
+
+    @staticmethod
+    def _freeze(modules) -> None:
+        """Eval mode and no gradients (frozen stages)."""
+        for module in modules:
+            module.eval()
+            module.requires_grad_(False)
 
     # ------------------------------------------------ instance: structure
     # Subclasses set self.form, self.semantics and self._spec and build

@@ -1,7 +1,6 @@
 """HetDPTViT: a DeiT/ViT backbone whose attention sublayers and FFN GELUs can
 be removed (HetDPT), for mmpretrain, mmdet and mmseg."""
 import math
-import os.path as osp
 from functools import partial
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -13,12 +12,12 @@ from timm.layers import (PatchEmbed, is_exporting, resample_abs_pos_embed,
                          trunc_normal_)
 from timm.models.vision_transformer import init_weights_vit_timm
 
-from ..checkpoint import CheckpointError, StateDictMismatch
-from ..record import HetDPTRecord, load_backbone_checkpoint
+from ..checkpoint import StateDictMismatch
+from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, PruneSpec
 from . import state_dict as vit_state_dict
 from .family import HetDPTBackbone
-from .layers import REMOVED_ATTN_OUTPUTS, RESIDUAL_GELU_MODES, build_block
+from .layers import build_block
 
 ARCH_PRESETS = {
     'deit-tiny': dict(embed_dims=192, num_layers=12, num_heads=3,
@@ -52,10 +51,6 @@ def resolve_arch(arch: Union[str, Mapping]) -> Dict:
     if unknown:
         raise ValueError(f'unknown arch keys {sorted(unknown)}')
     return arch
-
-
-def _absent_local_file(source: str) -> bool:
-    return '://' not in source and not osp.exists(osp.expanduser(source))
 
 
 class HetDPTViT(HetDPTBackbone):
@@ -157,12 +152,10 @@ class HetDPTViT(HetDPTBackbone):
         self.frozen_stages = max(frozen_stages, 0)
         self.norm_eval = norm_eval
 
-        self.structure_given = gated or prune_spec is not None or \
-            merged is not None
-        record = self._checkpoint_record()
         spec, form, semantics = self._resolve_structure(
-            depth, prune_spec, gated, merged, removed_attn_output,
-            residual_gelu, record)
+            depth, prune_spec, gated, merged, RELEASED_SEMANTICS,
+            removed_attn_output=removed_attn_output,
+            residual_gelu=residual_gelu)
 
         self.img_size = tuple(img_size) if isinstance(
             img_size, Sequence) else (img_size, img_size)
@@ -340,7 +333,7 @@ class HetDPTViT(HetDPTBackbone):
                     final_norm='norm.weight' in state)
 
     @classmethod
-    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, float]:
+    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
         from ..pruning.cost import AnalyticCost
         settings = resolve_arch(arch['arch'])
         cost = AnalyticCost(
@@ -350,78 +343,13 @@ class HetDPTViT(HetDPTBackbone):
             patch_size=arch['patch_size'], in_chans=arch['in_channels'],
             num_prefix_tokens=int(arch['with_cls_token']) +
             int(arch['distilled']))
-        return dict(attn=cost.attention_macs, ffn=cost.ffn_macs,
-                    merged_ffn=cost.merged_ffn_macs,
+        depth = settings['num_layers']
+        return dict(attn=[cost.attention_macs] * depth,
+                    ffn=[cost.ffn_macs] * depth,
+                    merged_ffn=[cost.merged_ffn_macs] * depth,
                     rest=cost.patch_embed_macs)
 
     # --------------------------------------------------------- structure
-    def _pretrained_cfg(self) -> Optional[dict]:
-        cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [
-            self.init_cfg]
-        for cfg in cfgs:
-            if isinstance(cfg, Mapping) and cfg.get('type') == 'Pretrained':
-                return dict(cfg)
-        return None
-
-    def _checkpoint_record(self) -> Optional[HetDPTRecord]:
-        """The structure of the ``init_cfg`` checkpoint (memory-mapped, so
-        only its records and key names are touched).  A local file that is
-        not there (a config's training start, read at inference time) gives
-        none: the weights loaded later bring their own structure."""
-        cfg = self._pretrained_cfg()
-        if cfg is None:
-            return None
-        source = cfg['checkpoint']
-        if _absent_local_file(source):
-            print_log(f'HetDPTViT: init_cfg checkpoint {source} does not '
-                      'exist; building the configured structure (weights '
-                      'loaded later set theirs)', logger='current', level=30)
-            return None
-        return load_backbone_checkpoint(source, cfg.get('prefix'),
-                                        mmap=True).record
-
-    @staticmethod
-    def _resolve_structure(depth, prune_spec, gated, merged,
-                           removed_attn_output, residual_gelu,
-                           record: Optional[HetDPTRecord]):
-        if prune_spec is None and record is not None and record.act_unknown:
-            raise CheckpointError(
-                f'{record.source} has no attention weights for blocks '
-                f'{list(record.spec.attn_removed)} but no HetDPT record, so '
-                'its removed GELUs are unknown (e.g. an authors\' stage-2 '
-                'checkpoint): pass prune_spec=dict(attn_removed=[...], '
-                'act_removed=[...]) to the backbone')
-        if prune_spec is None:
-            spec = record.spec if record is not None else PruneSpec(depth)
-        else:
-            spec = PruneSpec.coerce(prune_spec, depth)
-        if spec.depth != depth:
-            raise ValueError(
-                f'{record.source if record else "the checkpoint"} has '
-                f'{spec.depth} blocks but arch has {depth}')
-        if gated and merged:
-            raise ValueError('a gated (search) backbone cannot be merged')
-        if gated:
-            form = 'gated'
-        elif merged is None:
-            form = 'merged' if record is not None and \
-                record.form == 'merged' else 'pruned'
-        else:
-            form = 'merged' if merged else 'pruned'
-        semantics = dict(RELEASED_SEMANTICS)
-        if record is not None:
-            semantics.update(record.semantics)
-        for name, value, allowed in (
-                ('removed_attn_output', removed_attn_output,
-                 REMOVED_ATTN_OUTPUTS),
-                ('residual_gelu', residual_gelu, RESIDUAL_GELU_MODES)):
-            if value is not None:
-                semantics[name] = value
-            if semantics[name] not in allowed:
-                raise ValueError(f'{name} must be one of {allowed}, got '
-                                 f'{semantics[name]!r}')
-        return spec, form, semantics
-
     def _build_structure(self, spec: PruneSpec, form: str,
                          semantics: Mapping) -> None:
         self.form = form
@@ -440,12 +368,6 @@ class HetDPTViT(HetDPTBackbone):
         self._freeze(self.blocks[:self.frozen_stages])  # also on rebuilds
 
     # ------------------------------------------------------ fine-tuning
-    @staticmethod
-    def _freeze(modules) -> None:
-        for module in modules:
-            module.eval()
-            module.requires_grad_(False)
-
     def _frozen_modules(self) -> List[nn.Module]:
         modules = list(self.blocks[:self.frozen_stages])
         if self.frozen_stages:
@@ -514,17 +436,7 @@ class HetDPTViT(HetDPTBackbone):
 
     # -------------------------------------------------------------- weights
     def init_weights(self):
-        cfg = self._pretrained_cfg()
-        if cfg is not None and _absent_local_file(cfg['checkpoint']):
-            # The toolboxes' inference APIs, load_from and --resume load a
-            # whole model after this: its weights replace these.  Without
-            # them the first forward says what is missing.
-            self.awaited_checkpoint = cfg['checkpoint']
-        elif cfg is not None:
-            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
-            return
-        elif self.init_cfg is not None:
-            super().init_weights()
+        if self._init_from_cfg():
             return
         trunc_normal_(self.pos_embed, std=.02)
         for token in (self.cls_token, self.dist_token):
@@ -560,11 +472,7 @@ class HetDPTViT(HetDPTBackbone):
             interpolation=self.interpolate_mode, antialias=False)
 
     def forward(self, x: torch.Tensor) -> tuple:
-        if self.awaited_checkpoint is not None:
-            raise CheckpointError(
-                f'HetDPTViT: init_cfg checkpoint {self.awaited_checkpoint} '
-                'does not exist and no weights were loaded since; make it '
-                '(docs/transfer.md) or load a whole model checkpoint')
+        self._check_weights_arrived()
         batch, _, height, width = x.shape
         if height < self.patch_size or width < self.patch_size:
             raise ValueError(

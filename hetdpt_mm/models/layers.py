@@ -1,4 +1,5 @@
-"""Building blocks of HetDPTViT: timm's ViT parts plus the HetDPT variants.
+"""Building blocks of HetDPTViT (timm's ViT parts plus the HetDPT variants),
+and the layer choice every family's blocks follow.
 
 A block is always timm's pre-norm :class:`timm.models.vision_transformer.Block`;
 what HetDPT changes is which attention layer, activation and FFN it is built
@@ -15,7 +16,8 @@ merged        AttentionBypass      MergedFFN (one D x D)    + ResidualGELU
 
 The pruned and merged forms have no gates and no per-block Python branches.
 """
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Type, Union
 
 import torch
 import torch.nn as nn
@@ -28,6 +30,9 @@ GATE_SUFFIXES = ('hetdpt_score', 'hetdpt_gate')
 REMOVED_ATTN_OUTPUTS = ('norm', 'zero')
 #: When the extra GELU is applied to the residual stream after a block.
 RESIDUAL_GELU_MODES = ('both_removed', 'act_removed', 'never')
+#: The semantics options of every family, with their allowed values.
+SEMANTICS_CHOICES = dict(removed_attn_output=REMOVED_ATTN_OUTPUTS,
+                         residual_gelu=RESIDUAL_GELU_MODES)
 
 
 class StraightThroughGate:
@@ -59,8 +64,9 @@ class StraightThroughGate:
         self.is_open = bool(self.hetdpt_gate.item() > 0.5)
 
 
-class GatedAttention(StraightThroughGate, Attention):
-    """timm Attention behind a straight-through gate (search form).
+class GatedResidualBranch(StraightThroughGate):
+    """Mixin for an attention sublayer behind a straight-through gate
+    (search form), whatever the family's attention computes and takes.
 
     ``passthrough`` selects what the closed layer leaves: its input (released
     HetDPT models: ``x + LN1(x)``) or nothing.
@@ -68,18 +74,21 @@ class GatedAttention(StraightThroughGate, Attention):
 
     passthrough = True
 
-    def __init__(self, *args, **kwargs):
-        Attention.__init__(self, *args, **kwargs)
-        self.init_gate()
-
-    def forward(self, x, attn_mask=None, is_causal=False):
+    def forward(self, x, *args, **kwargs):
         bypass = x if self.passthrough else torch.zeros_like(x)
         if not self.is_open:
             return bypass
-        out = Attention.forward(self, x, attn_mask=attn_mask,
-                                is_causal=is_causal)
+        out = super().forward(x, *args, **kwargs)
         gate = self.gate_value()
         return gate * out + (1 - gate) * bypass
+
+
+class GatedAttention(GatedResidualBranch, Attention):
+    """timm Attention behind a straight-through gate (search form)."""
+
+    def __init__(self, *args, **kwargs):
+        Attention.__init__(self, *args, **kwargs)
+        self.init_gate()
 
 
 class GatedGELU(StraightThroughGate, nn.GELU):
@@ -98,19 +107,20 @@ class GatedGELU(StraightThroughGate, nn.GELU):
 
 class AttentionBypass(nn.Module):
     """A removed attention sublayer of a released HetDPT model: the residual
-    branch carries the normalised input, ``x + LN1(x)``."""
+    branch carries the normalised input, ``x + LN1(x)``.  It takes (and
+    ignores) whatever the family's attention is built and called with."""
 
     def __init__(self, *args, **kwargs):
         super().__init__()
 
-    def forward(self, x, attn_mask=None, is_causal=False):
+    def forward(self, x, *args, **kwargs):
         return x
 
 
 class AttentionZero(AttentionBypass):
     """A removed attention sublayer that contributes nothing."""
 
-    def forward(self, x, attn_mask=None, is_causal=False):
+    def forward(self, x, *args, **kwargs):
         return torch.zeros_like(x)
 
 
@@ -150,14 +160,71 @@ class GatedHetDPTBlock(Block):
         self.residual_act = nn.GELU()
 
     def residual_gelu_active(self) -> bool:
-        act_closed = not self.mlp.act.is_open
-        if self.residual_gelu == 'both_removed':
-            return act_closed and not self.attn.is_open
-        return self.residual_gelu == 'act_removed' and act_closed
+        return residual_gelu_applies(self.residual_gelu,
+                                     not self.attn.is_open,
+                                     not self.mlp.act.is_open)
 
     def forward(self, x, attn_mask=None, is_causal=False):
         x = super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
         return self.residual_act(x) if self.residual_gelu_active() else x
+
+
+def residual_gelu_applies(mode: str, attn_removed: bool,
+                          act_removed: bool) -> bool:
+    """Whether a block ends with a GELU on the residual stream, for a
+    ``residual_gelu`` mode (one of RESIDUAL_GELU_MODES)."""
+    return {
+        'both_removed': attn_removed and act_removed,
+        'act_removed': act_removed,
+        'never': False,
+    }[mode]
+
+
+@dataclass(frozen=True)
+class BlockLayers:
+    """The layer types one block is built with.
+
+    ``mlp_layer`` is ``None`` where the family's own FFN applies;
+    ``residual_gelu`` is the mode for a gated block (its gates decide at run
+    time) and a fixed yes/no otherwise.
+    """
+    attn_layer: Type[nn.Module]
+    act_layer: Type[nn.Module]
+    mlp_layer: Optional[Type[nn.Module]]
+    residual_gelu: Union[str, bool]
+
+
+def choose_block_layers(form: str, attn_removed: bool, act_removed: bool,
+                        removed_attn_output: str, residual_gelu: str,
+                        attention: Type[nn.Module],
+                        gated_attention: Type[nn.Module]) -> BlockLayers:
+    """Which layer types make up a block of ``form`` with these layers
+    removed: the one decision every family's block builder follows
+    (``attention`` / ``gated_attention``: the family's own attention and its
+    gated variant)."""
+    if form == 'gated':
+        return BlockLayers(gated_attention, GatedGELU, None, residual_gelu)
+    if attn_removed:
+        attn_layer = AttentionBypass if removed_attn_output == 'norm' \
+            else AttentionZero
+    else:
+        attn_layer = attention
+    return BlockLayers(
+        attn_layer=attn_layer,
+        act_layer=nn.Identity if act_removed else nn.GELU,
+        mlp_layer=MergedFFN if act_removed and form == 'merged' else None,
+        residual_gelu=residual_gelu_applies(residual_gelu, attn_removed,
+                                            act_removed))
+
+
+def set_block_gates(attn: GatedResidualBranch, act: GatedGELU,
+                    attn_removed: bool, act_removed: bool,
+                    removed_attn_output: str) -> None:
+    """Open or close a gated block's two gates; a closed attention gate
+    leaves what ``removed_attn_output`` says."""
+    attn.passthrough = removed_attn_output == 'norm'
+    attn.set_open(not attn_removed)
+    act.set_open(not act_removed)
 
 
 def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
@@ -165,33 +232,25 @@ def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
                 act_removed: bool, removed_attn_output: str,
                 residual_gelu: str, norm_layer, drop_rate: float = 0.,
                 attn_drop_rate: float = 0.) -> Block:
-    """Build one block of the given form; the only place that decides which
-    layer types make up a (pruned) block."""
+    """Build one ViT block of the given form (layer types from
+    :func:`choose_block_layers`)."""
     common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
                   qkv_bias=qkv_bias, drop_path=drop_path, proj_drop=drop_rate,
                   attn_drop=attn_drop_rate, norm_layer=norm_layer)
-    passthrough = removed_attn_output == 'norm'
+    layers = choose_block_layers(form, attn_removed, act_removed,
+                                 removed_attn_output, residual_gelu,
+                                 Attention, GatedAttention)
     if form == 'gated':
-        block = GatedHetDPTBlock(attn_layer=GatedAttention,
-                                 act_layer=GatedGELU,
-                                 residual_gelu=residual_gelu, **common)
-        block.attn.passthrough = passthrough
-        block.attn.set_open(not attn_removed)
-        block.mlp.act.set_open(not act_removed)
+        block = GatedHetDPTBlock(attn_layer=layers.attn_layer,
+                                 act_layer=layers.act_layer,
+                                 residual_gelu=layers.residual_gelu, **common)
+        set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
+                        removed_attn_output)
         return block
-    if attn_removed:
-        attn_layer = AttentionBypass if passthrough else AttentionZero
-    else:
-        attn_layer = Attention
-    act_layer = nn.Identity if act_removed else nn.GELU
     mlp_kwargs = {}
-    if act_removed and form == 'merged':
-        mlp_kwargs['mlp_layer'] = MergedFFN
-    wants_residual_gelu = {
-        'both_removed': attn_removed and act_removed,
-        'act_removed': act_removed,
-        'never': False,
-    }[residual_gelu]
-    return HetDPTBlock(attn_layer=attn_layer, act_layer=act_layer,
-                       residual_gelu=wants_residual_gelu, **mlp_kwargs,
+    if layers.mlp_layer is not None:
+        mlp_kwargs['mlp_layer'] = layers.mlp_layer
+    return HetDPTBlock(attn_layer=layers.attn_layer,
+                       act_layer=layers.act_layer,
+                       residual_gelu=layers.residual_gelu, **mlp_kwargs,
                        **common)

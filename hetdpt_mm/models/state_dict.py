@@ -56,7 +56,7 @@ def is_openmmlab_vit_state_dict(state_dict: Mapping) -> bool:
         map(_OPENMMLAB_BLOCK_KEY.match, state_dict))
 
 
-def _rename(rest: str, renames) -> str:
+def rename_key(rest: str, renames) -> str:
     for old, new in renames:
         if rest.startswith(old):
             return new + rest[len(old):]
@@ -78,10 +78,10 @@ def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
     for key, value in state_dict.items():
         match = _OPENMMLAB_BLOCK_KEY.match(key)
         if match:
-            key = f'blocks.{match.group(1)}.' + _rename(
+            key = f'blocks.{match.group(1)}.' + rename_key(
                 match.group(2), _OPENMMLAB_BLOCK_RENAMES)
         else:
-            key = _rename(key, _OPENMMLAB_TOP_RENAMES)
+            key = rename_key(key, _OPENMMLAB_TOP_RENAMES)
         out[key] = value
     weight = out['patch_embed.proj.weight']
     if 'patch_embed.proj.bias' not in out:
@@ -108,7 +108,7 @@ def from_authors_search_layout(state_dict: Mapping) -> 'OrderedDict':
             rest = match.group(2)
             if rest.endswith('learn_mask'):
                 continue
-            key = f'blocks.{match.group(1)}.' + _rename(
+            key = f'blocks.{match.group(1)}.' + rename_key(
                 rest, (('attn.attention.', 'attn.'), ))
         out[key] = value
     return out

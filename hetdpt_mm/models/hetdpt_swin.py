@@ -1,0 +1,408 @@
+"""HetDPTSwin: a Swin Transformer backbone whose window-attention sublayers
+(W-MSA and SW-MSA) and FFN GELUs can be removed (HetDPT), for mmpretrain,
+mmdet and mmseg (docs/swin.md)."""
+from dataclasses import replace
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+from timm.layers import trunc_normal_
+from torch.utils.checkpoint import checkpoint
+
+from ..record import HetDPTRecord
+from ..spec import ACT, ATTN, PruneSpec
+from . import swin_state_dict
+from .family import HetDPTBackbone
+from .hetdpt_vit import HetDPTViT
+from .swin_layers import (PatchMerging, SwinPatchEmbed, SwinStage,
+                          build_swin_block)
+
+SWIN_ARCH_PRESETS = {
+    'tiny': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
+    'small': dict(embed_dims=96, depths=(2, 2, 18, 2),
+                  num_heads=(3, 6, 12, 24)),
+    'base': dict(embed_dims=128, depths=(2, 2, 18, 2),
+                 num_heads=(4, 8, 16, 32)),
+    'large': dict(embed_dims=192, depths=(2, 2, 18, 2),
+                  num_heads=(6, 12, 24, 48)),
+}
+#: What removed layers leave in a Swin block.  A removed W-MSA / SW-MSA
+#: leaves ``x + LN1(x)`` by default: the released ViT semantics carried
+#: over, because a Swin block is the same pre-norm residual block (only the
+#: attention's token set differs), so a model pruned from dense Swin
+#: weights starts from the function the method's recipe was tuned on;
+#: ``removed_attn_output='zero'`` leaves ``x``, a true identity, for
+#: recipes that want one (docs/swin.md).
+SWIN_SEMANTICS = dict(removed_attn_output='norm',
+                      residual_gelu='both_removed')
+
+
+def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
+    if isinstance(arch, str):
+        if arch not in SWIN_ARCH_PRESETS:
+            raise ValueError(f'unknown Swin arch {arch!r}; choose one of '
+                             f'{sorted(SWIN_ARCH_PRESETS)} or pass a dict')
+        arch = SWIN_ARCH_PRESETS[arch]
+    arch = dict(arch)
+    missing = {'embed_dims', 'depths', 'num_heads'} - set(arch)
+    if missing:
+        raise ValueError(f'Swin arch dict is missing {sorted(missing)}')
+    unknown = set(arch) - {'embed_dims', 'depths', 'num_heads', 'mlp_ratio'}
+    if unknown:
+        raise ValueError(f'unknown Swin arch keys {sorted(unknown)}')
+    arch['depths'] = [int(d) for d in arch['depths']]
+    arch['num_heads'] = [int(h) for h in arch['num_heads']]
+    if len(arch['depths']) != len(arch['num_heads']) or \
+            min(arch['depths'], default=0) < 1:
+        raise ValueError(f'Swin arch needs one positive depth and one number '
+                         f'of heads per stage, got depths {arch["depths"]} '
+                         f'and num_heads {arch["num_heads"]}')
+    arch.setdefault('mlp_ratio', 4.)
+    return arch
+
+
+class HetDPTSwin(HetDPTBackbone):
+    """Swin Transformer with removable window-attention sublayers and FFN
+    GELUs (HetDPT); outputs as mmdet's / mmseg's ``SwinTransformer``.
+
+    Specs index the blocks of all stages in order (Swin-T: 2 + 2 + 6 + 2 =
+    12 blocks; block 4 is the first of stage 3).
+
+    Args:
+        arch: ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` or a dict
+            with ``embed_dims``, ``depths``, ``num_heads`` (per stage) and
+            optionally ``mlp_ratio``.
+        pretrain_img_size: accepted (and not used) so that mmdet / mmseg
+            backbone dicts carry over: there it sizes the absolute position
+            embedding that no released Swin has; the relative position
+            biases here serve any input size.
+        window_size: window side of every stage (7; 12 for the 384²
+            models); tables of loaded weights made for another window are
+            resampled (bicubic).
+        prune_spec, gated, merged, removed_attn_output, residual_gelu: the
+            HetDPT structure, as for :class:`HetDPTViT`; the semantics
+            default to :data:`SWIN_SEMANTICS`.
+        out_indices: stages whose outputs (NCHW, each through its own
+            LayerNorm ``norm{i}``, so part of the weights) are returned.
+        pad_small_map: maps no larger than a window are padded to whole
+            shifted windows (mmdet's / mmseg's behaviour: detection and
+            segmentation configs set it); ``False`` (the official code,
+            timm, mmpretrain) shrinks the window to the map, unshifted.
+        frozen_stages: as mmdet's Swin: ``>= 0`` freezes the patch
+            embedding, ``N`` also stages ``0 .. N-1`` and their output norms.
+        with_cp: gradient checkpointing of every block in training.
+        pretrained: mmseg-style shortcut for a ``Pretrained`` init_cfg.
+        init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)``
+            loads official, timm, mmpretrain, mmdet / mmseg or our Swin
+            weights, converted to this form.
+    """
+    family = 'swin'
+
+    def __init__(self,
+                 arch: Union[str, Mapping] = 'tiny',
+                 pretrain_img_size: Union[int, Sequence[int]] = 224,
+                 in_channels: int = 3,
+                 patch_size: int = 4,
+                 window_size: int = 7,
+                 prune_spec=None,
+                 gated: bool = False,
+                 merged: Optional[bool] = None,
+                 removed_attn_output: Optional[str] = None,
+                 residual_gelu: Optional[str] = None,
+                 out_indices: Sequence[int] = (0, 1, 2, 3),
+                 qkv_bias: bool = True,
+                 patch_norm: bool = True,
+                 drop_rate: float = 0.,
+                 attn_drop_rate: float = 0.,
+                 drop_path_rate: float = 0.1,
+                 pad_small_map: bool = False,
+                 with_cp: bool = False,
+                 frozen_stages: int = -1,
+                 pretrained: Optional[str] = None,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None):
+        if pretrained is not None:
+            if init_cfg is not None:
+                raise ValueError('pass either pretrained or init_cfg, not '
+                                 'both')
+            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
+        super().__init__(init_cfg=init_cfg)
+        self.arch_settings = resolve_swin_arch(arch)
+        depths = self.arch_settings['depths']
+        stages = len(depths)
+        if window_size < 1:
+            raise ValueError(f'window_size must be positive, got '
+                             f'{window_size}')
+        if isinstance(out_indices, int):
+            out_indices = [out_indices]
+        self.out_indices = sorted({i + stages if i < 0 else i
+                                   for i in out_indices})
+        if any(not 0 <= i < stages for i in self.out_indices):
+            raise ValueError(f'out_indices {list(out_indices)} must name '
+                             f'stages of 0..{stages - 1}')
+        if not -1 <= frozen_stages <= stages:
+            raise ValueError(f'frozen_stages must be in -1..{stages} (the '
+                             f'number of stages), got {frozen_stages}')
+        self.window_size = window_size
+        self.pad_small_map = pad_small_map
+        self.with_cp = with_cp
+        self.frozen_stages = frozen_stages
+        spec, form, semantics = self._resolve_structure(
+            sum(depths), prune_spec, gated, merged, SWIN_SEMANTICS,
+            removed_attn_output=removed_attn_output,
+            residual_gelu=residual_gelu)
+        self._build_args = dict(
+            arch=dict(self.arch_settings), window_size=window_size,
+            patch_size=patch_size, in_channels=in_channels,
+            qkv_bias=qkv_bias, patch_norm=patch_norm,
+            out_indices=list(self.out_indices))
+
+        dims = [self.arch_settings['embed_dims'] * 2**s for s in range(stages)]
+        self.num_features = dims
+        self.patch_embed = SwinPatchEmbed(in_channels, dims[0], patch_size,
+                                          patch_norm)
+        self.drop_after_pos = nn.Dropout(drop_rate)
+        self.stages = nn.ModuleList([
+            SwinStage(PatchMerging(dims[s]) if s < stages - 1 else None)
+            for s in range(stages)])
+        # Stochastic depth grows linearly over all blocks (as mmdet, timm).
+        depth = sum(depths)
+        self._block_args = dict(
+            mlp_ratio=self.arch_settings['mlp_ratio'], qkv_bias=qkv_bias,
+            drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+            drop_path=[drop_path_rate * i / max(depth - 1, 1)
+                       for i in range(depth)])
+        self._build_structure(spec, form, semantics)
+        for stage in self.out_indices:
+            self.add_module(f'norm{stage}', nn.LayerNorm(dims[stage]))
+        self._freeze(self._frozen_modules())
+
+    # ------------------------------------------------ family: the tensors
+    @classmethod
+    def recognizes(cls, state: Mapping) -> bool:
+        return swin_state_dict.is_swin_state_dict(state)
+
+    @classmethod
+    def describe_keys(cls) -> str:
+        return ('Swin keys like patch_embed.proj.weight and '
+                'layers.0.blocks.0.norm1.weight (official, timm), '
+                'patch_embed.projection.weight and '
+                'stages.0.blocks.0.norm1.weight (mmpretrain, mmdet, mmseg)')
+
+    @classmethod
+    def canonical_state(cls, state: Mapping) -> Mapping:
+        return swin_state_dict.canonical_layout(state)
+
+    # Once the blocks are numbered over all stages, a Swin state dict's
+    # per-block keys say what a ViT's do (attention missing, FFN merged,
+    # gates): the ViT family reads them.
+    @classmethod
+    def record_from_tensors(cls, state: Mapping,
+                            source: str) -> HetDPTRecord:
+        flat = swin_state_dict.to_global_blocks(state)[0]
+        return replace(HetDPTViT.record_from_tensors(flat, source),
+                       family=cls.family, semantics=dict(SWIN_SEMANTICS))
+
+    @classmethod
+    def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
+        HetDPTViT.check_record(
+            record, swin_state_dict.to_global_blocks(state)[0])
+
+    @classmethod
+    def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
+                           form: str) -> Dict:
+        return swin_state_dict.convert_state_dict(state, spec, form)
+
+    @classmethod
+    def build_args_from_tensors(cls, state: Mapping,
+                                arch: Optional[Mapping] = None) -> Dict:
+        """Everything from tensor shapes: widths, depths, heads (the bias
+        tables' columns), window (their rows), MLP ratio, the outputs with
+        a norm (an official or timm classifier: the last); ``arch`` (or
+        the preset of the same width and depths) gives the heads of a
+        stage whose attention is all removed."""
+        if isinstance(arch, Mapping) and 'arch' in arch:
+            arch = arch['arch']
+        depths = swin_state_dict.stage_depths(state)
+        proj = state['patch_embed.proj.weight']
+        dim = int(proj.shape[0])
+        heads, window = [], None
+        for stage, count in enumerate(depths):
+            tables = [state[f'stages.{stage}.blocks.{j}.attn.'
+                            'relative_position_bias_table']
+                      for j in range(count)
+                      if f'stages.{stage}.blocks.{j}.attn.'
+                      'relative_position_bias_table' in state]
+            heads.append(int(tables[0].shape[1]) if tables else None)
+            if tables:
+                window = (int(round(tables[0].shape[0]**0.5)) + 1) // 2
+        if None in heads:
+            known = resolve_swin_arch(arch) if arch else next(
+                (dict(p) for p in SWIN_ARCH_PRESETS.values()
+                 if p['embed_dims'] == dim and list(p['depths']) == depths),
+                None)
+            if known is None:
+                raise ValueError(
+                    f'the Swin weights have no attention in a stage and '
+                    f'match no preset (width {dim}, depths {depths}): give '
+                    'the architecture (number of heads) with --arch')
+            heads = [h if h is not None else known['num_heads'][s]
+                     for s, h in enumerate(heads)]
+        fc1 = [v for k, v in state.items() if k.endswith('mlp.fc1.weight')
+               and k.startswith('stages.0.')]
+        mlp_ratio = fc1[0].shape[0] / dim if fc1 else 4.
+        return dict(
+            arch=dict(embed_dims=dim, depths=depths, num_heads=heads,
+                      mlp_ratio=mlp_ratio),
+            window_size=window or 7, patch_size=int(proj.shape[-1]),
+            in_channels=int(proj.shape[1]),
+            qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
+            patch_norm='patch_embed.norm.weight' in state,
+            out_indices=[s for s in range(len(depths))
+                         if f'norm{s}.weight' in state])
+
+    @classmethod
+    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
+        """Per block (global index): attention (qkv, both attention
+        products over the padded windows, proj), FFN and merged FFN; the
+        rest: patch embedding and patch merging."""
+        settings = resolve_swin_arch(arch['arch'])
+        window = arch['window_size']
+        patch = arch['patch_size']
+        height = -(-img_size[0] // patch)
+        width = -(-img_size[1] // patch)
+        dim = settings['embed_dims']
+        rest = height * width * dim * arch['in_channels'] * patch * patch
+        macs = dict(attn=[], ffn=[], merged_ffn=[])
+        stages = len(settings['depths'])
+        for stage, count in enumerate(settings['depths']):
+            tokens = height * width
+            side = min(height, width, window)
+            padded = (-(-height // side) * side) * (-(-width // side) * side)
+            hidden = int(dim * settings['mlp_ratio'])
+            macs['attn'] += [padded * (4 * dim * dim + 2 * side * side * dim)
+                             ] * count
+            macs['ffn'] += [2 * tokens * dim * hidden] * count
+            macs['merged_ffn'] += [tokens * dim * dim] * count
+            if stage < stages - 1:
+                height, width = -(-height // 2), -(-width // 2)
+                rest += height * width * 4 * dim * 2 * dim
+                dim *= 2
+        macs['rest'] = rest
+        return macs
+
+    # --------------------------------------------------------- structure
+    def _build_structure(self, spec: PruneSpec, form: str,
+                         semantics: Mapping) -> None:
+        self.form = form
+        self.semantics = dict(semantics)
+        self._spec = spec  # fixed for pruned/merged; gates own it if gated
+        args = dict(self._block_args)
+        drop_path = args.pop('drop_path')
+        depths = self.arch_settings['depths']
+        positions = swin_state_dict.block_positions(depths)
+        blocks = [[] for _ in depths]
+        for index, (stage, block) in enumerate(positions):
+            blocks[stage].append(build_swin_block(
+                dim=self.num_features[stage],
+                num_heads=self.arch_settings['num_heads'][stage],
+                window_size=self.window_size,
+                shift_size=self.window_size // 2 if block % 2 else 0,
+                drop_path=drop_path[index], form=form,
+                attn_removed=spec.is_removed(ATTN, index),
+                act_removed=spec.is_removed(ACT, index),
+                pad_small_map=self.pad_small_map, **args, **self.semantics))
+        for stage, stage_blocks in zip(self.stages, blocks):
+            stage.blocks = nn.ModuleList(stage_blocks)
+        self._freeze(self.stages[:max(self.frozen_stages, 0)])
+
+    def _frozen_modules(self) -> List[nn.Module]:
+        if self.frozen_stages < 0:
+            return []
+        modules = [self.patch_embed, self.drop_after_pos]
+        for stage in range(self.frozen_stages):
+            modules.append(self.stages[stage])
+            if stage in self.out_indices:
+                modules.append(getattr(self, f'norm{stage}'))
+        return modules
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode:
+            for module in self._frozen_modules():
+                module.eval()
+        return self
+
+    def all_blocks(self) -> List[nn.Module]:
+        """Every block, by global index."""
+        return [block for stage in self.stages for block in stage.blocks]
+
+    @property
+    def depth(self) -> int:
+        return sum(self.arch_settings['depths'])
+
+    def gates(self, kind: str) -> List[nn.Module]:
+        if self.form != 'gated':
+            raise RuntimeError(f'a {self.form} backbone has no gates; build '
+                               'it with gated=True')
+        if kind == ATTN:
+            return [block.attn for block in self.all_blocks()]
+        if kind == ACT:
+            return [block.mlp.act for block in self.all_blocks()]
+        raise ValueError(f'unknown layer kind {kind!r}')
+
+    def build_args(self) -> Dict:
+        return dict(self._build_args)
+
+    def _output_args(self) -> Dict:
+        return dict(pad_small_map=self.pad_small_map)
+
+    # -------------------------------------------------------------- weights
+    def init_weights(self):
+        if self._init_from_cfg():
+            return
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                trunc_normal_(module.weight, std=.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+            elif hasattr(module, 'relative_position_bias_table'):
+                trunc_normal_(module.relative_position_bias_table, std=.02)
+
+    def _adapt_pretrained(self, state: Dict) -> Dict:
+        resized = []
+        for key, value in state.items():
+            if key.endswith('relative_position_bias_table') and \
+                    value.shape[0] != (2 * self.window_size - 1)**2:
+                state[key] = swin_state_dict.\
+                    resize_relative_position_bias_table(value,
+                                                        self.window_size)
+                resized.append(key)
+        if resized:
+            print_log(f'HetDPTSwin: {len(resized)} relative position bias '
+                      f'tables resampled to window {self.window_size}',
+                      logger='current')
+        return state
+
+    # -------------------------------------------------------------- forward
+    def forward(self, x: torch.Tensor) -> tuple:
+        self._check_weights_arrived()
+        x, hw_shape = self.patch_embed(x)
+        x = self.drop_after_pos(x)
+        outs = []
+        for index, stage in enumerate(self.stages):
+            for block in stage.blocks:
+                if self.with_cp and self.training:
+                    x = checkpoint(block, x, hw_shape, use_reentrant=False)
+                else:
+                    x = block(x, hw_shape)
+            if index in self.out_indices:
+                out = getattr(self, f'norm{index}')(x)
+                outs.append(out.view(x.shape[0], *hw_shape, -1).permute(
+                    0, 3, 1, 2).contiguous())
+            if stage.downsample is not None:
+                x, hw_shape = stage.downsample(x, hw_shape)
+        return tuple(outs)

@@ -1,0 +1,224 @@
+"""State-dict layouts and surgery for HetDPTSwin, in one place.
+
+HetDPTSwin's own layout (keys relative to the backbone)::
+
+    patch_embed.proj.*, patch_embed.norm.*
+    stages.{s}.blocks.{j}.norm1.*, .attn.{qkv,proj}.*,
+        .attn.relative_position_bias_table, .norm2.*,
+        .mlp.{fc1,fc2}.*          (pruned / gated FFN)
+        .mlp.fc.*                 (merged activation-free FFN)
+        .attn.hetdpt_{score,gate}, .mlp.act.hetdpt_{score,gate} (gated)
+    stages.{s}.downsample.{norm,reduction}.*   (end of stage s, s < last;
+        input channels in the official order of the 2 x 2 neighbourhood)
+    norm{s}.*                     (the norm of output s, mmdet's names)
+
+:func:`canonical_layout` reads the other layouts of Swin weights in it:
+
+* the official Microsoft release (``{'model': ...}``): ``layers.{s}``, the
+  downsample at the end of stage ``s``, one final ``norm`` (-> the norm of
+  the last stage), ``head`` (dropped);
+* timm's ``swin_*``: ``layers.{s}``, the downsample at the *start* of stage
+  ``s`` (-> the end of stage ``s - 1``), ``head.fc`` (dropped);
+* OpenMMLab's (mmpretrain's ``SwinTransformer``, mmdet's and mmseg's, also
+  their converted official weights): ``patch_embed.projection``,
+  ``attn.w_msa.*``, ``ffn.layers.{0.0,1}``, and patch-merging weights in
+  ``nn.Unfold``'s channel order (reordered here).
+
+Relative-position indices and attention masks are buffers computed from the
+window size, never read.  Specs address blocks by their index over all
+stages (Swin-T: 2 + 2 + 6 + 2 = 12 blocks, stage 3 = blocks 4..9): the
+surgery numbers the blocks that way and uses the ViT family's
+(:mod:`hetdpt_mm.models.state_dict`), whose per-block keys are the same.
+"""
+import re
+from collections import OrderedDict
+from typing import List, Mapping, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from ..checkpoint import StateDictMismatch
+from ..spec import PruneSpec
+from . import state_dict as vit_state_dict
+
+_BLOCK_KEY = re.compile(r'^stages\.(\d+)\.blocks\.(\d+)\.(.+)$')
+_GLOBAL_BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
+_LAYERS_KEY = re.compile(r'^layers\.(\d+)\.(.+)$')
+_DOWNSAMPLE_KEY = re.compile(r'^stages\.(\d+)\.downsample\.(.+)$')
+#: Key-name pieces that are buffers of other implementations.
+_BUFFER_SUFFIXES = ('relative_position_index', 'attn_mask')
+
+OWN_MARKERS = ('patch_embed.proj.weight', 'stages.0.blocks.0.norm1.weight')
+REFERENCE_MARKERS = ('patch_embed.proj.weight',
+                     'layers.0.blocks.0.norm1.weight')
+OPENMMLAB_MARKERS = ('patch_embed.projection.weight',
+                     'stages.0.blocks.0.norm1.weight')
+_OPENMMLAB_BLOCK_RENAMES = (('attn.w_msa.', 'attn.'),
+                            ('ffn.layers.0.0.', 'mlp.fc1.'),
+                            ('ffn.layers.1.', 'mlp.fc2.'))
+
+
+def _has(state: Mapping, markers) -> bool:
+    return all(key in state for key in markers)
+
+
+def is_swin_state_dict(state: Mapping) -> bool:
+    """Whether ``state`` holds Swin weights in any layout read here."""
+    return any(_has(state, markers) for markers in
+               (OWN_MARKERS, REFERENCE_MARKERS, OPENMMLAB_MARKERS))
+
+
+def num_stages(state: Mapping, pattern=_BLOCK_KEY) -> int:
+    return max((int(m.group(1)) + 1 for m in map(pattern.match, state)
+                if m), default=0)
+
+
+def _drop_buffers_and_heads(key: str) -> bool:
+    return key.endswith(_BUFFER_SUFFIXES) or key.startswith('head.') or \
+        key.startswith('head_')
+
+
+def _refuse_absolute_pos_embed(state: Mapping) -> None:
+    if 'absolute_pos_embed' in state:
+        raise StateDictMismatch(
+            'the Swin weights have an absolute position embedding '
+            '(use_abs_pos_embed / ape); HetDPTSwin has relative position '
+            'biases only, like every released Swin')
+
+
+def _reference_layout(state: Mapping) -> 'OrderedDict':
+    """Official or timm keys (``layers.{s}``) in ours."""
+    last = num_stages(state, _LAYERS_KEY) - 1
+    # The official release merges at the end of stage s, timm at the start
+    # of stage s + 1: timm has no layers.0.downsample.
+    timm_order = any(k.startswith('layers.') and '.downsample.' in k
+                     for k in state) and not any(
+                         k.startswith('layers.0.downsample.') for k in state)
+    out = OrderedDict()
+    for key, value in state.items():
+        if _drop_buffers_and_heads(key):
+            continue
+        match = _LAYERS_KEY.match(key)
+        if match:
+            stage, rest = int(match.group(1)), match.group(2)
+            if rest.startswith('downsample.') and timm_order:
+                stage -= 1
+            key = f'stages.{stage}.{rest}'
+        elif key.startswith('norm.'):
+            key = f'norm{last}.' + key[len('norm.'):]
+        out[key] = value
+    return out
+
+
+def unfold_to_official_order(weight: torch.Tensor) -> torch.Tensor:
+    """Patch-merging input channels from ``nn.Unfold``'s order (channel-
+    major, neighbours ``(0,0), (0,1), (1,0), (1,1)``) to the official one
+    (neighbour-major, ``(0,0), (1,0), (0,1), (1,1)``); the last dimension
+    of ``weight`` (a reduction weight or a norm's vector) is permuted."""
+    channels = weight.shape[-1] // 4
+    by_neighbour = weight.reshape(*weight.shape[:-1], channels, 4)
+    return by_neighbour[..., [0, 2, 1, 3]].transpose(-1, -2).reshape(
+        weight.shape)
+
+
+def _openmmlab_layout(state: Mapping) -> 'OrderedDict':
+    out = OrderedDict()
+    for key, value in state.items():
+        if _drop_buffers_and_heads(key):
+            continue
+        if key.startswith('patch_embed.projection.'):
+            key = 'patch_embed.proj.' + key[len('patch_embed.projection.'):]
+        match = _BLOCK_KEY.match(key)
+        if match:
+            key = f'stages.{match.group(1)}.blocks.{match.group(2)}.' + \
+                vit_state_dict.rename_key(match.group(3),
+                                          _OPENMMLAB_BLOCK_RENAMES)
+        elif _DOWNSAMPLE_KEY.match(key):
+            value = unfold_to_official_order(value)
+        out[key] = value
+    return out
+
+
+def canonical_layout(state: Mapping) -> Mapping:
+    """Swin tensors in HetDPTSwin's layout, from any layout read here."""
+    _refuse_absolute_pos_embed(state)
+    if _has(state, OWN_MARKERS):
+        return state
+    if _has(state, OPENMMLAB_MARKERS):
+        return _openmmlab_layout(state)
+    return _reference_layout(state)
+
+
+# ------------------------------------------------ blocks numbered globally
+def stage_depths(state: Mapping) -> List[int]:
+    """Blocks per stage, from the keys (own layout)."""
+    depths = [0] * num_stages(state)
+    for match in filter(None, map(_BLOCK_KEY.match, state)):
+        stage, block = int(match.group(1)), int(match.group(2))
+        depths[stage] = max(depths[stage], block + 1)
+    return depths
+
+
+def block_positions(depths) -> List[Tuple[int, int]]:
+    """``(stage, block in stage)`` of each global block index."""
+    return [(stage, block) for stage, count in enumerate(depths)
+            for block in range(count)]
+
+
+def to_global_blocks(state: Mapping) -> Tuple['OrderedDict', List[int]]:
+    """Block keys renamed ``blocks.{global index}.*`` (the ViT surgery's
+    names), and the depths that undo it."""
+    depths = stage_depths(state)
+    offsets = [sum(depths[:stage]) for stage in range(len(depths))]
+    out = OrderedDict()
+    for key, value in state.items():
+        match = _BLOCK_KEY.match(key)
+        if match:
+            index = offsets[int(match.group(1))] + int(match.group(2))
+            key = f'blocks.{index}.{match.group(3)}'
+        out[key] = value
+    return out, depths
+
+
+def from_global_blocks(state: Mapping, depths) -> 'OrderedDict':
+    positions = block_positions(depths)
+    out = OrderedDict()
+    for key, value in state.items():
+        match = _GLOBAL_BLOCK_KEY.match(key)
+        if match:
+            stage, block = positions[int(match.group(1))]
+            key = f'stages.{stage}.blocks.{block}.{match.group(2)}'
+        out[key] = value
+    return out
+
+
+def convert_state_dict(state: Mapping, spec: PruneSpec,
+                       form: str) -> 'OrderedDict[str, torch.Tensor]':
+    """``state`` (own layout) in the layout of a ``form`` network with
+    ``spec``: the ViT surgery (drop removed attention, drop gates, merge
+    ``fc2 fc1``) on globally numbered blocks."""
+    flat, depths = to_global_blocks(state)
+    if sum(depths) != spec.depth:
+        raise StateDictMismatch(
+            f'the Swin weights have {sum(depths)} blocks ({depths} per '
+            f'stage), the spec {spec.depth}')
+    return from_global_blocks(
+        vit_state_dict.convert_state_dict(flat, spec, form), depths)
+
+
+def resize_relative_position_bias_table(table: torch.Tensor,
+                                        window: int) -> torch.Tensor:
+    """A ``((2w' - 1)², heads)`` bias table for window ``w'`` resampled
+    (bicubic) to window ``window``."""
+    side = int(round(table.shape[0]**0.5))
+    if side * side != table.shape[0]:
+        raise StateDictMismatch(
+            f'a relative position bias table of {table.shape[0]} rows is '
+            'not a square grid of offsets')
+    new_side = 2 * window - 1
+    if side == new_side:
+        return table
+    grid = table.T.reshape(1, -1, side, side).float()
+    grid = F.interpolate(grid, size=(new_side, new_side), mode='bicubic',
+                         align_corners=False)
+    return grid.reshape(-1, new_side * new_side).T.to(table.dtype)

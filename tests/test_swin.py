@@ -1,0 +1,366 @@
+"""HetDPTSwin (issue 16): the three forms compute the same function, the
+dense form is mmdet's, mmpretrain's and timm's Swin (each checkpoint layout
+converted), the prune hook, the merge and the benchmark drive it through the
+family interface, and it works in mmdet / mmseg models."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import fake_runner, randomize_, timm_state_dict
+from mmengine.config import Config
+
+from hetdpt_mm import PruneSpec
+from hetdpt_mm.apis.benchmark import (BenchmarkOptions, resolve_options,
+                                      run_benchmark)
+from hetdpt_mm.benchmark import analytic_macs, build_from_config, \
+    make_test_batch
+from hetdpt_mm.cli import UsageError
+from hetdpt_mm.hooks import HetDPTPruneHook
+from hetdpt_mm.merge import merge_checkpoint
+from hetdpt_mm.models import HetDPTSwin
+from hetdpt_mm.models.swin_state_dict import \
+    resize_relative_position_bias_table
+from hetdpt_mm.record import load_backbone_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A small Swin: four stages (8 blocks), every stage with both a W-MSA and
+#: an SW-MSA block, two heads in the first stage.
+SMALL_ARCH = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[2, 2, 4, 4])
+#: Blocks of all four kinds, over all stages (global block indices).
+SMALL_SPEC = dict(attn_removed=[0, 3, 5, 7], act_removed=[1, 3, 4, 7])
+#: Non-square, not a multiple of the patch or of the windows: padding runs
+#: everywhere (maps 15x21, 8x11, 4x6, 2x3).
+ODD_SIZE = (58, 83)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_thread):
+    pass
+
+
+def swin(**kwargs) -> HetDPTSwin:
+    args = dict(arch=SMALL_ARCH, drop_path_rate=0.)
+    args.update(kwargs)
+    return HetDPTSwin(**args).eval()
+
+
+def images(*size, batch=2, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, 3, *size, generator=generator)
+
+
+def assert_outputs_close(ours, theirs, atol=1e-5):
+    assert len(ours) == len(theirs)
+    for mine, other in zip(ours, theirs):
+        assert mine.shape == other.shape
+        torch.testing.assert_close(mine, other, atol=atol, rtol=1e-5)
+
+
+def loaded(path, **kwargs) -> HetDPTSwin:
+    """A backbone built and initialised from ``path`` as a config does."""
+    backbone = swin(init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+                    **kwargs)
+    backbone.init_weights()
+    return backbone.eval()
+
+
+@pytest.mark.parametrize('semantics', [
+    {}, dict(removed_attn_output='zero', residual_gelu='act_removed')])
+def test_gated_pruned_merged_compute_the_same(semantics, tmp_path):
+    dense = randomize_(swin())
+    torch.save(timm_state_dict(dense), tmp_path / 'dense.pth')
+    gated = loaded(tmp_path / 'dense.pth', gated=True, prune_spec=SMALL_SPEC,
+                   **semantics)
+    pruned = loaded(tmp_path / 'dense.pth', prune_spec=SMALL_SPEC,
+                    **semantics)
+    merged = pruned.to_merged()
+    x = images(*ODD_SIZE)
+    with torch.no_grad():
+        outs = [model(x) for model in (gated, pruned, merged)]
+    assert_outputs_close(outs[0], outs[1])
+    assert_outputs_close(outs[1], outs[2])
+    spec = PruneSpec.coerce(SMALL_SPEC, 8)
+    assert gated.prune_spec == merged.prune_spec == spec
+    # Global block 5 is the second block of stage 2.
+    assert type(merged.stages[2].blocks[1].attn).__name__ == \
+        'AttentionBypass' if not semantics else 'AttentionZero'
+    assert hasattr(merged.stages[2].blocks[0].mlp, 'fc')
+    assert merged.semantics == pruned.semantics == gated.semantics
+    # Removed layers change the function (the test is not trivially equal).
+    with torch.no_grad():
+        assert (dense(x)[3] - outs[2][3]).abs().max() > 1e-2
+    # The merged weights say their structure: a fresh backbone takes it.
+    fresh = swin()
+    fresh.load_state_dict(merged.state_dict())
+    assert fresh.form == 'merged' and fresh.prune_spec == spec
+    assert sum(p.numel() for p in merged.parameters()) < \
+        sum(p.numel() for p in dense.parameters())
+
+
+def test_straight_through_gradient_reaches_open_gates_only():
+    gated = randomize_(swin(gated=True, prune_spec=SMALL_SPEC)).train()
+    gated(images(32, 32))[3].pow(2).sum().backward()
+    spec = PruneSpec.coerce(SMALL_SPEC, 8)
+    for kind in ('attn', 'act'):
+        for index, gate in enumerate(gated.gates(kind)):
+            reached = gate.hetdpt_score.grad is not None
+            assert reached != spec.is_removed(kind, index), (kind, index)
+    scores = gated.gate_scores('attn')
+    assert scores.shape == (8, )
+
+
+def test_prune_hook_and_merge_drive_a_swin_classifier(tmp_path):
+    """The family interface is all the hooks and the merge need: a gated
+    Swin in an mmpretrain classifier is pruned by HetDPTPruneHook (lowest
+    score within a type), and its checkpoint merges to a network computing
+    the same."""
+    from mmpretrain.registry import MODELS
+    model = MODELS.build(dict(
+        type='ImageClassifier',
+        backbone=dict(type='HetDPTSwin', arch=SMALL_ARCH, gated=True,
+                      out_indices=(3, ), drop_path_rate=0.),
+        neck=dict(type='GlobalAveragePooling'),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=128)))
+    backbone = randomize_(model.backbone)
+    runner = fake_runner(model)
+    hook = HetDPTPruneHook(counts=dict(attn=1, act=2), stages=1)
+    hook.before_train(runner)
+    with torch.no_grad():
+        backbone.gates('act')[6].hetdpt_score.fill_(-1.)
+        backbone.gates('act')[2].hetdpt_score.fill_(-.5)
+        backbone.gates('attn')[5].hetdpt_score.fill_(-1.)
+    for runner.iter in range(12):
+        hook.after_train_iter(runner, runner.iter)
+    assert backbone.prune_spec == PruneSpec(8, [5], [2, 6])
+    merged_file, _ = merge_checkpoint(dict(state_dict=model.state_dict()))
+    merged = HetDPTSwin(arch=SMALL_ARCH, out_indices=(3, ))
+    merged.load_state_dict({k[len('backbone.'):]: v for k, v in
+                            merged_file['state_dict'].items()
+                            if k.startswith('backbone.')})
+    assert merged.form == 'merged' and merged.prune_spec == \
+        backbone.prune_spec
+    x = images(32, 32)
+    with torch.no_grad():
+        assert_outputs_close(merged.eval()(x), backbone.eval()(x))
+
+
+def mmdet_swin(**kwargs):
+    from mmdet.models.backbones import SwinTransformer
+    model = SwinTransformer(embed_dims=16, depths=[2, 2, 2, 2],
+                            num_heads=[2, 2, 4, 4], window_size=7,
+                            drop_path_rate=0., **kwargs)
+    model.eval()  # mmdet's train() returns nothing
+    return model
+
+
+def test_dense_equals_mmdet_swin(tmp_path):
+    reference = randomize_(mmdet_swin())
+    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
+                                reference.state_dict().items()}),
+               tmp_path / 'mmdet.pth')
+    ours = loaded(tmp_path / 'mmdet.pth', pad_small_map=True)
+    assert load_backbone_checkpoint(str(tmp_path / 'mmdet.pth')).record \
+        .family == 'swin'
+    x = images(*ODD_SIZE)
+    with torch.no_grad():
+        assert_outputs_close(ours(x), reference(x))
+    # out_indices and the norm of each output, as mmdet's.
+    partial = loaded(tmp_path / 'mmdet.pth', pad_small_map=True,
+                     out_indices=(1, 3))
+    with torch.no_grad():
+        expected = reference(x)
+        assert_outputs_close(partial(x), (expected[1], expected[3]))
+
+
+def test_dense_equals_mmpretrain_swin(tmp_path):
+    from mmpretrain.models.backbones import SwinTransformer
+    reference = randomize_(SwinTransformer(
+        arch=SMALL_ARCH, img_size=224, window_size=7, drop_path_rate=0.,
+        out_indices=(0, 1, 2, 3)))
+    reference.eval()  # mmpretrain's train() returns nothing
+    # An ImageClassifier's checkpoint: backbone, neck-less head.
+    state = {f'backbone.{k}': v for k, v in reference.state_dict().items()}
+    state['head.fc.weight'] = torch.zeros(10, 128)
+    torch.save(dict(state_dict=state), tmp_path / 'mmpretrain.pth')
+    ours = loaded(tmp_path / 'mmpretrain.pth')
+    # 224: the last map is one window, which is not shifted (as in the
+    # official code; mmpretrain refuses smaller maps without padding).
+    x = images(224, 224, batch=1)
+    with torch.no_grad():
+        assert_outputs_close(ours(x), reference(x))
+
+
+def timm_swin():
+    from timm.models.swin_transformer import SwinTransformer
+    return randomize_(SwinTransformer(
+        img_size=224, embed_dim=16, depths=(2, 2, 2, 2),
+        num_heads=(2, 2, 4, 4), window_size=7, num_classes=10).eval())
+
+
+def official_layout(timm_state):
+    """timm's tensors as the official Microsoft release saves them: patch
+    merging at the end of the stage before, the head as one linear."""
+    state = {}
+    for key, value in timm_state.items():
+        parts = key.split('.')
+        if parts[0] == 'layers' and parts[2] == 'downsample':
+            parts[1] = str(int(parts[1]) - 1)
+        key = '.'.join(parts).replace('head.fc.', 'head.')
+        state[key] = value
+    return dict(model=state)
+
+
+@pytest.mark.parametrize('layout', ['timm', 'official'])
+def test_dense_equals_timm_swin(layout, tmp_path):
+    reference = timm_swin()
+    state = reference.state_dict()
+    torch.save(official_layout(state) if layout == 'official' else state,
+               tmp_path / 'swin.pth')
+    ours = loaded(tmp_path / 'swin.pth', out_indices=(3, ))
+    x = images(224, 224, batch=1)
+    with torch.no_grad():
+        expected = reference.forward_features(x).permute(0, 3, 1, 2)
+        assert_outputs_close(ours(x), (expected, ))
+
+
+def test_spec_from_official_weights_and_merge(tmp_path):
+    """An official file cut to a spec, in a backbone and by
+    ``merge_checkpoint`` (tools/merge_ckpt.py): the pruned and merged
+    networks compute the same, and the merged file's record rebuilds it for
+    a detector's four outputs."""
+    official = official_layout(timm_swin().state_dict())
+    torch.save(official, tmp_path / 'official.pth')
+    pruned = loaded(tmp_path / 'official.pth', prune_spec=SMALL_SPEC)
+    merged = loaded(tmp_path / 'official.pth', prune_spec=SMALL_SPEC,
+                    merged=True)
+    x = images(64, 64)
+    with torch.no_grad():
+        assert_outputs_close(pruned(x), merged(x))
+    merged_file, summary = merge_checkpoint(official, spec=SMALL_SPEC)
+    assert summary.backbone_after < summary.backbone_before
+    torch.save(merged_file, tmp_path / 'merged.pth')
+    record = load_backbone_checkpoint(str(tmp_path / 'merged.pth')).record
+    assert (record.family, record.form) == ('swin', 'merged')
+    assert record.spec == merged.prune_spec
+    assert record.arch['out_indices'] == [3]  # the official final norm
+    assert HetDPTSwin.from_record(record).build_args() == record.arch
+    detector_backbone = loaded(tmp_path / 'merged.pth')
+    assert detector_backbone.form == 'merged'
+    with torch.no_grad():
+        assert_outputs_close(detector_backbone(x)[3:], merged(x)[3:])
+
+
+def test_multi_scale_outputs_and_frozen_stages():
+    backbone = swin(frozen_stages=2)
+    shapes = [tuple(out.shape) for out in backbone(images(*ODD_SIZE))]
+    assert shapes == [(2, 16, 15, 21), (2, 32, 8, 11), (2, 64, 4, 6),
+                      (2, 128, 2, 3)]
+    backbone.train()
+    frozen = [backbone.patch_embed, backbone.stages[0], backbone.stages[1],
+              backbone.norm0, backbone.norm1]
+    assert all(not m.training for m in frozen)
+    assert all(not p.requires_grad for m in frozen for p in m.parameters())
+    assert backbone.stages[2].training and backbone.norm2.weight.requires_grad
+    # Frozen stages stay frozen when loaded weights rebuild the blocks.
+    merged = swin(prune_spec=SMALL_SPEC, merged=True)
+    backbone.load_state_dict(merged.state_dict())
+    assert backbone.form == 'merged'
+    assert not any(p.requires_grad for p in backbone.stages[0].parameters())
+    with pytest.raises(ValueError, match='frozen_stages must be in -1..4'):
+        swin(frozen_stages=5)
+    with pytest.raises(ValueError, match='out_indices'):
+        swin(out_indices=(4, ))
+
+
+def test_with_cp_matches_and_analytic_macs():
+    backbone = randomize_(swin(with_cp=True)).train()
+    x = images(32, 32)
+    out = backbone(x)[3]
+    out.sum().backward()
+    assert backbone.stages[0].blocks[0].attn.qkv.weight.grad is not None
+    with torch.no_grad():
+        assert_outputs_close((out, ), (backbone.eval()(x)[3], ))
+    # MACs per block: Swin-B at 224, 15.4 G dense as published.
+    base = HetDPTSwin(arch='base')
+    assert abs(analytic_macs(base, (224, 224)) / 1e9 - 15.4) < 0.1
+
+
+def test_relative_position_bias_table_resizing(tmp_path):
+    table = torch.randn(13 * 13, 2)
+    assert resize_relative_position_bias_table(table, 7) is table
+    constant = torch.full((13 * 13, 2), 0.5)
+    resized = resize_relative_position_bias_table(constant, 12)
+    assert resized.shape == (23 * 23, 2)
+    torch.testing.assert_close(resized, torch.full((23 * 23, 2), 0.5))
+    # Window-7 weights into a window-12 backbone (as the 384² models).
+    torch.save(timm_state_dict(randomize_(swin())), tmp_path / 'w7.pth')
+    backbone = loaded(tmp_path / 'w7.pth', window_size=12)
+    assert backbone.stages[0].blocks[0].attn.relative_position_bias_table \
+        .shape == (23 * 23, 2)
+    assert backbone(images(96, 96))[0].shape == (2, 16, 24, 24)
+
+
+@pytest.mark.parametrize('scope', ['mmdet', 'mmseg', 'mmpretrain'])
+def test_builds_from_toolbox_registries(scope):
+    import importlib
+    from mmengine.registry import DefaultScope
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    with DefaultScope.overwrite_default_scope(scope):
+        backbone = registry.build(dict(type='HetDPTSwin', arch=SMALL_ARCH,
+                                       prune_spec=SMALL_SPEC, merged=True))
+    assert isinstance(backbone, HetDPTSwin) and backbone.form == 'merged'
+
+
+@pytest.mark.parametrize('name, stage_widths', [
+    ('mask-rcnn_hetdpt_swin-t_fpn_1x_coco.py', [96, 192, 384, 768]),
+    ('upernet_hetdpt_swin-b_ade20k.py', [128, 256, 512, 1024]),
+])
+def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
+    """The configs as written (mmdet's / mmseg's Swin configs, backbone
+    swapped) with a small merged Swin in place of the real one: they build
+    through the toolbox, take the checkpoint's structure and predict."""
+    cfg = Config.fromfile(ROOT / 'configs' / name)
+    backbone_cfg = cfg.model.backbone
+    assert backbone_cfg.type == 'HetDPTSwin' and backbone_cfg.pad_small_map
+    neck_or_head = cfg.model.get('neck') or cfg.model.decode_head
+    assert list(neck_or_head.in_channels) == stage_widths
+    merged = swin(prune_spec=SMALL_SPEC, merged=True)
+    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
+                                merged.state_dict().items()}),
+               tmp_path / 'merged.pth')
+    backbone_cfg.arch = SMALL_ARCH
+    backbone_cfg.init_cfg.checkpoint = str(tmp_path / 'merged.pth')
+    widths = [16, 32, 64, 128]
+    if 'neck' in cfg.model:
+        cfg.model.neck.in_channels = widths
+    else:
+        cfg.model.decode_head.in_channels = widths
+        cfg.model.auxiliary_head.in_channels = widths[2]
+    model = build_from_config(cfg)
+    model.init_weights()
+    assert model.backbone.form == 'merged'
+    assert model.backbone.prune_spec == merged.prune_spec
+    with torch.no_grad():
+        results = model.test_step(make_test_batch(cfg.default_scope, 1,
+                                                  (96, 128)))
+    assert len(results) == 1
+
+
+def test_backbone_benchmark_of_a_swin():
+    """tools/benchmark.py backbone --family swin: traced matrix-product MACs
+    equal the per-block analytic ones in every form."""
+    options = resolve_options(BenchmarkOptions(
+        'backbone', family='swin', arch=json.dumps(SMALL_ARCH),
+        spec=json.dumps(SMALL_SPEC), img_size=[64], batch_size=1, repeats=1,
+        warmup=0, threads=1))
+    result = run_benchmark(options)
+    dense, pruned, merged = result['models']
+    for model in result['models']:
+        assert model['macs']['matmul'] == model['backbone_analytic_macs']
+    assert merged['speedup']['macs'] > pruned['speedup']['macs'] > 1.0
+    assert merged['description'].startswith('HetDPTSwin pruned and merged')
+    with pytest.raises(UsageError, match='--family swin is for the backbone'):
+        resolve_options(BenchmarkOptions('upernet', family='swin'))
+    with pytest.raises(UsageError, match='give its --spec'):
+        resolve_options(BenchmarkOptions('backbone', family='swin'))
