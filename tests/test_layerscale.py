@@ -4,6 +4,7 @@ with the same weights (each checkpoint layout converted, the position
 embedding resampled as timm does), the three forms compute the same
 function with LayerScale folded into merged FFNs, SwiGLU activations are
 refused, and the configs build and predict."""
+import json
 
 import pytest
 import timm
@@ -13,6 +14,8 @@ from helpers import fake_runner, randomize_, timm_state_dict
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 from hetdpt_mm import PruneSpec
+from hetdpt_mm.apis.benchmark import (BenchmarkOptions, resolve_options,
+                                      run_benchmark)
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
@@ -252,3 +255,16 @@ def test_checkpoints_know_their_family_and_merge(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(merged.eval()(x)[0], pruned(x)[0],
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_backbone_benchmark_of_a_layerscale_vit():
+    """tools/benchmark.py backbone --family layerscale_vit: traced
+    matrix-product MACs equal the analytic per-block ones."""
+    options = resolve_options(BenchmarkOptions(
+        'backbone', family='layerscale_vit', arch=json.dumps(TINY),
+        spec=json.dumps(TINY_SPEC), img_size=[64], batch_size=1, repeats=1,
+        warmup=0, threads=1))
+    result = run_benchmark(options)
+    for model in result['models']:
+        assert model['macs']['matmul'] == model['backbone_analytic_macs']
+    assert result['models'][2]['speedup']['macs'] > 1.0
