@@ -5,22 +5,26 @@ embedding resampled as timm does), the three forms compute the same
 function with LayerScale folded into merged FFNs, SwiGLU activations are
 refused, and the configs build and predict."""
 import json
+from pathlib import Path
 
 import pytest
 import timm
 import torch
 import torch.nn as nn
 from helpers import fake_runner, randomize_, timm_state_dict
+from mmengine.config import Config
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.apis.benchmark import (BenchmarkOptions, resolve_options,
                                       run_benchmark)
+from hetdpt_mm.benchmark import build_from_config, make_test_batch
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
 from hetdpt_mm.record import load_backbone_checkpoint
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_ratio=4.)
 TINY_SWIGLU = dict(TINY, mlp_ratio=2.66667 * 2, ffn='swiglu')
 #: Blocks of all four kinds: attention removed (0), GELU removed (1), full
@@ -268,3 +272,71 @@ def test_backbone_benchmark_of_a_layerscale_vit():
     for model in result['models']:
         assert model['macs']['matmul'] == model['backbone_analytic_macs']
     assert result['models'][2]['speedup']['macs'] > 1.0
+
+
+def small_checkpoint(path, arch, spec, reg_tokens=0, **kwargs):
+    backbone = HetDPTLayerScaleViT(arch=arch, patch_size=14, img_size=56,
+                                   reg_tokens=reg_tokens,
+                                   no_embed_class=bool(reg_tokens),
+                                   prune_spec=spec, **kwargs)
+    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
+                                backbone.state_dict().items()}), path)
+    return backbone
+
+
+@pytest.mark.parametrize('name, kinds', [
+    ('hetdpt/dinov2-g_prune-15l_cifar100.py', dict(attn=15, act=0)),
+    ('hetdpt/dinov2-s_prune-5l_cifar100.py', dict(attn=2, act=3)),
+])
+def test_cifar100_prune_configs(name, kinds, tmp_path):
+    """The prune configs as written, with a tiny dense DINOv2 in the
+    checkpoint's place: they build gated, prune the layers they say and
+    classify 100 classes."""
+    cfg = Config.fromfile(ROOT / 'configs' / name)
+    hook = next(h for h in cfg.custom_hooks if h.type == 'HetDPTPruneHook')
+    assert hook.counts == kinds
+    backbone_cfg = cfg.model.backbone
+    arch = TINY_SWIGLU if 'giant' in backbone_cfg.arch else TINY
+    small_checkpoint(tmp_path / 'dense.pth', arch, None)
+    backbone_cfg.update(arch=arch, img_size=56,
+                        init_cfg=dict(type='Pretrained',
+                                      checkpoint=str(tmp_path / 'dense.pth')))
+    cfg.model.head.in_channels = 48
+    model = build_from_config(cfg)
+    model.init_weights()
+    assert model.backbone.form == 'gated'
+    with torch.no_grad():
+        scores = model(images(56), mode='tensor')
+    assert scores.shape == (2, 100)
+
+
+def test_upernet_config_with_a_small_merged_dinov2(tmp_path):
+    """configs/upernet_hetdpt_dinov2-b_ade20k.py as written with a small
+    merged DINOv2 (registers) in the checkpoint's place: it builds through
+    mmseg, takes the checkpoint's structure and predicts."""
+    cfg = Config.fromfile(
+        ROOT / 'configs' / 'upernet_hetdpt_dinov2-b_ade20k.py')
+    backbone_cfg = cfg.model.backbone
+    assert backbone_cfg.type == 'HetDPTLayerScaleViT'
+    assert cfg.model.decode_head.in_channels == [768] * 4
+    merged = small_checkpoint(tmp_path / 'merged.pth', TINY, TINY_SPEC,
+                              reg_tokens=4, merged=True)
+    # A dict arch: the registers of the -reg4 preset are given as such.
+    backbone_cfg.update(arch=TINY, out_indices=(0, 1, 2, 3), reg_tokens=4,
+                        no_embed_class=True, init_cfg=dict(type='Pretrained',
+                                      checkpoint=str(tmp_path / 'merged.pth')))
+    cfg.model.neck.in_channels = [48] * 4
+    cfg.model.neck.out_channels = 48
+    cfg.model.decode_head.in_channels = [48] * 4
+    cfg.model.decode_head.channels = 16
+    cfg.model.auxiliary_head.in_channels = 48
+    cfg.model.auxiliary_head.channels = 16
+    model = build_from_config(cfg)
+    model.init_weights()
+    assert model.backbone.form == 'merged'
+    assert model.backbone.prune_spec == merged.prune_spec
+    assert model.backbone.reg_token.shape[1] == 4
+    with torch.no_grad():
+        results = model.test_step(make_test_batch(cfg.default_scope, 1,
+                                                  (70, 84)))
+    assert len(results) == 1
