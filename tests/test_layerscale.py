@@ -19,6 +19,7 @@ from hetdpt_mm import PruneSpec
 from hetdpt_mm.apis.benchmark import (BenchmarkOptions, resolve_options,
                                       run_benchmark)
 from hetdpt_mm.benchmark import build_from_config, make_test_batch
+from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
@@ -241,7 +242,7 @@ def test_checkpoints_know_their_family_and_merge(tmp_path):
     torch.save(timm_state_dict(dense), tmp_path / 'dense.pth')
     record = load_backbone_checkpoint(str(tmp_path / 'dense.pth')).record
     assert record.family == 'layerscale_vit'
-    with pytest.raises(Exception, match='layerscale_vit'):
+    with pytest.raises(StateDictMismatch, match='layerscale_vit'):
         vit = HetDPTViT(arch=TINY, init_cfg=dict(
             type='Pretrained', checkpoint=str(tmp_path / 'dense.pth')))
         vit.init_weights()
@@ -259,6 +260,21 @@ def test_checkpoints_know_their_family_and_merge(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(merged.eval()(x)[0], pruned(x)[0],
                                    atol=1e-5, rtol=1e-5)
+
+
+def test_mmpretrain_layer_scale_vit_is_refused_by_the_plain_vit(tmp_path):
+    """mmpretrain's ViT with LayerScale is not silently read without its
+    gammas."""
+    from mmpretrain.models import VisionTransformer
+    model = VisionTransformer(
+        arch=dict(embed_dims=48, num_layers=2, num_heads=3,
+                  feedforward_channels=192), img_size=32, patch_size=16,
+        layer_scale_init_value=1e-5)
+    torch.save(model.state_dict(), tmp_path / 'mmpretrain.pth')
+    with pytest.raises(StateDictMismatch, match='LayerScale.*attn.gamma1'):
+        HetDPTViT(arch=dict(TINY, num_layers=2), img_size=32,
+                  init_cfg=dict(type='Pretrained',
+                                checkpoint=str(tmp_path / 'mmpretrain.pth')))
 
 
 def test_backbone_benchmark_of_a_layerscale_vit():

@@ -49,6 +49,9 @@ _OPENMMLAB_BLOCK_RENAMES = (
 )
 _OPENMMLAB_TOP_RENAMES = (('patch_embed.projection.', 'patch_embed.proj.'),
                           ('ln1.', 'norm.'))
+#: mmpretrain's LayerScale in a ViT block.
+_OPENMMLAB_LAYER_SCALE = re.compile(
+    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.')
 
 
 def is_openmmlab_vit_state_dict(state_dict: Mapping) -> bool:
@@ -74,6 +77,12 @@ def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
         raise StateDictMismatch(
             'the ViT weights have a pre_norm (a LayerNorm before the '
             'blocks); HetDPTViT is a DeiT/ViT without one')
+    if any(_OPENMMLAB_LAYER_SCALE.match(k) for k in state_dict):
+        raise StateDictMismatch(
+            'the ViT weights have LayerScale (mmpretrain\'s attn.gamma1 / '
+            'ffn.gamma2), which a DeiT/ViT block does not have; '
+            'HetDPTLayerScaleViT reads LayerScale ViTs (DeiT-III, DINOv2) in '
+            'timm\'s or the official layouts')
     out = OrderedDict()
     for key, value in state_dict.items():
         match = _OPENMMLAB_BLOCK_KEY.match(key)
