@@ -1,8 +1,8 @@
 """Registration of hetdpt_mm's modules in the OpenMMLab registries.
 
 The backbone is registered in the MODELS registry of every toolbox that is
-installed (mmpretrain, mmdet, mmseg), so ``type='HetDPTViT'`` and
-``type='HetDPTSwin'`` build from any
+installed (mmpretrain, mmdet, mmseg), so ``type='HetDPTViT'``,
+``type='HetDPTSwin'`` and ``type='HetDPTLayerScaleViT'`` build from any
 of their scopes, directly or through ``custom_imports``; with mmdet,
 ``FusedAttentionDETR`` too.
 
@@ -48,10 +48,10 @@ def toolbox_model_registries():
 
 
 def register_all_modules():
-    from .models import HetDPTSwin, HetDPTViT
+    from .models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
     registries = toolbox_model_registries()
     for registry in registries.values():
-        for backbone in (HetDPTViT, HetDPTSwin):
+        for backbone in (HetDPTViT, HetDPTSwin, HetDPTLayerScaleViT):
             registry.register_module(module=backbone, force=True)
     if 'mmdet' in registries:
         registries['mmdet'].register_module(

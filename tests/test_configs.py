@@ -34,9 +34,11 @@ CONFIGS = sorted(
     str(path.relative_to(ROOT / 'configs'))
     for path in (ROOT / 'configs').rglob('*.py')
     if '_base_' not in path.parts)
-#: Swin configs build in tests/test_swin.py (this module writes stand-ins
-#: for ViT checkpoints).
-VIT_CONFIGS = [name for name in CONFIGS if 'swin' not in name]
+#: Swin and DINOv2 configs build in tests/test_swin.py and
+#: tests/test_layerscale.py (this module writes stand-ins for ViT
+#: checkpoints).
+VIT_CONFIGS = [name for name in CONFIGS
+               if 'swin' not in name and 'dinov2' not in name]
 BASES = sorted(
     str(path.relative_to(ROOT / 'configs'))
     for path in (ROOT / 'configs' / '_base_').rglob('*.py'))

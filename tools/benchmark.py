@@ -2,8 +2,9 @@
 """Measure the speed, MACs and parameters of dense vs HetDPT-pruned models.
 
 Three comparisons, each run in ONE process with every model timed once per
-repeat in rotating order (after warm-up): ``backbone`` (a HetDPTViT, or a
-HetDPTSwin with ``--family swin``: dense, pruned and merged), ``detr`` and
+repeat in rotating order (after warm-up): ``backbone`` (a HetDPTViT, a
+HetDPTSwin with ``--family swin`` or a DeiT-III / DINOv2 with ``--family
+layerscale_vit``: dense, pruned and merged), ``detr`` and
 ``upernet`` (end to end, built-in models or ``--config NAME=PATH``); see
 :mod:`hetdpt_mm.apis.benchmark`, which does the work, and
 docs/benchmarks.md.
@@ -47,15 +48,18 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
     parser.add_argument('task', choices=TASKS,
                         help='backbone variants, DETR, or UperNet')
     model = parser.add_argument_group('models')
-    model.add_argument('--family', choices=('vit', 'swin'),
-                       help='backbone: HetDPTViT (default) or HetDPTSwin '
-                       '(specs index the blocks of all stages)')
+    model.add_argument('--family', choices=('vit', 'swin', 'layerscale_vit'),
+                       help='backbone: HetDPTViT (default), HetDPTSwin '
+                       '(specs index the blocks of all stages) or '
+                       'HetDPTLayerScaleViT (DeiT-III, DINOv2)')
     model.add_argument('--arch',
                        help='vit: deit-tiny/small/base (default deit-base) '
                        'or a JSON dict (embed_dims, num_layers, num_heads'
                        '[, mlp_ratio]); swin: tiny/small/base/large '
                        '(default base) or a JSON dict (embed_dims, depths, '
-                       'num_heads[, mlp_ratio])')
+                       'num_heads[, mlp_ratio]); layerscale_vit: '
+                       'deit3-*, dinov2-* (default dinov2-base) or a JSON '
+                       'dict (the vit keys[, ffn])')
     model.add_argument('--spec',
                        help='JSON prune spec, e.g. \'{"attn_removed": [0, 3],'
                        ' "act_removed": [2]}\' (default: the authors\' '

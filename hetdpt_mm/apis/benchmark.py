@@ -5,9 +5,9 @@ repeat in rotating order (after warm-up), reporting the median time per
 batch with its spread and the speedup over the first (baseline) model, both
 as a ratio of medians and per repeat (paired):
 
-* ``backbone``: a HetDPTViT or HetDPTSwin (``--family``) in its dense, pruned
-  (unmerged) and merged forms, given by ``--arch`` + ``--spec`` or by a
-  ``--checkpoint`` with HetDPT meta;
+* ``backbone``: a HetDPTViT, HetDPTSwin or HetDPTLayerScaleViT
+  (``--family``) in its dense, pruned (unmerged) and merged forms, given by
+  ``--arch`` + ``--spec`` or by a ``--checkpoint`` with HetDPT meta;
 * ``detr``: DETR (mmdet's config) with the dense vs the merged HetDPT DeiT-B;
 * ``upernet``: mmseg's stock DeiT-B UperNet vs the same UperNet with the
   merged HetDPT DeiT-B, with the backbone also timed alone (Amdahl's law).
@@ -50,6 +50,7 @@ from ..cli import UsageError
 from ..deploy.runtimes import BENCHMARK_RUNTIMES, benchmark_runner
 from ..fileio import atomic_write_text, check_output_path
 from ..models.family import HetDPTBackbone
+from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
 from ..models.hetdpt_swin import resolve_swin_arch
 from ..models.hetdpt_vit import resolve_arch
 from ..spec import PruneSpec
@@ -68,7 +69,8 @@ DEFAULTS = {
     'upernet': ((512, 512), 1, 3, ('stock', 'merged'), True),
 }
 #: The arch each family's backbone benchmark takes without --arch.
-DEFAULT_ARCHS = {'vit': 'deit-base', 'swin': 'base'}
+DEFAULT_ARCHS = {'vit': 'deit-base', 'swin': 'base',
+                 'layerscale_vit': 'dinov2-base'}
 #: The size the built-in backbones store their position embedding at, as in
 #: configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
 BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
@@ -216,6 +218,8 @@ def arch_depth(family: str, arch: Union[str, Dict[str, Any]]) -> int:
     """Blocks of ``arch`` (over all stages), which specs index."""
     if family == 'swin':
         return sum(resolve_swin_arch(arch)['depths'])
+    if family == 'layerscale_vit':
+        return resolve_layerscale_arch(arch)['num_layers']
     return resolve_arch(arch)['num_layers']
 
 
@@ -319,8 +323,10 @@ class Entry:
 def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
     # A ViT stores its position embedding at the input size; a Swin's
     # relative position biases serve any size.
-    vit_args = dict(img_size=options.img_size, distilled=options.distilled) \
-        if options.family == 'vit' else {}
+    vit_args = {'vit': dict(img_size=options.img_size,
+                            distilled=options.distilled),
+                'layerscale_vit': dict(img_size=options.img_size)
+                }.get(options.family, {})
     variants = build_backbone_variants(
         arch=options.arch, spec=options.spec, variants=options.models,
         checkpoint=options.checkpoint, prefix=options.prefix,

@@ -2,8 +2,11 @@ from . import heads  # noqa: F401  registers PretrainedHeads
 from .family import FAMILIES, HetDPTBackbone, get_family
 from .hetdpt_swin import SWIN_ARCH_PRESETS, HetDPTSwin
 from .hetdpt_vit import ARCH_PRESETS, HetDPTViT
+from .hetdpt_layerscale_vit import (LAYERSCALE_ARCH_PRESETS,
+                                    HetDPTLayerScaleViT)
 from .state_dict import convert_state_dict, merge_ffn_weights
 
-__all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone', 'HetDPTSwin',
-           'HetDPTViT', 'SWIN_ARCH_PRESETS',
+__all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone',
+           'HetDPTLayerScaleViT', 'HetDPTSwin', 'HetDPTViT',
+           'LAYERSCALE_ARCH_PRESETS', 'SWIN_ARCH_PRESETS',
            'convert_state_dict', 'get_family', 'merge_ffn_weights']

@@ -18,6 +18,7 @@ from ..spec import ACT, ATTN, PruneSpec
 from . import state_dict as vit_state_dict
 from .family import HetDPTBackbone
 from .layers import build_block
+from .layerscale_state_dict import has_layer_scale
 
 ARCH_PRESETS = {
     'deit-tiny': dict(embed_dims=192, num_layers=12, num_heads=3,
@@ -217,8 +218,10 @@ class HetDPTViT(HetDPTBackbone):
     # ------------------------------------------------ family: the tensors
     @classmethod
     def recognizes(cls, state: Mapping) -> bool:
-        return vit_state_dict.is_vit_state_dict(state) or \
-            vit_state_dict.is_openmmlab_vit_state_dict(state)
+        # LayerScale ViTs are their own family (HetDPTLayerScaleViT).
+        return (vit_state_dict.is_vit_state_dict(state) or
+                vit_state_dict.is_openmmlab_vit_state_dict(state)) and \
+            not has_layer_scale(state)
 
     @classmethod
     def describe_keys(cls) -> str:
@@ -473,20 +476,12 @@ class HetDPTViT(HetDPTBackbone):
 
     def forward(self, x: torch.Tensor) -> tuple:
         self._check_weights_arrived()
-        batch, _, height, width = x.shape
+        height, width = x.shape[-2:]
         if height < self.patch_size or width < self.patch_size:
             raise ValueError(
                 f'input of {height}x{width} pixels is smaller than one '
                 f'{self.patch_size}x{self.patch_size} patch')
-        x = self.patch_embed(x)
-        grid = x.shape[1:3]
-        x = x.flatten(1, 2)
-        prefix = [token.expand(batch, -1, -1)
-                  for token in (self.cls_token, self.dist_token)
-                  if token is not None]
-        if prefix:
-            x = torch.cat(prefix + [x], dim=1)
-        x = self.pos_drop(x + self._pos_embed(grid))
+        x, grid = self._embed_tokens(x)
         outs = []
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
@@ -499,6 +494,19 @@ class HetDPTViT(HetDPTBackbone):
             if index in self.out_indices:
                 outs.append(self._format_output(x, grid))
         return tuple(outs)
+
+    def _embed_tokens(self, x: torch.Tensor):
+        """Patch tokens with the prefix tokens and positions added, and
+        the patch grid."""
+        x = self.patch_embed(x)
+        grid = x.shape[1:3]
+        x = x.flatten(1, 2)
+        prefix = [token.expand(x.shape[0], -1, -1)
+                  for token in (self.cls_token, self.dist_token)
+                  if token is not None]
+        if prefix:
+            x = torch.cat(prefix + [x], dim=1)
+        return self.pos_drop(x + self._pos_embed(grid)), grid
 
     def _format_output(self, x: torch.Tensor, grid):
         if self.out_type == 'raw':

@@ -49,6 +49,9 @@ _OPENMMLAB_BLOCK_RENAMES = (
 )
 _OPENMMLAB_TOP_RENAMES = (('patch_embed.projection.', 'patch_embed.proj.'),
                           ('ln1.', 'norm.'))
+#: mmpretrain's LayerScale in a ViT block.
+_OPENMMLAB_LAYER_SCALE = re.compile(
+    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.')
 
 
 def is_openmmlab_vit_state_dict(state_dict: Mapping) -> bool:
@@ -74,6 +77,12 @@ def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
         raise StateDictMismatch(
             'the ViT weights have a pre_norm (a LayerNorm before the '
             'blocks); HetDPTViT is a DeiT/ViT without one')
+    if any(_OPENMMLAB_LAYER_SCALE.match(k) for k in state_dict):
+        raise StateDictMismatch(
+            'the ViT weights have LayerScale (mmpretrain\'s attn.gamma1 / '
+            'ffn.gamma2), which a DeiT/ViT block does not have; '
+            'HetDPTLayerScaleViT reads LayerScale ViTs (DeiT-III, DINOv2) in '
+            'timm\'s or the official layouts')
     out = OrderedDict()
     for key, value in state_dict.items():
         match = _OPENMMLAB_BLOCK_KEY.match(key)
@@ -126,15 +135,22 @@ def canonical_layout(state_dict: Mapping) -> Mapping:
 
 def merge_ffn_weights(
         fc1_weight: torch.Tensor, fc1_bias: Optional[torch.Tensor],
-        fc2_weight: torch.Tensor, fc2_bias: Optional[torch.Tensor]
+        fc2_weight: torch.Tensor, fc2_bias: Optional[torch.Tensor],
+        layer_scale: Optional[torch.Tensor] = None
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    """``fc2(fc1(x)) = W x + b`` with ``W = W2 W1`` and ``b = W2 b1 + b2``.
+    """``fc2(fc1(x)) = W x + b`` with ``W = W2 W1`` and ``b = W2 b1 + b2``;
+    a LayerScale ``gamma`` after the FFN folds in: ``W = diag(gamma) W2 W1``,
+    ``b = gamma * (W2 b1 + b2)``.
 
     Computed in float64 so that the merged layer matches the two-layer
     computation to fp32 rounding, then cast back.
     """
     dtype = fc2_weight.dtype
     w1, w2 = fc1_weight.double(), fc2_weight.double()
+    if layer_scale is not None:
+        w2 = layer_scale.double()[:, None] * w2
+        fc2_bias = None if fc2_bias is None else \
+            layer_scale.double() * fc2_bias.double()
     weight = w2 @ w1
     bias = None
     if fc1_bias is not None or fc2_bias is not None:
@@ -190,7 +206,8 @@ def convert_state_dict(state_dict: Mapping, spec: PruneSpec,
 
     Handles: dropping the weights of removed attention sublayers (dense or
     gated input), dropping gate parameters (gated input, non-gated output),
-    and merging ``fc1``/``fc2`` of GELU-removed blocks (``form='merged'``).
+    and merging ``fc1``/``fc2`` of GELU-removed blocks (``form='merged'``),
+    with the block's LayerScale ``ls2.gamma`` folded in where it has one.
     Raises :class:`StateDictMismatch` when the weights cannot produce the
     requested layout (e.g. un-merging a merged FFN).
     """
@@ -214,7 +231,8 @@ def convert_state_dict(state_dict: Mapping, spec: PruneSpec,
                 out.pop(f'{prefix}fc1.weight'), out.pop(f'{prefix}fc1.bias',
                                                         None),
                 out.pop(f'{prefix}fc2.weight'), out.pop(f'{prefix}fc2.bias',
-                                                        None))
+                                                        None),
+                out.pop(f'blocks.{index}.ls2.gamma', None))
             out[f'{prefix}fc.weight'] = weight
             if bias is not None:
                 out[f'{prefix}fc.bias'] = bias
@@ -235,9 +253,11 @@ def convert_state_dict(state_dict: Mapping, spec: PruneSpec,
 
 def resize_pos_embed(pos_embed: torch.Tensor, src_prefix: int,
                      dst_prefix: int, dst_grid: Tuple[int, int],
-                     mode: str = 'bicubic') -> torch.Tensor:
+                     mode: str = 'bicubic',
+                     antialias: bool = False) -> torch.Tensor:
     """Adapt a ``(1, prefix + H*W, D)`` position embedding to another grid
-    and number of prefix tokens (class / distillation token)."""
+    and number of prefix tokens (class / distillation token); ``antialias``
+    when shrinking, as timm's loaders do (DeiT checkpoints load without)."""
     from timm.layers import resample_abs_pos_embed
     if dst_prefix > src_prefix:
         raise StateDictMismatch(
@@ -255,4 +275,5 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_prefix: int,
         return pos_embed
     return resample_abs_pos_embed(
         pos_embed, list(dst_grid), old_size=[side, side],
-        num_prefix_tokens=dst_prefix, interpolation=mode, antialias=False)
+        num_prefix_tokens=dst_prefix, interpolation=mode,
+        antialias=antialias)

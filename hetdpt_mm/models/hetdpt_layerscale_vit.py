@@ -1,0 +1,411 @@
+"""HetDPTLayerScaleViT: LayerScale ViTs (DeiT-III, DINOv2 with and without
+register tokens, DINOv2-g's SwiGLU FFN) whose attention sublayers and FFN
+activations can be removed (HetDPT), for mmpretrain, mmdet and mmseg
+(docs/layerscale.md).
+
+A block is timm's ``Block`` with LayerScale (``init_values``)::
+
+    x = x + ls1(Attn(LN1 x))          ls: x -> gamma * x (per channel)
+    x = x + ls2(FFN(LN2 x))
+
+What the forms leave (with the default ``removed_attn_output='norm'``):
+
+* a removed attention leaves ``x + gamma1 * LN1(x)``: ``gamma1`` scales the
+  residue as it scaled the attention (see ``LAYERSCALE_SEMANTICS``);
+* a removed GELU leaves ``x + gamma2 * fc2(fc1(LN2 x))``, merged into one
+  ``D x D`` linear with ``gamma2`` folded in (``W = diag(gamma2) W2 W1``,
+  ``b = gamma2 * (W2 b1 + b2)``; ``state_dict.merge_ffn_weights``), so a
+  merged FFN has no LayerScale left;
+* a SwiGLU FFN (``fc2(SiLU(x1) * x2)``) without its SiLU still multiplies
+  two linear maps of its input: it is not linear and cannot merge, so its
+  activation cannot be removed (an error names the blocks); its attention
+  can.
+"""
+import math
+from functools import partial
+from typing import Dict, Mapping, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+from timm.layers import (Attention, SwiGLUPacked, is_exporting,
+                         resample_abs_pos_embed)
+
+from ..checkpoint import StateDictMismatch
+from ..spec import ACT, ATTN, PruneSpec
+from . import layerscale_state_dict as ls_state_dict
+from . import state_dict as vit_state_dict
+from .hetdpt_vit import RELEASED_SEMANTICS, HetDPTViT, resolve_arch
+from .layers import (GatedAttention, GatedHetDPTBlock, HetDPTBlock, MergedFFN,
+                     choose_block_layers, set_block_gates)
+
+#: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
+FFN_TYPES = ('mlp', 'swiglu')
+
+
+def _preset(embed_dims, num_layers, num_heads, *, patch_size, img_size,
+            layer_scale_init_value, mlp_ratio=4., ffn='mlp', reg_tokens=0,
+            no_embed_class=False) -> Dict:
+    return dict(arch=dict(embed_dims=embed_dims, num_layers=num_layers,
+                          num_heads=num_heads, mlp_ratio=mlp_ratio, ffn=ffn),
+                patch_size=patch_size, img_size=img_size,
+                layer_scale_init_value=layer_scale_init_value,
+                reg_tokens=reg_tokens, no_embed_class=no_embed_class)
+
+
+_DEIT3 = dict(patch_size=16, img_size=224, layer_scale_init_value=1e-6,
+              no_embed_class=True)
+_DINOV2 = dict(patch_size=14, img_size=518, layer_scale_init_value=1e-5)
+_REG4 = dict(_DINOV2, reg_tokens=4, no_embed_class=True)
+#: DINOv2-g: timm's packed SwiGLU, hidden 2 x 4096 (``fc1`` 1536 -> 8192).
+_GIANT = dict(mlp_ratio=2.66667 * 2, ffn='swiglu')
+#: timm's models of the same names (``deit3_*_patch16_224``,
+#: ``deit3_huge_patch14_224``, ``vit_*_patch14_dinov2``,
+#: ``vit_*_patch14_reg4_dinov2``).
+LAYERSCALE_ARCH_PRESETS = {
+    'deit3-small': _preset(384, 12, 6, **_DEIT3),
+    'deit3-medium': _preset(512, 12, 8, **_DEIT3),
+    'deit3-base': _preset(768, 12, 12, **_DEIT3),
+    'deit3-large': _preset(1024, 24, 16, **_DEIT3),
+    'deit3-huge': _preset(1280, 32, 16, **dict(_DEIT3, patch_size=14)),
+    'dinov2-small': _preset(384, 12, 6, **_DINOV2),
+    'dinov2-base': _preset(768, 12, 12, **_DINOV2),
+    'dinov2-large': _preset(1024, 24, 16, **_DINOV2),
+    'dinov2-giant': _preset(1536, 40, 24, **_GIANT, **_DINOV2),
+    'dinov2-small-reg4': _preset(384, 12, 6, **_REG4),
+    'dinov2-base-reg4': _preset(768, 12, 12, **_REG4),
+    'dinov2-large-reg4': _preset(1024, 24, 16, **_REG4),
+    'dinov2-giant-reg4': _preset(1536, 40, 24, **_GIANT, **_REG4),
+}
+#: Model settings of an arch given as a dict.
+DICT_ARCH_DEFAULTS = dict(patch_size=16, img_size=224,
+                          layer_scale_init_value=1e-5, reg_tokens=0,
+                          no_embed_class=False)
+#: What removed layers leave: the released ViT semantics, with the removed
+#: attention's residue ``LN1(x)`` scaled by the block's ``gamma1``
+#: (``x + gamma1 * LN1(x)``).  LayerScale exists to keep each residual
+#: branch small (``gamma`` starts at 1e-5 / 1e-6): an unscaled ``LN1(x)``,
+#: of unit size in every channel, would add far more to the stream than the
+#: attention it replaces ever did, while the scaled residue perturbs the
+#: network as little as the attention's removal itself; ``gamma1`` stays
+#: trainable, so fine-tuning can grow it, and ``gamma1 = 1`` is the plain
+#: ViT's rule.  It is also what timm's block computes with the attention
+#: replaced, so the gated, pruned and merged forms agree with no special
+#: case.  ``'zero'`` leaves ``x``.
+LAYERSCALE_SEMANTICS = dict(RELEASED_SEMANTICS)
+
+
+def resolve_layerscale_arch(arch: Union[str, Mapping]) -> Dict:
+    """Block shapes of a preset or an arch dict (the ViT's keys and
+    ``ffn``: ``'mlp'`` or ``'swiglu'``)."""
+    if isinstance(arch, str):
+        if arch not in LAYERSCALE_ARCH_PRESETS:
+            raise ValueError(f'unknown LayerScale ViT arch {arch!r}; choose '
+                             f'one of {sorted(LAYERSCALE_ARCH_PRESETS)} or '
+                             'pass a dict')
+        arch = LAYERSCALE_ARCH_PRESETS[arch]['arch']
+    arch = dict(arch)
+    ffn = arch.pop('ffn', 'mlp')
+    if ffn not in FFN_TYPES:
+        raise ValueError(f'arch ffn must be one of {FFN_TYPES}, got {ffn!r}')
+    return dict(resolve_arch(arch), ffn=ffn)
+
+
+def build_layerscale_block(dim: int, num_heads: int, mlp_ratio: float,
+                           qkv_bias: bool, drop_path: float, form: str,
+                           attn_removed: bool, act_removed: bool,
+                           removed_attn_output: str, residual_gelu: str,
+                           norm_layer, ffn: str, layer_scale_init_value: float,
+                           drop_rate: float = 0., attn_drop_rate: float = 0.):
+    """One LayerScale ViT block of the given form (layer types from
+    :func:`choose_block_layers`; a SwiGLU FFN always keeps its SiLU)."""
+    common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
+                  qkv_bias=qkv_bias, drop_path=drop_path, proj_drop=drop_rate,
+                  attn_drop=attn_drop_rate, norm_layer=norm_layer,
+                  init_values=layer_scale_init_value)
+    layers = choose_block_layers(form, attn_removed, act_removed,
+                                 removed_attn_output, residual_gelu,
+                                 Attention, GatedAttention)
+    if ffn == 'swiglu':
+        # No activation is ever removed, so no residual GELU either.
+        block = HetDPTBlock(attn_layer=layers.attn_layer, act_layer=nn.SiLU,
+                            mlp_layer=SwiGLUPacked, residual_gelu=False,
+                            **common)
+        if form == 'gated':
+            block.attn.passthrough = removed_attn_output == 'norm'
+            block.attn.set_open(not attn_removed)
+        return block
+    if form == 'gated':
+        block = GatedHetDPTBlock(attn_layer=layers.attn_layer,
+                                 act_layer=layers.act_layer,
+                                 residual_gelu=layers.residual_gelu, **common)
+        set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
+                        removed_attn_output)
+        return block
+    mlp_kwargs = {}
+    if layers.mlp_layer is not None:
+        mlp_kwargs['mlp_layer'] = layers.mlp_layer
+    block = HetDPTBlock(attn_layer=layers.attn_layer,
+                        act_layer=layers.act_layer,
+                        residual_gelu=layers.residual_gelu, **mlp_kwargs,
+                        **common)
+    if layers.mlp_layer is MergedFFN:
+        block.ls2 = nn.Identity()  # folded into the merged linear
+    return block
+
+
+class HetDPTLayerScaleViT(HetDPTViT):
+    """A LayerScale ViT (DeiT-III, DINOv2) with removable attention
+    sublayers and FFN GELUs (HetDPT); everything else as
+    :class:`HetDPTViT` (outputs, fine-tuning options, weights).
+
+    Args:
+        arch: a key of :data:`LAYERSCALE_ARCH_PRESETS` (``'deit3-base'``,
+            ``'dinov2-base'``, ``'dinov2-giant-reg4'``, ...) or a dict with
+            ``embed_dims``, ``num_layers``, ``num_heads``, ``mlp_ratio`` and
+            ``ffn`` (``'mlp'`` / ``'swiglu'``).
+        img_size, patch_size: ``None``: the preset's (timm's: 224 / 16 for
+            DeiT-III, 518 / 14 for DINOv2; a dict arch: 224 / 16).  The
+            position embedding is resampled to ``img_size`` on loading and
+            for other input sizes as timm does (bicubic, antialiased).
+        reg_tokens: register tokens (``None``: the preset's, 4 for
+            ``*-reg4``).
+        no_embed_class: the position embedding covers the patches only, the
+            class and register tokens have none (DeiT-III, DINOv2 with
+            registers); ``None``: the preset's.
+        layer_scale_init_value: initial ``gamma`` (``None``: the preset's).
+        **kwargs: the arguments of :class:`HetDPTViT` (spec, form,
+            semantics, outputs, fine-tuning, ``init_cfg``); LayerScale ViTs
+            have no distillation token.
+    """
+    family = 'layerscale_vit'
+
+    def __init__(self,
+                 arch: Union[str, Mapping] = 'dinov2-base',
+                 img_size=None,
+                 patch_size: Optional[int] = None,
+                 reg_tokens: Optional[int] = None,
+                 no_embed_class: Optional[bool] = None,
+                 layer_scale_init_value: Optional[float] = None,
+                 **kwargs):
+        defaults = LAYERSCALE_ARCH_PRESETS[arch] if isinstance(
+            arch, str) and arch in LAYERSCALE_ARCH_PRESETS else \
+            DICT_ARCH_DEFAULTS
+        shape = resolve_layerscale_arch(arch)
+        if kwargs.get('distilled'):
+            raise ValueError('LayerScale ViTs (DeiT-III, DINOv2) have no '
+                             'distillation token: distilled must be False')
+
+        def given(value, name):
+            return defaults[name] if value is None else value
+
+        reg_tokens = int(given(reg_tokens, 'reg_tokens'))
+        if reg_tokens < 0:
+            raise ValueError(f'reg_tokens must be >= 0, got {reg_tokens}')
+        # Read by _build_structure, which HetDPTViT.__init__ calls.
+        self.ffn = shape.pop('ffn')
+        self.layer_scale_init_value = given(layer_scale_init_value,
+                                            'layer_scale_init_value')
+        if not self.layer_scale_init_value:
+            raise ValueError('layer_scale_init_value must be non-zero (a '
+                             'LayerScale ViT has a gamma per branch)')
+        super().__init__(arch=shape, img_size=given(img_size, 'img_size'),
+                         patch_size=given(patch_size, 'patch_size'),
+                         **kwargs)
+        self.no_embed_class = bool(given(no_embed_class, 'no_embed_class'))
+        self._build_args['arch'] = dict(self.arch_settings, ffn=self.ffn)
+        self._build_args.update(reg_tokens=reg_tokens,
+                                no_embed_class=self.no_embed_class)
+        # Register tokens follow the class token; the position embedding
+        # (sized by HetDPTViT for the class token) is rebuilt to cover the
+        # prefix tokens only when they have positions.
+        dim = self.arch_settings['embed_dims']
+        self.reg_token = nn.Parameter(torch.zeros(
+            1, reg_tokens, dim)) if reg_tokens else None
+        if self.reg_token is not None:
+            nn.init.normal_(self.reg_token, std=1e-6)
+        self.num_prefix_tokens += reg_tokens
+        self.pos_embed = nn.Parameter(torch.zeros(
+            1, self.num_positioned_tokens + math.prod(self.patch_grid), dim))
+        if self.frozen_stages:
+            for param in (self.pos_embed, self.reg_token):
+                if param is not None:
+                    param.requires_grad_(False)
+
+    @property
+    def num_positioned_tokens(self) -> int:
+        """Prefix tokens with a position in ``pos_embed``."""
+        return 0 if self.no_embed_class else self.num_prefix_tokens
+
+    # ------------------------------------------------ family: the tensors
+    @classmethod
+    def recognizes(cls, state: Mapping) -> bool:
+        return vit_state_dict.is_vit_state_dict(state) and \
+            ls_state_dict.has_layer_scale(state)
+
+    @classmethod
+    def describe_keys(cls) -> str:
+        return ('ViT keys with LayerScale: pos_embed, patch_embed.proj.weight '
+                'and blocks.0.ls1.gamma (timm deit3 / dinov2, official '
+                'DINOv2) or blocks.0.gamma_1 (official DeiT-III)')
+
+    @classmethod
+    def canonical_state(cls, state: Mapping) -> Mapping:
+        return ls_state_dict.canonical_layout(state)
+
+    @classmethod
+    def build_args_from_tensors(cls, state: Mapping,
+                                arch: Optional[Mapping] = None) -> Dict:
+        """Everything is read from tensor shapes except the number of heads,
+        which comes from ``arch`` (a preset, an arch dict, or a record's
+        build args) or from a preset with the same width, depth and FFN."""
+        if isinstance(arch, Mapping) and 'arch' in arch:
+            arch = arch['arch']
+        proj = state['patch_embed.proj.weight']
+        dim = int(proj.shape[0])
+        depth = vit_state_dict.infer_layout(state)['depth']
+        fc1 = next((k for k in state if k.endswith('mlp.fc1.weight')), None)
+        found = {}
+        if fc1 is not None:
+            hidden = state[fc1].shape[0]
+            fc2_in = state[fc1.replace('fc1', 'fc2')].shape[1]
+            found = dict(ffn='swiglu' if 2 * fc2_in == hidden else 'mlp',
+                         mlp_ratio=hidden / dim)
+        if not arch:
+            matches = [dict(p['arch']) for p in
+                       LAYERSCALE_ARCH_PRESETS.values()
+                       if p['arch']['embed_dims'] == dim and
+                       p['arch']['num_layers'] == depth and
+                       found.get('ffn', p['arch']['ffn']) == p['arch']['ffn']]
+            if not matches:
+                raise ValueError(
+                    f'the checkpoint has no HetDPT record and its shape '
+                    f'(width {dim}, {depth} blocks) matches no preset in '
+                    f'{sorted(LAYERSCALE_ARCH_PRESETS)}: give the '
+                    'architecture (number of heads) with --arch')
+            arch = matches[0]
+        arch = dict(resolve_layerscale_arch(arch), **found)
+        if arch['embed_dims'] != dim or arch['num_layers'] != depth:
+            raise StateDictMismatch(
+                f'arch {arch} does not match the checkpoint (width {dim}, '
+                f'{depth} blocks)')
+        positioned = ls_state_dict.positioned_prefix_tokens(state)
+        side = math.isqrt(state['pos_embed'].shape[1] - positioned)
+        patch = int(proj.shape[-1])
+        reg = state['reg_token'].shape[1] if 'reg_token' in state else 0
+        return dict(arch=arch, img_size=(side * patch, side * patch),
+                    patch_size=patch, in_channels=int(proj.shape[1]),
+                    reg_tokens=int(reg), no_embed_class=positioned == 0,
+                    distilled=False, with_cls_token='cls_token' in state,
+                    qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
+                    final_norm='norm.weight' in state)
+
+    @classmethod
+    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
+        """The ViT's count over the class and register tokens; a packed
+        SwiGLU FFN (``D -> 2H``, ``H -> D``) costs 3/4 of a GELU FFN of
+        hidden width ``2H``."""
+        from ..pruning.cost import AnalyticCost
+        settings = resolve_layerscale_arch(arch['arch'])
+        cost = AnalyticCost(
+            embed_dim=settings['embed_dims'], num_heads=settings['num_heads'],
+            mlp_ratio=settings['mlp_ratio'], depth=settings['num_layers'],
+            img_size=tuple(img_size), patch_size=arch['patch_size'],
+            in_chans=arch['in_channels'],
+            num_prefix_tokens=int(arch['with_cls_token']) +
+            arch['reg_tokens'])
+        ffn_macs = cost.ffn_macs * (0.75 if settings['ffn'] == 'swiglu'
+                                    else 1.)
+        depth = settings['num_layers']
+        return dict(attn=[cost.attention_macs] * depth,
+                    ffn=[ffn_macs] * depth,
+                    merged_ffn=[cost.merged_ffn_macs] * depth,
+                    rest=cost.patch_embed_macs)
+
+    # --------------------------------------------------------- structure
+    def check_removable(self, spec: PruneSpec) -> None:
+        """Refuse to remove the activation of a SwiGLU FFN."""
+        if self.ffn == 'swiglu' and spec.act_removed:
+            blocks = list(spec.act_removed)
+            raise ValueError(
+                f'cannot remove the activation of block(s) {blocks}: their '
+                'FFN is SwiGLU, fc2(SiLU(x1) * x2), and without the SiLU it '
+                'computes fc2(x1 * x2), a product of two linear maps of its '
+                'input: not linear, so it cannot merge into one linear layer '
+                'and removing it saves nothing. Remove attention layers only '
+                '(act_removed=[]) in this network')
+
+    def _build_structure(self, spec: PruneSpec, form: str,
+                         semantics: Mapping) -> None:
+        self.check_removable(spec)
+        self.form = form
+        self.semantics = dict(semantics)
+        self._spec = spec
+        args = dict(self._block_args)
+        drop_path = args.pop('drop_path')
+        self.blocks = nn.ModuleList([
+            build_layerscale_block(
+                drop_path=drop_path[i], form=form,
+                attn_removed=spec.is_removed(ATTN, i),
+                act_removed=spec.is_removed(ACT, i),
+                norm_layer=partial(nn.LayerNorm, eps=1e-6), ffn=self.ffn,
+                layer_scale_init_value=self.layer_scale_init_value,
+                **args, **self.semantics)
+            for i in range(spec.depth)
+        ])
+        self._freeze(self.blocks[:self.frozen_stages])
+
+    def gates(self, kind: str):
+        if kind == ACT and self.ffn == 'swiglu' and self.form == 'gated':
+            return []  # a SwiGLU activation is never removed
+        return super().gates(kind)
+
+    def set_spec(self, spec) -> None:
+        self.check_removable(PruneSpec.coerce(spec, self.depth))
+        super().set_spec(spec)
+
+    def get_layer_depth(self, param_name: str,
+                        prefix: str = '') -> Tuple[int, int]:
+        """As :meth:`HetDPTViT.get_layer_depth`; register tokens are
+        embeddings (depth 0)."""
+        if param_name == prefix + 'reg_token':
+            return 0, len(self.blocks) + 2
+        return super().get_layer_depth(param_name, prefix)
+
+    # -------------------------------------------------------------- weights
+    def _adapt_pretrained(self, state: Dict) -> Dict:
+        if 'pos_embed' in state:
+            positioned = ls_state_dict.positioned_prefix_tokens(state)
+            if positioned != self.num_positioned_tokens:
+                raise StateDictMismatch(
+                    f'pos_embed has positions for {positioned} prefix '
+                    f'token(s), this backbone for {self.num_positioned_tokens}'
+                    ': set no_embed_class / reg_tokens as the checkpoint '
+                    '(or use the matching preset)')
+            state['pos_embed'] = vit_state_dict.resize_pos_embed(
+                state['pos_embed'], positioned, positioned, self.patch_grid,
+                self.interpolate_mode, antialias=True)
+        return state
+
+    # -------------------------------------------------------------- forward
+    def _pos_embed(self, grid: Tuple[int, int]) -> torch.Tensor:
+        if not is_exporting() and tuple(grid) == tuple(self.patch_grid):
+            return self.pos_embed
+        return resample_abs_pos_embed(
+            self.pos_embed, list(grid), old_size=list(self.patch_grid),
+            num_prefix_tokens=self.num_positioned_tokens,
+            interpolation=self.interpolate_mode, antialias=True)
+
+    def _embed_tokens(self, x: torch.Tensor):
+        """As timm: with ``no_embed_class`` the positions are added to the
+        patches before the class and register tokens are prepended."""
+        x = self.patch_embed(x)
+        grid = x.shape[1:3]
+        x = x.flatten(1, 2)
+        prefix = [token.expand(x.shape[0], -1, -1)
+                  for token in (self.cls_token, self.reg_token)
+                  if token is not None]
+        if self.no_embed_class:
+            x = torch.cat(prefix + [x + self._pos_embed(grid)], dim=1)
+        else:
+            x = torch.cat(prefix + [x], dim=1) + self._pos_embed(grid)
+        return self.pos_drop(x), grid
