@@ -2,7 +2,8 @@
 
 mmpretrain's ``LearningRateDecayOptimWrapperConstructor`` asks the model for
 ``get_layer_depth``: its classifiers pass the question on to the backbone
-(:meth:`HetDPTViT.get_layer_depth`), mmdet's detectors and mmseg's
+(:meth:`HetDPTViT.get_layer_depth`,
+:meth:`HetDPTSwin.get_layer_depth`), mmdet's detectors and mmseg's
 segmentors have no such method, and mmseg's own
 ``LayerDecayOptimizerConstructor`` only knows its BEiT / MAE / ConvNeXt
 classes by name.  :class:`HetDPTLayerDecayOptimWrapperConstructor` is

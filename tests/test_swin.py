@@ -364,3 +364,106 @@ def test_backbone_benchmark_of_a_swin():
         resolve_options(BenchmarkOptions('upernet', family='swin'))
     with pytest.raises(UsageError, match='give its --spec'):
         resolve_options(BenchmarkOptions('backbone', family='swin'))
+
+
+def layer_location(name: str) -> str:
+    """What a parameter belongs to, in both Swin layouts: a block
+    (``stages.s.blocks.j``), a patch merging (``stages.s.downsample``) or
+    a top-level module (``patch_embed``, ``norm3``, ``head``)."""
+    parts = name.split('.')
+    if parts[1] == 'stages':
+        return '.'.join(parts[1:5] if parts[3] == 'blocks' else parts[1:4])
+    return parts[1] if parts[0] == 'backbone' else parts[0]
+
+
+def swin_classifiers(**structure):
+    """The same small Swin as mmpretrain's ``SwinTransformer`` and as ours
+    (``structure``: HetDPT form and spec) in mmpretrain classifiers."""
+    from mmengine.registry import DefaultScope
+    from mmpretrain.registry import MODELS
+    models = []
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        for backbone in (
+                dict(type='SwinTransformer', arch=SMALL_ARCH, img_size=32,
+                     out_indices=(0, 1, 2, 3)),
+                dict(type='HetDPTSwin', arch=SMALL_ARCH,
+                     out_indices=(0, 1, 2, 3), **structure)):
+            models.append(MODELS.build(dict(
+                type='ImageClassifier', backbone=backbone,
+                neck=dict(type='GlobalAveragePooling'),
+                head=dict(type='LinearClsHead', num_classes=10,
+                          in_channels=128))))
+    return models
+
+
+@pytest.mark.parametrize('structure', [
+    {}, dict(prune_spec=SMALL_SPEC), dict(prune_spec=SMALL_SPEC, merged=True),
+    dict(gated=True)])
+def test_get_layer_depth_follows_mmpretrain_swin(structure):
+    """Every parameter gets the depth mmpretrain's SwinTransformer gives the
+    same module (patch embedding 0, block = its global index + 1, patch
+    merging = its stage's last block, output norms and head the last of
+    depth + 2); removed layers change no depth."""
+    reference, model = swin_classifiers(**structure)
+    expected = {}
+    for name, _ in reference.named_parameters():
+        depth = reference.get_layer_depth(name)
+        # Names are the same where the modules are (our rule on theirs).
+        assert model.get_layer_depth(name) == depth, name
+        assert expected.setdefault(layer_location(name), depth) == depth
+    ours = {name: model.get_layer_depth(name)
+            for name, _ in model.named_parameters()}
+    assert {layer_location(name) for name in ours} == set(expected)
+    for name, depth in ours.items():
+        assert depth == expected[layer_location(name)], name
+    # 8 blocks of 2 + 2 + 2 + 2: depths 0 .. 9.
+    backbone = model.backbone
+    assert backbone.get_layer_depth('patch_embed.proj.weight') == (0, 10)
+    assert backbone.get_layer_depth('stages.0.blocks.0.norm1.weight') == \
+        (1, 10)
+    assert backbone.get_layer_depth(
+        'backbone.stages.1.blocks.1.mlp.fc2.weight', 'backbone.') == (4, 10)
+    assert backbone.get_layer_depth('stages.1.downsample.reduction.weight') \
+        == (4, 10)
+    assert backbone.get_layer_depth('stages.3.blocks.1.norm2.bias') == \
+        (8, 10)
+    assert backbone.get_layer_depth('norm3.weight') == (9, 10)
+    assert backbone.get_layer_depth('head.fc.weight', 'backbone.') == (9, 10)
+
+
+def test_layer_decay_of_a_swin_with_both_constructors():
+    """mmpretrain's constructor (through the classifier) and ours (for
+    models without get_layer_depth, as mmdet's and mmseg's) give every
+    module the learning rate mmpretrain gives its own Swin's."""
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import DefaultScope
+    decay = 0.5
+
+    def lrs(model, constructor):
+        with DefaultScope.overwrite_default_scope('mmpretrain'):
+            wrapper = build_optim_wrapper(model, dict(
+                optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.05),
+                constructor=constructor,
+                paramwise_cfg=dict(layer_decay_rate=decay)))
+        return {group['param_name']: group['lr']
+                for group in wrapper.optimizer.param_groups}
+
+    reference, model = swin_classifiers(prune_spec=SMALL_SPEC, merged=True)
+    expected = {layer_location(name): lr for name, lr in lrs(
+        reference, 'LearningRateDecayOptimWrapperConstructor').items()}
+    assert expected['stages.0.blocks.0'] == pytest.approx(decay ** 8)
+    assert expected['head'] == 1.0
+
+    class Segmentor(torch.nn.Module):  # no get_layer_depth
+        def __init__(self, backbone, head):
+            super().__init__()
+            self.backbone, self.head = backbone, head
+
+    for built, constructor in (
+            (model, 'LearningRateDecayOptimWrapperConstructor'),
+            (Segmentor(model.backbone, model.head),
+             'HetDPTLayerDecayOptimWrapperConstructor')):
+        found = lrs(built, constructor)
+        assert 'backbone.stages.0.blocks.1.mlp.fc.weight' in found
+        for name, lr in found.items():
+            assert lr == pytest.approx(expected[layer_location(name)]), name

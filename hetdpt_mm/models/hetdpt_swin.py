@@ -2,7 +2,7 @@
 (W-MSA and SW-MSA) and FFN GELUs can be removed (HetDPT), for mmpretrain,
 mmdet and mmseg (docs/swin.md)."""
 from dataclasses import replace
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -340,6 +340,41 @@ class HetDPTSwin(HetDPTBackbone):
     @property
     def depth(self) -> int:
         return sum(self.arch_settings['depths'])
+
+    def get_layer_depth(self, param_name: str,
+                        prefix: str = '') -> Tuple[int, int]:
+        """Layer depth of a parameter for layer-wise learning-rate decay
+        (mmpretrain's ``LearningRateDecayOptimWrapperConstructor``, or
+        :class:`~hetdpt_mm.optim.HetDPTLayerDecayOptimWrapperConstructor`
+        for detectors and segmentors), numbered as mmpretrain's
+        ``SwinTransformer.get_layer_depth`` (mmdet's and mmseg's layer-decay
+        constructors have no Swin rule): of ``depth + 2`` depths, the patch
+        embedding is depth 0, block ``j`` of stage ``s`` depth
+        ``sum(depths[:s]) + j + 1`` (its global index + 1), the patch
+        merging after stage ``s`` the depth of that stage's last block, and
+        everything else (the output norms ``norm{i}``, neck, heads) the
+        last depth, ``depth + 1``.
+
+        Blocks keep their depth whatever HetDPT removed from them, as in
+        :meth:`HetDPTViT.get_layer_depth`: a block whose attention (or
+        GELU, or both) is gone still holds weights at that depth, and every
+        other block keeps the decay of the dense Swin the recipe was tuned
+        for.
+        """
+        depths = self.arch_settings['depths']
+        num_layers = sum(depths) + 2
+        if not param_name.startswith(prefix):
+            return num_layers - 1, num_layers
+        name = param_name[len(prefix):]
+        if name.startswith('patch_embed'):
+            return 0, num_layers
+        if name.startswith('stages.'):
+            parts = name.split('.')
+            stage = int(parts[1])
+            if parts[2] == 'blocks':
+                return sum(depths[:stage]) + int(parts[3]) + 1, num_layers
+            return sum(depths[:stage + 1]), num_layers  # patch merging
+        return num_layers - 1, num_layers
 
     def gates(self, kind: str) -> List[nn.Module]:
         if self.form != 'gated':
