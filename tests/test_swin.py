@@ -467,3 +467,97 @@ def test_layer_decay_of_a_swin_with_both_constructors():
         assert 'backbone.stages.0.blocks.1.mlp.fc.weight' in found
         for name, lr in found.items():
             assert lr == pytest.approx(expected[layer_location(name)]), name
+
+
+def write_fake_imagenet(root: Path, num_images: int = 4) -> None:
+    """mmpretrain's ImageNet layout (``meta/{split}.txt`` and the images
+    it lists) with a few small random images."""
+    import numpy as np
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    for split in ('train', 'val'):
+        (root / split / 'n0').mkdir(parents=True)
+        lines = []
+        for index in range(num_images):
+            name = f'n0/{index}.JPEG'
+            Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)
+                            ).save(root / split / name)
+            lines.append(f'{name} {index}')
+        (root / 'meta').mkdir(exist_ok=True)
+        (root / 'meta' / f'{split}.txt').write_text('\n'.join(lines) + '\n')
+
+
+#: Swin-S/B's 24 blocks (2 + 2 + 18 + 2) at SMALL_ARCH's widths.
+TALL_ARCH = dict(SMALL_ARCH, depths=[2, 2, 18, 2])
+
+
+@pytest.mark.parametrize('name, arch, drop_path, width, counts, last', [
+    ('swin-s_prune-10l_in1k.py', 'small', 0.3, 768, (6, 4), 120),
+    ('swin-b_prune-18l_in1k.py', 'base', 0.5, 1024, (8, 10), 144),
+])
+def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
+                                      last, tmp_path, monkeypatch):
+    """The Swin-S / Swin-B prune configs as written (mmpretrain's Swin
+    recipes, backbone swapped for a gated HetDPTSwin, MAP budget, prune and
+    merge hooks) with a narrow 24-block Swin in official layout (heads
+    included) in place of the real one: they build, MAP splits the budget
+    over the 24 blocks, and one training step (4 fake images) removes them
+    and writes the merged checkpoint."""
+    from hetdpt_mm.runner import build_runner
+    cfg = Config.fromfile(ROOT / 'configs/hetdpt' / name)
+    backbone_cfg = cfg.model.backbone
+    assert (backbone_cfg.type, backbone_cfg.arch, backbone_cfg.gated,
+            backbone_cfg.drop_path_rate) == ('HetDPTSwin', arch, True,
+                                             drop_path)
+    assert cfg.model.head.in_channels == width
+    assert cfg.model_wrapper_cfg.find_unused_parameters is True
+    custom_keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
+    assert custom_keys['hetdpt_score'] == dict(decay_mult=0.0)
+    assert custom_keys['.relative_position_bias_table'] == \
+        dict(decay_mult=0.0)
+    assert cfg.optim_wrapper.clip_grad == dict(max_norm=5.0)
+    assert cfg.train_cfg.max_epochs == 300
+    prune, merge = cfg.custom_hooks
+    assert (prune.type, prune.budget, merge.type) == (
+        'HetDPTPruneHook', sum(counts), 'MergeCheckpointHook')
+    hook = HetDPTPruneHook(**{k: v for k, v in prune.items() if k != 'type'})
+    # Epoch after which the last removal happens: inside the 300 epochs.
+    assert hook.schedule.iterations(sum(counts), 1)[-1] == last
+
+    # The recipe on a narrow Swin.
+    state = timm_state_dict(randomize_(swin(arch=TALL_ARCH)))
+    state['head.weight'] = torch.randn(1000, 128) * .02
+    state['head.bias'] = torch.zeros(1000)
+    torch.save(official_layout(state), tmp_path / 'official.pth')
+    backbone_cfg.update(arch=TALL_ARCH, init_cfg=dict(
+        type='Pretrained', checkpoint=str(tmp_path / 'official.pth')))
+    cfg.model.head.update(in_channels=128, init_cfg=dict(
+        type='PretrainedHeads', checkpoint=str(tmp_path / 'official.pth')))
+    # Every removal after the first step (the progressive schedule's
+    # stages are checked above).
+    cfg.custom_hooks[0] = dict(
+        type='HetDPTPruneHook', map_points=str(ROOT / prune.map_points),
+        budget=prune.budget, schedule='epoch', prune_epoch=1)
+    write_fake_imagenet(tmp_path / 'imagenet')
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].update(batch_size=4, num_workers=0,
+                           persistent_workers=False)
+        cfg[loader].dataset.data_root = str(tmp_path / 'imagenet')
+    cfg.train_cfg.update(max_epochs=1, val_interval=1000)
+    cfg.param_scheduler = None
+    cfg.default_hooks.checkpoint.interval = 1000
+    cfg.work_dir = str(tmp_path / 'work_dir')
+    # The runner logs and dumps its config formatted by yapf: seconds for
+    # these configs, and nothing here reads it.
+    monkeypatch.setattr(Config, 'pretty_text',
+                        property(lambda config: str(config.to_dict())))
+    runner = build_runner(cfg)
+    runner.train()
+    # The official head was loaded (and took one AdamW step of lr 1e-3).
+    torch.testing.assert_close(runner.model.head.fc.weight,
+                               state['head.weight'], atol=3e-3, rtol=0)
+    spec = runner.model.backbone.prune_spec
+    assert (len(spec.attn_removed), len(spec.act_removed)) == counts
+    merged = load_backbone_checkpoint(
+        str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth')))
+    assert merged.record.form == 'merged' and merged.record.spec == spec

@@ -1,0 +1,67 @@
+# HetDPT on Swin-S, ImageNet-1k, in one run (docs/swin.md): start from the
+# official Swin-S classifier (backbone and head), remove 10 layers (the
+# paper's Swin-S budget, Table 1: 1.23x, 82.4 %) over the 24 blocks of all
+# stages, split between window-attention (W-MSA / SW-MSA) and GELU layers by
+# MAP, chosen within each type by the learned gate scores, progressively (one
+# removal at the end of epochs 3, 8, 15, ..., 120: the authors' stage lengths
+# 3, 5, 7, ..., METHOD.md §3), then fine-tune the pruned network until the
+# end.  MergeCheckpointHook writes <work_dir>/swin-s_prune-10l_in1k_merged.pth
+# (backbone + head), whose backbone the Mask R-CNN / UperNet configs load.
+#
+# The paper gives neither a Swin recipe nor Swin MAP points, so everything
+# else is mmpretrain's stock Swin-S ImageNet config
+# (swin_transformer/swin-small_16xb64_in1k.py: AdamW lr 1e-3 per 1024 images,
+# weight decay 0.05, none on norms, biases and relative position bias tables,
+# 20 warm-up epochs, cosine, 300 epochs, clipping 5, drop path 0.3, Mixup /
+# CutMix, label smoothing 0.1, 16 x 64 images), with the backbone swapped and
+# no distillation (Swin has no distillation token).
+#
+#   bash tools/dist_train.sh configs/hetdpt/swin-s_prune-10l_in1k.py 16
+#   (other GPU counts: add --auto-scale-lr)
+_base_ = 'mmpretrain::swin_transformer/swin-small_16xb64_in1k.py'
+custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+
+# https://github.com/SwinTransformer/storage/releases/download/v1.0.0/swin_small_patch4_window7_224.pth
+# (official Microsoft release, 83.2 %; timm's and mmpretrain's Swin-S files
+# load too).
+pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
+
+# MAP points.  The paper publishes points for DeiT-B only; MAP reads retained
+# ratios (a, t), so these allocate a budget at any depth: 6 attention + 4
+# GELU layers of Swin-S's 24 blocks for a budget of 10.  Swin's own points
+# are a MAP collection run on Swin (docs/map.md; see docs/swin.md for what
+# MAPCollectHook's TE score needs first), or give the split:
+#   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
+#       "custom_hooks.0.counts={'attn':5,'act':5}"
+map_points = 'tests/data/map_points_paper.csv'
+budget = 10
+
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='HetDPTSwin',
+        arch='small',
+        window_size=7,
+        drop_path_rate=0.3,  # mmpretrain's Swin-S
+        out_indices=(3, ),
+        gated=True,
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint)),
+    head=dict(
+        init_cfg=dict(_delete_=True, type='PretrainedHeads',
+                      checkpoint=pretrained_checkpoint)))
+
+optim_wrapper = dict(
+    paramwise_cfg=dict(custom_keys={
+        # HetDPT's learned layer importances are never decayed (METHOD.md
+        # §3).
+        'hetdpt_score': dict(decay_mult=0.0),
+    }))
+
+custom_hooks = [
+    dict(type='HetDPTPruneHook', map_points=map_points, budget=budget,
+         schedule='progressive'),  # stages=None: the authors' 3, 5, 7, ...
+    dict(type='MergeCheckpointHook'),
+]
+# A closed gate skips its layer, whose parameters then get no gradient.
+model_wrapper_cfg = dict(type='MMDistributedDataParallel',
+                         find_unused_parameters=True)
