@@ -6,15 +6,15 @@
 # of 15.4 G MACs, but not how many layers it removes.  18 is derived from the
 # MACs, as docs/swin.md's benchmark spec: 6 attention + 12 GELU layers of
 # stage 3 leave 9.82 G (MACs ratio 1.57x).  It is not the only count with
-# those MACs (1 + 15 = 16 layers and 11 + 9 = 20 layers give 9.81-9.82 G),
+# those MACs (1 + 15 = 16 layers and 11 + 9 = 20 layers give 9.82 G too),
 # and the paper's own number may differ.  MAP on the paper's DeiT-B points
 # splits 18 into 8 attention + 10 GELU layers (about 10.1 G if all are in
 # stage 3); for the benchmarked split:
 #   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
-#       "custom_hooks.0.counts={'attn':6,'act':12}"
+#       custom_hooks.0.counts.attn=6 custom_hooks.0.counts.act=12
 #
-# Schedule: the authors' stage lengths 3, 5, 7, ... would put the 18th
-# removal after epoch 361, past the 300-epoch recipe; removals here come
+# Schedule: stage lengths 3, 5, 7, ... (swin-s_prune-10l_in1k.py) would put
+# the 18th removal after epoch 360, past the 300-epoch recipe; removals come
 # every 8 epochs (epochs 8, 16, ..., 144), leaving 156 epochs of
 # fine-tuning of the final network.
 #

@@ -3,10 +3,11 @@
 # paper's Swin-S budget, Table 1: 1.23x, 82.4 %) over the 24 blocks of all
 # stages, split between window-attention (W-MSA / SW-MSA) and GELU layers by
 # MAP, chosen within each type by the learned gate scores, progressively (one
-# removal at the end of epochs 3, 8, 15, ..., 120: the authors' stage lengths
-# 3, 5, 7, ..., METHOD.md §3), then fine-tune the pruned network until the
+# removal at the end of epochs 3, 8, 15, ..., 120: stage lengths 3, 5, 7, ...,
+# as deit-b_prune-10l_in1k.py), then fine-tune the pruned network until the
 # end.  MergeCheckpointHook writes <work_dir>/swin-s_prune-10l_in1k_merged.pth
-# (backbone + head), whose backbone the Mask R-CNN / UperNet configs load.
+# (backbone + head), whose backbone loads as it is into a detector or
+# segmentor with a HetDPTSwin backbone (docs/swin.md).
 #
 # The paper gives neither a Swin recipe nor Swin MAP points, so everything
 # else is mmpretrain's stock Swin-S ImageNet config
@@ -32,7 +33,7 @@ pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
 # are a MAP collection run on Swin (docs/map.md; see docs/swin.md for what
 # MAPCollectHook's TE score needs first), or give the split:
 #   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
-#       "custom_hooks.0.counts={'attn':5,'act':5}"
+#       custom_hooks.0.counts.attn=5 custom_hooks.0.counts.act=5
 map_points = 'tests/data/map_points_paper.csv'
 budget = 10
 
