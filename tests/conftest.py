@@ -1,7 +1,23 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures shared by the test modules, and the order they run in."""
+import os
+
 import pytest
 import torch
 from mmengine.logging import MMLogger
+from mmengine.registry import DefaultScope
+
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    # Two workers share two cores: a second OpenMP thread per worker only
+    # waits (tests that need more set it themselves).
+    torch.set_num_threads(1)
+
+#: The longest test file (the --quick demo, minutes) starts first, so that
+#: the other worker runs the rest of the suite beside it.
+FIRST = 'test_demo.py'
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name != FIRST)
 
 
 @pytest.fixture(scope='module')
@@ -15,12 +31,15 @@ def one_thread():
 
 
 @pytest.fixture(autouse=True)
-def runner_loggers_stay_in_their_test():
-    """MMEngine keeps loggers by name, and a runner's name is its config's
-    name and the second it was built: a runner built in the same second as
-    an earlier test's would reuse that logger, whose handler writes to the
-    earlier test's captured (now closed) stream."""
-    known = set(MMLogger._instance_dict)
+def scopes_and_loggers_stay_in_their_test():
+    """MMEngine's default scope and loggers are global instances: a scope a
+    test left current would decide what later tests build (whichever test
+    ran before), and a runner built in the same second as an earlier test's
+    from a config of the same name would reuse that test's logger, whose
+    handler writes to its captured (now closed) stream."""
+    known = {kind: set(kind._instance_dict) for kind in (DefaultScope,
+                                                          MMLogger)}
     yield
-    for name in set(MMLogger._instance_dict) - known:
-        del MMLogger._instance_dict[name]
+    for kind, names in known.items():
+        for name in set(kind._instance_dict) - names:
+            del kind._instance_dict[name]
