@@ -45,7 +45,15 @@ default_hooks = dict(logger=dict(interval=1),
                      checkpoint=dict(interval=1, max_keep_ckpts=5))
 randomness = dict(seed=0, deterministic=True)
 runner_type = 'FlexibleRunner'
-strategy = dict(type='HetDPTFSDPStrategy', state_dict_cfg='full')
+# Nested FSDP units, as in the DINOv2-g config: every linear layer of the
+# blocks is one (a closed attention then skips whole units).
+strategy = dict(
+    type='HetDPTFSDPStrategy', state_dict_cfg='full',
+    model_wrapper=dict(
+        type='HetDPTFullyShardedDataParallel',
+        auto_wrap_policy=dict(
+            type='torch.distributed.fsdp.wrap.size_based_auto_wrap_policy',
+            min_num_params=5000)))
 ''')
     return path
 
