@@ -65,11 +65,15 @@ def full_params(model: nn.Module):
 
 
 def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
-    """The whole state dict of the (possibly wrapped) model, on CPU, with
-    the unwrapped module's keys.  Under FSDP it is gathered to rank 0 (every
-    rank must call this; the others get an empty dict)."""
+    """The whole state dict of the (possibly wrapped) model on rank 0, on
+    CPU, with the unwrapped module's keys; the other ranks get an empty
+    dict.  Under FSDP it is gathered to rank 0: every rank must call
+    this."""
+    from mmengine.dist import is_main_process
     from mmengine.model import is_model_wrapper
     if not is_fsdp(model):
+        if not is_main_process():
+            return {}
         inner = model.module if is_model_wrapper(model) else model
         return weights_to_cpu(inner.state_dict())
     from torch.distributed.fsdp import FullStateDictConfig, StateDictType
