@@ -6,6 +6,7 @@ from .spec import META_KEY, PruneSpec
 from .version import __version__
 from . import hooks  # noqa: F401  registers the hooks in MMEngine
 from . import optim  # noqa: F401  registers the optimizer constructor
+from . import sharding  # noqa: F401  registers the FSDP wrapper
 
 register_mmengine_loader()
 register_atomic_local_backend()

@@ -92,6 +92,16 @@ def prepare_cpu_distributed(cfg) -> None:
         return
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend='gloo')
+    strategy = cfg.get('strategy')
+    if isinstance(strategy, dict) and str(strategy.get('type', '')).split(
+            '.')[-1] in ('FSDPStrategy', 'HetDPTFSDPStrategy'):
+        # FSDPStrategy gives FSDP device_id=LOCAL_RANK (a CUDA device); on
+        # CPU, FSDP runs with device_id=cpu (docs/layerscale.md, Sharding).
+        wrapper = dict(strategy.get('model_wrapper') or
+                       dict(type='HetDPTFullyShardedDataParallel'))
+        wrapper['device_id'] = torch.device('cpu')
+        strategy['model_wrapper'] = wrapper
+        return
     wrapper = cfg.get('model_wrapper_cfg') or dict(
         type='MMDistributedDataParallel', broadcast_buffers=False,
         find_unused_parameters=cfg.get('find_unused_parameters', False))

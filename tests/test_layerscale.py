@@ -302,6 +302,7 @@ def small_checkpoint(path, arch, spec, reg_tokens=0, **kwargs):
 
 @pytest.mark.parametrize('name, kinds', [
     ('hetdpt/dinov2-g_prune-15l_cifar100.py', dict(attn=15, act=0)),
+    ('hetdpt/dinov2-g_prune-15l_cifar100_fsdp.py', dict(attn=15, act=0)),
     ('hetdpt/dinov2-s_prune-5l_cifar100.py', dict(attn=2, act=3)),
 ])
 def test_cifar100_prune_configs(name, kinds, tmp_path):
@@ -311,6 +312,11 @@ def test_cifar100_prune_configs(name, kinds, tmp_path):
     cfg = Config.fromfile(ROOT / 'configs' / name)
     hook = next(h for h in cfg.custom_hooks if h.type == 'HetDPTPruneHook')
     assert hook.counts == kinds
+    if name.endswith('_fsdp.py'):  # sharded: tests/test_sharding.py runs it
+        assert cfg.runner_type == 'FlexibleRunner'
+        assert cfg.strategy.type == 'HetDPTFSDPStrategy'
+        assert cfg.strategy.state_dict_cfg == 'full'
+        assert cfg.optim_wrapper.clip_grad is None
     backbone_cfg = cfg.model.backbone
     arch = TINY_SWIGLU if 'giant' in backbone_cfg.arch else TINY
     small_checkpoint(tmp_path / 'dense.pth', arch, None)

@@ -10,7 +10,8 @@
 # the paper does not list its split.  A starting recipe, not tuned here.
 # A 1.1 B-parameter model: plain DDP needs about 18 GB per GPU for the
 # weights, gradients and AdamW states before activations (with_cp=True
-# recomputes those); this project provides no sharded (FSDP) training.
+# recomputes those); ./dinov2-g_prune-15l_cifar100_fsdp.py is this run
+# under sharded training (FSDP, docs/layerscale.md "Sharding").
 #
 #   bash tools/dist_train.sh configs/hetdpt/dinov2-g_prune-15l_cifar100.py 8
 _base_ = [

@@ -18,6 +18,7 @@ from mmengine.dist import (all_gather_object, broadcast_object_list,
 from torch.nn.parallel import DistributedDataParallel
 
 from ..pruning.selection import Decision, SelectionPolicy, build_selection
+from ..sharding import full_params, is_fsdp
 from ..spec import ACT, ATTN, PruneSpec
 from .spec_meta_hook import HetDPTMetaHook, find_hetdpt_backbones
 
@@ -56,6 +57,7 @@ class GateHookBase(HetDPTMetaHook):
     def __init__(self, selection: Union[str, Mapping, SelectionPolicy]):
         self.selection = build_selection(selection)
         self._loaded_state: Optional[Dict] = None
+        self._model = None
 
     # ------------------------------------------------------------ backbone
     def backbone(self, runner):
@@ -93,6 +95,15 @@ class GateHookBase(HetDPTMetaHook):
 
     def setup_selection(self, runner, backbone) -> None:
         """The policy's checks and preparation, before training."""
+        # The wrapped model: under FSDP every rank gathers the full
+        # parameters around each selection (``select_and_close``).
+        self._model = runner.model
+        if is_fsdp(runner.model) and not self.selection.sharding_safe:
+            raise ValueError(
+                f'{type(self).__name__}: selection {self.selection.name} '
+                'cannot run under sharded training (FSDP): it runs forward '
+                'passes on rank 0 alone; use LowestGateScore, or DDP '
+                '(docs/layerscale.md, Sharding)')
         if self.selects_here:
             self.selection.setup(runner, backbone)
 
@@ -101,8 +112,12 @@ class GateHookBase(HetDPTMetaHook):
         """Rank 0's decision among ``candidates`` (open ``kind`` layers),
         applied on every rank, so all ranks close the same gate; also each
         rank's own choice when the policy runs on every rank (else None)."""
-        own = self.selection.select(backbone, kind, candidates) \
-            if self.selects_here else None
+        # Under FSDP each rank holds a shard of the scores: every rank
+        # gathers them whole (a collective) before anyone selects.
+        model = self._model if self._model is not None else backbone
+        with full_params(model):
+            own = self.selection.select(backbone, kind, candidates) \
+                if self.selects_here else None
         shared = [own]
         broadcast_object_list(shared)
         decision = shared[0]

@@ -3,15 +3,15 @@ import os.path as osp
 from typing import Optional
 
 import torch
-from mmengine.dist import master_only
+from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
-from mmengine.runner.checkpoint import weights_to_cpu
 
 from ..fileio import atomic_path
 from ..merge import merge_checkpoint
+from ..sharding import full_state_dict, is_fsdp
 from ..spec import META_KEY
-from .spec_meta_hook import hetdpt_record, unwrap_model
+from .spec_meta_hook import hetdpt_record
 
 #: Meta entries copied into the merged checkpoint besides the HetDPT record.
 KEPT_META = ('epoch', 'iter', 'dataset_meta', 'experiment_name')
@@ -48,6 +48,13 @@ class MergeCheckpointHook(Hook):
         if hetdpt_record(runner.model) is None:
             raise ValueError('MergeCheckpointHook needs a model with a '
                              'HetDPTViT backbone')
+        if self.at_each_save and is_fsdp(runner.model) and \
+                not _saves_full_state_dict(runner):
+            raise ValueError(
+                'MergeCheckpointHook(at_each_save=True) under FSDP needs '
+                "whole checkpoints: strategy=dict(type='FSDPStrategy', "
+                "state_dict_cfg='full', ...) (sharded ones hold a shard of "
+                'each weight per rank)')
 
     def output_path(self, runner) -> str:
         name = self.name
@@ -58,20 +65,25 @@ class MergeCheckpointHook(Hook):
         return osp.join(self.out_dir or runner.work_dir, f'{name}_merged.pth')
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        # Runs on the main process only (Runner.save_checkpoint is).
-        if self.at_each_save:
+        # Runner.save_checkpoint calls this on the main process only;
+        # FlexibleRunner on every rank, where under FSDP with
+        # state_dict_cfg='full' only rank 0's checkpoint holds the weights.
+        if self.at_each_save and is_main_process():
             self._write(runner, checkpoint['state_dict'],
                         checkpoint.get('meta', {}))
 
-    @master_only
     def after_train(self, runner) -> None:
-        model = unwrap_model(runner.model)
+        # Every rank: under FSDP the whole state dict is gathered to rank 0
+        # (a collective); rank 0 writes.
+        state_dict = full_state_dict(runner.model)
+        if not is_main_process():
+            return
         meta = dict(epoch=runner.epoch, iter=runner.iter)
         dataset_meta = getattr(runner.train_dataloader.dataset, 'metainfo',
                                None)
         if dataset_meta is not None:
             meta['dataset_meta'] = dataset_meta
-        self._write(runner, weights_to_cpu(model.state_dict()), meta)
+        self._write(runner, state_dict, meta)
 
     def _write(self, runner, state_dict, meta) -> None:
         meta = {k: meta[k] for k in KEPT_META if k in meta}
@@ -83,3 +95,10 @@ class MergeCheckpointHook(Hook):
             torch.save(merged, tmp)
         runner.logger.info(f'HetDPT merged checkpoint written to {path}\n'
                            f'{summary.format()}')
+
+
+def _saves_full_state_dict(runner) -> bool:
+    """Whether the runner's strategy saves whole (rank-0) checkpoints."""
+    strategy = getattr(runner, 'strategy', None)
+    check = getattr(strategy, '_is_full_state_dict', None)
+    return bool(check()) if check is not None else True

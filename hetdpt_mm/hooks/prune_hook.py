@@ -44,6 +44,7 @@ from ..fileio import atomic_write_text
 from ..pruning import MAPFit, allocate, fit_map, load_points
 from ..pruning.schedules import build_prune_schedule
 from ..pruning.selection import SelectionPolicy
+from ..sharding import is_fsdp
 from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
 from .gate_hook import KIND_NAMES, GateHookBase
 from .spec_meta_hook import unwrap_model
@@ -205,6 +206,13 @@ class HetDPTPruneHook(GateHookBase):
     def before_train(self, runner) -> None:
         backbone = self.backbone(runner)
         self.check_wrapper(runner)
+        if is_fsdp(runner.model) and getattr(
+                unwrap_model(runner.model), 'wants_teacher_snapshot', False):
+            raise ValueError(
+                'HetDPTPruneHook: the self-distillation teacher snapshot '
+                '(HetDPTDistillClassifier) copies the model, which under FSDP '
+                'holds one shard per rank; train without it or under DDP '
+                '(docs/layerscale.md, Sharding)')
         self.setup_selection(runner, backbone)
         depth = backbone.depth
         self.counts = self._resolve_counts(depth, runner.logger)

@@ -61,6 +61,10 @@ class SelectionPolicy:
     #: rank then runs it and the hooks record whether the ranks agree.
     #: False: only rank 0 runs it (and :meth:`setup`).
     runs_on_every_rank = False
+    #: True when :meth:`select` only reads parameters, so it runs under
+    #: sharded training (FSDP) inside a full-parameter gather on every
+    #: rank; False: the hooks refuse the policy under FSDP.
+    sharding_safe = False
 
     @property
     def name(self) -> str:
@@ -85,6 +89,7 @@ class LowestGateScore(SelectionPolicy):
     weight decay (checked in :meth:`setup`)."""
 
     runs_on_every_rank = True
+    sharding_safe = True
 
     def setup(self, runner, backbone) -> None:
         scores = {id(gate.hetdpt_score): f'blocks.{i}.{kind} score'
