@@ -180,6 +180,9 @@ def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
     common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
                   qkv_bias=qkv_bias, drop_path=drop_path, proj_drop=drop_rate,
                   attn_drop=attn_drop_rate, norm_layer=norm_layer)
+    if widths is not None:
+        # timm sizes attention by dim / num_heads; _set_widths replaces it.
+        common['num_heads'] = 1
     passthrough = removed_attn_output == 'norm'
     if form == 'gated':
         block = GatedHetDPTBlock(attn_layer=GatedAttention,
