@@ -127,17 +127,21 @@ def test_macs_target_with_magnitude_importance():
                         torch.randn(1, 3, IMG, IMG)).total
     target = 0.5 * before
     result = prune_width(backbone, heads, target_macs=target,
-                         importance='magnitude', max_ratio=0.8, steps=8)
+                         importance='magnitude', max_ratio=0.8,
+                         search_steps=4)
     assert result.macs_before == before
-    # The first step at or below the target ends the pruning.
+    # The smallest ratio tried that meets the target is the one applied.
     assert result.macs_after <= target
-    assert all(step.macs > target for step in result.steps[:-1])
+    meeting = [t.ratio for t in result.trials if t.macs <= target]
+    assert result.ratio == min(meeting)
+    assert all(t.macs > target for t in result.trials if t.ratio < min(
+        meeting))
+    assert len(result.trials) <= 5  # trials emptying an attention: none
     assert result.rebuild_error <= 1e-5
     with pytest.raises(ValueError, match='not reached'):
         prune_width(randomize_(HetDPTViT(arch=TINY, img_size=IMG,
                                          patch_size=16)),
-                    target_macs=1e3, importance='magnitude', max_ratio=0.2,
-                    steps=1)
+                    target_macs=1e3, importance='magnitude', max_ratio=0.2)
 
 
 def test_prune_width_tool(tmp_path, capsys):

@@ -6,7 +6,7 @@ from dense weights).
     python tools/prune_width.py IN OUT (--target-macs 2.4G | --ratio R)
         [--importance taylor --calib-dir DIR | --importance magnitude]
         [--calib-batches N] [--calib-batch-size B] [--max-ratio R]
-        [--steps N] [--prefix PREFIX] [--arch NAME|JSON] [--report JSON]
+        [--search-steps N] [--prefix PREFIX] [--arch NAME|JSON] [--report JSON]
         [--force]
 
 The embedding width, the attention heads and head dimensions and the FFN
@@ -14,7 +14,8 @@ hidden widths are pruned globally (Isomorphic Pruning's DeiT recipe), the
 classifier heads' inputs with them; the per-block widths go into the
 checkpoint's HetDPT record, so ``HetDPTViT`` (and the classification, DETR
 and UperNet configs) rebuild the network from OUT alone.  A MACs target is
-met by pruning in ``--steps`` steps up to ``--max-ratio``.  Taylor
+met by the smallest one-shot channel ratio (up to ``--max-ratio``, found by
+bisection in ``--search-steps`` trials) whose MACs are at or below it.  Taylor
 importance needs calibration images (an ImageFolder); magnitude none.
 
 OUT is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record,
@@ -57,8 +58,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> PruneWidthOptions:
     parser.add_argument('--max-ratio', type=float,
                         help='largest channel ratio tried for a MACs target '
                         '(default 0.9)')
-    parser.add_argument('--steps', type=int,
-                        help='steps up to --max-ratio (default 90)')
+    parser.add_argument('--search-steps', type=int,
+                        help='bisection trials for --target-macs (default '
+                        '10: the ratio to within 0.001)')
     parser.add_argument('--prefix', help='state-dict prefix of the backbone '
                         '(default: from the record or meta)')
     parser.add_argument('--arch', help='architecture of a checkpoint without '

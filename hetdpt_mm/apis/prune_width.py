@@ -46,7 +46,7 @@ class PruneWidthOptions:
     calib_batches: int = 50
     calib_batch_size: int = 64
     max_ratio: float = 0.9
-    steps: int = 90
+    search_steps: int = 10
     prefix: Optional[str] = None
     arch: Optional[str] = None
     report: Optional[Path] = None
@@ -106,7 +106,7 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         checkpoint, prefix=options.prefix, arch=parse_arch(options.arch),
         source=str(options.input), target_macs=target, ratio=options.ratio,
         importance=options.importance, calibration=calibration,
-        max_ratio=options.max_ratio, steps=options.steps,
+        max_ratio=options.max_ratio, search_steps=options.search_steps,
         logger=lambda line: print_log(line, logger='current'))
     with atomic_path(options.output, exclusive=not options.force) as tmp:
         torch.save(pruned, tmp)

@@ -24,11 +24,12 @@ Settings follow Isomorphic Pruning's DeiT recipe (their
 ``scripts/pruning/deit_2.6G.sh``): heads and head dimensions pruned too,
 the heads at the channel ratio and the head dimensions at half of it,
 channels rounded to multiples of 2, and the classifier heads' outputs kept.
-A MACs target is reached by pruning in small steps of that ratio until the
-model's MACs (:func:`hetdpt_mm.benchmark.count_macs`, the benchmark's
-counting) are at or below the target.
+Pruning is one-shot, as theirs; a MACs target is met by the smallest ratio
+(found by bisection) whose model's MACs (:func:`hetdpt_mm.benchmark.
+count_macs`, the benchmark's counting) are at or below the target.
 """
 from collections import OrderedDict
+from copy import deepcopy
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, \
     Tuple
@@ -111,9 +112,9 @@ def linear_heads(tensors: Mapping[str, Mapping[str, torch.Tensor]]
 
 
 @dataclass
-class WidthStep:
-    """One pruning step: the channel ratio reached and the MACs then."""
-    step: int
+class WidthTrial:
+    """One trial of the search for a MACs target: a channel ratio and the
+    MACs and parameters it gives."""
     ratio: float
     macs: int
     params: int
@@ -122,7 +123,8 @@ class WidthStep:
 @dataclass
 class WidthPruneResult:
     """What :func:`prune_width` returns: the rebuilt network and its heads,
-    its record, the cost before and after, and the steps taken."""
+    its record, the cost before and after, the channel ratio and the trials
+    of the search for it."""
     backbone: nn.Module
     heads: Dict[str, nn.Linear]
     record: HetDPTRecord
@@ -130,7 +132,8 @@ class WidthPruneResult:
     params_before: int
     macs_after: int
     params_after: int
-    steps: List[WidthStep] = field(default_factory=list)
+    ratio: float = 0.
+    trials: List[WidthTrial] = field(default_factory=list)
     #: Largest difference between the Torch-Pruning model's outputs and the
     #: rebuilt network's on a random batch.
     rebuild_error: float = 0.
@@ -159,7 +162,8 @@ class WidthPruneResult:
         return dict(macs_before=self.macs_before, macs_after=self.macs_after,
                     params_before=self.params_before,
                     params_after=self.params_after,
-                    steps=[vars(step) for step in self.steps],
+                    ratio=self.ratio,
+                    trials=[vars(trial) for trial in self.trials],
                     rebuild_error=self.rebuild_error)
 
     def format(self) -> str:
@@ -169,8 +173,9 @@ class WidthPruneResult:
             f'({self.macs_before / self.macs_after:.2f}x fewer)',
             f'params: {self.params_before / 1e6:.2f} M -> '
             f'{self.params_after / 1e6:.2f} M',
-            f'steps:  {len(self.steps)} (channel ratio '
-            f'{self.steps[-1].ratio:.3f})',
+            f'channel ratio: {self.ratio:.4f}' + (
+                f' ({len(self.trials)} trials for the MACs target)'
+                if self.trials else ''),
             f'rebuilt network vs Torch-Pruning model: max |diff| '
             f'{self.rebuild_error:.2e}', '', self.block_table()])
 
@@ -208,9 +213,21 @@ def _accumulate_taylor_gradients(model: LinearHeads,
     return batches
 
 
+class EmptiedAttention(ValueError):
+    """Global head ranking removed every head of some attention: a block
+    the record cannot describe (a removed attention passes ``LN1(x)`` on)."""
+
+
 def _sync_attention(pruner, backbone: nn.Module) -> None:
     """Torch-Pruning prunes the tensors; the heads and head dimension an
     attention computes with are attributes, read back from the pruner."""
+    emptied = [index for index, block in enumerate(backbone.blocks)
+               if isinstance(block.attn, Attention) and
+               pruner.num_heads[block.attn.qkv] == 0]
+    if emptied:
+        raise EmptiedAttention(
+            f'width pruning removes every head of the attention of blocks '
+            f'{emptied}: prune less')
     for block in backbone.blocks:
         attn = block.attn
         if isinstance(attn, Attention):
@@ -218,6 +235,41 @@ def _sync_attention(pruner, backbone: nn.Module) -> None:
             attn.head_dim = attn.qkv.out_features // (3 * attn.num_heads)
             attn.attn_dim = attn.num_heads * attn.head_dim
             attn.scale = attn.head_dim**-0.5
+
+
+def _prune_once(tp, model: LinearHeads, imp, ratio: float, round_to: int,
+                example: torch.Tensor) -> None:
+    """Isomorphic global pruning of ``model`` (in place) at one channel
+    ``ratio``, in one step; heads at that ratio, head dimensions at
+    :data:`HEAD_DIM_RATIO_SHARE` of it, the classifier heads' outputs kept.
+    """
+    backbone = model.backbone
+    attentions = [block.attn for block in backbone.blocks
+                  if isinstance(block.attn, Attention)]
+    qkv_layers = tuple(attn.qkv for attn in attentions)
+    tokens = [p for p in (backbone.cls_token, backbone.dist_token,
+                          backbone.pos_embed) if p is not None]
+    pruner = tp.pruner.MetaPruner(
+        model, example_inputs=example, importance=imp,
+        global_pruning=True, isomorphic=True, pruning_ratio=ratio,
+        pruning_ratio_dict={qkv_layers: ratio * HEAD_DIM_RATIO_SHARE}
+        if qkv_layers else None,
+        num_heads={attn.qkv: attn.num_heads for attn in attentions},
+        prune_num_heads=True, prune_head_dims=True,
+        head_pruning_ratio=ratio,
+        ignored_layers=list(model.heads.values()),
+        unwrapped_parameters=[(p, 2) for p in tokens], round_to=round_to)
+    pruner.step()
+    _sync_attention(pruner, backbone)
+
+
+def _copy_with_gradients(model: nn.Module) -> nn.Module:
+    """A deep copy that keeps the gradients Taylor importance reads."""
+    copy = deepcopy(model)
+    for source, target in zip(model.parameters(), copy.parameters()):
+        if source.grad is not None:
+            target.grad = source.grad.clone()
+    return copy
 
 
 def _cost(model: nn.Module, example: torch.Tensor) -> Tuple[int, int]:
@@ -232,7 +284,7 @@ def prune_width(backbone: nn.Module,
                 importance: str = 'taylor',
                 calibration: Optional[Iterable] = None,
                 max_ratio: float = 0.9,
-                steps: int = 90,
+                search_steps: int = 10,
                 round_to: int = ROUND_TO,
                 check_batch: int = 2,
                 logger: Optional[Callable[[str], None]] = None
@@ -242,19 +294,23 @@ def prune_width(backbone: nn.Module,
     ``heads`` (inputs only), to ``target_macs`` (of the whole classifier on
     one image of the backbone's size) or by a channel ``ratio``.
 
-    Returns the network rebuilt from its new record (the structure a
-    checkpoint carries) with the pruned weights; its outputs are checked
-    against the pruned model's (``rebuild_error``).  Raises ``ValueError``
-    for settings that cannot be met.
+    Pruning is one-shot at one channel ratio, as Isomorphic Pruning's; for
+    a MACs target that ratio is the smallest one found (by bisection over
+    ``search_steps`` one-shot trials on copies, up to ``max_ratio``) whose
+    MACs are at or below the target.  Returns the network rebuilt from its
+    new record (the structure a checkpoint carries) with the pruned
+    weights; its outputs are checked against the pruned model's
+    (``rebuild_error``).  Raises ``ValueError`` for settings that cannot be
+    met.
     """
     tp = require_extra('torch_pruning', 'width')
     if (target_macs is None) == (ratio is None):
         raise ValueError('give either a MACs target or a pruning ratio')
     if ratio is not None and not 0 < ratio < 1:
         raise ValueError(f'the pruning ratio must be in (0, 1), got {ratio}')
-    if not 0 < max_ratio < 1 or steps < 1:
-        raise ValueError(f'max_ratio must be in (0, 1) and steps >= 1, got '
-                         f'{max_ratio} and {steps}')
+    if not 0 < max_ratio < 1 or search_steps < 0:
+        raise ValueError(f'max_ratio must be in (0, 1) and search_steps >= '
+                         f'0, got {max_ratio} and {search_steps}')
     if backbone.form == 'gated':
         raise ValueError('width pruning takes a pruned or merged network, '
                          'not a gated (search) one: merge it first '
@@ -278,45 +334,39 @@ def prune_width(backbone: nn.Module,
                              'give some, or use magnitude importance')
         _accumulate_taylor_gradients(model, calibration)
 
-    attentions = [block.attn for block in backbone.blocks
-                  if isinstance(block.attn, Attention)]
-    qkv_layers = tuple(attn.qkv for attn in attentions)
-    channel_ratio = ratio if ratio is not None else max_ratio
-    iterative_steps = 1 if ratio is not None else steps
-    tokens = [p for p in (backbone.cls_token, backbone.dist_token,
-                          backbone.pos_embed) if p is not None]
-    pruner = tp.pruner.MetaPruner(
-        model, example_inputs=example, importance=imp,
-        global_pruning=True, isomorphic=True,
-        pruning_ratio=channel_ratio, iterative_steps=iterative_steps,
-        pruning_ratio_dict={qkv_layers: channel_ratio * HEAD_DIM_RATIO_SHARE}
-        if qkv_layers else None,
-        num_heads={attn.qkv: attn.num_heads for attn in attentions},
-        prune_num_heads=True, prune_head_dims=True,
-        head_pruning_ratio=channel_ratio,
-        ignored_layers=list(model.heads.values()),
-        unwrapped_parameters=[(p, 2) for p in tokens],
-        round_to=round_to)
+    trials = []
+    if ratio is None:
+        def far_enough(trial_ratio: float) -> bool:
+            """Whether pruning at ``trial_ratio`` meets the target, or goes
+            beyond it so far that an attention loses all its heads."""
+            trial = _copy_with_gradients(model)
+            try:
+                _prune_once(tp, trial, imp, trial_ratio, round_to, example)
+            except EmptiedAttention as err:
+                if logger is not None:
+                    logger(f'width pruning at ratio {trial_ratio:.4f}: {err}')
+                return True
+            macs, params = _cost(trial, example)
+            trials.append(WidthTrial(trial_ratio, macs, params))
+            if logger is not None:
+                logger(f'width pruning at ratio {trial_ratio:.4f}: '
+                       f'{macs / 1e9:.3f} GMACs, {params / 1e6:.2f} M params')
+            return macs <= target_macs
 
-    history = []
-    for step in range(1, iterative_steps + 1):
-        pruner.step()
-        _sync_attention(pruner, backbone)
-        macs, params = _cost(model, example)
-        history.append(WidthStep(step, channel_ratio * step / iterative_steps,
-                                 macs, params))
-        if logger is not None:
-            logger(f'width pruning step {step}: ratio '
-                   f'{history[-1].ratio:.3f}, {macs / 1e9:.3f} GMACs, '
-                   f'{params / 1e6:.2f} M params')
-        if target_macs is not None and macs <= target_macs:
-            break
-    else:
-        if target_macs is not None:
+        if not far_enough(max_ratio):
             raise ValueError(
                 f'the MACs target {target_macs / 1e9:.3f} G is not reached '
                 f'at the largest pruning ratio {max_ratio} '
-                f'({history[-1].macs / 1e9:.3f} G): raise max_ratio')
+                f'({trials[-1].macs / 1e9:.3f} G): raise max_ratio')
+        low, ratio = 0., max_ratio
+        for _ in range(search_steps):
+            middle = (low + ratio) / 2
+            if far_enough(middle):
+                ratio = middle
+            else:
+                low = middle
+    _prune_once(tp, model, imp, ratio, round_to, example)
+    macs_after, params_after = _cost(model, example)
     model.zero_grad(set_to_none=True)
 
     new_record = replace(record, spec=record.spec.with_widths(
@@ -333,8 +383,8 @@ def prune_width(backbone: nn.Module,
     return WidthPruneResult(
         backbone=rebuilt, heads=dict(model.heads.items()),
         record=new_record, macs_before=macs_before,
-        params_before=params_before, macs_after=history[-1].macs,
-        params_after=history[-1].params, steps=history,
+        params_before=params_before, macs_after=macs_after,
+        params_after=params_after, ratio=ratio, trials=trials,
         rebuild_error=float(error))
 
 
