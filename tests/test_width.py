@@ -212,3 +212,25 @@ def test_detr_trains_on_hetdpt_plus_checkpoint(plus_checkpoint):
 def test_upernet_trains_on_hetdpt_plus_checkpoint(plus_checkpoint):
     dense_prediction_step('upernet_hetdpt_deit_b_ade20k.py', plus_checkpoint,
                           segmentation_batch([(64, 64), (64, 64)], 150))
+
+
+def test_unmerged_width_pruned_checkpoint_merges():
+    """Width pruning of the unmerged (pruned-form) network keeps the hidden
+    widths of its activation-free FFNs; tools/merge_ckpt.py then merges
+    them."""
+    from hetdpt_mm.merge import merge_checkpoint
+    backbone = randomize_(HetDPTViT(arch=TINY, img_size=IMG, patch_size=16,
+                                    prune_spec=MIXED_SPEC))
+    result = prune_width(backbone, ratio=0.4, importance='magnitude')
+    assert result.record.spec.widths.ffn_hidden[2] is not None
+    merged, _ = merge_checkpoint(
+        {'state_dict': result.backbone.state_dict()})
+    network = HetDPTViT(arch=TINY, img_size=IMG, patch_size=16)
+    network.load_state_dict(merged['state_dict'])
+    assert network.form == 'merged'
+    images = torch.randn(2, 3, IMG, IMG)
+    network.eval(), result.backbone.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(network(images)[0],
+                                   result.backbone(images)[0], atol=1e-5,
+                                   rtol=1e-4)
