@@ -387,8 +387,10 @@ def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
     if backbone is not entry.model:
         counts['backbone_macs'] = count_macs(
             backbone, entry.backbone_inputs[:1]).to_dict()
+    # The analytic model knows uniform widths only (not HetDPT+'s).
     if isinstance(backbone, HetDPTViT) and all(
-            s % backbone.patch_size == 0 for s in options.img_size):
+            s % backbone.patch_size == 0 for s in options.img_size) and \
+            backbone.prune_spec.widths is None:
         counts['backbone_analytic_macs'] = analytic_macs(backbone,
                                                          options.img_size)
     return counts
