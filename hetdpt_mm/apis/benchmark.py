@@ -329,11 +329,13 @@ def describe(model: nn.Module) -> str:
         toolbox = type(backbone).__module__.split('.')[0]
         return f'{toolbox} {type(backbone).__name__}'
     spec = backbone.prune_spec
+    width = '' if spec.widths is None else \
+        f', width-pruned to {spec.widths.embed_dims} channels'
     if spec.is_dense:
-        return 'HetDPTViT dense'
+        return f'HetDPTViT dense{width}'
     form = {'merged': 'pruned and merged', 'pruned': 'pruned, FFNs unmerged',
             'gated': 'gated'}[backbone.form]
-    return f'HetDPTViT {form} ({spec_text(spec)})'
+    return f'HetDPTViT {form} ({spec_text(spec)}){width}'
 
 
 def config_entries(options: BenchmarkOptions) -> List[Entry]:

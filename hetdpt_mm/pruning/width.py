@@ -25,8 +25,9 @@ Settings follow Isomorphic Pruning's DeiT recipe (their
 the heads at the channel ratio and the head dimensions at half of it,
 channels rounded to multiples of 2, and the classifier heads' outputs kept.
 Pruning is one-shot, as theirs; a MACs target is met by the smallest ratio
-(found by bisection) whose model's MACs (:func:`hetdpt_mm.benchmark.
-count_macs`, the benchmark's counting) are at or below the target.
+(found by bisection) whose model's MACs are at or below the target, counted
+as ``tools/benchmark.py`` counts them
+(:func:`hetdpt_mm.benchmark.count_macs`).
 """
 from collections import OrderedDict
 from copy import deepcopy
@@ -435,9 +436,8 @@ def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
     head_tensors = {head + k: v.detach()
                     for name, head in head_prefixes.items()
                     for k, v in result.heads[name].state_dict().items()}
-    backbone_state = with_record(
-        {k: v for k, v in result.backbone.state_dict().items()},
-        result.record)
+    backbone_state = with_record(result.backbone.state_dict(),
+                                 result.record)
     out_state, written = OrderedDict(), False
     for key, value in state_dict.items():
         relative = key[len(prefix):] if key.startswith(prefix) else None
