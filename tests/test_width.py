@@ -154,10 +154,12 @@ def test_prune_width_tool(tmp_path, capsys):
     assert 'same file' in capsys.readouterr().err
     assert tool.main([str(source), str(out), '--ratio', '0.3']) == 2
     assert '--calib-dir' in capsys.readouterr().err
+    plot = tmp_path / 'widths.png'
     assert tool.main([str(source), str(out), '--ratio', '0.3',
-                      '--importance', 'magnitude']) == 0
+                      '--importance', 'magnitude', '--plot', str(plot)]) == 0
     assert '| block | attention | heads x dim | FFN |' in \
         capsys.readouterr().out
+    assert plot.read_bytes().startswith(b'\x89PNG')
     assert load_backbone_checkpoint(out).record.spec.widths is not None
     assert tool.main([str(source), str(out), '--ratio', '0.3',
                       '--importance', 'magnitude']) == 2  # exists

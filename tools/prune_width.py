@@ -7,7 +7,7 @@ from dense weights).
         [--importance taylor --calib-dir DIR | --importance magnitude]
         [--calib-batches N] [--calib-batch-size B] [--max-ratio R]
         [--search-steps N] [--prefix PREFIX] [--arch NAME|JSON] [--report JSON]
-        [--force]
+        [--plot PNG] [--force]
 
 The embedding width, the attention heads and head dimensions and the FFN
 hidden widths are pruned globally (Isomorphic Pruning's DeiT recipe), the
@@ -67,6 +67,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> PruneWidthOptions:
                         'a HetDPT record whose heads are not a preset\'s')
     parser.add_argument('--report', type=Path,
                         help='write the widths, MACs and steps as JSON')
+    parser.add_argument('--plot', type=Path,
+                        help='draw the per-block widths (e.g. widths.png)')
     parser.add_argument('--force', action='store_true',
                         help='replace existing outputs (never IN)')
     args = parser.parse_args(argv)

@@ -14,6 +14,7 @@ from ..checkpoint import load_checkpoint_file
 from ..fileio import atomic_path, atomic_write_text, check_output_path
 from ..merge import parse_arch
 from ..pruning.width import IMPORTANCES, prune_width_checkpoint
+from .plots import figure_formats, plot_widths, write_image
 
 _MACS = re.compile(r'^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$')
 _SCALE = {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}
@@ -50,6 +51,7 @@ class PruneWidthOptions:
     prefix: Optional[str] = None
     arch: Optional[str] = None
     report: Optional[Path] = None
+    plot: Optional[Path] = None
     force: bool = False
 
 
@@ -87,9 +89,14 @@ def run_prune_width(options: PruneWidthOptions) -> None:
                          '--importance magnitude')
     inputs = [options.input]
     check_output_path(options.output, inputs, options.force)
-    if options.report is not None:
-        check_output_path(options.report, inputs + [options.output],
-                          options.force)
+    for extra in (options.report, options.plot):
+        if extra is not None:
+            check_output_path(extra, inputs + [options.output],
+                              options.force)
+    if options.plot is not None and options.plot.suffix.lstrip(
+            '.').lower() not in figure_formats():
+        raise ValueError(f'--plot {options.plot}: unsupported image format; '
+                         f'use one of {", ".join(sorted(figure_formats()))}')
     target = None if options.target_macs is None else parse_macs(
         options.target_macs)
     checkpoint = load_checkpoint_file(options.input)
@@ -114,5 +121,9 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         atomic_write_text(options.report, json.dumps(dict(
             input=str(options.input), output=str(options.output),
             spec=result.record.spec.to_dict(), **result.report()), indent=2),
+            exclusive=not options.force)
+    if options.plot is not None:
+        write_image(options.plot, plot_widths(
+            result.record.spec, options.plot.suffix.lstrip('.').lower()),
             exclusive=not options.force)
     print(f'{options.input} -> {options.output}\n{result.format()}')
