@@ -236,3 +236,60 @@ def test_unmerged_width_pruned_checkpoint_merges():
         torch.testing.assert_close(network(images)[0],
                                    result.backbone(images)[0], atol=1e-5,
                                    rtol=1e-4)
+
+
+@pytest.mark.parametrize('importance', ['magnitude', 'taylor'])
+def test_width_prune_hook_writes_the_plus_model_after_depth_pruning(
+        importance, tmp_path):
+    """WidthPruneHook: the run's merged classifier pruned in width, which a
+    classification config (head in_channels from the checkpoint) loads
+    whole."""
+    from types import SimpleNamespace
+
+    from mmengine.logging import MMLogger
+    from mmengine.runner import load_checkpoint
+    from mmpretrain.structures import DataSample
+
+    from hetdpt_mm.hooks import WidthPruneHook
+
+    model_cfg = dict(
+        type='ImageClassifier',
+        backbone=dict(type='HetDPTViT', arch=TINY, img_size=IMG,
+                      patch_size=16, prune_spec=MIXED_SPEC),
+        head=dict(type='VisionTransformerClsHead', num_classes=10,
+                  in_channels=TINY['embed_dims']))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        classifier = randomize_(build_model(Config(dict(
+            model=model_cfg, default_scope='mmpretrain'))))
+    generator = torch.Generator().manual_seed(0)
+    batch = dict(inputs=[torch.randint(0, 256, (3, IMG, IMG),
+                                       dtype=torch.uint8, generator=generator)
+                         for _ in range(4)],
+                 data_samples=[DataSample().set_gt_label(i % 10)
+                               for i in range(4)])
+    runner = SimpleNamespace(
+        model=classifier, epoch=1, iter=1, work_dir=str(tmp_path),
+        cfg=Config(), logger=MMLogger.get_current_instance(),
+        train_dataloader=type('Loader', (list, ), {'dataset': None})(
+            [batch, batch]))
+    hook = WidthPruneHook(ratio=0.4, importance=importance, calib_images=4,
+                          name='tiny')
+    hook.before_train(runner)
+    hook.after_train(runner)
+    path = tmp_path / 'tiny_plus.pth'
+    record = load_backbone_checkpoint(path).record
+    assert record.form == 'merged' and record.prefix == 'backbone.'
+    embed_dims = record.spec.widths.embed_dims
+    assert embed_dims < TINY['embed_dims']
+
+    cfg = Config(dict(model=model_cfg, default_scope='mmpretrain'))
+    cfg.model.backbone.update(prune_spec=None, init_cfg=dict(
+        type='Pretrained', checkpoint=str(path), prefix='backbone.'))
+    follow_backbone_width(cfg)
+    assert cfg.model.head.in_channels == embed_dims
+    plus = build_model(cfg)
+    load_checkpoint(plus, str(path), strict=True)
+    assert plus.backbone.prune_spec == record.spec
+    with torch.no_grad():
+        assert plus.eval()(torch.randn(2, 3, IMG, IMG),
+                           mode='tensor').shape == (2, 10)
