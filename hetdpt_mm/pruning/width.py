@@ -40,9 +40,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import Attention, Mlp
 
+from ..benchmark import count_macs, count_params
 from ..cli import require_extra
 from ..record import (EXTRA_STATE_KEY, HetDPTRecord, classifier_head_prefixes,
-                      read_backbone_checkpoint, with_record)
+                      read_backbone_checkpoint, read_classifier_heads,
+                      with_record)
 from ..spec import ACT, ATTN, META_KEY, Widths
 
 #: Importance criteria (Torch-Pruning's group importances).
@@ -274,7 +276,6 @@ def _copy_with_gradients(model: nn.Module) -> nn.Module:
 
 
 def _cost(model: nn.Module, example: torch.Tensor) -> Tuple[int, int]:
-    from ..benchmark import count_macs, count_params
     return count_macs(model, example).total, count_params(model)
 
 
@@ -426,10 +427,8 @@ def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
         {k: v for k, v in loaded.state.items() if k in own}, record))
 
     head_prefixes = classifier_head_prefixes(state_dict)
-    heads = linear_heads({
-        name: {k: state_dict[head + k] for k in ('weight', 'bias')
-               if head + k in state_dict}
-        for name, head in head_prefixes.items()})
+    heads = linear_heads(read_classifier_heads(checkpoint, source)) \
+        if head_prefixes else {}
     result = prune_width(backbone, heads, **options)
 
     prefix, teacher = record.prefix, record.teacher_prefix
