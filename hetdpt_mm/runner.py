@@ -262,14 +262,19 @@ def take_resumed_structure(cfg) -> None:
 
 def _backbone_source(cfg) -> Tuple[Optional[str], Optional[str]]:
     """The checkpoint the backbone's structure comes from, and its prefix:
-    the backbone's ``init_cfg`` file, else the model the run loads."""
+    the backbone's ``init_cfg`` file, else the model the run loads (``None``
+    when neither is there)."""
     backbone = cfg.get('model', {}).get('backbone') or {}
     init_cfgs = backbone.get('init_cfg') or []
-    for init_cfg in init_cfgs if isinstance(init_cfgs, list) else [init_cfgs]:
-        if init_cfg.get('type') == 'Pretrained' and init_cfg.get(
-                'checkpoint'):
-            return init_cfg['checkpoint'], init_cfg.get('prefix')
-    return cfg.get('load_from'), 'backbone.'
+    sources = [(init_cfg['checkpoint'], init_cfg.get('prefix'))
+               for init_cfg in (init_cfgs if isinstance(init_cfgs, list)
+                                else [init_cfgs])
+               if init_cfg.get('type') == 'Pretrained' and
+               init_cfg.get('checkpoint')]
+    sources.append((cfg.get('load_from'), 'backbone.'))
+    return next(((source, prefix) for source, prefix in sources
+                 if source and ('://' in source or osp.isfile(source))),
+                (None, None))
 
 
 def follow_backbone_width(cfg) -> None:
@@ -281,8 +286,7 @@ def follow_backbone_width(cfg) -> None:
     model = cfg.get('model') or {}
     backbone = model.get('backbone')
     source, prefix = _backbone_source(cfg)
-    if not isinstance(backbone, dict) or source is None or (
-            '://' not in source and not osp.isfile(source)):
+    if not isinstance(backbone, dict) or source is None:
         return
     try:
         widths = load_backbone_checkpoint(source, prefix,

@@ -293,3 +293,15 @@ def test_width_prune_hook_writes_the_plus_model_after_depth_pruning(
     with torch.no_grad():
         assert plus.eval()(torch.randn(2, 3, IMG, IMG),
                            mode='tensor').shape == (2, 10)
+
+
+def test_necks_follow_a_trained_model_when_the_start_is_gone(
+        plus_checkpoint, tmp_path):
+    """tools/test.py with a detector trained from a HetDPT+ classifier that
+    is no longer there: the width comes from the model it loads."""
+    path, embed_dims = plus_checkpoint
+    cfg = Config.fromfile('configs/detr_hetdpt_deit_b.py')
+    cfg.model.backbone.init_cfg.checkpoint = str(tmp_path / 'gone.pth')
+    cfg.load_from = str(path)  # holds the backbone under backbone.
+    follow_backbone_width(cfg)
+    assert cfg.model.neck.in_channels == [embed_dims]
