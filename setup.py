@@ -27,8 +27,10 @@ setup(
     # tools/install_deps.sh installs them so that an existing CUDA torch is
     # kept and mmcv is never built by pip in an isolated environment.
     install_requires=read_requirements('runtime.txt'),
-    # deploy: ONNX export and the ONNX Runtime / OpenVINO runtimes.
+    # deploy: ONNX export and the ONNX Runtime / OpenVINO runtimes;
+    # width: Torch-Pruning, for width pruning (HetDPT+).
     extras_require={'tests': read_requirements('tests.txt'),
-                    'deploy': read_requirements('deploy.txt')},
+                    'deploy': read_requirements('deploy.txt'),
+                    'width': read_requirements('width.txt')},
     license='Apache-2.0',
 )

@@ -308,10 +308,12 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
                           prefix=prefix),
             prune_spec=spec if record.act_unknown else None)
     structure.update(backbone_args)
-    pruned = backbone_class(**structure, **pruned_args, merged=False)
-    if stored_form == 'merged':
-        pruned.init_cfg = None  # random: merged weights cannot be unmerged
-    pruned.init_weights()
+    if 'pruned' in variants or stored_form != 'merged':
+        # A width-pruned merged file (HetDPT+) has no unmerged form.
+        pruned = backbone_class(**structure, **pruned_args, merged=False)
+        if stored_form == 'merged':
+            pruned.init_cfg = None  # random: merged weights cannot be unmerged
+        pruned.init_weights()
     models = {}
     for variant in variants:
         if variant == 'dense':
@@ -319,10 +321,11 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
             model.init_weights()
         elif variant == 'pruned':
             model = pruned
+        elif stored_form == 'merged':
+            model = backbone_class(**structure, **pruned_args)  # as stored
+            model.init_weights()
         else:
             model = pruned.to_merged()
-            if stored_form == 'merged':
-                model.load_pretrained(checkpoint, prefix)
         models[variant] = model.eval()
     return models
 

@@ -2,6 +2,7 @@
 reported as ``error: <message>`` on stderr with exit status 2, no
 traceback."""
 import argparse
+import importlib
 import signal
 import sys
 import threading
@@ -21,6 +22,17 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(message)
+
+
+def require_extra(module: str, extra: str):
+    """Import a package of an optional extra (``requirements/<extra>.txt``),
+    or say how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(
+            f'{module} is not installed: pip install -r '
+            f'requirements/{extra}.txt (or hetdpt_mm[{extra}])') from None
 
 
 def _exit_on_sigterm(signum, frame):

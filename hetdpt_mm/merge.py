@@ -186,9 +186,11 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
 
     family = loaded.family
     # Shapes come from the tensors; the record (or --arch) says what they
-    # cannot, such as the number of heads.
-    build_args = family.build_args_from_tensors(
-        backbone, parse_arch(arch) if arch is not None else record.arch)
+    # cannot, such as the number of heads.  A width-pruned record's widths
+    # give every shape its arch does not.
+    build_args = record.arch if final_spec.widths is not None else \
+        family.build_args_from_tensors(
+            backbone, parse_arch(arch) if arch is not None else record.arch)
     merged_record = HetDPTRecord(
         spec=final_spec, form=form, family=record.family,
         arch=build_args, semantics=dict(record.semantics), prefix=prefix)

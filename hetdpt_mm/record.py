@@ -377,23 +377,29 @@ def read_classifier_heads(checkpoint: Mapping, source: str = 'checkpoint'
     checkpoint holds no head.
     """
     state_dict = unwrap_state_dict(checkpoint)
-    for _, head_prefix, dist_prefix in HEAD_LAYOUTS:
-        if head_prefix + 'weight' not in state_dict:
-            continue
-        heads = {}
-        for name, prefix in ((CLASS_HEAD, head_prefix),
-                             (DIST_HEAD, dist_prefix)):
-            if prefix is None or prefix + 'weight' not in state_dict:
-                continue
-            heads[name] = {k: state_dict[prefix + k]
-                           for k in ('weight', 'bias')
-                           if prefix + k in state_dict}
-        return heads
+    prefixes = classifier_head_prefixes(state_dict)
+    if prefixes:
+        return {name: {k: state_dict[prefix + k] for k in ('weight', 'bias')
+                       if prefix + k in state_dict}
+                for name, prefix in prefixes.items()}
     expected = ', '.join(f'{head}weight ({name})'
                          for name, head, _ in HEAD_LAYOUTS)
     raise CheckpointError(
         f'{source} holds no classifier head: expected one of {expected}; '
         f'found {list(state_dict)[:5]}...')
+
+
+def classifier_head_prefixes(state_dict: Mapping) -> Dict[str, str]:
+    """Where a state dict keeps its linear classifier heads: ``{'head':
+    key prefix, 'head_dist': key prefix}`` (the distillation head only
+    where there is one; empty without heads)."""
+    for _, head_prefix, dist_prefix in HEAD_LAYOUTS:
+        if head_prefix + 'weight' not in state_dict:
+            continue
+        return {name: prefix for name, prefix in ((CLASS_HEAD, head_prefix),
+                                                  (DIST_HEAD, dist_prefix))
+                if prefix is not None and prefix + 'weight' in state_dict}
+    return {}
 
 
 def load_classifier_heads(source: str) -> Dict[str, Dict[str, torch.Tensor]]:

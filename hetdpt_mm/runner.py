@@ -270,10 +270,69 @@ def take_resumed_structure(cfg) -> None:
                     merged=record.form == 'merged', **record.semantics)
 
 
+def _backbone_source(cfg, weights: Optional[str] = None
+                     ) -> Tuple[Optional[str], Optional[str]]:
+    """The checkpoint the backbone's structure comes from, and its prefix
+    (``None``: found in the file): ``weights`` (the model a test loads),
+    else the backbone's ``init_cfg`` file, else the model the run loads
+    (``(None, None)`` when none is there)."""
+    backbone = cfg.get('model', {}).get('backbone') or {}
+    init_cfgs = backbone.get('init_cfg') or []
+    sources = [(weights, None)]
+    sources += [(init_cfg['checkpoint'], init_cfg.get('prefix'))
+                for init_cfg in (init_cfgs if isinstance(init_cfgs, list)
+                                 else [init_cfgs])
+                if init_cfg.get('type') == 'Pretrained' and
+                init_cfg.get('checkpoint')]
+    sources.append((cfg.get('load_from'), None))
+    return next(((source, prefix) for source, prefix in sources
+                 if source and ('://' in source or osp.isfile(source))),
+                (None, None))
+
+
+def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
+    """A width-pruned backbone (HetDPT+) gives features of the embedding
+    width its checkpoint records, not its arch's: set the ``in_channels`` of
+    the module that takes them -- the neck, else the heads -- to that width,
+    so that configs written for dense or depth-pruned backbones take a
+    HetDPT+ checkpoint unchanged.  ``weights``: the checkpoint a test loads
+    (it decides before the config's checkpoints)."""
+    model = cfg.get('model') or {}
+    backbone = model.get('backbone')
+    source, prefix = _backbone_source(cfg, weights)
+    if not isinstance(backbone, dict) or source is None:
+        return
+    try:
+        widths = load_backbone_checkpoint(source, prefix,
+                                          mmap=True).record.spec.widths
+    except (ValueError, OSError):  # CheckpointError, StateDictMismatch
+        return  # loading it reports what is wrong, where it is loaded
+    if widths is None:
+        return
+    neck = model.get('neck')
+    if isinstance(neck, (list, tuple)):
+        neck = neck[0]
+    takers = {'neck': neck} if neck else {
+        key: model.get(key) for key in ('head', 'decode_head',
+                                        'auxiliary_head')}
+    for key, taker in takers.items():
+        if not isinstance(taker, dict) or 'in_channels' not in taker:
+            continue
+        channels = taker['in_channels']
+        taker['in_channels'] = [widths.embed_dims] * len(channels) \
+            if isinstance(channels, (list, tuple)) else widths.embed_dims
+        if taker['in_channels'] == channels:
+            continue
+        print_log(f'model.{key}.in_channels: {channels} -> '
+                  f'{taker["in_channels"]} (the embedding width of the '
+                  f'width-pruned backbone in {source})', logger='current')
+
+
 def build_runner(cfg) -> Runner:
     prepare_cpu_distributed(cfg)
     add_epoch_seed_hook(cfg)
     take_resumed_structure(cfg)
+    follow_backbone_width(cfg)
     if 'runner_type' in cfg:
         runner = RUNNERS.build(cfg)
     else:

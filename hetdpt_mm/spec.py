@@ -1,7 +1,8 @@
 """The one description of a depth-pruned ViT structure.
 
 A :class:`PruneSpec` says which attention sublayers and which FFN GELUs of a
-``depth``-block ViT are removed.  It is small, validated, JSON-serialisable
+``depth``-block ViT are removed, and, after width pruning (HetDPT+), the
+:class:`Widths` of every block.  It is small, validated, JSON-serialisable
 and travels with the weights inside a :class:`~hetdpt_mm.record.HetDPTRecord`
 (together with the form of the weights and the architecture), so that any
 tool can rebuild the exact network.
@@ -47,13 +48,84 @@ def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
     return tuple(sorted(indices))
 
 
+def _positive(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+            or value < 1:
+        raise ValueError(f'{name} must be a positive integer, got {value!r}')
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Widths:
+    """Widths of a width-pruned network (HetDPT+): the embedding width and,
+    per block, the number of attention heads, their dimension and the FFN
+    hidden width.
+
+    A block without attention has 0 heads of dimension 0.  ``ffn_hidden`` is
+    ``None`` for an FFN that was width-pruned merged (one ``D x D`` linear):
+    such a network has no unmerged form.
+    """
+    embed_dims: int
+    num_heads: Tuple[int, ...]
+    head_dims: Tuple[int, ...]
+    ffn_hidden: Tuple[Optional[int], ...]
+
+    FIELDS = ('embed_dims', 'num_heads', 'head_dims', 'ffn_hidden')
+
+    def __post_init__(self):
+        object.__setattr__(self, 'embed_dims',
+                           _positive(self.embed_dims, 'widths.embed_dims'))
+        lengths = set()
+        for name in self.FIELDS[1:]:
+            values = getattr(self, name)
+            if isinstance(values, (str, bytes)) or \
+                    not isinstance(values, Iterable):
+                raise TypeError(f'widths.{name} must be a list with one '
+                                f'entry per block, got {values!r}')
+            values = tuple(values)
+            for value in values:
+                if value is None and name == 'ffn_hidden':
+                    continue
+                if isinstance(value, bool) or not isinstance(
+                        value, numbers.Integral) or value < 0:
+                    raise ValueError(f'widths.{name} must hold non-negative '
+                                     f'integers, got {value!r}')
+            object.__setattr__(self, name, tuple(
+                None if v is None else int(v) for v in values))
+            lengths.add(len(values))
+        if len(lengths) != 1:
+            raise ValueError('widths.num_heads, head_dims and ffn_hidden '
+                             'must have one entry per block each')
+
+    def block(self, index: int) -> Tuple[int, int, Optional[int]]:
+        """``(num_heads, head_dim, ffn_hidden)`` of block ``index``."""
+        return (self.num_heads[index], self.head_dims[index],
+                self.ffn_hidden[index])
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {name: (list(getattr(self, name)) if name != 'embed_dims'
+                       else self.embed_dims) for name in self.FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> 'Widths':
+        if not isinstance(data, Mapping):
+            raise TypeError(f'widths must be a dict, got {data!r}')
+        if set(data) != set(cls.FIELDS):
+            raise ValueError(f'widths need exactly the fields {cls.FIELDS}, '
+                             f'got {sorted(data)}')
+        return cls(**data)
+
+
 @dataclass(frozen=True)
 class PruneSpec:
-    """Removed attention sublayers and GELUs of a ``depth``-block ViT."""
+    """Removed attention sublayers and GELUs of a ``depth``-block ViT, and
+    its per-block :class:`Widths` when it was width-pruned (``None``: the
+    architecture's uniform widths)."""
 
     depth: int
     attn_removed: Tuple[int, ...] = field(default=())
     act_removed: Tuple[int, ...] = field(default=())
+    widths: Optional[Widths] = None
 
     def __post_init__(self):
         if isinstance(self.depth, bool) or not isinstance(
@@ -67,6 +139,32 @@ class PruneSpec:
         object.__setattr__(
             self, 'act_removed',
             _as_indices(self.act_removed, self.depth, 'act_removed'))
+        if self.widths is not None:
+            self._check_widths()
+
+    def _check_widths(self) -> None:
+        widths = self.widths if isinstance(self.widths, Widths) else \
+            Widths.from_dict(self.widths)
+        object.__setattr__(self, 'widths', widths)
+        if len(widths.num_heads) != self.depth:
+            raise ValueError(f'widths are given for {len(widths.num_heads)} '
+                             f'blocks, the spec has {self.depth}')
+        for index in range(self.depth):
+            heads, head_dim, hidden = widths.block(index)
+            removed = index in self.attn_removed
+            if removed != (heads == 0) or removed != (head_dim == 0):
+                raise ValueError(
+                    f'widths of block {index}: {heads} heads of dimension '
+                    f'{head_dim}, but its attention is '
+                    f'{"removed" if removed else "kept"} (removed attention '
+                    'has 0 heads of dimension 0, kept attention at least '
+                    'one)')
+            if hidden is None and index not in self.act_removed:
+                raise ValueError(f'widths of block {index}: no FFN hidden '
+                                 'width, but its GELU is kept')
+            if hidden == 0:
+                raise ValueError(f'widths of block {index}: FFN hidden width '
+                                 '0')
 
     # ----------------------------------------------------------- queries
     @property
@@ -106,27 +204,41 @@ class PruneSpec:
         """A new spec with one more layer of ``kind`` removed."""
         if self.is_removed(kind, index):
             raise ValueError(f'{kind} layer {index} is already removed')
+        if self.widths is not None:
+            raise ValueError('layers are removed before width pruning, not '
+                             'from a width-pruned network')
         removed = {ATTN: self.attn_removed, ACT: self.act_removed}
         removed[kind] = removed[kind] + (index, )
         return PruneSpec(self.depth, removed[ATTN], removed[ACT])
 
     # ---------------------------------------------------- serialisation
+    def with_widths(self, widths: Optional[Widths]) -> 'PruneSpec':
+        return PruneSpec(self.depth, self.attn_removed, self.act_removed,
+                         widths)
+
     def to_dict(self) -> Dict[str, Any]:
-        return dict(depth=self.depth, attn_removed=list(self.attn_removed),
+        data = dict(depth=self.depth, attn_removed=list(self.attn_removed),
                     act_removed=list(self.act_removed))
+        if self.widths is not None:
+            data['widths'] = self.widths.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping) -> 'PruneSpec':
         if not isinstance(data, Mapping):
             raise TypeError(f'a prune spec must be a dict, got {data!r}')
-        unknown = set(data) - {'depth', 'attn_removed', 'act_removed'}
+        unknown = set(data) - {'depth', 'attn_removed', 'act_removed',
+                               'widths'}
         if unknown:
             raise ValueError(f'unknown prune spec fields {sorted(unknown)}; '
-                             'expected depth, attn_removed, act_removed')
+                             'expected depth, attn_removed, act_removed '
+                             '(and widths)')
         if 'depth' not in data:
             raise ValueError('a prune spec needs `depth`')
+        widths = data.get('widths')
         return cls(data['depth'], data.get('attn_removed', ()),
-                   data.get('act_removed', ()))
+                   data.get('act_removed', ()),
+                   None if widths is None else Widths.from_dict(widths))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -160,9 +272,12 @@ class PruneSpec:
         return spec
 
     def __str__(self) -> str:
+        widths = '' if self.widths is None else (
+            f', embed_dims={self.widths.embed_dims}, '
+            f'num_heads={list(self.widths.num_heads)}')
         return (f'PruneSpec(depth={self.depth}, '
                 f'attn_removed={list(self.attn_removed)}, '
-                f'act_removed={list(self.act_removed)})')
+                f'act_removed={list(self.act_removed)}{widths})')
 
 
 def _read_spec_file(path: str) -> str:

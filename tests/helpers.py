@@ -4,9 +4,13 @@ from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import torch
+from mmdet.structures import DetDataSample
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.optim import build_optim_wrapper
+from mmengine.registry import MODELS, DefaultScope
+from mmengine.structures import InstanceData, PixelData
+from mmseg.structures import SegDataSample
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
 
@@ -65,3 +69,43 @@ def fake_runner(model, paramwise_cfg=None, max_epochs=3, iters_per_epoch=4,
         train_dataloader=[None] * iters_per_epoch, max_epochs=max_epochs,
         max_iters=max_epochs * iters_per_epoch, iter=0, epoch=0,
         logger=MMLogger.get_current_instance())
+
+
+def build_model(cfg):
+    # In the config's scope, without leaving it as the default for the
+    # tests that run after these (registries follow the default scope).
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        return MODELS.build(cfg.model)
+
+
+def detection_batch(shapes, num_classes):
+    generator = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for h, w in shapes:
+        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
+                                    generator=generator))
+        corner = torch.rand(3, 2, generator=generator) * torch.tensor(
+            [w / 2, h / 2])
+        size = (torch.rand(3, 2, generator=generator) * 0.4 + 0.1) * \
+            torch.tensor([w, h])
+        sample = DetDataSample(metainfo=dict(
+            img_shape=(h, w), ori_shape=(h, w), scale_factor=(1., 1.)))
+        sample.gt_instances = InstanceData(
+            bboxes=torch.cat([corner, corner + size], dim=1),
+            labels=torch.randint(0, num_classes, (3, ), generator=generator))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)
+
+
+def segmentation_batch(shapes, num_classes):
+    generator = torch.Generator().manual_seed(0)
+    inputs, samples = [], []
+    for h, w in shapes:
+        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
+                                    generator=generator))
+        sample = SegDataSample(metainfo=dict(img_shape=(h, w),
+                                             ori_shape=(h, w)))
+        sample.gt_sem_seg = PixelData(data=torch.randint(
+            0, num_classes, (1, h, w), generator=generator))
+        samples.append(sample)
+    return dict(inputs=inputs, data_samples=samples)

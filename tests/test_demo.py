@@ -35,6 +35,7 @@ def test_quick_demo_writes_the_report_with_its_tables(quick_run):
     for heading in ('## Summary', '## Classification: dense vs pruned vs '
                     'merged', '### Chosen layers', '## MAP: points, fit, '
                     'allocation', '## Transfer: DETR and UperNet',
+                    '## HetDPT+: the merged model pruned in width',
                     '## Benchmark', '## Time per stage', '## Commands'):
         assert heading in report, heading
     for header in ('| model | what | top-1 (%) |', '| schedule | step | '
@@ -43,11 +44,11 @@ def test_quick_demo_writes_the_report_with_its_tables(quick_run):
                    '| stage | wall time | seconds |'):
         assert header in report, header
     for image in ('accuracy_vs_speedup.png', 'losses.png',
-                  'map/map_fit.png'):
+                  'map/map_fit.png', 'vit-demo_digits_plus/widths.png'):
         assert f']({image})' in report
         assert (work_dir / image).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     # Progress went to the console: stage banners and the final numbers.
-    assert '[9/9] write the report' in output
+    assert '[10/10] write the report' in output
     assert 'top-1: dense' in output
 
 
@@ -88,7 +89,14 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
         assert summary[kind]['iterations'] >= 2
     assert {s['name'] for s in summary['stages']} == {
         'data', 'dense', 'map', 'fit', 'prune', 'merge', 'transfer',
-        'benchmark'}
+        'plus', 'benchmark'}
+    plus = summary['plus']
+    assert plus['macs'][1] < plus['macs'][0]
+    assert plus['params'][1] < plus['params'][0]
+    assert plus['widths']['embed_dims'] < 96  # the demo ViT's width
+    for value in (plus['accuracy_before'], plus['accuracy']):
+        assert 0 <= value <= 100
+    assert 'coco/bbox_mAP' in plus['detr'] and 'mIoU' in plus['upernet']
 
 
 def test_quick_demo_stage_outputs(quick_run):
@@ -113,6 +121,9 @@ def test_quick_demo_stage_outputs(quick_run):
                  'detr_hetdpt_demo/test_metrics_after_training.json',
                  'upernet_hetdpt_demo/test_metrics_before_training.json',
                  'upernet_hetdpt_demo/test_metrics_after_training.json',
+                 'vit-demo_digits_plus/plus.pth',
+                 'vit-demo_digits_plus/widths.png',
+                 'vit-demo_digits_plus/test_metrics_plus.json',
                  'benchmark/demo.json', 'benchmark/demo.md',
                  'logs/dense-train.log', 'demo.log'):
         assert (work_dir / path).is_file(), path
@@ -127,7 +138,7 @@ def test_resume_skips_finished_stages(quick_run):
          '--resume'], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count('done in an earlier run, skipped') + \
-        result.stderr.count('done in an earlier run, skipped') == 9
+        result.stderr.count('done in an earlier run, skipped') == 10
     assert (work_dir / 'report.md').read_text() == report
 
 

@@ -18,13 +18,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import MIXED_SPEC, randomize_
-from mmdet.structures import DetDataSample
+from helpers import (MIXED_SPEC, build_model, detection_batch, randomize_,
+                     segmentation_batch)
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
-from mmengine.registry import MODELS, DefaultScope
-from mmengine.structures import InstanceData, PixelData
-from mmseg.structures import SegDataSample
+from mmengine.registry import DefaultScope
 
 from hetdpt_mm import META_KEY, PruneSpec
 from hetdpt_mm.datasets import make_detection, make_segmentation
@@ -38,13 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: A spec of the 6-block demo ViT with blocks of all four kinds.
 DEMO_SPEC = dict(attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
 LOADED = re.compile(r'HetDPTViT: loaded (\d+)/(\d+) backbone tensors')
-
-
-def build_model(cfg):
-    # In the config's scope, without leaving it as the default for the
-    # tests that run after these (registries follow the default scope).
-    with DefaultScope.overwrite_default_scope(cfg.default_scope):
-        return MODELS.build(cfg.model)
 
 
 def full_config(name: str) -> Config:
@@ -61,39 +52,6 @@ def lr_and_decay(optim_wrapper, param):
         if any(p is param for p in group['params']):
             return group['lr'], group['weight_decay']
     raise KeyError('parameter not in the optimizer')
-
-
-def detection_batch(shapes, num_classes):
-    generator = torch.Generator().manual_seed(0)
-    inputs, samples = [], []
-    for h, w in shapes:
-        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
-                                    generator=generator))
-        corner = torch.rand(3, 2, generator=generator) * torch.tensor(
-            [w / 2, h / 2])
-        size = (torch.rand(3, 2, generator=generator) * 0.4 + 0.1) * \
-            torch.tensor([w, h])
-        sample = DetDataSample(metainfo=dict(
-            img_shape=(h, w), ori_shape=(h, w), scale_factor=(1., 1.)))
-        sample.gt_instances = InstanceData(
-            bboxes=torch.cat([corner, corner + size], dim=1),
-            labels=torch.randint(0, num_classes, (3, ), generator=generator))
-        samples.append(sample)
-    return dict(inputs=inputs, data_samples=samples)
-
-
-def segmentation_batch(shapes, num_classes):
-    generator = torch.Generator().manual_seed(0)
-    inputs, samples = [], []
-    for h, w in shapes:
-        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
-                                    generator=generator))
-        sample = SegDataSample(metainfo=dict(img_shape=(h, w),
-                                             ori_shape=(h, w)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(
-            0, num_classes, (1, h, w), generator=generator))
-        samples.append(sample)
-    return dict(inputs=inputs, data_samples=samples)
 
 
 # ------------------------------------------------------------ full configs

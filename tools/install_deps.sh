@@ -106,8 +106,9 @@ else
   pip install -q "$WHEEL"
 fi
 
-# 4. The OpenMMLab toolboxes, timm and the rest (with the deploy extra:
-#    the tests export to ONNX), then hetdpt_mm itself.
+# 4. The OpenMMLab toolboxes, timm and the rest (with the deploy and width
+#    extras: the tests export to ONNX and width-prune), then hetdpt_mm
+#    itself.
 if "$PYTHON" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys
 from importlib.metadata import version
@@ -115,7 +116,7 @@ from pathlib import Path
 from pip._vendor.packaging.requirements import Requirement
 root = Path(sys.argv[1])
 version('hetdpt_mm')
-for name in ('runtime.txt', 'tests.txt', 'deploy.txt'):
+for name in ('runtime.txt', 'tests.txt', 'deploy.txt', 'width.txt'):
     for line in (root / 'requirements' / name).read_text().splitlines():
         line = line.strip()
         if line and not line.startswith('#'):
@@ -127,7 +128,7 @@ then
 else
   say "installing python requirements and hetdpt_mm (editable)"
   pip install -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
-    -r "$ROOT/requirements/deploy.txt"
+    -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/width.txt"
   pip install -q --no-build-isolation --no-deps -e "$ROOT"
 fi
 say "done"

@@ -366,11 +366,13 @@ def describe(model: nn.Module) -> str:
         toolbox = type(backbone).__module__.split('.')[0]
         return f'{toolbox} {name}'
     spec = backbone.prune_spec
+    width = '' if spec.widths is None else \
+        f', width-pruned to {spec.widths.embed_dims} channels'
     if spec.is_dense:
-        return f'{name} dense'
+        return f'{name} dense{width}'
     form = {'merged': 'pruned and merged', 'pruned': 'pruned, FFNs unmerged',
             'gated': 'gated'}[backbone.form]
-    return f'{name} {form} ({spec_text(spec)})'
+    return f'{name} {form} ({spec_text(spec)}){width}'
 
 
 def config_entries(options: BenchmarkOptions) -> List[Entry]:
@@ -424,9 +426,10 @@ def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
     if backbone is not entry.model:
         counts['backbone_macs'] = count_macs(
             backbone, entry.backbone_inputs[:1]).to_dict()
+    # The analytic model knows uniform widths only (not HetDPT+'s).
     if isinstance(backbone, HetDPTBackbone) and all(
             s % backbone.build_args()['patch_size'] == 0
-            for s in options.img_size):
+            for s in options.img_size) and backbone.prune_spec.widths is None:
         counts['backbone_analytic_macs'] = analytic_macs(backbone,
                                                          options.img_size)
     return counts

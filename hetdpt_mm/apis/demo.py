@@ -73,7 +73,8 @@ STATE_VERSION = 2
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
 OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'vit-demo_digits_hetdpt',
-           'detr_hetdpt_demo', 'upernet_hetdpt_demo', 'benchmark', 'logs',
+           'detr_hetdpt_demo', 'upernet_hetdpt_demo', 'vit-demo_digits_plus',
+           'benchmark', 'logs',
            'report.md', 'summary.json', 'accuracy_vs_speedup.png',
            'losses.png', 'demo.log', STATE_FILE)
 MAP_SCHEDULES = ('attn', 'act', 'interleaved')
@@ -102,6 +103,9 @@ class Settings:
     bench_batch: int
     bench_repeats: int
     context_bench: bool  # also time DeiT-S at 224 (context)
+    plus_ratio: float  # HetDPT+: channel ratio of the width pruning
+    plus_epochs: int  # HetDPT+: fine-tuning epochs (>= 2: 1 of warm-up)
+    plus_train_images: Optional[int]
 
 
 FULL = Settings(
@@ -111,7 +115,8 @@ FULL = Settings(
     prune_epochs=None, prune_train_images=None,
     detr_epochs=None, detr_train_images=None, upernet_iters=None,
     transfer_log_interval=None, bench_batch=64, bench_repeats=15,
-    context_bench=True)
+    context_bench=True, plus_ratio=0.3, plus_epochs=5,
+    plus_train_images=None)
 QUICK = Settings(
     dense_epochs=2, dense_train_images=256,
     map_steps=dict(attn=2, act=2, interleaved=2), map_interval=1,
@@ -119,7 +124,8 @@ QUICK = Settings(
     prune_epochs=3, prune_train_images=128,
     detr_epochs=1, detr_train_images=16, upernet_iters=4,
     transfer_log_interval=1, bench_batch=16, bench_repeats=2,
-    context_bench=False)
+    context_bench=False, plus_ratio=0.3, plus_epochs=2,
+    plus_train_images=128)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +213,8 @@ class Demo:
         ('merge', 'merge (tools/merge_ckpt.py); test the pruned model'),
         ('transfer', 'DETR and UperNet from the merged backbone; test the '
          'merged classifier'),
+        ('plus', 'HetDPT+: width-prune the merged model '
+         '(tools/prune_width.py), fine-tune it; DETR and UperNet load it'),
         ('benchmark', 'benchmark dense vs pruned vs merged'),
         ('report', 'write the report'),
     )
@@ -579,6 +587,70 @@ class Demo:
                 loss_last=curve[-1][1], iterations=curve[-1][0],
                 checkpoint=self.rel(last_checkpoint(work)))
 
+    def stage_plus(self) -> None:
+        """HetDPT+: the merged classifier pruned in width (magnitude
+        importance), fine-tuned briefly, tested before and after; the
+        demo's DETR and UperNet configs build on it and are tested
+        untrained (their necks take its embedding width)."""
+        s = self.settings
+        work = self.out('vit-demo_digits_plus')
+        pruned = self.rel(work / 'plus.pth')
+        report = work / 'plus_report.json'
+        # The structure at build time (the optimizer takes its parameters),
+        # the heads with the rest of the classifier; a fine-tune: pos_embed
+        # at the base learning rate (as the demo's other fine-tunes).
+        start = ['model.backbone.init_cfg.type=Pretrained',
+                 f'model.backbone.init_cfg.checkpoint={pruned}',
+                 f'load_from={pruned}',
+                 'optim_wrapper.paramwise_cfg.custom_keys.pos_embed.lr_mult'
+                 '=1.0']
+        cls_options = self.data_options('cls')
+
+        def test_trained():
+            return self.test_argv(
+                DENSE_CONFIG, self.rel(last_checkpoint(work)),
+                self.rel(work), self.rel(work / 'test_metrics_plus.json'),
+                cls_options)
+
+        self.jobs.run_lanes([[
+            Job('plus-prune', [
+                'tools/prune_width.py', self.results['prune']['merged'],
+                pruned, '--ratio', str(s.plus_ratio), '--importance',
+                'magnitude', '--report', self.rel(report), '--plot',
+                self.rel(work / 'widths.png'), '--force'], show_all=True),
+            Job('plus-test-before', self.test_argv(
+                DENSE_CONFIG, pruned, self.rel(work),
+                self.rel(work / 'test_metrics_plus_before.json'),
+                cls_options)),
+            Job('plus-train', self.train_argv(
+                DENSE_CONFIG, self.rel(work), start + cls_options +
+                classifier_schedule_options(s.plus_epochs,
+                                            s.plus_train_images))),
+            Job('plus-test', test_trained)]])
+        trained = self.rel(last_checkpoint(work))
+        lanes = []
+        for kind, config in (('detr', DETR_CONFIG),
+                             ('upernet', UPERNET_CONFIG)):
+            # Their own work dirs: a test never runs where its input is.
+            lanes.append([Job(f'plus-{kind}-test', self.test_argv(
+                config, trained, self.rel(self.out(Path(config).stem)),
+                self.rel(work / f'test_metrics_{kind}.json'),
+                [f'model.backbone.init_cfg.checkpoint={trained}'] +
+                self.data_options(kind), strict=False))])
+        self.jobs.run_lanes(lanes)
+        width = demo_report.read_json(report)
+        self.results['plus'] = dict(
+            checkpoint=trained, ratio=width['ratio'], epochs=s.plus_epochs,
+            widths=width['spec']['widths'],
+            macs=[width['macs_before'], width['macs_after']],
+            params=[width['params_before'], width['params_after']],
+            accuracy_before=demo_report.read_json(
+                work / 'test_metrics_plus_before.json')['accuracy/top1'],
+            accuracy=demo_report.read_json(
+                work / 'test_metrics_plus.json')['accuracy/top1'],
+            detr=demo_report.read_json(work / 'test_metrics_detr.json'),
+            upernet=demo_report.read_json(work / 'test_metrics_upernet.json'))
+
     def stage_benchmark(self) -> None:
         s = self.settings
         out = self.out('benchmark')
@@ -685,7 +757,7 @@ class Demo:
                 points, cost), **{k: r['map'][k] for k in (
                     'fit', 'bounds', 'allocation', 'interval', 'degree',
                     'cv_mae', 'cv_rmse', 'n_attn', 'n_act', 'predicted')}),
-            detr=r['detr'], upernet=r['upernet'],
+            detr=r['detr'], upernet=r['upernet'], plus=r['plus'],
             benchmark=r['benchmark'])
 
 

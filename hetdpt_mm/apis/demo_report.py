@@ -206,6 +206,36 @@ def _dense_prediction_section(summary: Mapping[str, Any]) -> List[str]:
     return lines
 
 
+def _plus_section(summary: Mapping[str, Any]) -> List[str]:
+    plus = summary['plus']
+    widths = plus['widths']
+    (macs_before, macs_after), (params_before, params_after) = \
+        plus['macs'], plus['params']
+    lines = ['## HetDPT+: the merged model pruned in width', '',
+             f'`tools/prune_width.py` (Torch-Pruning isomorphic pruning, '
+             f'magnitude importance, channel ratio {plus["ratio"]}) on the '
+             f'merged classifier, then {plus["epochs"]} epoch(s) '
+             'of fine-tuning; DETR and UperNet build on the result with '
+             'their demo configs unchanged (necks take its embedding width) '
+             'and are tested untrained.', '']
+    lines += _table(
+        ['what', 'result'],
+        [['MACs / image (classifier)',
+          f'{macs_before:,} -> {macs_after:,} '
+          f'({macs_before / macs_after:.2f}x fewer)'],
+         ['parameters', f'{params_before:,} -> {params_after:,}'],
+         ['embedding width', str(widths['embed_dims'])],
+         ['heads per block', str(widths['num_heads'])],
+         ['FFN hidden per block (None: merged)', str(widths['ffn_hidden'])],
+         ['top-1 pruned / fine-tuned',
+          f'{plus["accuracy_before"]:.2f} % / {plus["accuracy"]:.2f} %'],
+         ['DETR bbox mAP / UperNet mIoU, untrained on it',
+          f'{100 * plus["detr"]["coco/bbox_mAP"]:.1f} / '
+          f'{plus["upernet"]["mIoU"]:.1f}']], 'll')
+    lines += ['', '![widths per block](vit-demo_digits_plus/widths.png)']
+    return lines
+
+
 def _benchmark_section(summary: Mapping[str, Any]) -> List[str]:
     lines = ['## Benchmark (`tools/benchmark.py`)', '']
     for key in ('demo', 'context'):
@@ -254,6 +284,7 @@ def format_report(summary: Mapping[str, Any]) -> str:
     lines += _classification_section(summary) + ['']
     lines += _map_section(summary) + ['']
     lines += _dense_prediction_section(summary) + ['']
+    lines += _plus_section(summary) + ['']
     lines += _benchmark_section(summary)
     lines += ['## Time per stage', '']
     lines += _table(['stage', 'wall time', 'seconds'],

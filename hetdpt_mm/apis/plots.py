@@ -1,4 +1,5 @@
-"""The project's plots: the fitted MAP surface (``tools/fit_map.py``) and
+"""The project's plots: the fitted MAP surface (``tools/fit_map.py``), the
+per-block widths of a width-pruned network (``tools/prune_width.py``) and
 the demo's accuracy-vs-speedup and training-loss figures
 (``tools/demo.py``).  Each returns the image as bytes; matplotlib is
 imported only when a plot is drawn."""
@@ -9,9 +10,10 @@ import numpy as np
 
 from ..fileio import atomic_path
 from ..pruning import Allocation, Candidate, MAPFit
+from ..spec import PruneSpec
 
 __all__ = ['figure_formats', 'plot_map_fit', 'plot_accuracy_vs_speedup',
-           'plot_losses', 'write_image']
+           'plot_losses', 'plot_widths', 'write_image']
 
 
 def figure_formats() -> Dict[str, str]:
@@ -110,6 +112,31 @@ def plot_map_fit(fit: MAPFit, depth: int, allocations: Dict[str, Allocation],
                  f'(leave-2-out CV RMSE {fit.cv_rmse:.3f})')
     ax.legend(loc='best', fontsize=7, framealpha=0.85)
     return _image(fig, image_format, dpi=120)
+
+
+def plot_widths(spec: PruneSpec, image_format: str = 'png') -> bytes:
+    """Per block, the attention width (heads x head dim) and the FFN hidden
+    width of a width-pruned network, with its embedding width; removed
+    attention and merged FFNs show as gaps."""
+    widths = spec.widths
+    blocks = np.arange(spec.depth)
+    attention = [h * d for h, d in zip(widths.num_heads, widths.head_dims)]
+    hidden = [h or 0 for h in widths.ffn_hidden]
+    fig = _figure((7, 3.2))
+    ax = fig.add_subplot()
+    ax.bar(blocks - 0.2, attention, width=0.4, label='attention: heads x dim')
+    ax.bar(blocks + 0.2, hidden, width=0.4, label='FFN hidden (0: merged)')
+    for index, heads in enumerate(widths.num_heads):
+        if heads:
+            ax.annotate(str(heads), (index - 0.2, attention[index]),
+                        ha='center', va='bottom', fontsize=7)
+    ax.axhline(widths.embed_dims, color='k', linestyle='--', linewidth=1,
+               label=f'embedding width {widths.embed_dims}')
+    ax.set_xticks(blocks)
+    ax.set_xlabel('block (numbers: heads)')
+    ax.set_ylabel('channels')
+    ax.legend(fontsize=7)
+    return _image(fig, image_format)
 
 
 def plot_accuracy_vs_speedup(map_points: Sequence[Mapping[str, Any]],

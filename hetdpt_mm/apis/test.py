@@ -10,8 +10,9 @@ from mmengine.runner import Runner, load_checkpoint
 from ..checkpoint import CheckpointError
 from ..cli import UsageError
 from ..fileio import atomic_write_text, check_output_path, same_file
-from ..runner import (RunError, build_runner, check_work_dir, input_files,
-                      load_config, release_distributed)
+from ..runner import (RunError, build_runner, check_work_dir,
+                      follow_backbone_width, input_files, load_config,
+                      release_distributed)
 
 #: mmdet's and mmpretrain's ``--out``: a pickle of raw predictions.
 PICKLE_SUFFIXES = ('.pkl', '.pickle')
@@ -120,6 +121,7 @@ def run_test(args: argparse.Namespace) -> dict:
     if args.show or args.show_dir:
         enable_visualization(cfg, args)
     cfg.load_from = None  # loaded below, strictly
+    follow_backbone_width(cfg, args.checkpoint)
     runner = build_runner(cfg)
     load_for_test(runner, args.checkpoint, strict=not args.non_strict)
     if args.out and args.out.endswith(PICKLE_SUFFIXES):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..cli import UsageError
+from ..cli import require_extra
 
 #: ONNX opset of every export: the dynamo exporter's own (18) — SDPA,
 #: LayerNorm and bicubic Resize need no legacy fallbacks there.
@@ -29,13 +29,7 @@ RUNTIMES = ('onnxruntime', 'openvino')
 
 def require(module: str):
     """Import an optional deployment package, or say how to install it."""
-    import importlib
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise UsageError(
-            f'{module} is not installed: pip install -r '
-            'requirements/deploy.txt (or hetdpt_mm[deploy])') from None
+    return require_extra(module, 'deploy')
 
 
 class _SignalStack(ctypes.Structure):

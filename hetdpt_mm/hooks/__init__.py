@@ -4,3 +4,4 @@ from .map_collect_hook import MAPCollectHook, SubsetSampler  # noqa: F401
 from .merge_hook import MergeCheckpointHook  # noqa: F401
 from .prune_hook import HetDPTPruneHook  # noqa: F401
 from .spec_meta_hook import HetDPTMetaHook  # noqa: F401
+from .width_hook import WidthPruneHook  # noqa: F401

@@ -1,6 +1,6 @@
 """MergeCheckpointHook: write the deployable merged model (METHOD.md §4)."""
 import os.path as osp
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 from mmengine.dist import is_main_process
@@ -37,6 +37,8 @@ class MergeCheckpointHook(Hook):
     """
 
     priority = 'VERY_LOW'
+    #: ``<name>_<suffix>.pth``.
+    suffix = 'merged'
 
     def __init__(self, name: Optional[str] = None,
                  out_dir: Optional[str] = None, at_each_save: bool = False):
@@ -62,7 +64,8 @@ class MergeCheckpointHook(Hook):
             filename = getattr(runner.cfg, 'filename', None)
             name = osp.splitext(osp.basename(filename))[0] if filename \
                 else 'model'
-        return osp.join(self.out_dir or runner.work_dir, f'{name}_merged.pth')
+        return osp.join(self.out_dir or runner.work_dir,
+                        f'{name}_{self.suffix}.pth')
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         # Runner.save_checkpoint calls this on the main process only;
@@ -90,11 +93,17 @@ class MergeCheckpointHook(Hook):
         meta[META_KEY] = hetdpt_record(runner.model)
         merged, summary = merge_checkpoint(
             dict(state_dict=state_dict, meta=meta))
+        written, report = self._convert(runner, merged)
         path = self.output_path(runner)
         with atomic_path(path) as tmp:
-            torch.save(merged, tmp)
-        runner.logger.info(f'HetDPT merged checkpoint written to {path}\n'
-                           f'{summary.format()}')
+            torch.save(written, tmp)
+        runner.logger.info(f'HetDPT {self.suffix} checkpoint written to '
+                           f'{path}\n{summary.format()}{report}')
+
+    def _convert(self, runner, merged: dict) -> Tuple[dict, str]:
+        """What becomes of the merged checkpoint before it is written, and
+        what to report about it (subclasses prune further)."""
+        return merged, ''
 
 
 def _saves_full_state_dict(runner) -> bool:

@@ -342,6 +342,10 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         if prefix + EXTRA_STATE_KEY not in state_dict:
             self._follow_tensors(state_dict, prefix)
+        else:
+            # The structure before any tensor: this module's own tensors
+            # (a ViT's tokens) take the width the record gives them.
+            self.set_extra_state(state_dict[prefix + EXTRA_STATE_KEY])
         if any(key.startswith(prefix) for key in state_dict):
             self.awaited_checkpoint = None
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -173,20 +173,9 @@ class HetDPTViT(HetDPTBackbone):
             distilled=distilled, with_cls_token=with_cls_token,
             qkv_bias=qkv_bias, final_norm=final_norm)
 
-        # Padding makes any input size work; the grid follows the input.
-        self.patch_embed = PatchEmbed(
-            img_size=self.img_size, patch_size=patch_size,
-            in_chans=in_channels, embed_dim=dim, output_fmt='NHWC',
-            strict_img_size=False, dynamic_img_pad=True)
-        self.patch_grid = self.patch_embed.grid_size
         self.num_prefix_tokens = int(with_cls_token) + int(distilled)
-        self.cls_token = nn.Parameter(torch.zeros(
-            1, 1, dim)) if with_cls_token else None
-        self.dist_token = nn.Parameter(torch.zeros(
-            1, 1, dim)) if distilled else None
-        num_patches = self.patch_grid[0] * self.patch_grid[1]
-        self.pos_embed = nn.Parameter(
-            torch.zeros(1, self.num_prefix_tokens + num_patches, dim))
+        self.embed_dims = None
+        self._build_embedding(spec.widths.embed_dims if spec.widths else dim)
         self.pos_drop = nn.Dropout(drop_rate)
 
         # Stochastic depth grows linearly with the block index (as timm).
@@ -197,8 +186,8 @@ class HetDPTViT(HetDPTBackbone):
             drop_path=[drop_path_rate * i / max(depth - 1, 1)
                        for i in range(depth)])
         self._build_structure(spec, form, semantics)
-        self.norm = nn.LayerNorm(dim, eps=1e-6) if final_norm else \
-            nn.Identity()
+        self.norm = nn.LayerNorm(self.embed_dims, eps=1e-6) if final_norm \
+            else nn.Identity()
 
         if isinstance(out_indices, int):
             out_indices = [out_indices]
@@ -210,10 +199,6 @@ class HetDPTViT(HetDPTBackbone):
                                  f'for {depth} blocks')
             self.out_indices.append(resolved)
         self._freeze(self._frozen_modules())
-        if self.frozen_stages:
-            for param in (self.pos_embed, self.cls_token, self.dist_token):
-                if param is not None:
-                    param.requires_grad_(False)
 
     # ------------------------------------------------ family: the tensors
     @classmethod
@@ -353,6 +338,33 @@ class HetDPTViT(HetDPTBackbone):
                     rest=cost.patch_embed_macs)
 
     # --------------------------------------------------------- structure
+    def _build_embedding(self, dim: int) -> None:
+        """(Re)build everything of embedding width ``dim`` outside the
+        blocks: patch embedding, tokens, position embedding and, once built,
+        the final norm (width pruning changes it; the modules keep their
+        places in the state dict)."""
+        self.embed_dims = dim
+        # Padding makes any input size work; the grid follows the input.
+        self.patch_embed = PatchEmbed(
+            img_size=self.img_size, patch_size=self.patch_size,
+            in_chans=self._build_args['in_channels'], embed_dim=dim,
+            output_fmt='NHWC', strict_img_size=False, dynamic_img_pad=True)
+        self.patch_grid = self.patch_embed.grid_size
+        self.cls_token = nn.Parameter(torch.zeros(
+            1, 1, dim)) if self.with_cls_token else None
+        self.dist_token = nn.Parameter(torch.zeros(
+            1, 1, dim)) if self.distilled else None
+        num_patches = self.patch_grid[0] * self.patch_grid[1]
+        self.pos_embed = nn.Parameter(
+            torch.zeros(1, self.num_prefix_tokens + num_patches, dim))
+        if isinstance(getattr(self, 'norm', None), nn.LayerNorm):
+            self.norm = nn.LayerNorm(dim, eps=1e-6)
+        if self.frozen_stages:
+            self._freeze([self.patch_embed])
+            for param in (self.pos_embed, self.cls_token, self.dist_token):
+                if param is not None:
+                    param.requires_grad_(False)
+
     def _build_structure(self, spec: PruneSpec, form: str,
                          semantics: Mapping) -> None:
         self.form = form
@@ -360,11 +372,17 @@ class HetDPTViT(HetDPTBackbone):
         self._spec = spec  # fixed for pruned/merged; gates own it if gated
         args = dict(self._block_args)
         drop_path = args.pop('drop_path')
+        widths = spec.widths
+        if widths is not None:
+            args['dim'] = widths.embed_dims
+        if args['dim'] != self.embed_dims:
+            self._build_embedding(args['dim'])
         self.blocks = nn.ModuleList([
             build_block(drop_path=drop_path[i], form=form,
                         attn_removed=spec.is_removed(ATTN, i),
                         act_removed=spec.is_removed(ACT, i),
                         norm_layer=partial(nn.LayerNorm, eps=1e-6),
+                        widths=widths.block(i) if widths else None,
                         **args, **self.semantics)
             for i in range(spec.depth)
         ])

@@ -15,13 +15,16 @@ merged        AttentionBypass      MergedFFN (one D x D)    + ResidualGELU
 ============  ===================  =======================  ===============
 
 The pruned and merged forms have no gates and no per-block Python branches.
+After width pruning (HetDPT+) a block of either form may have its own number
+of heads, head dimension and FFN hidden width (``widths``); a merged FFN
+stays one ``D x D`` linear.
 """
 from dataclasses import dataclass
-from typing import Optional, Type, Union
+from typing import Optional, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import Attention
+from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block
 
 #: Names of a gate's parameters (score ``m``) and buffers (gate ``b``).
@@ -231,12 +234,22 @@ def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
                 drop_path: float, form: str, attn_removed: bool,
                 act_removed: bool, removed_attn_output: str,
                 residual_gelu: str, norm_layer, drop_rate: float = 0.,
-                attn_drop_rate: float = 0.) -> Block:
+                attn_drop_rate: float = 0.,
+                widths: Optional[Tuple[int, int, Optional[int]]] = None
+                ) -> Block:
     """Build one ViT block of the given form (layer types from
-    :func:`choose_block_layers`)."""
+    :func:`choose_block_layers`). ``widths`` are the block's
+    ``(num_heads, head_dim, ffn_hidden)`` after width pruning (``None``:
+    ``num_heads`` heads of ``dim / num_heads`` and ``mlp_ratio * dim``)."""
+    if widths is not None and form == 'gated':
+        raise ValueError('a width-pruned network has no gated form: layers '
+                         'are removed before width pruning')
     common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
                   qkv_bias=qkv_bias, drop_path=drop_path, proj_drop=drop_rate,
                   attn_drop=attn_drop_rate, norm_layer=norm_layer)
+    if widths is not None:
+        # timm sizes attention by dim / num_heads; _set_widths replaces it.
+        common['num_heads'] = 1
     layers = choose_block_layers(form, attn_removed, act_removed,
                                  removed_attn_output, residual_gelu,
                                  Attention, GatedAttention)
@@ -250,7 +263,31 @@ def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
     mlp_kwargs = {}
     if layers.mlp_layer is not None:
         mlp_kwargs['mlp_layer'] = layers.mlp_layer
-    return HetDPTBlock(attn_layer=layers.attn_layer,
-                       act_layer=layers.act_layer,
-                       residual_gelu=layers.residual_gelu, **mlp_kwargs,
-                       **common)
+    block = HetDPTBlock(attn_layer=layers.attn_layer,
+                        act_layer=layers.act_layer,
+                        residual_gelu=layers.residual_gelu, **mlp_kwargs,
+                        **common)
+    if widths is not None:
+        _set_widths(block, *widths, qkv_bias=qkv_bias, drop_rate=drop_rate,
+                    attn_drop_rate=attn_drop_rate,
+                    act_layer=layers.act_layer)
+    return block
+
+
+def _set_widths(block: Block, num_heads: int, head_dim: int,
+                ffn_hidden: Optional[int], qkv_bias: bool, drop_rate: float,
+                attn_drop_rate: float, act_layer) -> None:
+    """Give a block its own attention and FFN widths (timm builds them from
+    ``dim``, ``num_heads`` and ``mlp_ratio`` alone)."""
+    dim = block.norm1.normalized_shape[0]
+    if isinstance(block.attn, Attention):
+        block.attn = Attention(dim, num_heads=num_heads,
+                               attn_head_dim=head_dim, qkv_bias=qkv_bias,
+                               attn_drop=attn_drop_rate, proj_drop=drop_rate)
+    if isinstance(block.mlp, Mlp):
+        if ffn_hidden is None:
+            raise ValueError('the widths give no FFN hidden width for an '
+                             'unmerged FFN (it was width-pruned merged): '
+                             'build the merged form')
+        block.mlp = Mlp(dim, hidden_features=ffn_hidden, act_layer=act_layer,
+                        drop=drop_rate)

@@ -1,0 +1,77 @@
+"""WidthPruneHook: after depth pruning, write the HetDPT+ model (METHOD.md
+section 6) -- the merged model pruned in width -- from the same run."""
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+from mmengine.registry import HOOKS
+
+from ..pruning.width import IMPORTANCES, prune_width_checkpoint
+from .merge_hook import MergeCheckpointHook
+from .spec_meta_hook import unwrap_model
+
+
+@HOOKS.register_module()
+class WidthPruneHook(MergeCheckpointHook):
+    """After training, write ``<out_dir>/<name>_plus.pth``: what
+    :class:`MergeCheckpointHook` writes, then width-pruned with
+    :func:`~hetdpt_mm.pruning.width.prune_width_checkpoint` (Torch-Pruning's
+    isomorphic pruning) to ``target_macs`` or by ``ratio``, with its widths
+    in the record.  So one config runs depth pruning, then width pruning;
+    ``configs/hetdpt_plus/`` fine-tunes the result.
+
+    Args:
+        target_macs: MACs of the pruned classifier on one image (e.g.
+            ``2.4e9``); or
+        ratio: a channel pruning ratio.
+        importance: ``'taylor'`` (gradients of the classification loss on
+            ``calib_images`` training images, taken without batch
+            augmentations) or ``'magnitude'``.
+        calib_images: images for Taylor importance (Isomorphic Pruning's:
+            50 batches of 64).  The pruning runs on the CPU.
+        width_options: more of :func:`~hetdpt_mm.pruning.width.prune_width`'s
+            options (``max_ratio``, ``search_steps``).
+        name, out_dir, at_each_save: as :class:`MergeCheckpointHook`.
+    """
+
+    priority = 'LOWEST'
+    suffix = 'plus'
+
+    def __init__(self, target_macs: Optional[float] = None,
+                 ratio: Optional[float] = None, importance: str = 'taylor',
+                 calib_images: int = 3200, name: Optional[str] = None,
+                 out_dir: Optional[str] = None, at_each_save: bool = False,
+                 **width_options):
+        super().__init__(name=name, out_dir=out_dir,
+                         at_each_save=at_each_save)
+        if (target_macs is None) == (ratio is None):
+            raise ValueError('WidthPruneHook needs either target_macs or '
+                             'ratio')
+        if importance not in IMPORTANCES:
+            raise ValueError(f'importance must be one of {IMPORTANCES}, got '
+                             f'{importance!r}')
+        self.importance = importance
+        self.calib_images = calib_images
+        self.width_options = dict(width_options, target_macs=target_macs,
+                                  ratio=ratio)
+
+    def _calibration(self, runner) -> Iterator[List[torch.Tensor]]:
+        """Labelled training batches, preprocessed as for evaluation (no
+        Mixup / CutMix: Taylor importance wants the true labels)."""
+        preprocessor = unwrap_model(runner.model).data_preprocessor
+        images = 0
+        for data in runner.train_dataloader:
+            if images >= self.calib_images:
+                return
+            data = preprocessor(data, False)
+            labels = torch.cat([sample.gt_label
+                                for sample in data['data_samples']])
+            images += len(labels)
+            yield [data['inputs'].cpu(), labels.cpu()]
+
+    def _convert(self, runner, merged: dict) -> Tuple[dict, str]:
+        calibration = self._calibration(runner) \
+            if self.importance == 'taylor' else None
+        pruned, result = prune_width_checkpoint(
+            merged, importance=self.importance, calibration=calibration,
+            logger=runner.logger.info, **self.width_options)
+        return pruned, '\n' + result.format()

@@ -1,0 +1,463 @@
+"""Width pruning for HetDPT+ (METHOD.md section 6): Torch-Pruning's
+isomorphic global pruning of a HetDPTViT, with the widths it leaves read
+back into the structure record.
+
+HetDPT+ is the depth-pruned, merged network pruned further in width with
+Isomorphic Pruning (Fang et al. 2024), which ships in Torch-Pruning
+(``MetaPruner(isomorphic=True, global_pruning=True)``) and is used as is:
+the embedding width (every tensor on the residual stream), the attention
+heads and head dimensions, and the FFN hidden widths are ranked by Taylor
+or magnitude importance, globally among structures of the same kind.
+Width pruning of a dense network (no depth step) is the paper's baseline.
+
+What HetDPT adds to the network needs nothing special: a merged FFN is one
+``D x D`` linear, both of whose sides are the residual stream; a removed
+attention (``x + LN1(x)``) and the residual GELU of a block with both layers
+removed have no weights and pass the width through.  After pruning, each
+block's heads are read back from the pruner, its widths from the tensors
+(:func:`read_widths`), and the network is rebuilt from the resulting
+:class:`~hetdpt_mm.spec.PruneSpec` alone (:func:`prune_width`): that rebuilt
+network, not the one Torch-Pruning edited in place, is what is returned and
+saved.
+
+Settings follow Isomorphic Pruning's DeiT recipe (their
+``scripts/pruning/deit_2.6G.sh``): heads and head dimensions pruned too,
+the heads at the channel ratio and the head dimensions at half of it,
+channels rounded to multiples of 2, and the classifier heads' outputs kept.
+Pruning is one-shot, as theirs; a MACs target is met by the smallest ratio
+(found by bisection) whose model's MACs are at or below the target, counted
+as ``tools/benchmark.py`` counts them
+(:func:`hetdpt_mm.benchmark.count_macs`).
+"""
+from collections import OrderedDict
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, \
+    Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import Attention, Mlp
+
+from ..benchmark import count_macs, count_params
+from ..cli import require_extra
+from ..record import (EXTRA_STATE_KEY, HetDPTRecord, classifier_head_prefixes,
+                      read_backbone_checkpoint, read_classifier_heads,
+                      with_record)
+from ..spec import ACT, ATTN, META_KEY, Widths
+
+#: Importance criteria (Torch-Pruning's group importances).
+IMPORTANCES = ('taylor', 'magnitude')
+#: Isomorphic Pruning's DeiT recipe: heads pruned at the channel ratio, head
+#: dimensions at this fraction of it (their 2.6G model: 0.6, 0.6 and 0.3).
+HEAD_DIM_RATIO_SHARE = 0.5
+#: Their ``--round-to``.
+ROUND_TO = 2
+#: Key of the width-pruning report in a checkpoint's ``meta``.
+WIDTH_META_KEY = 'hetdpt_width'
+
+
+def read_widths(backbone: nn.Module) -> Widths:
+    """The widths of a (possibly width-pruned) HetDPTViT, from its modules:
+    embedding width from the position embedding, heads from each
+    attention's ``num_heads``, FFN hidden widths from ``fc1`` (``None`` for
+    a merged FFN)."""
+    heads, head_dims, hidden = [], [], []
+    for block in backbone.blocks:
+        attn = block.attn
+        if isinstance(attn, Attention):
+            heads.append(attn.num_heads)
+            head_dims.append(attn.head_dim)
+        else:
+            heads.append(0)
+            head_dims.append(0)
+        hidden.append(block.mlp.fc1.out_features
+                      if isinstance(block.mlp, Mlp) else None)
+    return Widths(int(backbone.pos_embed.shape[-1]), heads, head_dims,
+                  hidden)
+
+
+class LinearHeads(nn.Module):
+    """A backbone (``out_type='cls_token'``) with its linear classifier
+    heads, the model Torch-Pruning traces: the class head on the class
+    token, the distillation head on the distillation token, logits averaged
+    (DeiT inference).  Without heads it returns the tokens' features."""
+
+    def __init__(self, backbone: nn.Module,
+                 heads: Optional[Mapping[str, nn.Linear]] = None):
+        super().__init__()
+        self.backbone = backbone
+        self.heads = nn.ModuleDict(heads or {})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.backbone(x)[-1]
+        if not isinstance(tokens, tuple):
+            tokens = (tokens, )
+        if not len(self.heads):
+            return torch.cat(tokens, dim=-1)
+        logits = [head(token)
+                  for head, token in zip(self.heads.values(), tokens)]
+        return sum(logits) / len(logits)
+
+
+def linear_heads(tensors: Mapping[str, Mapping[str, torch.Tensor]]
+                 ) -> Dict[str, nn.Linear]:
+    """``nn.Linear`` heads holding a checkpoint's head tensors
+    (:func:`~hetdpt_mm.record.read_classifier_heads`)."""
+    heads = {}
+    for name, params in tensors.items():
+        out_features, in_features = params['weight'].shape
+        head = nn.Linear(in_features, out_features, bias='bias' in params)
+        head.load_state_dict(dict(params))
+        heads[name] = head
+    return heads
+
+
+@dataclass
+class WidthTrial:
+    """One trial of the search for a MACs target: a channel ratio and the
+    MACs and parameters it gives."""
+    ratio: float
+    macs: int
+    params: int
+
+
+@dataclass
+class WidthPruneResult:
+    """What :func:`prune_width` returns: the rebuilt network and its heads,
+    its record, the cost before and after, the channel ratio and the trials
+    of the search for it."""
+    backbone: nn.Module
+    heads: Dict[str, nn.Linear]
+    record: HetDPTRecord
+    macs_before: int
+    params_before: int
+    macs_after: int
+    params_after: int
+    ratio: float = 0.
+    trials: List[WidthTrial] = field(default_factory=list)
+    #: Largest difference between the Torch-Pruning model's outputs and the
+    #: rebuilt network's on a random batch.
+    rebuild_error: float = 0.
+
+    def block_table(self) -> str:
+        """Per-block widths as a markdown table."""
+        spec = self.record.spec
+        widths = spec.widths
+        lines = [f'embedding width: {widths.embed_dims}', '',
+                 '| block | attention | heads x dim | FFN |',
+                 '| ---: | --- | --- | --- |']
+        for index in range(spec.depth):
+            heads, head_dim, hidden = widths.block(index)
+            attn = 'removed' if spec.is_removed(ATTN, index) else 'kept'
+            if hidden is None:
+                ffn = f'merged {widths.embed_dims} x {widths.embed_dims}'
+            else:
+                ffn = (f'{hidden} hidden' + (' (no GELU)' if spec.is_removed(
+                    ACT, index) else ''))
+            lines.append(f'| {index} | {attn} | '
+                         f'{heads} x {head_dim} | {ffn} |')
+        return '\n'.join(lines)
+
+    def report(self) -> Dict[str, Any]:
+        """Plain data for the checkpoint's meta and JSON reports."""
+        return dict(macs_before=self.macs_before, macs_after=self.macs_after,
+                    params_before=self.params_before,
+                    params_after=self.params_after,
+                    ratio=self.ratio,
+                    trials=[vars(trial) for trial in self.trials],
+                    rebuild_error=self.rebuild_error)
+
+    def format(self) -> str:
+        return '\n'.join([
+            f'MACs:   {self.macs_before / 1e9:.3f} G -> '
+            f'{self.macs_after / 1e9:.3f} G '
+            f'({self.macs_before / self.macs_after:.2f}x fewer)',
+            f'params: {self.params_before / 1e6:.2f} M -> '
+            f'{self.params_after / 1e6:.2f} M',
+            f'channel ratio: {self.ratio:.4f}' + (
+                f' ({len(self.trials)} trials for the MACs target)'
+                if self.trials else ''),
+            f'rebuilt network vs Torch-Pruning model: max |diff| '
+            f'{self.rebuild_error:.2e}', '', self.block_table()])
+
+
+def _importance(name: str, tp):
+    if name == 'taylor':
+        return tp.importance.GroupTaylorImportance()
+    if name == 'magnitude':
+        return tp.importance.GroupMagnitudeImportance(p=2)
+    raise ValueError(f'unknown importance {name!r}; use one of '
+                     f'{IMPORTANCES}')
+
+
+def _accumulate_taylor_gradients(model: LinearHeads,
+                                 calibration: Iterable) -> int:
+    """Gradients of the classification loss for Taylor importance, summed
+    over the calibration batches (images, or ``(images, labels)``; without
+    labels the model's own top-1 predictions are the labels)."""
+    if not len(model.heads):
+        raise ValueError('Taylor importance needs the classifier heads, and '
+                         'the checkpoint has none: use magnitude importance')
+    model.zero_grad()
+    batches = 0
+    for batch in calibration:
+        images, labels = batch if isinstance(batch, (tuple, list)) else (
+            batch, None)
+        logits = model(images)
+        if labels is None:
+            labels = logits.detach().argmax(dim=-1)
+        F.cross_entropy(logits, labels).backward()
+        batches += 1
+    if not batches:
+        raise ValueError('Taylor importance needs at least one calibration '
+                         'batch')
+    return batches
+
+
+class EmptiedAttention(ValueError):
+    """Global head ranking removed every head of some attention: a block
+    the record cannot describe (a removed attention passes ``LN1(x)`` on)."""
+
+
+def _sync_attention(pruner, backbone: nn.Module) -> None:
+    """Torch-Pruning prunes the tensors; the heads and head dimension an
+    attention computes with are attributes, read back from the pruner."""
+    emptied = [index for index, block in enumerate(backbone.blocks)
+               if isinstance(block.attn, Attention) and
+               pruner.num_heads[block.attn.qkv] == 0]
+    if emptied:
+        raise EmptiedAttention(
+            f'width pruning removes every head of the attention of blocks '
+            f'{emptied}: prune less')
+    for block in backbone.blocks:
+        attn = block.attn
+        if isinstance(attn, Attention):
+            attn.num_heads = pruner.num_heads[attn.qkv]
+            attn.head_dim = attn.qkv.out_features // (3 * attn.num_heads)
+            attn.attn_dim = attn.num_heads * attn.head_dim
+            attn.scale = attn.head_dim**-0.5
+
+
+def _prune_once(tp, model: LinearHeads, imp, ratio: float, round_to: int,
+                example: torch.Tensor) -> None:
+    """Isomorphic global pruning of ``model`` (in place) at one channel
+    ``ratio``, in one step; heads at that ratio, head dimensions at
+    :data:`HEAD_DIM_RATIO_SHARE` of it, the classifier heads' outputs kept.
+    """
+    backbone = model.backbone
+    attentions = [block.attn for block in backbone.blocks
+                  if isinstance(block.attn, Attention)]
+    qkv_layers = tuple(attn.qkv for attn in attentions)
+    tokens = [p for p in (backbone.cls_token, backbone.dist_token,
+                          backbone.pos_embed) if p is not None]
+    pruner = tp.pruner.MetaPruner(
+        model, example_inputs=example, importance=imp,
+        global_pruning=True, isomorphic=True, pruning_ratio=ratio,
+        pruning_ratio_dict={qkv_layers: ratio * HEAD_DIM_RATIO_SHARE}
+        if qkv_layers else None,
+        num_heads={attn.qkv: attn.num_heads for attn in attentions},
+        prune_num_heads=True, prune_head_dims=True,
+        head_pruning_ratio=ratio,
+        ignored_layers=list(model.heads.values()),
+        unwrapped_parameters=[(p, 2) for p in tokens], round_to=round_to)
+    pruner.step()
+    _sync_attention(pruner, backbone)
+
+
+def _copy_with_gradients(model: nn.Module) -> nn.Module:
+    """A deep copy that keeps the gradients Taylor importance reads."""
+    copy = deepcopy(model)
+    for source, target in zip(model.parameters(), copy.parameters()):
+        if source.grad is not None:
+            target.grad = source.grad.clone()
+    return copy
+
+
+def _cost(model: nn.Module, example: torch.Tensor) -> Tuple[int, int]:
+    return count_macs(model, example).total, count_params(model)
+
+
+def prune_width(backbone: nn.Module,
+                heads: Optional[Mapping[str, nn.Linear]] = None,
+                target_macs: Optional[float] = None,
+                ratio: Optional[float] = None,
+                importance: str = 'taylor',
+                calibration: Optional[Iterable] = None,
+                max_ratio: float = 0.9,
+                search_steps: int = 10,
+                round_to: int = ROUND_TO,
+                check_batch: int = 2,
+                logger: Optional[Callable[[str], None]] = None
+                ) -> WidthPruneResult:
+    """Width-prune ``backbone`` (a pruned or merged HetDPTViT built with
+    ``out_type='cls_token'``; it is pruned in place) and its linear
+    ``heads`` (inputs only), to ``target_macs`` (of the whole classifier on
+    one image of the backbone's size) or by a channel ``ratio``.
+
+    Pruning is one-shot at one channel ratio, as Isomorphic Pruning's; for
+    a MACs target that ratio is the smallest one found (by bisection over
+    ``search_steps`` one-shot trials on copies, up to ``max_ratio``) whose
+    MACs are at or below the target.  Returns the network rebuilt from its
+    new record (the structure a checkpoint carries) with the pruned
+    weights; its outputs are checked against the pruned model's
+    (``rebuild_error``).  Raises ``ValueError`` for settings that cannot be
+    met.
+    """
+    tp = require_extra('torch_pruning', 'width')
+    if (target_macs is None) == (ratio is None):
+        raise ValueError('give either a MACs target or a pruning ratio')
+    if ratio is not None and not 0 < ratio < 1:
+        raise ValueError(f'the pruning ratio must be in (0, 1), got {ratio}')
+    if not 0 < max_ratio < 1 or search_steps < 0:
+        raise ValueError(f'max_ratio must be in (0, 1) and search_steps >= '
+                         f'0, got {max_ratio} and {search_steps}')
+    if backbone.form == 'gated':
+        raise ValueError('width pruning takes a pruned or merged network, '
+                         'not a gated (search) one: merge it first '
+                         '(tools/merge_ckpt.py)')
+    record = backbone.record()
+    model = LinearHeads(backbone, heads).eval()
+    example = torch.randn(1, backbone._build_args['in_channels'],
+                          *backbone.img_size)
+    macs_before, params_before = _cost(model, example)
+    if target_macs is not None and target_macs >= macs_before:
+        raise ValueError(f'the model has {macs_before / 1e9:.3f} GMACs, '
+                         f'already at or below the target '
+                         f'{target_macs / 1e9:.3f} G')
+    check_input = torch.randn(check_batch, *example.shape[1:],
+                              generator=torch.Generator().manual_seed(0))
+
+    imp = _importance(importance, tp)
+    if importance == 'taylor':
+        if calibration is None:
+            raise ValueError('Taylor importance needs calibration images; '
+                             'give some, or use magnitude importance')
+        _accumulate_taylor_gradients(model, calibration)
+
+    trials = []
+    if ratio is None:
+        def far_enough(trial_ratio: float) -> bool:
+            """Whether pruning at ``trial_ratio`` meets the target, or goes
+            beyond it so far that an attention loses all its heads."""
+            trial = _copy_with_gradients(model)
+            try:
+                _prune_once(tp, trial, imp, trial_ratio, round_to, example)
+            except EmptiedAttention as err:
+                if logger is not None:
+                    logger(f'width pruning at ratio {trial_ratio:.4f}: {err}')
+                return True
+            macs, params = _cost(trial, example)
+            trials.append(WidthTrial(trial_ratio, macs, params))
+            if logger is not None:
+                logger(f'width pruning at ratio {trial_ratio:.4f}: '
+                       f'{macs / 1e9:.3f} GMACs, {params / 1e6:.2f} M params')
+            return macs <= target_macs
+
+        if not far_enough(max_ratio):
+            raise ValueError(
+                f'the MACs target {target_macs / 1e9:.3f} G is not reached '
+                f'at the largest pruning ratio {max_ratio} '
+                f'({trials[-1].macs / 1e9:.3f} G): raise max_ratio')
+        low, ratio = 0., max_ratio
+        for _ in range(search_steps):
+            middle = (low + ratio) / 2
+            if far_enough(middle):
+                ratio = middle
+            else:
+                low = middle
+    _prune_once(tp, model, imp, ratio, round_to, example)
+    macs_after, params_after = _cost(model, example)
+    model.zero_grad(set_to_none=True)
+
+    new_record = replace(record, spec=record.spec.with_widths(
+        read_widths(backbone)))
+    rebuilt = type(backbone).from_record(new_record,
+                                         **backbone._output_args())
+    state = {k: v.detach() for k, v in backbone.state_dict().items()
+             if k != EXTRA_STATE_KEY}
+    rebuilt.load_state_dict(with_record(state, new_record))
+    rebuilt_model = LinearHeads(rebuilt, {
+        name: head for name, head in model.heads.items()}).eval()
+    with torch.no_grad():
+        error = (model(check_input) - rebuilt_model(check_input)).abs().max()
+    return WidthPruneResult(
+        backbone=rebuilt, heads=dict(model.heads.items()),
+        record=new_record, macs_before=macs_before,
+        params_before=params_before, macs_after=macs_after,
+        params_after=params_after, ratio=ratio, trials=trials,
+        rebuild_error=float(error))
+
+
+def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
+                           arch: Optional[Mapping] = None,
+                           source: str = 'checkpoint', **options
+                           ) -> Tuple[Dict, WidthPruneResult]:
+    """Width-prune the HetDPTViT backbone of a checkpoint (any layout
+    :func:`~hetdpt_mm.record.read_backbone_checkpoint` reads, merged,
+    pruned or dense) and the inputs of its classifier heads, with
+    :func:`prune_width`'s ``options``; return ``(checkpoint, result)``.
+
+    The result is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record,
+    'hetdpt_width': report}}``: the backbone's tensors (with its record,
+    which carries the widths) and the heads replaced in place, every other
+    tensor passed through, a distillation teacher's dropped (as
+    :func:`~hetdpt_mm.merge.merge_checkpoint` does).  ``checkpoint`` is not
+    modified.
+    """
+    from ..merge import parse_arch
+    loaded = read_backbone_checkpoint(checkpoint, source, prefix)
+    record, state_dict = loaded.record, loaded.state_dict
+    if record.form == 'gated':
+        raise ValueError(f'{source} holds a gated (search) network: merge it '
+                         'first (tools/merge_ckpt.py), then prune its width')
+    if record.act_unknown:
+        raise ValueError(f'{source} lacks attention weights but has no HetDPT '
+                         'record, so its removed GELUs are unknown: merge it '
+                         'with --spec first (tools/merge_ckpt.py)')
+    family = loaded.family
+    if record.arch is None or arch is not None:
+        build_args = family.build_args_from_tensors(
+            loaded.state, parse_arch(arch) if arch is not None else None)
+        record = replace(record, arch=build_args)
+    backbone = family.from_record(record, out_type='cls_token')
+    own = backbone.state_dict()
+    backbone.load_state_dict(with_record(
+        {k: v for k, v in loaded.state.items() if k in own}, record))
+
+    head_prefixes = classifier_head_prefixes(state_dict)
+    heads = linear_heads(read_classifier_heads(checkpoint, source)) \
+        if head_prefixes else {}
+    result = prune_width(backbone, heads, **options)
+
+    prefix, teacher = record.prefix, record.teacher_prefix
+    head_tensors = {head + k: v.detach()
+                    for name, head in head_prefixes.items()
+                    for k, v in result.heads[name].state_dict().items()}
+    backbone_state = with_record(result.backbone.state_dict(),
+                                 result.record)
+    out_state, written = OrderedDict(), False
+    for key, value in state_dict.items():
+        relative = key[len(prefix):] if key.startswith(prefix) else None
+        if teacher and key.startswith(teacher):
+            continue
+        if key in head_tensors:
+            out_state[key] = head_tensors[key]
+        elif key.endswith(EXTRA_STATE_KEY) and (
+                relative == EXTRA_STATE_KEY or teacher):
+            continue  # rewritten with the backbone, or the teacher's
+        elif relative in loaded.layout_keys:
+            if not written:
+                out_state.update((prefix + k, v)
+                                 for k, v in backbone_state.items())
+                written = True
+        else:
+            out_state[key] = value
+    meta = checkpoint.get('meta') if isinstance(checkpoint.get('meta'),
+                                                Mapping) else {}
+    out_meta = {k: v for k, v in meta.items()
+                if k not in (META_KEY, WIDTH_META_KEY)}
+    out_meta[META_KEY] = replace(result.record, prefix=prefix).to_dict()
+    out_meta[WIDTH_META_KEY] = result.report()
+    return {'state_dict': out_state, 'meta': out_meta}, result
