@@ -35,8 +35,8 @@ from ..spec import ACT, ATTN, PruneSpec
 from . import layerscale_state_dict as ls_state_dict
 from . import state_dict as vit_state_dict
 from .hetdpt_vit import RELEASED_SEMANTICS, HetDPTViT, resolve_arch
-from .layers import (GatedAttention, GatedHetDPTBlock, HetDPTBlock, MergedFFN,
-                     choose_block_layers, set_block_gates)
+from .layers import (GatedAttention, HetDPTBlock, MergedFFN, assemble_block,
+                     choose_block_layers)
 
 #: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
 FFN_TYPES = ('mlp', 'swiglu')
@@ -134,20 +134,8 @@ def build_layerscale_block(dim: int, num_heads: int, mlp_ratio: float,
             block.attn.passthrough = removed_attn_output == 'norm'
             block.attn.set_open(not attn_removed)
         return block
-    if form == 'gated':
-        block = GatedHetDPTBlock(attn_layer=layers.attn_layer,
-                                 act_layer=layers.act_layer,
-                                 residual_gelu=layers.residual_gelu, **common)
-        set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
-                        removed_attn_output)
-        return block
-    mlp_kwargs = {}
-    if layers.mlp_layer is not None:
-        mlp_kwargs['mlp_layer'] = layers.mlp_layer
-    block = HetDPTBlock(attn_layer=layers.attn_layer,
-                        act_layer=layers.act_layer,
-                        residual_gelu=layers.residual_gelu, **mlp_kwargs,
-                        **common)
+    block = assemble_block(layers, form, attn_removed, act_removed,
+                           removed_attn_output, **common)
     if layers.mlp_layer is MergedFFN:
         block.ls2 = nn.Identity()  # folded into the merged linear
     return block

@@ -230,6 +230,26 @@ def set_block_gates(attn: GatedResidualBranch, act: GatedGELU,
     act.set_open(not act_removed)
 
 
+def assemble_block(layers: BlockLayers, form: str, attn_removed: bool,
+                   act_removed: bool, removed_attn_output: str,
+                   **block_args) -> Block:
+    """The timm block of the chosen layer types (``block_args``: timm
+    ``Block`` arguments); a gated block gets its gates set."""
+    if form == 'gated':
+        block = GatedHetDPTBlock(attn_layer=layers.attn_layer,
+                                 act_layer=layers.act_layer,
+                                 residual_gelu=layers.residual_gelu,
+                                 **block_args)
+        set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
+                        removed_attn_output)
+        return block
+    if layers.mlp_layer is not None:
+        block_args['mlp_layer'] = layers.mlp_layer
+    return HetDPTBlock(attn_layer=layers.attn_layer,
+                       act_layer=layers.act_layer,
+                       residual_gelu=layers.residual_gelu, **block_args)
+
+
 def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
                 drop_path: float, form: str, attn_removed: bool,
                 act_removed: bool, removed_attn_output: str,
@@ -253,20 +273,8 @@ def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
     layers = choose_block_layers(form, attn_removed, act_removed,
                                  removed_attn_output, residual_gelu,
                                  Attention, GatedAttention)
-    if form == 'gated':
-        block = GatedHetDPTBlock(attn_layer=layers.attn_layer,
-                                 act_layer=layers.act_layer,
-                                 residual_gelu=layers.residual_gelu, **common)
-        set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
-                        removed_attn_output)
-        return block
-    mlp_kwargs = {}
-    if layers.mlp_layer is not None:
-        mlp_kwargs['mlp_layer'] = layers.mlp_layer
-    block = HetDPTBlock(attn_layer=layers.attn_layer,
-                        act_layer=layers.act_layer,
-                        residual_gelu=layers.residual_gelu, **mlp_kwargs,
-                        **common)
+    block = assemble_block(layers, form, attn_removed, act_removed,
+                           removed_attn_output, **common)
     if widths is not None:
         _set_widths(block, *widths, qkv_bias=qkv_bias, drop_rate=drop_rate,
                     attn_drop_rate=attn_drop_rate,
