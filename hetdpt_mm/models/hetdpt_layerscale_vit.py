@@ -27,8 +27,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import (Attention, SwiGLUPacked, is_exporting,
-                         resample_abs_pos_embed)
+from timm.layers import Attention, SwiGLUPacked
 
 from ..checkpoint import StateDictMismatch
 from ..spec import ACT, ATTN, PruneSpec
@@ -166,6 +165,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
             have no distillation token.
     """
     family = 'layerscale_vit'
+    POS_EMBED_ANTIALIAS = True
 
     def __init__(self,
                  arch: Union[str, Mapping] = 'dinov2-base',
@@ -375,14 +375,6 @@ class HetDPTLayerScaleViT(HetDPTViT):
         return state
 
     # -------------------------------------------------------------- forward
-    def _pos_embed(self, grid: Tuple[int, int]) -> torch.Tensor:
-        if not is_exporting() and tuple(grid) == tuple(self.patch_grid):
-            return self.pos_embed
-        return resample_abs_pos_embed(
-            self.pos_embed, list(grid), old_size=list(self.patch_grid),
-            num_prefix_tokens=self.num_positioned_tokens,
-            interpolation=self.interpolate_mode, antialias=True)
-
     def _embed_tokens(self, x: torch.Tensor):
         """As timm: with ``no_embed_class`` the positions are added to the
         patches before the class and register tokens are prepended."""

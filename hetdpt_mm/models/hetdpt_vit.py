@@ -101,6 +101,9 @@ class HetDPTViT(HetDPTBackbone):
     """
     family = 'vit'
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
+    #: Whether position embeddings are resampled with antialiasing (timm
+    #: does for LayerScale ViTs; DeiT's weights were trained without).
+    POS_EMBED_ANTIALIAS = False
 
     def __init__(self,
                  arch: Union[str, Mapping] = 'deit-base',
@@ -481,6 +484,11 @@ class HetDPTViT(HetDPTBackbone):
                 self.patch_grid, self.interpolate_mode)
         return state
 
+    @property
+    def num_positioned_tokens(self) -> int:
+        """Prefix tokens with a position in ``pos_embed``."""
+        return self.num_prefix_tokens
+
     # -------------------------------------------------------------- forward
     def _pos_embed(self, grid: Tuple[int, int]) -> torch.Tensor:
         # Exported graphs always resample (an identity copy at the stored
@@ -489,8 +497,9 @@ class HetDPTViT(HetDPTBackbone):
             return self.pos_embed
         return resample_abs_pos_embed(
             self.pos_embed, list(grid), old_size=list(self.patch_grid),
-            num_prefix_tokens=self.num_prefix_tokens,
-            interpolation=self.interpolate_mode, antialias=False)
+            num_prefix_tokens=self.num_positioned_tokens,
+            interpolation=self.interpolate_mode,
+            antialias=self.POS_EMBED_ANTIALIAS)
 
     def forward(self, x: torch.Tensor) -> tuple:
         self._check_weights_arrived()
