@@ -36,19 +36,25 @@ def test_quick_demo_writes_the_report_with_its_tables(quick_run):
                     'merged', '### Chosen layers', '## MAP: points, fit, '
                     'allocation', '## Transfer: DETR and UperNet',
                     '## HetDPT+: the merged model pruned in width',
+                    '## Why heterogeneity-aware allocation',
+                    '### 1. Gradient disparity', '### 2. Recovery asymmetry',
+                    '### 3. The same budget, four allocations',
                     '## Benchmark', '## Time per stage', '## Commands'):
         assert heading in report, heading
     for header in ('| model | what | top-1 (%) |', '| schedule | step | '
                    'n_attn | n_act |', '| degree | terms | CV MAE |',
                    '| model | metric | before training | after training |',
-                   '| stage | wall time | seconds |'):
+                   '| stage | wall time | seconds |',
+                   '| type | mean |dL/dm| |', '| removed | at once |',
+                   '| split | attention + GELU removed | top-1 (%) |'):
         assert header in report, header
-    for image in ('accuracy_vs_speedup.png', 'losses.png',
+    for image in ('accuracy_vs_speedup.png', 'losses.png', 'score_grads.png',
+                  'recovery.png', 'comparison.png',
                   'map/map_fit.png', 'vit-demo_digits_plus/widths.png'):
         assert f']({image})' in report
         assert (work_dir / image).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     # Progress went to the console: stage banners and the final numbers.
-    assert '[10/10] write the report' in output
+    assert '[12/12] write the report' in output
     assert 'top-1: dense' in output
 
 
@@ -66,7 +72,7 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
         100 / cls['val_images'] + 1e-9
     assert cls['hook_output_identical']
     assert cls['val_images'] == len(
-        (data_root / 'cls/meta/val.txt').read_text().split('\n')) - 1
+        (data_root / 'pairs/meta/val.txt').read_text().split('\n')) - 1
 
     # Exactly the MAP split of the budget was removed, one decision each.
     spec = cls['spec']
@@ -81,15 +87,18 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
     assert bench['dense']['speedup'] == pytest.approx(1.0)
     assert bench['merged']['params'] < bench['dense']['params']
     assert bench['merged']['macs'] < bench['dense']['macs']
-    assert summary['benchmark'].keys() == {'demo'}  # --quick: no DeiT-S
+    # --quick: no DeiT-S; one benchmark per other compared split.
+    assert 'context' not in summary['benchmark']
+    assert all(key == 'demo' or key.startswith('split-attn')
+               for key in summary['benchmark'])
 
     for kind, metric in (('detr', 'coco/bbox_mAP'), ('upernet', 'mIoU')):
         assert metric in summary[kind]['before']
         assert metric in summary[kind]['after']
         assert summary[kind]['iterations'] >= 2
     assert {s['name'] for s in summary['stages']} == {
-        'data', 'dense', 'map', 'fit', 'prune', 'merge', 'transfer',
-        'plus', 'benchmark'}
+        'data', 'dense', 'map', 'recovery', 'fit', 'prune', 'compare',
+        'merge', 'transfer', 'plus', 'benchmark'}
     plus = summary['plus']
     assert plus['macs'][1] < plus['macs'][0]
     assert plus['params'][1] < plus['params'][0]
@@ -97,6 +106,41 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
     for value in (plus['accuracy_before'], plus['accuracy']):
         assert 0 <= value <= 100
     assert 'coco/bbox_mAP' in plus['detr'] and 'mIoU' in plus['upernet']
+
+
+def test_quick_demo_shows_the_claims(quick_run):
+    work_dir, _, _ = quick_run
+    summary = json.loads((work_dir / 'summary.json').read_text())
+    claims = summary['claims']
+    grads = claims['score_grads']
+    for kind in ('attn', 'act'):
+        assert grads['types'][kind]['count'] > 0
+        assert grads['types'][kind]['mean'] > 0
+    assert grads['ratio'] > 0
+    # One layer removed from the dense model, tested, fine-tuned 1 epoch.
+    for kind in ('attn', 'act'):
+        run = claims['recovery'][kind]
+        assert 0 <= run['block'] < summary['classification']['depth']
+        assert len(run['after_epochs']) == 1
+        for value in [run['at_once']] + run['after_epochs']:
+            assert 0 <= value <= 100
+    # The same budget split four ways, each pruned once (quick: 1 seed).
+    budget = summary['classification']['budget']
+    splits = {split['name']: split for split in claims['splits']}
+    assert list(splits) == ['MAP', 'attention_only', 'gelu_only', 'naive']
+    assert (splits['attention_only']['n_attn'],
+            splits['gelu_only']['n_act']) == (budget, budget)
+    for split in splits.values():
+        assert split['n_attn'] + split['n_act'] == budget
+        assert split['seeds'] == [0]
+        assert 0 <= split['mean'] <= 100 and split['speedup'] > 0
+    assert splits['MAP']['accuracies'] == [
+        summary['classification']['merged']['accuracy']]
+    naive = summary['compare']['naive']['0']
+    assert sum(map(len, naive['removed'].values())) == budget
+    assert naive['counts'] == [splits['naive']['n_attn'],
+                               splits['naive']['n_act']]
+    assert 'MAP\'s split is' in claims['verdict']
 
 
 def test_quick_demo_stage_outputs(quick_run):
@@ -138,7 +182,7 @@ def test_resume_skips_finished_stages(quick_run):
          '--resume'], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count('done in an earlier run, skipped') + \
-        result.stderr.count('done in an earlier run, skipped') == 10
+        result.stderr.count('done in an earlier run, skipped') == 12
     assert (work_dir / 'report.md').read_text() == report
 
 

@@ -13,7 +13,8 @@ from hetdpt_mm.pruning import (Allocation, AnalyticCost, MAPFit, MAPPoint,
                                MeasuredCost, allocate, allocate_for_accuracy,
                                allocate_for_speedup, evaluate_cost_candidates,
                                fit_map, load_points, pareto_front,
-                               polynomial_terms, smallest_budget_reaching)
+                               polynomial_terms, rank_across_types,
+                               smallest_budget_reaching)
 
 PAPER_POINTS = REPO / 'tests' / 'data' / 'map_points_paper.csv'
 TOOL = REPO / 'tools' / 'fit_map.py'
@@ -496,3 +497,13 @@ def test_cli_writes_nothing_on_bad_input(fit_map_tool, tmp_path, capsys,
     assert captured.out == ''
     assert [p.name for p in tmp_path.iterdir()] == ['points.csv']
     assert points.read_text() == original
+
+
+def test_rank_across_types_takes_the_lowest_raw_scores_of_both_types():
+    scores = dict(attn=[0.02, -0.01, 0.03], act=[-0.5, 0.4, -0.01])
+    # -0.01 twice: the tie goes to GELU.
+    assert rank_across_types(scores, 2) == dict(attn=[], act=[0, 2])
+    assert rank_across_types(scores, 3) == dict(attn=[1], act=[0, 2])
+    assert rank_across_types(scores, 0) == dict(attn=[], act=[])
+    with pytest.raises(ValueError, match=r'budget must be in 0..6, got 7'):
+        rank_across_types(scores, 7)

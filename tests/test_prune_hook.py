@@ -2,6 +2,7 @@
 decisions, resume, two-rank DDP, validation, and the merged checkpoint of a
 real (tiny) training run on the demo digits."""
 import json
+import math
 import os
 import shutil
 import socket
@@ -219,7 +220,8 @@ randomness = dict(seed=0, deterministic=True)
 
 MAP_HOOKS = f'''[
     dict(type='HetDPTPruneHook', map_points={str(PAPER_POINTS)!r},
-         budget={BUDGET}, schedule='progressive', stages=[1, 1, 1]),
+         budget={BUDGET}, schedule='progressive', stages=[1, 1, 1],
+         log_score_grads=True),
     dict(type='MergeCheckpointHook'),
 ]'''
 
@@ -282,6 +284,25 @@ def test_counts_come_from_map_and_each_closed_gate_had_the_lowest_score(
     assert 'HetDPT prune counts (MAP): attn=1 act=2' in log
     assert log.count('<- lowest') == 3
     assert 'HetDPT self-distillation: the teacher is a frozen copy' in log
+
+
+def test_score_gradients_are_logged_and_decisions_keep_every_score(
+        map_run):
+    scalars = next(map_run.work.glob('*/vis_data/scalars.json'))
+    rows = [json.loads(line) for line in scalars.read_text().split('\n')
+            if line.strip()]
+    train = [row for row in rows if 'loss' in row]
+    for kind in ('attn', 'act'):
+        grads = [row[f'score_grad_{kind}'] for row in train]
+        # Logged every iteration (interval 1), |dL/dm| of the open layers.
+        assert len(grads) == len(train) == 16
+        assert all(math.isfinite(g) and g > 0 for g in grads)
+    state = load_checkpoint_file(map_run.work / 'epoch_4.pth')['meta'][
+        STATE_KEY]
+    for decision in state['decisions']:
+        assert set(decision['gate_scores']) == {'attn', 'act'}
+        assert decision['gate_scores'][decision['kind']] == pytest.approx(
+            decision['scores'])
 
 
 def test_teacher_is_the_unpruned_model_and_is_saved(map_run):

@@ -1,24 +1,39 @@
 """HetDPT end to end on the embedded CPU demo (``tools/demo.py``).
 
+The classification task is the pairs task (:func:`~hetdpt_mm.datasets.
+demo_data.make_pairs`: do two distant glyphs have the same colour, and
+which), on which token mixing matters; the classifier configs were written
+for the digits and are pointed at it with ``--cfg-options``.
+
 Stages (each runs the project's own tools as subprocesses, exactly the
 commands a user would type; they are printed, logged under
 ``<work-dir>/logs/`` and listed in the report):
 
-1. make the demo datasets (digits, toy COCO, toy ADE20K) if missing;
+1. make the demo datasets (digits, pairs, toy COCO, toy ADE20K) if missing;
 2. train the dense classifier (``configs/demo/vit-demo_digits.py``);
 3. collect MAP points with ``MAPCollectHook`` from the dense checkpoint,
    schedules attn / act / interleaved
    (``configs/demo/vit-demo_digits_map.py``), and test the dense model;
-4. fit MAP and split the budget (``tools/fit_map.py``, plot; the split is
+4. recovery asymmetry: remove the first attention layer and the first GELU
+   the MAP schedules removed (``tools/merge_ckpt.py --spec``), test at
+   once, fine-tune a few epochs validating after each;
+5. fit MAP and split the budget (``tools/fit_map.py``, plot; the split is
    read from its ``--save-allocation`` output);
-5. prune with ``HetDPTPruneHook`` (the MAP split's counts) and fine-tune
-   (``configs/demo/vit-demo_digits_hetdpt.py``);
-6. merge (``tools/merge_ckpt.py``) and test the pruned model;
-7. DETR and UperNet from the merged backbone: test before training, train,
+6. prune with ``HetDPTPruneHook`` and fine-tune
+   (``configs/demo/vit-demo_digits_hetdpt.py``): the MAP split (the main
+   run), and for the comparison the attention-only and GELU-only splits of
+   the same budget, once per seed; every run logs the gate-score
+   gradients;
+7. the naive split (the lowest raw gate scores, both types ranked
+   together) pruned the same way;
+8. merge (``tools/merge_ckpt.py``) and test the pruned model;
+9. DETR and UperNet from the merged backbone: test before training, train,
    test after (``configs/demo/{detr,upernet}_hetdpt_demo.py``); test the
    merged classifier;
-8. benchmark dense vs pruned vs merged (``tools/benchmark.py``);
-9. write ``report.md``, ``summary.json`` and the plots.
+10. HetDPT+: width-prune the merged classifier, fine-tune it;
+11. benchmark dense vs pruned vs merged, and every compared split
+    (``tools/benchmark.py``);
+12. write ``report.md``, ``summary.json`` and the plots.
 
 Hook options are set by hook type, not by list position: a job whose hook
 needs other options runs a config generated under ``<work-dir>/configs/``
@@ -43,7 +58,7 @@ import shutil
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 from mmengine.config import Config
@@ -51,12 +66,13 @@ from mmengine.logging import MMLogger
 
 from ..benchmark import machine_info
 from ..checkpoint import load_checkpoint_file
-from ..datasets import make_all
+from ..datasets import PAIR_CLASSES, make_all
 from ..fileio import atomic_write_text
 from ..hooks.map_collect_hook import POINT_COLUMNS
 from ..hooks.prune_hook import STATE_KEY as PRUNE_STATE
-from ..pruning import AnalyticCost, MAPFit, load_points
+from ..pruning import AnalyticCost, MAPFit, load_points, rank_across_types
 from ..record import load_backbone_checkpoint, read_backbone_checkpoint
+from ..spec import ACT, ATTN, PruneSpec
 from . import demo_report, plots
 from .fit_map import load_allocation
 from .jobs import Job, JobRunner, load_average
@@ -67,16 +83,23 @@ PRUNE_CONFIG = 'configs/demo/vit-demo_digits_hetdpt.py'
 DETR_CONFIG = 'configs/demo/detr_hetdpt_demo.py'
 UPERNET_CONFIG = 'configs/demo/upernet_hetdpt_demo.py'
 DEFAULT_DATA_ROOT = 'data/demo'
+#: The classification task of the demo (``make_pairs``): its directory in
+#: the data root and its number of classes (the configs' are the digits').
+CLS_DATA = 'pairs'
+CLS_CLASSES = len(PAIR_CLASSES)
 STATE_FILE = 'demo_state.json'
 # 2: the MAP allocation is read from fit_map's output and kept in the state.
-STATE_VERSION = 2
+# 3: the pairs task, the recovery and comparison stages.
+STATE_VERSION = 3
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
-OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'vit-demo_digits_hetdpt',
+OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'recovery', 'compare',
+           'vit-demo_digits_hetdpt',
            'detr_hetdpt_demo', 'upernet_hetdpt_demo', 'vit-demo_digits_plus',
            'benchmark', 'logs',
            'report.md', 'summary.json', 'accuracy_vs_speedup.png',
-           'losses.png', 'demo.log', STATE_FILE)
+           'losses.png', 'score_grads.png', 'recovery.png',
+           'comparison.png', 'demo.log', STATE_FILE)
 MAP_SCHEDULES = ('attn', 'act', 'interleaved')
 
 
@@ -106,17 +129,19 @@ class Settings:
     plus_ratio: float  # HetDPT+: channel ratio of the width pruning
     plus_epochs: int  # HetDPT+: fine-tuning epochs (>= 2: 1 of warm-up)
     plus_train_images: Optional[int]
+    recovery_epochs: int  # fine-tuning after removing one layer
+    seeds: Tuple[int, ...]  # one prune run of every compared split each
 
 
 FULL = Settings(
     dense_epochs=None, dense_train_images=None,
-    map_steps=dict(attn=2, act=4, interleaved=2), map_interval=1,
+    map_steps=dict(attn=3, act=4, interleaved=4), map_interval=1,
     map_subset=0.5, map_calib_images=128, budget=4,
     prune_epochs=None, prune_train_images=None,
     detr_epochs=None, detr_train_images=None, upernet_iters=None,
     transfer_log_interval=None, bench_batch=64, bench_repeats=15,
     context_bench=True, plus_ratio=0.3, plus_epochs=5,
-    plus_train_images=None)
+    plus_train_images=None, recovery_epochs=3, seeds=(0, 1))
 QUICK = Settings(
     dense_epochs=2, dense_train_images=256,
     map_steps=dict(attn=2, act=2, interleaved=2), map_interval=1,
@@ -125,7 +150,7 @@ QUICK = Settings(
     detr_epochs=1, detr_train_images=16, upernet_iters=4,
     transfer_log_interval=1, bench_batch=16, bench_repeats=2,
     context_bench=False, plus_ratio=0.3, plus_epochs=2,
-    plus_train_images=128)
+    plus_train_images=128, recovery_epochs=1, seeds=(0, ))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,8 +233,13 @@ class Demo:
         ('dense', 'train the dense classifier'),
         ('map', 'collect MAP points (attn / act / interleaved); test the '
          'dense model'),
+        ('recovery', 'recovery asymmetry: remove one attention vs one GELU '
+         'from the dense model, test, fine-tune'),
         ('fit', 'fit MAP and split the budget'),
-        ('prune', 'prune with HetDPTPruneHook and fine-tune'),
+        ('prune', 'prune with HetDPTPruneHook and fine-tune: the MAP split, '
+         'attention only, GELU only (each seed)'),
+        ('compare', 'the naive split (raw scores ranked across types), '
+         'pruned and fine-tuned the same way'),
         ('merge', 'merge (tools/merge_ckpt.py); test the pruned model'),
         ('transfer', 'DETR and UperNet from the merged backbone; test the '
          'merged classifier'),
@@ -249,14 +279,17 @@ class Demo:
 
     def data_options(self, kind: str) -> List[str]:
         """``--cfg-options`` pointing a demo config at ``--data-root``
-        (nothing when it is the configs' own ``data/demo``)."""
+        (nothing when it is the configs' own ``data/demo``); the classifier
+        configs (written for the digits) at the pairs task."""
         root = self.rel(self.data_root)
-        if root == DEFAULT_DATA_ROOT:
+        if root == DEFAULT_DATA_ROOT and kind != 'cls':
             return []
         loaders = ('train_dataloader', 'val_dataloader', 'test_dataloader')
-        sub = dict(cls='cls', detr='coco', upernet='ade')[kind]
+        sub = dict(cls=CLS_DATA, detr='coco', upernet='ade')[kind]
         options = [f'{loader}.dataset.data_root={root}/{sub}'
                    for loader in loaders]
+        if kind == 'cls':
+            options.append(f'model.head.num_classes={CLS_CLASSES}')
         if kind == 'detr':
             # The COCO evaluator reads the annotation file itself.
             ann_file = f'{root}/coco/annotations/instances_val2017.json'
@@ -450,6 +483,57 @@ class Demo:
         self.logger.info(f'{len(rows)} MAP points in '
                          f'{self.rel(self.out("map", "map_points.csv"))}')
 
+    def stage_recovery(self) -> None:
+        """Recovery asymmetry (METHOD.md §2): remove from the dense model
+        the one attention layer, or the one GELU, that the MAP schedules
+        removed first (the TE score's choice); test at once, then fine-tune
+        ``recovery_epochs`` epochs, validating after each."""
+        s = self.settings
+        depth = self.results['dense']['depth']
+        lanes, runs = [], {}
+        for kind in (ATTN, ACT):
+            first = next(p for p in self.results['map']['points']
+                         if p['schedule'] == kind and p['step'] == '1')
+            block = int(first[f'removed_{kind}'])
+            spec = PruneSpec(depth, **{f'{kind}_removed': [block]})
+            work = self.out('recovery', kind)
+            start = self.rel(work / 'start.pth')
+            # Built from the pruned start (its record gives the structure),
+            # fine-tuned as the demo fine-tunes: pos_embed at 1x.
+            options = ['model.backbone.init_cfg.type=Pretrained',
+                       f'model.backbone.init_cfg.checkpoint={start}',
+                       f'load_from={start}',
+                       'optim_wrapper.paramwise_cfg.custom_keys.pos_embed.'
+                       'lr_mult=1.0',
+                       f'train_cfg.max_epochs={s.recovery_epochs}',
+                       'train_cfg.val_interval=1'] + self.data_options('cls')
+            if s.dense_train_images is not None:
+                options.append('train_dataloader.dataset.indices='
+                               f'{s.dense_train_images}')
+            lanes.append([
+                Job(f'recovery-{kind}-remove', [
+                    'tools/merge_ckpt.py', self.results['dense']['checkpoint'],
+                    start, '--spec', spec.to_json(), '--form', 'pruned',
+                    '--force']),
+                Job(f'recovery-{kind}-test', self.test_argv(
+                    DENSE_CONFIG, start, self.rel(work),
+                    self.rel(work / 'test_metrics_start.json'),
+                    self.data_options('cls'))),
+                Job(f'recovery-{kind}-train', self.train_argv(
+                    DENSE_CONFIG, self.rel(work), options))])
+            runs[kind] = dict(block=block, work=work)
+        self.jobs.run_lanes(lanes)
+        self.results['recovery'] = {
+            kind: dict(
+                block=run['block'],
+                at_once=demo_report.read_json(
+                    run['work'] / 'test_metrics_start.json')['accuracy/top1'],
+                after_epochs=[
+                    float(record['accuracy/top1']) for record in
+                    demo_report.train_scalars(run['work'])
+                    if 'accuracy/top1' in record])
+            for kind, run in runs.items()}
+
     def stage_fit(self) -> None:
         depth = self.results['dense']['depth']
         fit_path = self.out('map', 'map_fit.json')
@@ -470,22 +554,71 @@ class Demo:
             n_attn=allocation.n_attn, n_act=allocation.n_act,
             predicted=allocation.best.predicted_accuracy)
 
-    def stage_prune(self) -> None:
+    def prune_job(self, name: str, counts: Sequence[int], seed: int,
+                  work: Path) -> Job:
+        """A ``HetDPTPruneHook`` run from the dense model removing
+        ``counts`` = (attention, GELU) layers, with the demo's fine-tuning
+        and seed ``seed``; it logs the gate-score gradients."""
         s = self.settings
-        work = self.out('vit-demo_digits_hetdpt')
-        split = self.results['map']
-        # The counts of MAP's split as tools/fit_map.py saved it, instead
-        # of the fit and budget from which the hook would derive it again.
         config = self.hook_config(
-            'prune-train', PRUNE_CONFIG, 'HetDPTPruneHook',
-            dict(counts=dict(attn=split['n_attn'], act=split['n_act'])),
+            name, PRUNE_CONFIG, 'HetDPTPruneHook',
+            dict(counts=dict(attn=counts[0], act=counts[1]),
+                 log_score_grads=True),
             unset=('map_points', 'map_fit', 'budget'))
-        options = [f'load_from={self.results["dense"]["checkpoint"]}']
+        options = [f'load_from={self.results["dense"]["checkpoint"]}',
+                   f'randomness.seed={seed}']
         options += classifier_schedule_options(s.prune_epochs,
                                                s.prune_train_images)
         options += self.data_options('cls')
-        self.jobs.run_lanes([[Job('prune-train', self.train_argv(
-            config, self.rel(work), options))]])
+        return Job(name, self.train_argv(config, self.rel(work), options))
+
+    def compare_lane(self, key: str) -> List[Job]:
+        """Prune, merge (the run's MergeCheckpointHook) and test one
+        compared run (not the main one: the later stages test that)."""
+        run = self.results['compare']['runs'][key]
+        work = self.out('compare', key)
+        merged = work / f'{Path(PRUNE_CONFIG).stem}_merged.pth'
+        run.update(merged=self.rel(merged), work=self.rel(work))
+        return [self.prune_job(f'compare-{key}', run['counts'], run['seed'],
+                               work),
+                Job(f'compare-{key}-test', self.test_argv(
+                    DENSE_CONFIG, self.rel(merged), self.rel(work),
+                    self.rel(work / 'test_metrics_merged.json'),
+                    self.data_options('cls')))]
+
+    def add_compare_run(self, split: str, counts: Sequence[int],
+                        seed: int) -> str:
+        """Register ``split`` (a name) at ``counts`` for ``seed``; splits
+        with the same counts share one run.  Returns the run's key."""
+        runs = self.results['compare']['runs']
+        key = f'attn{counts[0]}-act{counts[1]}_seed{seed}'
+        runs.setdefault(key, dict(counts=list(counts), seed=seed, splits=[]))
+        runs[key]['splits'].append(split)
+        return key
+
+    def stage_prune(self) -> None:
+        """The MAP split (the main run: merged, transferred, benchmarked by
+        the later stages) beside the single-type splits of the same budget,
+        each with the same fine-tuning, once per seed."""
+        s = self.settings
+        split = self.results['map']
+        counts = dict(MAP=(split['n_attn'], split['n_act']),
+                      attention_only=(s.budget, 0), gelu_only=(0, s.budget))
+        self.results['compare'] = dict(runs={}, naive={}, seeds=list(s.seeds))
+        main_key = None
+        for seed in s.seeds:
+            for name, value in counts.items():
+                key = self.add_compare_run(name, value, seed)
+                if main_key is None:
+                    main_key = key
+        work = self.out('vit-demo_digits_hetdpt')
+        self.results['compare']['runs'][main_key].update(
+            main=True, work=self.rel(work))
+        lanes = [[self.prune_job('prune-train', counts['MAP'], s.seeds[0],
+                                 work)]]
+        lanes += [self.compare_lane(key) for key in
+                  self.results['compare']['runs'] if key != main_key]
+        self.jobs.run_lanes(lanes)
         checkpoint = last_checkpoint(work)
         loaded = load_checkpoint_file(checkpoint, mmap=True)
         spec = read_backbone_checkpoint(loaded, checkpoint).record.spec
@@ -493,7 +626,52 @@ class Demo:
             checkpoint=self.rel(checkpoint),
             hook_merged=self.rel(work / 'vit-demo_digits_hetdpt_merged.pth'),
             spec=dict(spec.to_dict(), n_attn=spec.n_attn, n_act=spec.n_act),
-            decisions=loaded['meta'][PRUNE_STATE]['decisions'])
+            decisions=loaded['meta'][PRUNE_STATE]['decisions'],
+            score_grads={kind: demo_report.scalar_curve(
+                demo_report.train_scalars(work), f'score_grad_{kind}')
+                for kind in (ATTN, ACT)})
+        self.read_compare_runs()
+
+    def read_compare_runs(self) -> None:
+        """Checkpoint, decisions and merged accuracy of the finished
+        compared runs (the main one's accuracy comes with the merge)."""
+        for run in self.results['compare']['runs'].values():
+            if run.get('main') or 'accuracy' in run:
+                continue
+            work = self.repo / run['work']
+            checkpoint = last_checkpoint(work)
+            run.update(
+                checkpoint=self.rel(checkpoint),
+                decisions=load_checkpoint_file(checkpoint, mmap=True)[
+                    'meta'][PRUNE_STATE]['decisions'],
+                accuracy=demo_report.read_json(
+                    work / 'test_metrics_merged.json')['accuracy/top1'])
+
+    def stage_compare(self) -> None:
+        """The naive allocation HetDPT argues against: the budget's layers
+        with the lowest raw gate scores, both types ranked together, read
+        from the MAP run of the same seed when it closed its first layer
+        (every run of a seed is identical until then); then pruned with the
+        same fine-tuning as the other splits."""
+        compare = self.results['compare']
+        runs = compare['runs']
+        new = []
+        for seed in compare['seeds']:
+            source = next(run for run in runs.values()
+                          if 'MAP' in run['splits'] and run['seed'] == seed)
+            first = source['decisions'][0] if not source.get('main') else \
+                self.results['prune']['decisions'][0]
+            removed = rank_across_types(first['gate_scores'],
+                                        self.settings.budget)
+            counts = (len(removed[ATTN]), len(removed[ACT]))
+            compare['naive'][str(seed)] = dict(
+                scores=first['gate_scores'], removed=removed,
+                counts=list(counts))
+            key = self.add_compare_run('naive', counts, seed)
+            if 'accuracy' not in runs[key] and not runs[key].get('main'):
+                new.append(key)
+        self.jobs.run_lanes([self.compare_lane(key) for key in new])
+        self.read_compare_runs()
 
     def stage_merge(self) -> None:
         prune = self.results['prune']
@@ -664,6 +842,14 @@ class Demo:
             self.results['prune']['checkpoint'], '--prefix', 'backbone.',
             '--img-size', '32', '--batch-size', str(s.bench_batch),
             '--repeats', str(s.bench_repeats)])
+        # The other splits of the comparison (speed depends on the counts
+        # only): each one's first seed, dense vs merged.
+        for counts, run in self.split_benchmark_runs().items():
+            runs[f'split-{counts}'] = [
+                'tools/benchmark.py', 'backbone', '--checkpoint',
+                run['checkpoint'], '--prefix', 'backbone.', '--models',
+                'dense', 'merged', '--img-size', '32', '--batch-size',
+                str(s.bench_batch), '--repeats', str(s.bench_repeats)]
         if s.context_bench:
             # For context: DeiT-S at 224 with the authors' DeiT-B spec.
             runs['context'] = ['tools/benchmark.py', 'backbone', '--arch',
@@ -680,6 +866,19 @@ class Demo:
                 demo_report.read_json(out / f'{name}.json'),
                 (out / f'{name}.md').read_text(encoding='utf-8'))
             for name in runs}
+
+    def split_benchmark_runs(self) -> Dict[str, Dict[str, Any]]:
+        """One run per removed-counts pair other than the main run's,
+        keyed ``attn<n>-act<m>``."""
+        main = self.results['prune']['spec']
+        chosen = {}
+        for run in self.results['compare']['runs'].values():
+            counts = 'attn{}-act{}'.format(*run['counts'])
+            if run.get('main') or run['counts'] == [main['n_attn'],
+                                                    main['n_act']]:
+                continue
+            chosen.setdefault(counts, run)
+        return chosen
 
     def stage_report(self) -> None:
         summary = self.summary()
@@ -699,6 +898,17 @@ class Demo:
                     'accuracy'], speedup=summary['benchmark']['demo'][
                         'models'][name]['speedup'])
                  for name in ('dense', 'pruned', 'merged')]))
+        claims = summary['claims']
+        plots.write_image(self.out('score_grads.png'), plots.plot_score_grads(
+            self.results['prune']['score_grads'],
+            self.results['prune']['decisions']))
+        plots.write_image(self.out('recovery.png'), plots.plot_recovery(
+            claims['recovery'], summary['classification']['dense'][
+                'accuracy']))
+        plots.write_image(self.out('comparison.png'),
+                          plots.plot_split_comparison(
+                              claims['splits'], summary['classification'][
+                                  'dense']['accuracy']))
         plots.write_image(self.out('losses.png'), plots.plot_losses(
             {'DETR (toy COCO)': self.results['detr']['loss_curve'],
              'UperNet (toy ADE20K)': self.results['upernet']['loss_curve']}))
@@ -758,7 +968,55 @@ class Demo:
                     'fit', 'bounds', 'allocation', 'interval', 'degree',
                     'cv_mae', 'cv_rmse', 'n_attn', 'n_act', 'predicted')}),
             detr=r['detr'], upernet=r['upernet'], plus=r['plus'],
-            benchmark=r['benchmark'])
+            benchmark=r['benchmark'], compare=r['compare'],
+            claims=self.claims(cost))
+
+    def claims(self, cost: AnalyticCost) -> Dict[str, Any]:
+        """The numbers behind the report's claims section."""
+        r = self.results
+        types = {}
+        for kind, curve in r['prune']['score_grads'].items():
+            values = sorted(value for _, value in curve)
+            types[kind] = dict(mean=sum(values) / len(values),
+                               median=values[len(values) // 2],
+                               count=len(values))
+        speed = {'attn{}-act{}'.format(r['prune']['spec']['n_attn'],
+                                       r['prune']['spec']['n_act']):
+                 r['benchmark']['demo']['models']['merged']}
+        for counts in self.split_benchmark_runs():
+            speed[counts] = r['benchmark'][f'split-{counts}']['models'][
+                'merged']
+        splits = []
+        for name in ('MAP', 'attention_only', 'gelu_only', 'naive'):
+            runs = [run for run in r['compare']['runs'].values()
+                    if name in run['splits']]
+            first = min(runs, key=lambda run: run['seed'])
+            counts = 'attn{}-act{}'.format(*first['counts'])
+            splits.append(dict(
+                name=name, n_attn=first['counts'][0],
+                n_act=first['counts'][1],
+                seeds=[run['seed'] for run in runs],
+                accuracies=[r['prune']['merged_accuracy'] if run.get('main')
+                            else run['accuracy'] for run in runs],
+                speedup=speed[counts]['speedup'],
+                macs_speedup=cost.speedup(*first['counts'])))
+        for split in splits:
+            split['mean'] = sum(split['accuracies']) / len(split[
+                'accuracies'])
+        best = max(splits, key=lambda split: split['mean'])
+        ours = splits[0]
+        if ours['mean'] >= best['mean']:
+            verdict = (f'**MAP\'s split is the most accurate** of the four '
+                       f'({ours["mean"]:.2f} %, mean over '
+                       f'{len(ours["accuracies"])} seed(s)).')
+        else:
+            verdict = (f'**MAP\'s split is not the most accurate here**: '
+                       f'{best["name"]} reaches {best["mean"]:.2f} % against '
+                       f'its {ours["mean"]:.2f} % (mean over '
+                       f'{len(ours["accuracies"])} seed(s)).')
+        return dict(score_grads=dict(
+            types=types, ratio=types[ACT]['mean'] / types[ATTN]['mean']),
+            recovery=r['recovery'], splits=splits, verdict=verdict)
 
 
 def condense_benchmark(result: Dict[str, Any], markdown: str
@@ -785,5 +1043,6 @@ def machine_description() -> str:
 
 
 def validation_size(data_root: Path) -> int:
-    with open(data_root / 'cls' / 'meta' / 'val.txt', encoding='utf-8') as f:
+    with open(data_root / CLS_DATA / 'meta' / 'val.txt',
+              encoding='utf-8') as f:
         return sum(1 for line in f if line.strip())

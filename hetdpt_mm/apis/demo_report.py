@@ -95,7 +95,7 @@ def _classification_section(summary: Mapping[str, Any]) -> List[str]:
     spec = cls['spec']
     lines = ['## Classification: dense vs pruned vs merged', '',
              f'Demo ViT `{json.dumps(cls["arch"])}` at 32x32, patch 4, on '
-             f'the digits val split ({cls["val_images"]} images). Speedups: '
+             f'the pairs val split ({cls["val_images"]} images). Speedups: '
              f'backbone forward, batch {bench["batch_size"]}, '
              f'{bench["threads"]} thread(s), median of {bench["repeats"]} '
              'alternating repeats, '
@@ -163,12 +163,101 @@ def _map_section(summary: Mapping[str, Any]) -> List[str]:
     lines += ['', 'Degree by leave-2-out cross-validation:', '']
     lines += _table(['degree', 'terms', 'CV MAE', 'CV RMSE', 'train RMSE',
                      'note'], rows, 'lrrrrl')
+    accuracies = [p.accuracy for p in fit.points]
+    mean = sum(accuracies) / len(accuracies)
+    spread = (sum((a - mean) ** 2 for a in accuracies) / len(accuracies)
+              ) ** 0.5
+    best = allocation.best
+    lines += ['', f'CV RMSE of the chosen degree: **{fit.cv_rmse:.2f}** '
+              f'points against a spread (standard deviation) of the points\' '
+              f'accuracies of **{spread:.2f}** (ratio '
+              f'{fit.cv_rmse / spread:.2f}). The chosen split '
+              f'({best.n_attn} attention + {best.n_act} GELU) is '
+              + ('**outside** the points\' hull: MAP **extrapolates** there.'
+                 if best.extrapolated else '**inside** the points\' hull '
+                 '(interpolated, no extrapolation).')]
     lines += ['', f'`{fit.format_polynomial()}`', '',
               f'Allocation of budget {budget} at depth {depth} (bounds '
               f'`{summary["map"]["bounds"]}`; `*` = argmax):', '', '```',
               allocation.format_table(),
               '```', '',
               '![MAP surface](map/map_fit.png)']
+    return lines
+
+
+def _spread(values: Sequence[float]) -> str:
+    """``mean ± half range`` of one result over seeds."""
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f'{mean:.2f} (1 seed)'
+    return (f'{mean:.2f} ± {(max(values) - min(values)) / 2:.2f} '
+            f'({len(values)} seeds)')
+
+
+def _claims_section(summary: Mapping[str, Any]) -> List[str]:
+    """The paper's observations and the comparison that justifies MAP, as
+    measured on the demo task."""
+    claims = summary['claims']
+    grads, recovery = claims['score_grads'], claims['recovery']
+    dense = summary['classification']['dense']['accuracy']
+    lines = ['## Why heterogeneity-aware allocation: the claims on this '
+             'task', '',
+             '### 1. Gradient disparity', '',
+             'Mean |dL/dm| of the gate scores of the open layers of each '
+             'type, logged by `HetDPTPruneHook(log_score_grads=True)` during '
+             'the MAP split\'s prune run (seed '
+             f'{summary["compare"]["seeds"][0]}), averaged over the logged '
+             'iterations:', '']
+    lines += _table(['type', 'mean |dL/dm|', 'median of the logged values',
+                     'logged values'],
+                    [[LAYER_TYPE_NAMES[kind], f'{g["mean"]:.3g}',
+                      f'{g["median"]:.3g}', g['count']]
+                     for kind, g in grads['types'].items()], 'lrrr')
+    lines += ['', f'GELU / attention: **{grads["ratio"]:.1f}x**. Raw scores '
+              'of the two types live on different scales, so ranking them '
+              'together (the naive split below) is biased.', '',
+              '![gate-score gradients](score_grads.png)', '',
+              '### 2. Recovery asymmetry', '',
+              'From the dense model, remove the one layer the TE score '
+              'chose first (the first step of the MAP schedules), test at '
+              'once, then fine-tune (all layers, the dense recipe with '
+              'pos_embed at 1x) and validate after every epoch:', '']
+    epochs = max(len(run['after_epochs']) for run in recovery.values())
+    lines += _table(['removed', 'at once'] +
+                    [f'after {e} epoch(s)' for e in range(1, epochs + 1)],
+                    [[f'{LAYER_TYPE_NAMES[kind]} of block {run["block"]}',
+                      f'{run["at_once"]:.2f}'] +
+                     [f'{acc:.2f}' for acc in run['after_epochs']]
+                     for kind, run in recovery.items()])
+    lines += ['', f'Dense: {dense:.2f} %.', '',
+              '![recovery](recovery.png)', '',
+              '### 3. The same budget, four allocations', '',
+              f'Budget {summary["classification"]["budget"]}: MAP\'s split, '
+              'attention only, GELU only and the naive split (the '
+              'budget\'s lowest raw gate scores, both types ranked together, '
+              'read when the MAP run closed its first layer). Every split is '
+              'pruned by `HetDPTPruneHook` from the dense model with the '
+              'same schedule and fine-tuning (within a type: the lowest '
+              'score), once per seed, then merged and tested; speedups are '
+              'measured on the merged backbone (`tools/benchmark.py`, '
+              'settings as in the benchmark section). Accuracy: mean ± half '
+              'the range over the seeds.', '']
+    rows = []
+    for split in claims['splits']:
+        rows.append([split['name'], f'{split["n_attn"]} + {split["n_act"]}',
+                     _spread(split['accuracies']),
+                     ', '.join(f'{a:.2f}' for a in split['accuracies']),
+                     f'{split["speedup"]:.2f}x',
+                     f'{split["macs_speedup"]:.2f}x'])
+    lines += _table(['split', 'attention + GELU removed', 'top-1 (%)',
+                     'per seed', 'measured speedup', 'MACs ratio'], rows)
+    naive = summary['compare']['naive']
+    lines += ['', 'Naive ranking per seed (scores m when the first layer '
+              'closed): ' + '; '.join(
+                  f'seed {seed}: attention {_blocks(n["removed"][ATTN])}, '
+                  f'GELU {_blocks(n["removed"][ACT])}'
+                  for seed, n in naive.items()) + '.', '',
+              claims['verdict'], '', '![comparison](comparison.png)']
     return lines
 
 
@@ -263,10 +352,16 @@ def format_report(summary: Mapping[str, Any]) -> str:
              '## Summary', '']
     lines += _table(
         ['what', 'result'],
-        [['dense top-1', f'{cls["dense"]["accuracy"]:.2f} %'],
+        [['task', 'pairs: same or different shape of two distant glyphs '
+          f'(32x32, {cls["val_images"]} validation images, chance 50 %)'],
+         ['dense top-1', f'{cls["dense"]["accuracy"]:.2f} % (1 seed, its '
+          'spread not measured)'],
          ['pruned top-1 / merged top-1',
           f'{cls["pruned"]["accuracy"]:.2f} % / '
           f'{cls["merged"]["accuracy"]:.2f} %'],
+         ['the same budget, mean top-1 over seeds', '; '.join(
+             f'{split["name"]} {_spread(split["accuracies"])}'
+             for split in summary['claims']['splits'])],
          ['removed layers (MAP split)',
           f'{cls["spec"]["n_attn"]} attention + {cls["spec"]["n_act"]} GELU '
           f'of {cls["depth"]} each'],
@@ -281,6 +376,7 @@ def format_report(summary: Mapping[str, Any]) -> str:
           f'{summary["upernet"]["before"]["mIoU"]:.1f} -> '
           f'{summary["upernet"]["after"]["mIoU"]:.1f}']], 'll')
     lines += ['', '![accuracy vs speedup](accuracy_vs_speedup.png)', '']
+    lines += _claims_section(summary) + ['']
     lines += _classification_section(summary) + ['']
     lines += _map_section(summary) + ['']
     lines += _dense_prediction_section(summary) + ['']

@@ -13,7 +13,11 @@ from ..pruning import Allocation, Candidate, MAPFit
 from ..spec import PruneSpec
 
 __all__ = ['figure_formats', 'plot_map_fit', 'plot_accuracy_vs_speedup',
-           'plot_losses', 'plot_widths', 'write_image']
+           'plot_losses', 'plot_widths', 'plot_score_grads', 'plot_recovery',
+           'plot_split_comparison', 'write_image']
+
+#: Colours of the two layer types in the demo's plots.
+KIND_COLOURS = dict(attn='tab:blue', act='tab:red')
 
 
 def figure_formats() -> Dict[str, str]:
@@ -164,7 +168,7 @@ def plot_accuracy_vs_speedup(map_points: Sequence[Mapping[str, Any]],
                    label=f'{model["name"]}: {model["accuracy"]:.2f} % at '
                    f'{model["speedup"]:.2f}x (measured)')
     ax.set_xlabel('speedup over the dense model')
-    ax.set_ylabel('top-1 accuracy (%) on the demo digits val split')
+    ax.set_ylabel('top-1 accuracy (%) on the demo pairs val split')
     ax.set_title('Accuracy vs speedup, demo ViT at 32x32')
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc='lower left')
@@ -183,3 +187,73 @@ def plot_losses(curves: Mapping[str, Sequence[Sequence[float]]]) -> bytes:
         ax.set_ylabel('training loss')
         ax.grid(alpha=0.3)
     return _image(fig)
+
+
+def plot_score_grads(curves: Mapping[str, Sequence[Sequence[float]]],
+                     removals: Sequence[Mapping[str, Any]]) -> bytes:
+    """Mean gate-score gradient magnitude of the open layers of each type
+    against iteration (log scale), removals marked."""
+    fig = _figure((7, 3.6))
+    ax = fig.subplots()
+    for kind, curve in curves.items():
+        if curve:
+            ax.plot(*zip(*curve), lw=1.2, color=KIND_COLOURS[kind],
+                    label=f'{kind} scores: mean |dL/dm| of the open layers')
+    for removal in removals:
+        ax.axvline(removal['iter'], color=KIND_COLOURS[removal['kind']],
+                   ls=':', lw=1)
+    ax.set_yscale('log')
+    ax.set_xlabel('iteration (dotted: a layer of that colour\'s type '
+                  'closed)')
+    ax.set_ylabel('|dL/dm| (logged mean)')
+    ax.set_title('Gradient disparity of the gate scores during the search')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _image(fig)
+
+
+def plot_recovery(recovery: Mapping[str, Mapping[str, Any]],
+                  dense_accuracy: float) -> bytes:
+    """Accuracy right after removing one layer (epoch 0) and after each
+    fine-tuning epoch, one line per type."""
+    fig = _figure((6, 3.8))
+    ax = fig.subplots()
+    ax.axhline(dense_accuracy, color='0.5', ls='--', lw=1,
+               label=f'dense: {dense_accuracy:.2f} %')
+    for kind, run in recovery.items():
+        curve = [run['at_once']] + list(run['after_epochs'])
+        ax.plot(range(len(curve)), curve, marker='o',
+                color=KIND_COLOURS[kind],
+                label=f'{kind} of block {run["block"]} removed')
+    ax.set_xlabel('fine-tuning epochs after the removal')
+    ax.set_ylabel('top-1 accuracy (%)')
+    ax.set_title('Recovery asymmetry: one layer removed from the dense model')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _image(fig)
+
+
+def plot_split_comparison(splits: Sequence[Mapping[str, Any]],
+                          dense_accuracy: float) -> bytes:
+    """Accuracy (mean over seeds, seeds as small dots) against measured
+    speedup of each split of the same budget."""
+    fig = _figure((6.5, 4.2))
+    ax = fig.subplots()
+    ax.axhline(dense_accuracy, color='0.5', ls='--', lw=1,
+               label=f'dense: {dense_accuracy:.2f} % at 1x')
+    markers = dict(MAP='*', attention_only='v', gelu_only='^', naive='s')
+    for split in splits:
+        marker = markers.get(split['name'], 'o')
+        ax.scatter([split['speedup']] * len(split['accuracies']),
+                   split['accuracies'], s=12, color='0.3', zorder=2)
+        ax.scatter([split['speedup']], [split['mean']], marker=marker,
+                   s=200 if marker == '*' else 80, edgecolors='black',
+                   zorder=3, label=f'{split["name"]} ({split["n_attn"]} attn '
+                   f'+ {split["n_act"]} GELU): {split["mean"]:.2f} %')
+    ax.set_xlabel('measured speedup of the merged backbone')
+    ax.set_ylabel('top-1 accuracy (%) after the same fine-tuning')
+    ax.set_title('Same budget, four allocations')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc='lower left')
+    return _image(fig)
+

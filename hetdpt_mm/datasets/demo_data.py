@@ -3,6 +3,10 @@
 * ``cls/``: scikit-learn's 8x8 handwritten digits (real data that ships inside
   the PyPI package), upscaled to 32x32 RGB, in ImageNet folder layout
   (``train/<class>/*.png``, ``val/<class>/*.png``, ``meta/{train,val}.txt``).
+* ``pairs/``: the demo's classification task: two small glyphs of random
+  shapes far apart on a noisy 32x32 background; the label says whether they
+  have the same colour (and which) or different colours, so it needs token
+  mixing (:func:`make_pairs`); ImageNet folder layout.
 * ``coco/``: procedurally drawn shapes with exact boxes, COCO 2017 layout
   (``train2017/``, ``val2017/``, ``annotations/instances_{train,val}2017.json``).
 * ``ade/``: the same kind of scenes with exact masks, ADE20K layout
@@ -25,6 +29,13 @@ from PIL import Image, ImageDraw
 
 DIGIT_CLASSES = tuple(f'digit_{i}' for i in range(10))
 SHAPE_CLASSES = ('rectangle', 'ellipse', 'triangle')
+#: Colours of the glyphs of the pairs task and its labels: both glyphs in
+#: the same colour (which one), or in two different colours.
+PAIR_COLOURS = dict(red=(230, 40, 40), green=(40, 210, 60),
+                    blue=(60, 90, 240))
+PAIR_CLASSES = tuple(f'same_{name}' for name in PAIR_COLOURS) + (
+    'different', )
+PAIR_GLYPHS = ('square', 'disc', 'triangle', 'cross')
 #: ADE-style segmentation classes (label value = index + 1; 0 = other).
 SEG_CLASSES = ('background', ) + SHAPE_CLASSES
 MANIFEST = 'hetdpt_demo.json'
@@ -84,6 +95,76 @@ def make_classification(root, seed: int = 0, val_fraction: float = 0.2,
                 lines.append(f'{rel} {label}')
             (out / 'meta' / f'{split}.txt').write_text('\n'.join(lines) + '\n')
         (out / 'classes.txt').write_text('\n'.join(DIGIT_CLASSES) + '\n')
+
+    return _build_atomically(Path(root), settings, build)
+
+
+def _draw_glyph(draw: ImageDraw.ImageDraw, glyph: str, x0: int, y0: int,
+                size: int, colour: Tuple[int, int, int]) -> None:
+    x1, y1 = x0 + size - 1, y0 + size - 1
+    if glyph == 'square':
+        draw.rectangle([x0, y0, x1, y1], fill=colour)
+    elif glyph == 'disc':
+        draw.ellipse([x0, y0, x1, y1], fill=colour)
+    elif glyph == 'triangle':
+        draw.polygon([(x0, y1), (x1, y1), ((x0 + x1) // 2, y0)], fill=colour)
+    else:  # cross: two bars through the centre
+        mid, half = (x0 + x1) // 2, max(1, size // 6)
+        draw.rectangle([mid - half, y0, mid + half, y1], fill=colour)
+        mid = (y0 + y1) // 2
+        draw.rectangle([x0, mid - half, x1, mid + half], fill=colour)
+
+
+def make_pairs(root, seed: int = 0, num_train: int = 3000,
+               num_val: int = 600, size: int = 32, glyph_size: int = 8,
+               min_distance: int = 14) -> bool:
+    """Two glyphs of random shapes at distant random positions; the label
+    (``PAIR_CLASSES``, uniform) says whether they have the same colour and
+    which, or different colours.  ImageNet folder layout.
+
+    One glyph alone does not give the label: it follows from two patches at
+    least ``min_distance`` pixels apart, so the class token needs attention
+    to gather both and the blocks after it to compare them (token mixing
+    matters, unlike on the digits).  Shapes, sizes and positions are
+    independent of the label.
+    """
+    settings = dict(kind='pairs', seed=seed, num_train=num_train,
+                    num_val=num_val, size=size, glyph_size=glyph_size,
+                    min_distance=min_distance)
+    colours = list(PAIR_COLOURS.values())
+
+    def build(out: Path):
+        rng = np.random.default_rng(seed + 2)
+        (out / 'meta').mkdir(parents=True)
+        for split, count in (('train', num_train), ('val', num_val)):
+            lines = []
+            for index in range(count):
+                label = index % len(PAIR_CLASSES)
+                if label < len(colours):
+                    pair = (label, label)
+                else:
+                    pair = tuple(rng.choice(len(colours), 2, replace=False))
+                noise = rng.normal(0, 10, size=(size, size, 3))
+                canvas = np.clip(rng.integers(20, 60, size=3) + noise, 0,
+                                 255).astype(np.uint8)
+                image = Image.fromarray(canvas)
+                draw = ImageDraw.Draw(image)
+                high = size - glyph_size
+                while True:
+                    corners = rng.integers(0, high + 1, size=(2, 2))
+                    if np.hypot(*(corners[0] - corners[1])) >= min_distance:
+                        break
+                for colour, (x0, y0) in zip(pair, corners):
+                    glyph = PAIR_GLYPHS[int(rng.integers(len(PAIR_GLYPHS)))]
+                    side = glyph_size - int(rng.integers(0, 3))
+                    _draw_glyph(draw, glyph, int(x0), int(y0), side,
+                                colours[colour])
+                rel = f'{PAIR_CLASSES[label]}/{index:05d}.png'
+                (out / split / rel).parent.mkdir(parents=True, exist_ok=True)
+                image.save(out / split / rel)
+                lines.append(f'{rel} {label}')
+            (out / 'meta' / f'{split}.txt').write_text('\n'.join(lines) + '\n')
+        (out / 'classes.txt').write_text('\n'.join(PAIR_CLASSES) + '\n')
 
     return _build_atomically(Path(root), settings, build)
 
@@ -215,10 +296,12 @@ def make_segmentation(root, seed: int = 0, num_train: int = 64,
 
 
 def make_all(root, seed: int = 0) -> Dict[str, Path]:
-    """All three demo datasets under ``root``; returns their directories."""
+    """All four demo datasets under ``root``; returns their directories."""
     root = Path(root)
-    paths = dict(cls=root / 'cls', coco=root / 'coco', ade=root / 'ade')
+    paths = dict(cls=root / 'cls', pairs=root / 'pairs', coco=root / 'coco',
+                 ade=root / 'ade')
     make_classification(paths['cls'], seed)
+    make_pairs(paths['pairs'], seed)
     make_detection(paths['coco'], seed)
     make_segmentation(paths['ade'], seed)
     return paths

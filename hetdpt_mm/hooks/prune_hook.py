@@ -86,6 +86,12 @@ class HetDPTPruneHook(GateHookBase):
             file (relative to the work directory), for a stage-2 run to
             fine-tune (``prune_spec=<that file>``); the spec is also in
             every checkpoint's record.
+        log_score_grads: log, every iteration, the mean magnitude of the
+            gate-score gradients ``|dL/dm|`` over the open layers of each
+            type as the training scalars ``score_grad_attn`` and
+            ``score_grad_act`` (METHOD.md §2, gradient disparity); the
+            gradients are read as backward computes them, before clipping.
+            Not under FSDP (its flattened shards hide the scores).
     """
 
     priority = 'NORMAL'
@@ -107,7 +113,8 @@ class HetDPTPruneHook(GateHookBase):
                  candidates: Optional[Mapping[str, Sequence[int]]] = None,
                  selection: Union[str, Mapping,
                                   SelectionPolicy] = 'LowestGateScore',
-                 spec_file: Optional[str] = None):
+                 spec_file: Optional[str] = None,
+                 log_score_grads: bool = False):
         sources = [name for name, value in (('counts', counts),
                                             ('map_points', map_points),
                                             ('map_fit', map_fit))
@@ -143,6 +150,10 @@ class HetDPTPruneHook(GateHookBase):
         self.degrees = tuple(degrees)
         self.candidates_cfg = candidates
         self.spec_file = spec_file
+        self.log_score_grads = log_score_grads
+        # |dL/dm| of the open gates of each kind in the current iteration.
+        self._score_grads: Dict[str, List[float]] = {
+            kind: [] for kind in LAYER_KINDS}
         # Resolved in before_train.
         self.counts: Dict[str, int] = {}
         self.order: List[str] = []
@@ -214,6 +225,8 @@ class HetDPTPruneHook(GateHookBase):
                 'holds one shard per rank; train without it or under DDP '
                 '(docs/layerscale.md, Sharding)')
         self.setup_selection(runner, backbone)
+        if self.log_score_grads:
+            self._watch_score_grads(runner, backbone)
         depth = backbone.depth
         self.counts = self._resolve_counts(depth, runner.logger)
         self.candidates = self._resolve_candidates(depth)
@@ -247,6 +260,26 @@ class HetDPTPruneHook(GateHookBase):
             runner.logger.warning('HetDPT: the last removal is at the end '
                                   'of the run, so nothing fine-tunes after '
                                   'it')
+
+    def _watch_score_grads(self, runner, backbone) -> None:
+        if is_fsdp(runner.model):
+            raise ValueError('HetDPTPruneHook: log_score_grads reads each '
+                             'gate score\'s gradient, which FSDP flattens '
+                             'into shards; leave it off under FSDP')
+        for kind in LAYER_KINDS:
+            for gate in backbone.gates(kind):
+                # A closed gate's score gets no gradient: only open ones
+                # report, so the mean is over the open layers.
+                gate.hetdpt_score.register_hook(
+                    lambda grad, kind=kind: self._score_grads[kind].append(
+                        float(grad.abs())))
+
+    def _log_score_grads(self, runner) -> None:
+        for kind, grads in self._score_grads.items():
+            if grads:
+                runner.message_hub.update_scalar(
+                    f'train/score_grad_{kind}', sum(grads) / len(grads))
+            grads.clear()
 
     def _restore_or_start(self, runner, backbone) -> None:
         if runner.iter == 0:
@@ -297,6 +330,8 @@ class HetDPTPruneHook(GateHookBase):
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None,
                          outputs=None) -> None:
+        if self.log_score_grads:
+            self._log_score_grads(runner)
         step = runner.iter + 1
         while len(self.decisions) < len(self.positions) and \
                 self.positions[len(self.decisions)] == step:
@@ -317,7 +352,11 @@ class HetDPTPruneHook(GateHookBase):
             step=number + 1, iter=step, epoch=runner.epoch + 1, kind=kind,
             index=decision.index, scores=list(decision.scores),
             candidates=open_candidates, closed_before=closed_before,
-            rank_choices=rank_choices)
+            rank_choices=rank_choices,
+            # Every layer's score of both types at this moment, for the
+            # record (e.g. to rank them across types, as HetDPT does not).
+            gate_scores={k: backbone.gate_scores(k).float().tolist()
+                         for k in LAYER_KINDS})
         self.decisions.append(record)
         epoch = f' (epoch {record["epoch"]})' if self.schedule.by_epoch \
             else ''
