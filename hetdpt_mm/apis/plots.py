@@ -40,6 +40,17 @@ def _image(fig, image_format: str = 'png', dpi: int = 110) -> bytes:
     return buffer.getvalue()
 
 
+def _labelled(fig, ax, xlabel: str, ylabel: str, title: str,
+              legend_size: int = 8, legend_loc: str = 'best') -> bytes:
+    """Label the axes, add a grid and the legend; the figure's image."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size, loc=legend_loc)
+    return _image(fig)
+
+
 def write_image(path, data: bytes, exclusive: bool = False) -> None:
     with atomic_path(path, exclusive) as tmp:
         tmp.write_bytes(data)
@@ -167,12 +178,10 @@ def plot_accuracy_vs_speedup(map_points: Sequence[Mapping[str, Any]],
                    edgecolors='black', zorder=3,
                    label=f'{model["name"]}: {model["accuracy"]:.2f} % at '
                    f'{model["speedup"]:.2f}x (measured)')
-    ax.set_xlabel('speedup over the dense model')
-    ax.set_ylabel('top-1 accuracy (%) on the demo pairs val split')
-    ax.set_title('Accuracy vs speedup, demo ViT at 32x32')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc='lower left')
-    return _image(fig)
+    return _labelled(fig, ax, 'speedup over the dense model',
+                     'top-1 accuracy (%) on the demo pairs val split',
+                     'Accuracy vs speedup, demo ViT at 32x32', 7,
+                     'lower left')
 
 
 def plot_losses(curves: Mapping[str, Sequence[Sequence[float]]]) -> bytes:
@@ -203,13 +212,10 @@ def plot_score_grads(curves: Mapping[str, Sequence[Sequence[float]]],
         ax.axvline(removal['iter'], color=KIND_COLOURS[removal['kind']],
                    ls=':', lw=1)
     ax.set_yscale('log')
-    ax.set_xlabel('iteration (dotted: a layer of that colour\'s type '
-                  'closed)')
-    ax.set_ylabel('|dL/dm| (logged mean)')
-    ax.set_title('Gradient disparity of the gate scores during the search')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _image(fig)
+    return _labelled(
+        fig, ax, 'iteration (dotted: a layer of that colour\'s type closed)',
+        '|dL/dm| (logged mean)',
+        'Gradient disparity of the gate scores during the search')
 
 
 def plot_recovery(recovery: Mapping[str, Mapping[str, Any]],
@@ -225,12 +231,9 @@ def plot_recovery(recovery: Mapping[str, Mapping[str, Any]],
         ax.plot(range(len(curve)), curve, marker='o',
                 color=KIND_COLOURS[kind],
                 label=f'{kind} of block {run["block"]} removed')
-    ax.set_xlabel('fine-tuning epochs after the removal')
-    ax.set_ylabel('top-1 accuracy (%)')
-    ax.set_title('Recovery asymmetry: one layer removed from the dense model')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _image(fig)
+    return _labelled(
+        fig, ax, 'fine-tuning epochs after the removal', 'top-1 accuracy (%)',
+        'Recovery asymmetry: one layer removed from the dense model')
 
 
 def plot_split_comparison(splits: Sequence[Mapping[str, Any]],
@@ -250,10 +253,7 @@ def plot_split_comparison(splits: Sequence[Mapping[str, Any]],
                    s=200 if marker == '*' else 80, edgecolors='black',
                    zorder=3, label=f'{split["name"]} ({split["n_attn"]} attn '
                    f'+ {split["n_act"]} GELU): {split["mean"]:.2f} %')
-    ax.set_xlabel('measured speedup of the merged backbone')
-    ax.set_ylabel('top-1 accuracy (%) after the same fine-tuning')
-    ax.set_title('Same budget, four allocations')
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc='lower left')
-    return _image(fig)
+    return _labelled(fig, ax, 'measured speedup of the merged backbone',
+                     'top-1 accuracy (%) after the same fine-tuning',
+                     'Same budget, four allocations', 7, 'lower left')
 
