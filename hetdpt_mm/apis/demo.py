@@ -133,15 +133,17 @@ class Settings:
     seeds: Tuple[int, ...]  # one prune run of every compared split each
 
 
+# Sized for about 10 minutes on 2 idle cores: the pairs are learnt in 6
+# epochs; MAP steps and the compared prune runs fine-tune on subsets.
 FULL = Settings(
-    dense_epochs=None, dense_train_images=None,
+    dense_epochs=6, dense_train_images=None,
     map_steps=dict(attn=3, act=4, interleaved=4), map_interval=1,
-    map_subset=0.5, map_calib_images=128, budget=4,
-    prune_epochs=None, prune_train_images=None,
+    map_subset=0.25, map_calib_images=128, budget=4,
+    prune_epochs=None, prune_train_images=1000,
     detr_epochs=None, detr_train_images=None, upernet_iters=None,
     transfer_log_interval=None, bench_batch=64, bench_repeats=15,
     context_bench=True, plus_ratio=0.3, plus_epochs=5,
-    plus_train_images=None, recovery_epochs=3, seeds=(0, 1))
+    plus_train_images=None, recovery_epochs=2, seeds=(0, 1))
 QUICK = Settings(
     dense_epochs=2, dense_train_images=256,
     map_steps=dict(attn=2, act=2, interleaved=2), map_interval=1,
@@ -257,7 +259,10 @@ class Demo:
         self.data_root: Path = options.data_root
         self.state: Dict[str, Any] = dict(
             version=STATE_VERSION, mode=options.mode,
-            settings=dataclasses.asdict(self.settings),
+            # As JSON keeps it (tuples come back as lists), so that a
+            # resumed run's settings compare equal.
+            settings=json.loads(json.dumps(dataclasses.asdict(
+                self.settings))),
             data_root=str(options.data_root), finished=[], seconds={},
             results={}, commands=[], job_seconds={}, job_threads={})
         self.results = self.state['results']
