@@ -129,7 +129,7 @@ class Settings:
     plus_ratio: float  # HetDPT+: channel ratio of the width pruning
     plus_epochs: int  # HetDPT+: fine-tuning epochs (>= 2: 1 of warm-up)
     plus_train_images: Optional[int]
-    recovery_epochs: int  # fine-tuning after removing one layer
+    recovery_epochs: int  # after one removal (>= 2: 1 of warm-up)
     seeds: Tuple[int, ...]  # one prune run of every compared split each
 
 
@@ -152,7 +152,7 @@ QUICK = Settings(
     detr_epochs=1, detr_train_images=16, upernet_iters=4,
     transfer_log_interval=1, bench_batch=16, bench_repeats=2,
     context_bench=False, plus_ratio=0.3, plus_epochs=2,
-    plus_train_images=128, recovery_epochs=1, seeds=(0, ))
+    plus_train_images=128, recovery_epochs=2, seeds=(0, ))
 
 
 @dataclasses.dataclass(frozen=True)
