@@ -44,7 +44,7 @@ def test_quick_demo_writes_the_report_with_its_tables(quick_run):
     for header in ('| model | what | top-1 (%) |', '| schedule | step | '
                    'n_attn | n_act |', '| degree | terms | CV MAE |',
                    '| model | metric | before training | after training |',
-                   '| stage | wall time | seconds |',
+                   '| stage | wall time | seconds | CPU seconds |',
                    '| type | mean |dL/dm| |', '| removed | at once |',
                    '| split | attention + GELU removed | top-1 (%) |'):
         assert header in report, header

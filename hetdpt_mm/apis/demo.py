@@ -54,6 +54,7 @@ import io
 import json
 import math
 import pprint
+import resource
 import shutil
 import time
 from datetime import datetime
@@ -401,12 +402,15 @@ class Demo:
                 continue
             self.logger.info(f'==== {banner}')
             stage_start = time.monotonic()
+            cpu_start = children_cpu_seconds()
             try:
                 getattr(self, f'stage_{name}')()
             except (OSError, ValueError) as err:
                 raise DemoError(f'stage "{title}": {err}') from err
             seconds = time.monotonic() - stage_start
             self.state['seconds'][name] = seconds
+            self.state.setdefault('cpu_seconds', {})[name] = \
+                children_cpu_seconds() - cpu_start
             self.state['finished'].append(name)
             self.save_state()
             self.logger.info(f'==== [{number}/{len(self.STAGES)}] done in '
@@ -950,7 +954,9 @@ class Demo:
             finished_at=datetime.now().isoformat(timespec='seconds'),
             wall_seconds=total,
             stages=[dict(name=name, title=title,
-                         seconds=self.state['seconds'].get(name, 0.0))
+                         seconds=self.state['seconds'].get(name, 0.0),
+                         cpu_seconds=self.state.get('cpu_seconds', {}).get(
+                             name, 0.0))
                     for name, title in self.STAGES if name != 'report'],
             job_seconds=self.jobs.durations,
             commands=self.jobs.commands,
@@ -1039,6 +1045,14 @@ def condense_benchmark(result: Dict[str, Any], markdown: str
                 speedup=model['speedup']['median'],
                 macs_speedup=model['speedup'].get('macs', 1.0))
             for model in result['models']})
+
+
+def children_cpu_seconds() -> float:
+    """CPU time (user + system) of this process's finished subprocesses:
+    a stage's difference is what its jobs cost, whatever else the machine
+    runs (an idle 2-core machine runs two jobs side by side)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def machine_description() -> str:

@@ -383,11 +383,17 @@ def format_report(summary: Mapping[str, Any]) -> str:
     lines += _plus_section(summary) + ['']
     lines += _benchmark_section(summary)
     lines += ['## Time per stage', '']
-    lines += _table(['stage', 'wall time', 'seconds'],
+    cpu = sum(s.get('cpu_seconds', 0.0) for s in summary['stages'])
+    lines += ['CPU time: user + system time of the stage\'s subprocesses '
+              '(what its jobs cost, whatever else the machine runs).', '']
+    lines += _table(['stage', 'wall time', 'seconds', 'CPU seconds'],
                     [[s['title'], duration(s['seconds']),
-                      f'{s["seconds"]:.1f}'] for s in summary['stages']] +
+                      f'{s["seconds"]:.1f}',
+                      f'{s.get("cpu_seconds", 0.0):.1f}']
+                     for s in summary['stages']] +
                     [['**total**', f'**{duration(summary["wall_seconds"])}'
-                      '**', f'{summary["wall_seconds"]:.1f}']], 'lrr')
+                      '**', f'{summary["wall_seconds"]:.1f}',
+                      f'{cpu:.1f}']], 'lrrr')
     lines += ['', 'Jobs (subprocesses; a stage runs its independent jobs '
               'side by side):', '']
     lines += _table(['job', 'threads', 'wall time', 'seconds'],
