@@ -69,6 +69,8 @@ class JobRunner:
         The first failure stops the other lanes (their running jobs are
         terminated) and is raised; so is an interruption of the demo."""
         lanes = [lane for lane in lanes if lane]
+        if not lanes:
+            return
         workers = min(self.jobs, len(lanes))
         threads = self.threads or lane_threads(workers)
         self._failure = None
