@@ -213,9 +213,16 @@ def _claims_section(summary: Mapping[str, Any]) -> List[str]:
                     [[LAYER_TYPE_NAMES[kind], f'{g["mean"]:.3g}',
                       f'{g["median"]:.3g}', g['count']]
                      for kind, g in grads['types'].items()], 'lrrr')
-    lines += ['', f'GELU / attention: **{grads["ratio"]:.1f}x**. Raw scores '
-              'of the two types live on different scales, so ranking them '
-              'together (the naive split below) is biased.', '',
+    if grads['ratio'] > 1:
+        reading = ('GELU scores get the larger gradients, as in the paper: '
+                   'raw scores of the two types live on different scales, '
+                   'so ranking them together (the naive split below) is '
+                   'biased.')
+    else:
+        reading = ('**Unlike in the paper**, attention scores get the '
+                   'larger gradients on this task and model.')
+    lines += ['', f'GELU / attention: **{grads["ratio"]:.2f}x**. ' + reading,
+              '',
               '![gate-score gradients](score_grads.png)', '',
               '### 2. Recovery asymmetry', '',
               'From the dense model, remove the one layer the TE score '
