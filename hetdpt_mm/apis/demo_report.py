@@ -359,8 +359,9 @@ def format_report(summary: Mapping[str, Any]) -> str:
              '## Summary', '']
     lines += _table(
         ['what', 'result'],
-        [['task', 'pairs: same or different shape of two distant glyphs '
-          f'(32x32, {cls["val_images"]} validation images, chance 50 %)'],
+        [['task', 'pairs: do two distant glyphs have the same colour '
+          '(which) or different colours; 4 classes, chance 25 %, 32x32, '
+          f'{cls["val_images"]} validation images'],
          ['dense top-1', f'{cls["dense"]["accuracy"]:.2f} % (1 seed, its '
           'spread not measured)'],
          ['pruned top-1 / merged top-1',
