@@ -5,6 +5,7 @@ its checkpoint alone (classification, DETR, UperNet).
 Tiny 12-block ViTs (the DETR / UperNet configs' out_indices need 12 blocks)
 with random weights, one thread: the whole file takes seconds.
 """
+import json
 from dataclasses import replace
 
 import pytest
@@ -16,7 +17,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from hetdpt_mm import PruneSpec
-from hetdpt_mm.benchmark import count_macs
+from hetdpt_mm.benchmark import count_macs, count_params
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width import (LinearHeads, linear_heads, prune_width,
                                      prune_width_checkpoint, read_widths)
@@ -104,6 +105,24 @@ def test_torch_pruning_model_equals_network_rebuilt_from_checkpoint(
         assert result.macs_after < result.macs_before / 2
         assert result.rebuild_error <= 1e-5
         assert heads['head_dist'].in_features == widths.embed_dims
+        # MACs / params per stage, from the dense network of the same arch.
+        dense = LinearHeads(
+            HetDPTViT(arch=TINY, img_size=IMG, patch_size=16, distilled=True,
+                      out_type='cls_token'),
+            {name: torch.nn.Linear(TINY['embed_dims'], 10) for name in heads})
+        dense_cost = (count_macs(dense, torch.randn(1, 3, IMG, IMG)).total,
+                      count_params(dense))
+        stages = [(s.stage, s.macs, s.params) for s in result.stages]
+        assert stages[0] == ('dense', *dense_cost)
+        assert stages[-1] == ('width-pruned', result.macs_after,
+                              result.params_after)
+        if spec is None:
+            assert len(stages) == 2 and dense_cost == (result.macs_before,
+                                                       result.params_before)
+        else:
+            assert stages[1] == ('depth-pruned (merged)', result.macs_before,
+                                 result.params_before)
+            assert result.macs_before < dense_cost[0]
 
     # From the file alone: a config names only the preset-free arch.
     from_file = HetDPTViT(arch=TINY, img_size=IMG, patch_size=16,
@@ -154,12 +173,18 @@ def test_prune_width_tool(tmp_path, capsys):
     assert 'same file' in capsys.readouterr().err
     assert tool.main([str(source), str(out), '--ratio', '0.3']) == 2
     assert '--calib-dir' in capsys.readouterr().err
-    plot = tmp_path / 'widths.png'
+    plot, report = tmp_path / 'widths.png', tmp_path / 'report.json'
     assert tool.main([str(source), str(out), '--ratio', '0.3',
-                      '--importance', 'magnitude', '--plot', str(plot)]) == 0
-    assert '| block | attention | heads x dim | FFN |' in \
-        capsys.readouterr().out
+                      '--importance', 'magnitude', '--plot', str(plot),
+                      '--report', str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert '| block | attention | heads x dim | FFN |' in printed
+    assert '| depth-pruned (merged) |' in printed
     assert plot.read_bytes().startswith(b'\x89PNG')
+    stages = json.loads(report.read_text())['stages']
+    assert [s['stage'] for s in stages] == ['dense', 'depth-pruned (merged)',
+                                            'width-pruned']
+    assert stages[0]['macs'] > stages[1]['macs'] > stages[2]['macs']
     assert load_backbone_checkpoint(out).record.spec.widths is not None
     assert tool.main([str(source), str(out), '--ratio', '0.3',
                       '--importance', 'magnitude']) == 2  # exists
@@ -277,6 +302,11 @@ def test_width_prune_hook_writes_the_plus_model_after_depth_pruning(
     hook.before_train(runner)
     hook.after_train(runner)
     path = tmp_path / 'tiny_plus.pth'
+    assert (tmp_path / 'tiny_plus_widths.png').read_bytes().startswith(
+        b'\x89PNG')
+    stages = torch.load(path)['meta']['hetdpt_width']['stages']
+    assert [s['stage'] for s in stages] == ['dense', 'depth-pruned (merged)',
+                                            'width-pruned']
     record = load_backbone_checkpoint(path).record
     assert record.form == 'merged' and record.prefix == 'backbone.'
     embed_dims = record.spec.widths.embed_dims
