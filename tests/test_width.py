@@ -355,13 +355,14 @@ def tiny_deit(tmp_path_factory):
 def train_tiny(config: str, root, start, teacher, schedule: bool = True,
                **hooks) -> dict:
     """``configs/hetdpt_plus/<config>`` as written but tiny (one epoch of two
-    iterations, helpers.write_tiny_config), with ``hooks``' arguments
-    updated (by type), without its learning-rate ``schedule`` if told, run
-    by tools/train.py; returns the epoch's checkpoint."""
+    iterations, helpers.write_tiny_config, no validation), with ``hooks``'
+    arguments updated (by type), without its learning-rate ``schedule`` if
+    told, run by tools/train.py; returns the epoch's checkpoint."""
     path = write_tiny_config(PLUS_CONFIGS / config, root, start, teacher)
     cfg = Config.fromfile(path)
     if not schedule:
         cfg.param_scheduler = None
+    cfg.train_cfg.val_interval = 2  # no validation: what is checked trains
     for hook in cfg.get('custom_hooks', []):
         hook.update(hooks.get(hook.type, {}))
     cfg.dump(path)
