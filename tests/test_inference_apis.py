@@ -1,16 +1,22 @@
 """The toolboxes' own loading paths rebuild the backbone a checkpoint holds
 (issue 18, item 1; item 2, checkpoints of mmdet's own tools/train.py, is
-test_dense_prediction.py::test_mmdet_tools_train_matches_ours).
+test_dense_prediction.py::test_mmdet_tools_train_matches_ours), depth-pruned
+(HetDPT) or depth- and width-pruned (HetDPT+, issue 17).
 
 A demo DETR, UperNet and classifier are trained for one iteration with a
 merged backbone; their checkpoints are then opened, with the stock demo
 configs (whose classification checkpoint is absent, or which describe the
 dense network), through every API OpenMMLab users call.  Each must give the
 predictions of the model tools/test.py builds (our runner, ``load_from``).
+For a HetDPT+ backbone the stock config only gets the ``in_channels`` of the
+module taking the backbone's features set to the embedding width
+(docs/hetdpt_plus.md); the backbone's widths come from the checkpoint.
 """
 import copy
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Dict, Union
 
 import pytest
 import torch
@@ -23,6 +29,8 @@ from hetdpt_mm import PruneSpec
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.datasets import (make_classification, make_detection,
                                 make_segmentation)
+from hetdpt_mm.pruning.width import prune_width_checkpoint
+from hetdpt_mm.record import load_backbone_checkpoint
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,11 +45,40 @@ def first_image(pattern: str) -> str:
     return str(sorted(Path.cwd().glob(pattern))[0])
 
 
-@pytest.fixture(scope='module')
-def workspace(tmp_path_factory, one_thread):
+@dataclass
+class Workspace:
+    root: Path
+    #: One-iteration training checkpoints by task.
+    checkpoints: Dict[str, Path]
+    #: The structure they hold (with widths for HetDPT+).
+    spec: PruneSpec
+
+    def config(self, task: str) -> Union[str, Config]:
+        """The stock demo config of ``task``; for a HetDPT+ backbone with the
+        feature taker's ``in_channels`` set to the embedding width, as a
+        user of the toolboxes' APIs does (docs/hetdpt_plus.md)."""
+        if self.spec.widths is None:
+            return str(CONFIGS[task])
+        cfg = Config.fromfile(CONFIGS[task])
+        width = self.spec.widths.embed_dims
+        if task == 'cls':
+            cfg.model.head.in_channels = width
+        else:
+            cfg.model.neck.in_channels = [width] * len(
+                cfg.model.neck.in_channels)
+        return cfg
+
+    def loaded_config(self, task: str) -> Config:
+        config = self.config(task)
+        return Config.fromfile(config) if isinstance(config, str) else config
+
+
+@pytest.fixture(scope='module', params=['depth', 'depth+width'])
+def workspace(request, tmp_path_factory, one_thread):
     """A working directory with the demo data, a merged demo classifier with
-    random weights, and one-iteration training checkpoints of the three
-    demo models started from it (the config's own checkpoint path,
+    random weights (``depth+width``: pruned in width too), and
+    one-iteration training checkpoints of the three demo models started
+    from it (the config's own checkpoint path,
     ``work_dirs/vit-demo_digits_prune/...``, stays absent)."""
     root = tmp_path_factory.mktemp('apis')
     cwd = os.getcwd()
@@ -55,13 +92,18 @@ def workspace(tmp_path_factory, one_thread):
                                   merged=True)
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
             classifier = randomize_(MODELS.build(cfg.model))
-        torch.save(dict(state_dict=classifier.state_dict()),
-                   root / 'merged_cls.pth')
+        start = dict(state_dict=classifier.state_dict())
+        if request.param == 'depth+width':
+            start, _ = prune_width_checkpoint(start, ratio=0.3,
+                                              importance='magnitude')
+        torch.save(start, root / 'merged_cls.pth')
+        spec = load_backbone_checkpoint(root / 'merged_cls.pth').record.spec
+        assert (spec.widths is None) == (request.param == 'depth')
         checkpoints = dict(
             det=train_one_iteration('det', root, 'epoch_1.pth'),
             seg=train_one_iteration('seg', root, 'iter_1.pth'),
             cls=train_one_iteration('cls', root, 'epoch_1.pth'))
-        yield root, checkpoints
+        yield Workspace(root, checkpoints, spec)
     finally:
         os.chdir(cwd)
 
@@ -102,9 +144,11 @@ def reference_model(task: str, checkpoint: Path, tmp_path: Path):
     return model
 
 
-def assert_merged_demo(model) -> None:
+def assert_merged_demo(model, spec: PruneSpec) -> None:
     assert model.backbone.form == 'merged'
-    assert model.backbone.prune_spec == DEMO_SPEC
+    assert model.backbone.prune_spec == spec
+    if spec.widths is not None:
+        assert model.backbone.embed_dims == spec.widths.embed_dims
 
 
 # ------------------------------------------------------------- detection
@@ -126,22 +170,21 @@ def assert_same_detections(got, want):
 
 def test_mmdet_apis_rebuild_the_trained_detector(workspace, tmp_path):
     from mmdet.apis import DetInferencer, init_detector
-    root, checkpoints = workspace
-    checkpoint = checkpoints['det']
+    checkpoint = workspace.checkpoints['det']
     image = first_image('data/demo/coco/val2017/*.jpg')
     reference = reference_model('det', checkpoint, tmp_path)
-    assert_merged_demo(reference)
+    assert_merged_demo(reference, workspace.spec)
     want = detections(reference, image)
 
-    model = init_detector(str(CONFIGS['det']), str(checkpoint),
+    model = init_detector(workspace.config('det'), str(checkpoint),
                           device='cpu')
-    assert_merged_demo(model)
+    assert_merged_demo(model, workspace.spec)
     assert_same_detections(detections(model, image), want)
 
-    inferencer = DetInferencer(model=str(CONFIGS['det']),
+    inferencer = DetInferencer(model=workspace.config('det'),
                                weights=str(checkpoint), device='cpu',
                                show_progress=False)
-    assert_merged_demo(inferencer.model)
+    assert_merged_demo(inferencer.model, workspace.spec)
     assert_same_detections(detections(inferencer, image), want)
 
 
@@ -157,21 +200,21 @@ def segmentation_logits(model_or_inferencer, image):
 
 def test_mmseg_apis_rebuild_the_trained_segmentor(workspace, tmp_path):
     from mmseg.apis import MMSegInferencer, init_model
-    root, checkpoints = workspace
-    checkpoint = checkpoints['seg']
+    checkpoint = workspace.checkpoints['seg']
     image = first_image('data/demo/ade/images/validation/*.jpg')
     reference = reference_model('seg', checkpoint, tmp_path)
-    assert_merged_demo(reference)
+    assert_merged_demo(reference, workspace.spec)
     want = segmentation_logits(reference, image)
 
-    model = init_model(str(CONFIGS['seg']), str(checkpoint), device='cpu')
-    assert_merged_demo(model)
+    model = init_model(workspace.config('seg'), str(checkpoint),
+                       device='cpu')
+    assert_merged_demo(model, workspace.spec)
     torch.testing.assert_close(segmentation_logits(model, image), want,
                                atol=1e-4, rtol=1e-4)
 
-    inferencer = MMSegInferencer(model=str(CONFIGS['seg']),
+    inferencer = MMSegInferencer(model=workspace.config('seg'),
                                  weights=str(checkpoint), device='cpu')
-    assert_merged_demo(inferencer.model)
+    assert_merged_demo(inferencer.model, workspace.spec)
     torch.testing.assert_close(segmentation_logits(inferencer, image), want,
                                atol=1e-4, rtol=1e-4)
 
@@ -187,22 +230,21 @@ def class_scores(model_or_inferencer, image):
 
 def test_mmpretrain_apis_rebuild_the_trained_classifier(workspace, tmp_path):
     from mmpretrain.apis import ImageClassificationInferencer, get_model
-    root, checkpoints = workspace
-    checkpoint = checkpoints['cls']
+    checkpoint = workspace.checkpoints['cls']
     image = first_image('data/demo/cls/val/*/*.png')
     reference = reference_model('cls', checkpoint, tmp_path)
-    assert_merged_demo(reference)
+    assert_merged_demo(reference, workspace.spec)
     want = class_scores(reference, image)
 
-    model = get_model(str(CONFIGS['cls']), pretrained=str(checkpoint),
+    model = get_model(workspace.config('cls'), pretrained=str(checkpoint),
                       device='cpu')
-    assert_merged_demo(model)
+    assert_merged_demo(model, workspace.spec)
     torch.testing.assert_close(class_scores(model, image), want, atol=1e-5,
                                rtol=1e-4)
 
     inferencer = ImageClassificationInferencer(
-        str(CONFIGS['cls']), pretrained=str(checkpoint), device='cpu')
-    assert_merged_demo(inferencer.model)
+        workspace.config('cls'), pretrained=str(checkpoint), device='cpu')
+    assert_merged_demo(inferencer.model, workspace.spec)
     torch.testing.assert_close(class_scores(inferencer, image), want,
                                atol=1e-5, rtol=1e-4)
 
@@ -211,15 +253,14 @@ def test_mmpretrain_apis_rebuild_the_trained_classifier(workspace, tmp_path):
 @pytest.mark.parametrize('task', ['det', 'seg', 'cls'])
 def test_load_checkpoint_and_resume_rebuild_the_backbone(workspace, tmp_path,
                                                          task):
-    root, checkpoints = workspace
-    checkpoint = checkpoints[task]
+    checkpoint = workspace.checkpoints[task]
     reference = reference_model(task, checkpoint, tmp_path)
-    cfg = Config.fromfile(CONFIGS[task])
+    cfg = workspace.loaded_config(task)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         model = MODELS.build(copy.deepcopy(cfg.model))
     assert model.backbone.form == 'pruned'  # the config's default
     load_checkpoint(model, str(checkpoint), map_location='cpu')
-    assert_merged_demo(model)
+    assert_merged_demo(model, workspace.spec)
     assert model.state_dict().keys() == reference.state_dict().keys()
     for key, value in reference.state_dict().items():
         assert torch.equal(model.state_dict()[key], value), key
@@ -230,20 +271,19 @@ def test_load_checkpoint_and_resume_rebuild_the_backbone(workspace, tmp_path,
     cfg.resume, cfg.load_from = True, str(checkpoint)
     runner = build_runner(one_iteration(cfg, task))
     runner.train()
-    assert_merged_demo(runner.model)
+    assert_merged_demo(runner.model, workspace.spec)
     for key, value in reference.state_dict().items():
         assert torch.equal(runner.model.state_dict()[key], value), key
 
 
 def test_a_given_structure_that_differs_is_an_error_naming_both(workspace):
     from mmdet.apis import init_detector
-    root, checkpoints = workspace
-    cfg = Config.fromfile(CONFIGS['det'])
+    cfg = workspace.loaded_config('det')
     cfg.model.backbone.update(prune_spec=dict(attn_removed=[1]), merged=True)
     with pytest.raises(StateDictMismatch) as error:
-        init_detector(cfg, str(checkpoints['det']), device='cpu')
+        init_detector(cfg, str(workspace.checkpoints['det']), device='cpu')
     message = str(error.value)
-    assert str(DEMO_SPEC) in message
+    assert str(workspace.spec) in message
     assert str(PruneSpec(6, attn_removed=[1])) in message
 
 
