@@ -2,9 +2,9 @@
 Swin classifier (configs/demo/swin-demo_digits_prune.py) is pruned by
 HetDPTPruneHook through the Runner, merged by tools/merge_ckpt.py (and by
 MergeCheckpointHook, which must agree), and Mask R-CNN and UperNet
-(configs/demo/{mask-rcnn,upernet}_hetdpt-swin_demo.py, built on the full
-Swin configs) start from the merged checkpoint through their ``init_cfg``
-and train one iteration with it."""
+(configs/demo/mask-rcnn_hetdpt-swin_demo.py, built on the full Mask R-CNN
+Swin-T config, and configs/demo/upernet_hetdpt-swin_demo.py) start from the
+merged checkpoint through their ``init_cfg`` and train one iteration."""
 import os
 from pathlib import Path
 
