@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import REPO
 from mmengine.config import Config
@@ -194,3 +195,12 @@ optim_wrapper = dict(_delete_=True, optimizer=dict(type='SGD', lr=0.5),
                                    msg=key)
         moved += not torch.equal(value, start[key])
     assert moved > len(want) // 2
+
+
+def test_clipping_arguments_fsdp_cannot_take_are_refused():
+    from hetdpt_mm.sharding import HetDPTFSDPStrategy
+    HetDPTFSDPStrategy._check_clip_arguments(dict(max_norm=1.0, norm_type=2))
+    with pytest.raises(ValueError, match=r"\['error_if_nonfinite'\].*"
+                       'max_norm and norm_type only'):
+        HetDPTFSDPStrategy._check_clip_arguments(
+            dict(max_norm=1.0, error_if_nonfinite=True))
