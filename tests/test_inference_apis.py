@@ -341,7 +341,7 @@ def test_a_given_structure_that_differs_is_an_error_naming_both(workspace):
     with pytest.raises(StateDictMismatch) as error:
         init_detector(cfg, str(workspace.checkpoints['det']), device='cpu')
     message = str(error.value)
-    assert str(workspace) in message
+    assert str(workspace.spec) in message
     assert str(PruneSpec(6, attn_removed=[1])) in message
 
 
