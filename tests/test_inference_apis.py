@@ -1,12 +1,16 @@
 """The toolboxes' own loading paths rebuild the backbone a checkpoint holds
 (issue 18, item 1; item 2, checkpoints of mmdet's own tools/train.py, is
 test_dense_prediction.py::test_mmdet_tools_train_matches_ours), depth-pruned
-(HetDPT) or depth- and width-pruned (HetDPT+, issue 17).
+(HetDPT) or depth- and width-pruned (HetDPT+, issue 17), for every family
+(issue 16).
 
-A demo DETR, UperNet and classifier are trained for one iteration with a
-merged backbone; their checkpoints are then opened, with the stock demo
-configs (whose classification checkpoint is absent, or which describe the
-dense network), through every API OpenMMLab users call.  Each must give the
+Per variant, demo detectors, segmentors and classifiers (the ViT's DETR,
+UperNet and classifier, depth- or depth- and width-pruned; the Swin's Mask
+R-CNN, UperNet and classifier; the LayerScale ViT's UperNet and classifier)
+are trained for one iteration with a merged backbone; their checkpoints are
+then opened, with the stock demo configs (whose classification checkpoint is
+absent, or which describe the dense network), through every API OpenMMLab
+users call.  Each must give the
 predictions of the model tools/test.py builds (our runner, ``load_from``).
 For a HetDPT+ backbone the stock config only gets the ``in_channels`` of the
 module taking the backbone's features set to the embedding width
@@ -16,7 +20,7 @@ import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict, Optional, Union
 
 import pytest
 import torch
@@ -37,9 +41,44 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / 'configs/demo'
 #: A spec of the 6-block demo ViT with blocks of all four kinds.
 DEMO_SPEC = PruneSpec(6, attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
-CONFIGS = dict(det=DEMO / 'detr_hetdpt_demo.py',
-               seg=DEMO / 'upernet_hetdpt_demo.py',
-               cls=DEMO / 'vit-demo_digits.py')
+VIT_CONFIGS = dict(det=DEMO / 'detr_hetdpt_demo.py',
+                   seg=DEMO / 'upernet_hetdpt_demo.py',
+                   cls=DEMO / 'vit-demo_digits.py')
+
+
+@dataclass
+class Variant:
+    family: str
+    #: The demo config of each task.
+    configs: Dict[str, Path]
+    #: The merged depth structure of the classifier they start from.
+    spec: PruneSpec
+    #: HetDPT+: the ratio of the width pruning after the depth's.
+    width_ratio: Optional[float] = None
+
+
+VARIANTS = {
+    'depth': Variant('vit', VIT_CONFIGS, DEMO_SPEC),
+    'depth+width': Variant('vit', VIT_CONFIGS, DEMO_SPEC, width_ratio=0.3),
+    # 8 blocks over four stages, blocks of all four kinds.
+    'swin': Variant(
+        'swin', dict(det=DEMO / 'mask-rcnn_hetdpt-swin_demo.py',
+                     seg=DEMO / 'upernet_hetdpt-swin_demo.py',
+                     cls=DEMO / 'swin-demo_digits.py'),
+        PruneSpec(8, attn_removed=[0, 3, 5], act_removed=[1, 3, 6])),
+    'layerscale_vit': Variant(
+        'layerscale_vit', dict(seg=DEMO / 'upernet_hetdpt-dinov2_demo.py',
+                               cls=DEMO / 'dinov2-demo_digits.py'),
+        DEMO_SPEC),
+}
+#: What the training run of each task saves after its one iteration.
+SAVED = dict(det='epoch_1.pth', seg='iter_1.pth', cls='epoch_1.pth')
+
+
+def variants_with(task: str) -> list:
+    return [name for name, variant in VARIANTS.items()
+            if task in variant.configs]
+
 
 def first_image(pattern: str) -> str:
     return str(sorted(Path.cwd().glob(pattern))[0])
@@ -48,6 +87,8 @@ def first_image(pattern: str) -> str:
 @dataclass
 class Workspace:
     root: Path
+    family: str
+    configs: Dict[str, Path]
     #: One-iteration training checkpoints by task.
     checkpoints: Dict[str, Path]
     #: The structure they hold (with widths for HetDPT+).
@@ -58,8 +99,8 @@ class Workspace:
         feature taker's ``in_channels`` set to the embedding width, as a
         user of the toolboxes' APIs does (docs/hetdpt_plus.md)."""
         if self.spec.widths is None:
-            return str(CONFIGS[task])
-        cfg = Config.fromfile(CONFIGS[task])
+            return str(self.configs[task])
+        cfg = Config.fromfile(self.configs[task])
         width = self.spec.widths.embed_dims
         if task == 'cls':
             cfg.model.head.in_channels = width
@@ -73,13 +114,14 @@ class Workspace:
         return Config.fromfile(config) if isinstance(config, str) else config
 
 
-@pytest.fixture(scope='module', params=['depth', 'depth+width'])
+@pytest.fixture(scope='module', params=list(VARIANTS))
 def workspace(request, tmp_path_factory, one_thread):
-    """A working directory with the demo data, a merged demo classifier with
-    random weights (``depth+width``: pruned in width too), and
-    one-iteration training checkpoints of the three demo models started
-    from it (the config's own checkpoint path,
-    ``work_dirs/vit-demo_digits_prune/...``, stays absent)."""
+    """For the variant ``request.param``, a working directory with the demo
+    data, a merged demo classifier with random weights (``depth+width``:
+    pruned in width too), and one-iteration training checkpoints of the
+    variant's demo models started from it (the configs' own checkpoint
+    paths, ``work_dirs/...``, stay absent)."""
+    variant = VARIANTS[request.param]
     root = tmp_path_factory.mktemp('apis')
     cwd = os.getcwd()
     os.chdir(root)
@@ -87,23 +129,22 @@ def workspace(request, tmp_path_factory, one_thread):
         make_detection('data/demo/coco', num_train=4, num_val=2)
         make_segmentation('data/demo/ade', num_train=4, num_val=2)
         make_classification('data/demo/cls')
-        cfg = Config.fromfile(CONFIGS['cls'])
-        cfg.model.backbone.update(prune_spec=DEMO_SPEC.to_dict(),
+        cfg = Config.fromfile(variant.configs['cls'])
+        cfg.model.backbone.update(prune_spec=variant.spec.to_dict(),
                                   merged=True)
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
             classifier = randomize_(MODELS.build(cfg.model))
         start = dict(state_dict=classifier.state_dict())
-        if request.param == 'depth+width':
-            start, _ = prune_width_checkpoint(start, ratio=0.3,
+        if variant.width_ratio is not None:
+            start, _ = prune_width_checkpoint(start, ratio=variant.width_ratio,
                                               importance='magnitude')
         torch.save(start, root / 'merged_cls.pth')
         spec = load_backbone_checkpoint(root / 'merged_cls.pth').record.spec
-        assert (spec.widths is None) == (request.param == 'depth')
-        checkpoints = dict(
-            det=train_one_iteration('det', root, 'epoch_1.pth'),
-            seg=train_one_iteration('seg', root, 'iter_1.pth'),
-            cls=train_one_iteration('cls', root, 'epoch_1.pth'))
-        yield Workspace(root, checkpoints, spec)
+        assert (spec.widths is None) == (variant.width_ratio is None)
+        checkpoints = {task: train_one_iteration(config, task, root)
+                       for task, config in variant.configs.items()}
+        yield Workspace(root, variant.family, variant.configs, checkpoints,
+                        spec)
     finally:
         os.chdir(cwd)
 
@@ -122,19 +163,19 @@ def one_iteration(cfg, task: str):
     return cfg
 
 
-def train_one_iteration(task: str, root: Path, saved: str) -> Path:
-    cfg = one_iteration(Config.fromfile(CONFIGS[task]), task)
+def train_one_iteration(config: Path, task: str, root: Path) -> Path:
+    cfg = one_iteration(Config.fromfile(config), task)
     work_dir = root / f'train_{task}'
     cfg.work_dir = str(work_dir)
     cfg.model.backbone.init_cfg = dict(
         type='Pretrained', checkpoint=str(root / 'merged_cls.pth'))
     build_runner(cfg).train()
-    return work_dir / saved
+    return work_dir / SAVED[task]
 
 
-def reference_model(task: str, checkpoint: Path, tmp_path: Path):
+def reference_model(config: Path, checkpoint: Path, tmp_path: Path):
     """The model tools/test.py tests: our runner with ``load_from``."""
-    cfg = Config.fromfile(CONFIGS[task])
+    cfg = Config.fromfile(config)
     cfg.work_dir = str(tmp_path / 'reference')
     cfg.load_from = str(checkpoint)
     runner = build_runner(cfg)
@@ -144,7 +185,9 @@ def reference_model(task: str, checkpoint: Path, tmp_path: Path):
     return model
 
 
-def assert_merged_demo(model, spec: PruneSpec) -> None:
+def assert_merged_demo(model, workspace: Workspace) -> None:
+    spec = workspace.spec
+    assert model.backbone.family == workspace.family
     assert model.backbone.form == 'merged'
     assert model.backbone.prune_spec == spec
     if spec.widths is not None:
@@ -168,23 +211,25 @@ def assert_same_detections(got, want):
     assert torch.equal(got.labels, want.labels)
 
 
+@pytest.mark.parametrize('workspace', variants_with('det'), indirect=True)
 def test_mmdet_apis_rebuild_the_trained_detector(workspace, tmp_path):
     from mmdet.apis import DetInferencer, init_detector
     checkpoint = workspace.checkpoints['det']
     image = first_image('data/demo/coco/val2017/*.jpg')
-    reference = reference_model('det', checkpoint, tmp_path)
-    assert_merged_demo(reference, workspace.spec)
+    reference = reference_model(workspace.configs['det'], checkpoint,
+                                tmp_path)
+    assert_merged_demo(reference, workspace)
     want = detections(reference, image)
 
     model = init_detector(workspace.config('det'), str(checkpoint),
                           device='cpu')
-    assert_merged_demo(model, workspace.spec)
+    assert_merged_demo(model, workspace)
     assert_same_detections(detections(model, image), want)
 
     inferencer = DetInferencer(model=workspace.config('det'),
                                weights=str(checkpoint), device='cpu',
                                show_progress=False)
-    assert_merged_demo(inferencer.model, workspace.spec)
+    assert_merged_demo(inferencer.model, workspace)
     assert_same_detections(detections(inferencer, image), want)
 
 
@@ -198,23 +243,25 @@ def segmentation_logits(model_or_inferencer, image):
     return sample.seg_logits.data
 
 
+@pytest.mark.parametrize('workspace', variants_with('seg'), indirect=True)
 def test_mmseg_apis_rebuild_the_trained_segmentor(workspace, tmp_path):
     from mmseg.apis import MMSegInferencer, init_model
     checkpoint = workspace.checkpoints['seg']
     image = first_image('data/demo/ade/images/validation/*.jpg')
-    reference = reference_model('seg', checkpoint, tmp_path)
-    assert_merged_demo(reference, workspace.spec)
+    reference = reference_model(workspace.configs['seg'], checkpoint,
+                                tmp_path)
+    assert_merged_demo(reference, workspace)
     want = segmentation_logits(reference, image)
 
     model = init_model(workspace.config('seg'), str(checkpoint),
                        device='cpu')
-    assert_merged_demo(model, workspace.spec)
+    assert_merged_demo(model, workspace)
     torch.testing.assert_close(segmentation_logits(model, image), want,
                                atol=1e-4, rtol=1e-4)
 
     inferencer = MMSegInferencer(model=workspace.config('seg'),
                                  weights=str(checkpoint), device='cpu')
-    assert_merged_demo(inferencer.model, workspace.spec)
+    assert_merged_demo(inferencer.model, workspace)
     torch.testing.assert_close(segmentation_logits(inferencer, image), want,
                                atol=1e-4, rtol=1e-4)
 
@@ -228,42 +275,50 @@ def class_scores(model_or_inferencer, image):
     return torch.as_tensor(model_or_inferencer(image)[0]['pred_scores'])
 
 
+@pytest.mark.parametrize('workspace', variants_with('cls'), indirect=True)
 def test_mmpretrain_apis_rebuild_the_trained_classifier(workspace, tmp_path):
     from mmpretrain.apis import ImageClassificationInferencer, get_model
     checkpoint = workspace.checkpoints['cls']
     image = first_image('data/demo/cls/val/*/*.png')
-    reference = reference_model('cls', checkpoint, tmp_path)
-    assert_merged_demo(reference, workspace.spec)
+    reference = reference_model(workspace.configs['cls'], checkpoint,
+                                tmp_path)
+    assert_merged_demo(reference, workspace)
     want = class_scores(reference, image)
 
     model = get_model(workspace.config('cls'), pretrained=str(checkpoint),
                       device='cpu')
-    assert_merged_demo(model, workspace.spec)
+    assert_merged_demo(model, workspace)
     torch.testing.assert_close(class_scores(model, image), want, atol=1e-5,
                                rtol=1e-4)
 
     inferencer = ImageClassificationInferencer(
         workspace.config('cls'), pretrained=str(checkpoint), device='cpu')
-    assert_merged_demo(inferencer.model, workspace.spec)
+    assert_merged_demo(inferencer.model, workspace)
     torch.testing.assert_close(class_scores(inferencer, image), want,
                                atol=1e-5, rtol=1e-4)
 
 
 # ------------------------------------------------- mmengine loading paths
-@pytest.mark.parametrize('task', ['det', 'seg', 'cls'])
-def test_load_checkpoint_and_resume_rebuild_the_backbone(workspace, tmp_path,
-                                                         task):
+def test_load_checkpoint_and_resume_rebuild_the_backbone(workspace, tmp_path):
+    # Every task in one test: a test per (variant, task) would have pytest
+    # order them by task and rebuild the module's workspaces.
+    for task in workspace.checkpoints:
+        check_load_checkpoint_and_resume(workspace, task, tmp_path / task)
+
+
+def check_load_checkpoint_and_resume(workspace, task, tmp_path):
     checkpoint = workspace.checkpoints[task]
-    reference = reference_model(task, checkpoint, tmp_path)
+    reference = reference_model(workspace.configs[task], checkpoint,
+                                tmp_path)
     cfg = workspace.loaded_config(task)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         model = MODELS.build(copy.deepcopy(cfg.model))
     assert model.backbone.form == 'pruned'  # the config's default
     load_checkpoint(model, str(checkpoint), map_location='cpu')
-    assert_merged_demo(model, workspace.spec)
+    assert_merged_demo(model, workspace)
     assert model.state_dict().keys() == reference.state_dict().keys()
     for key, value in reference.state_dict().items():
-        assert torch.equal(model.state_dict()[key], value), key
+        assert torch.equal(model.state_dict()[key], value), (task, key)
 
     # tools/train.py --resume CHECKPOINT: the run continues on the trained
     # structure (the one epoch / iteration is done, so it only loads).
@@ -271,11 +326,14 @@ def test_load_checkpoint_and_resume_rebuild_the_backbone(workspace, tmp_path,
     cfg.resume, cfg.load_from = True, str(checkpoint)
     runner = build_runner(one_iteration(cfg, task))
     runner.train()
-    assert_merged_demo(runner.model, workspace.spec)
+    assert_merged_demo(runner.model, workspace)
     for key, value in reference.state_dict().items():
-        assert torch.equal(runner.model.state_dict()[key], value), key
+        assert torch.equal(runner.model.state_dict()[key], value), (task,
+                                                                     key)
 
 
+@pytest.mark.parametrize('workspace', ['depth', 'depth+width'],
+                         indirect=True)
 def test_a_given_structure_that_differs_is_an_error_naming_both(workspace):
     from mmdet.apis import init_detector
     cfg = workspace.loaded_config('det')
