@@ -25,6 +25,15 @@ scalar parameter out of the sharding (FSDP's ``ignored_states``): each rank
 keeps a whole replica, and the wrapper averages their gradients over the
 ranks at the end of every backward pass, as DDP would, so the replicas, and
 the decisions read from them, stay identical.
+
+Gradient clipping by norm (``optim_wrapper.clip_grad=dict(max_norm=...)``)
+would be wrong as MMEngine's ``OptimWrapper`` does it,
+``torch.nn.utils.clip_grad_norm_`` over each rank's shards: every rank would
+compute and clip by the norm of its own shard.  :class:`HetDPTFSDPStrategy`
+clips with ``FullyShardedDataParallel.clip_grad_norm_`` instead, a
+collective that sums the shards' norms over the ranks and adds the
+replicated gate scores once.  Clipping by value is elementwise and needs
+nothing.
 """
 import contextlib
 from typing import Dict, List
@@ -174,6 +183,33 @@ if FSDPStrategy is not None:
             if model_wrapper is None:
                 model_wrapper = dict(type='HetDPTFullyShardedDataParallel')
             super().__init__(model_wrapper=model_wrapper, **kwargs)
+
+        def build_optim_wrapper(self, optim_wrapper, model=None):
+            """MMEngine's, with clipping by norm through FSDP (see the
+            module doc)."""
+            built = super().build_optim_wrapper(optim_wrapper, model)
+            wrappers = built.values() if hasattr(built, 'values') else [built]
+            for wrapper in wrappers:
+                if getattr(wrapper, 'clip_func', None) is \
+                        torch.nn.utils.clip_grad_norm_:
+                    self._check_clip_arguments(wrapper.clip_grad_kwargs)
+                    wrapper.clip_func = self._clip_grad_norm
+            return built
+
+        @staticmethod
+        def _check_clip_arguments(kwargs) -> None:
+            unsupported = set(kwargs) - {'max_norm', 'norm_type'}
+            if unsupported:
+                raise ValueError(
+                    f'clip_grad {sorted(unsupported)}: under FSDP the norm '
+                    'is clipped by FullyShardedDataParallel.clip_grad_norm_'
+                    ', which takes max_norm and norm_type only')
+
+        def _clip_grad_norm(self, params, max_norm, norm_type=2.0):
+            # FSDP clips every parameter of the model (those the optimizer
+            # holds and have gradients, ``params``, are among them; the
+            # others have none).  A collective: every rank steps.
+            return self.model.clip_grad_norm_(max_norm, norm_type)
 
         def _optim_options(self):
             from torch.distributed.checkpoint.state_dict import \

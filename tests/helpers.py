@@ -109,3 +109,72 @@ def segmentation_batch(shapes, num_classes):
             0, num_classes, (1, h, w), generator=generator))
         samples.append(sample)
     return dict(inputs=inputs, data_samples=samples)
+
+
+# ------------------------------------- paper configs, tiny, on the CPU
+#: A 12-block DeiT of width 48 on 7 x 7 patches of the configs' 224 crops,
+#: two classes: the paper's ImageNet configs run as written, in seconds.
+TINY_DEIT_DIMS, TINY_DEIT_CLASSES, TINY_DEIT_PATCH = 48, 2, 32
+TINY_DEIT_ARCH = dict(embed_dims=TINY_DEIT_DIMS, num_layers=12, num_heads=3)
+
+
+def write_tiny_deit_inputs(root: Path) -> dict:
+    """Under ``root``: four small images in two classes (``data/``), and
+    the two official DeiT files the ImageNet configs start from (dense DeiT:
+    search start and teacher; distilled DeiT: fine-tuning start), of
+    :data:`TINY_DEIT_ARCH` with random weights; returns the files by name
+    (``'dense'``, ``'distilled'``)."""
+    import mmcv
+    import numpy as np
+    from timm.models.deit import VisionTransformerDistilled
+    from timm.models.vision_transformer import VisionTransformer
+    rng = np.random.default_rng(0)
+    for label in range(TINY_DEIT_CLASSES):
+        for index in range(2):
+            mmcv.imwrite(rng.integers(0, 255, (48, 40, 3), dtype=np.uint8),
+                         str(root / 'data' / f'class{label}' /
+                             f'{index}.png'))
+    files = {}
+    for name, cls in (('dense', VisionTransformer),
+                      ('distilled', VisionTransformerDistilled)):
+        model = randomize_(cls(embed_dim=TINY_DEIT_DIMS, depth=12,
+                               num_heads=TINY_DEIT_ARCH['num_heads'],
+                               patch_size=TINY_DEIT_PATCH,
+                               num_classes=TINY_DEIT_CLASSES),
+                           seed=len(name))
+        files[name] = root / f'deit_tiny_{name}.pth'
+        torch.save(dict(model=model.state_dict()), files[name])
+    return files
+
+
+def write_tiny_config(config: Path, root: Path, start, teacher=None) -> Path:
+    """The ImageNet classification ``config`` as is, but tiny: width,
+    classes, data (those of :func:`write_tiny_deit_inputs` under ``root``,
+    same pipelines and sampler), one epoch of two iterations; backbone and
+    heads start from ``start``, a distillation teacher from ``teacher``.
+    Written to ``root / config.name`` for ``tools/train.py``."""
+    cfg = Config.fromfile(config)
+    model = cfg.model
+    model.backbone.update(arch=TINY_DEIT_ARCH, patch_size=TINY_DEIT_PATCH)
+    model.backbone.init_cfg.checkpoint = str(start)
+    model.head.update(num_classes=TINY_DEIT_CLASSES,
+                      in_channels=TINY_DEIT_DIMS)
+    model.head.init_cfg.checkpoint = str(start)
+    if teacher is not None:
+        model.teacher.backbone.update(arch=TINY_DEIT_ARCH,
+                                      patch_size=TINY_DEIT_PATCH)
+        model.teacher.head.update(num_classes=TINY_DEIT_CLASSES,
+                                  in_channels=TINY_DEIT_DIMS)
+        model.teacher_checkpoint = str(teacher)
+    cfg.data_preprocessor.num_classes = TINY_DEIT_CLASSES
+    data = dict(type='CustomDataset', data_root=str(root / 'data'))
+    for loader, pipeline in ((cfg.train_dataloader, cfg.train_pipeline),
+                             (cfg.val_dataloader, cfg.test_pipeline)):
+        loader.update(batch_size=2, num_workers=0, persistent_workers=False)
+        loader.dataset = dict(data, pipeline=pipeline)
+    cfg.val_evaluator = dict(type='Accuracy', topk=(1, ))
+    cfg.train_cfg.max_epochs = 1
+    cfg.model_wrapper_cfg = None
+    path = root / config.name
+    cfg.dump(path)
+    return path

@@ -19,7 +19,8 @@ from hetdpt_mm import META_KEY
 from hetdpt_mm.benchmark import build_from_config
 from hetdpt_mm.deploy import networks
 from hetdpt_mm.deploy.networks import AdaptiveAvgPool2dExport
-from hetdpt_mm.deploy.runtimes import _SignalStack, make_session
+from hetdpt_mm.deploy.runtimes import (TOLERANCES, _SignalStack,
+                                       checked_diff, make_session)
 
 DEMO = REPO / 'configs' / 'demo'
 DEMO_SPEC = dict(attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
@@ -149,6 +150,39 @@ def test_a_difference_above_the_tolerance_fails_and_writes_nothing(
     assert list(tmp_path.iterdir()) == [other]
 
 
+def cpu_has_bf16() -> bool:
+    import openvino
+    return 'BF16' in openvino.Core().get_property(
+        'CPU', 'OPTIMIZATION_CAPABILITIES')
+
+
+@pytest.mark.skipif(not cpu_has_bf16(), reason='the CPU has no bf16')
+def test_benchmark_runs_openvino_and_torch_in_bf16(tmp_path):
+    """bf16 rows differ from fp32 PyTorch by bf16 rounding: more than fp32
+    rounding, within the bf16 tolerance."""
+    out = tmp_path / 'bench.json'
+    assert load_tool('benchmark').main([
+        'backbone', '--arch', json.dumps(dict(embed_dims=64, num_layers=2,
+                                              num_heads=2)),
+        '--spec', json.dumps(dict(attn_removed=[0], act_removed=[1])),
+        '--img-size', '32', '--batch-size', '2', '--models', 'merged',
+        '--runtime', 'torch', 'openvino', '--dtype', 'bf16', '--repeats',
+        '1', '--no-macs', '--json', str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result['settings']['dtype'] == 'bf16'
+    diffs = {m['name']: m.get('max_abs_diff') for m in result['models']}
+    assert 0 < diffs['merged'] <= TOLERANCES['bf16']
+    assert 1e-4 < diffs['merged@openvino'] <= TOLERANCES['bf16']
+
+
+def test_benchmark_refuses_a_runtime_outside_the_tolerance():
+    images = torch.zeros(1, 3, 8, 8)
+    with pytest.raises(ValueError, match='differs from PyTorch eager in fp32'):
+        checked_diff([images + 1e-3], [images], 'openvino', 'merged', 'fp32')
+    assert checked_diff([images + 1e-3], [images], 'openvino', 'merged',
+                        'bf16') == pytest.approx(1e-3)
+
+
 @pytest.mark.parametrize('args, message', [
     (['--verify-sizes', '8', '8'], 'input size 8x8 cannot work with this '
      'model: input of 8x8 pixels is smaller than one 16x16 patch'),
@@ -235,8 +269,10 @@ def test_benchmark_times_every_runtime(tmp_path):
 
 @pytest.mark.parametrize('args, message', [
     (['detr', '--runtime', 'onnxruntime'], 'for the backbone task'),
-    (['backbone', '--runtime', 'openvino', '--dtype', 'bf16'],
-     'run the exported fp32 graph'),
+    (['backbone', '--runtime', 'onnxruntime', '--dtype', 'bf16'],
+     'onnxruntime runs the exported graph in fp32 here'),
+    (['backbone', '--runtime', 'openvino', '--dtype', 'fp16'],
+     'openvino runs the exported graph in fp32 or bf16 here'),
     (['backbone', '--runtime', 'tensorrt'], 'unknown runtimes'),
 ])
 def test_benchmark_runtime_usage_errors(args, message, capsys):

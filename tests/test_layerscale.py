@@ -316,7 +316,8 @@ def test_cifar100_prune_configs(name, kinds, tmp_path):
         assert cfg.runner_type == 'FlexibleRunner'
         assert cfg.strategy.type == 'HetDPTFSDPStrategy'
         assert cfg.strategy.state_dict_cfg == 'full'
-        assert cfg.optim_wrapper.clip_grad is None
+        # clipped by the whole gradient's norm (HetDPTFSDPStrategy)
+        assert cfg.optim_wrapper.clip_grad == dict(max_norm=5.0)
     backbone_cfg = cfg.model.backbone
     arch = TINY_SWIGLU if 'giant' in backbone_cfg.arch else TINY
     small_checkpoint(tmp_path / 'dense.pth', arch, None)

@@ -361,3 +361,58 @@ def test_iteration_based_runs_are_rejected(tmp_path, digits_root):
     cfg.train_cfg = dict(by_epoch=False, max_iters=2)
     with pytest.raises(TypeError, match='epoch based train loop'):
         Runner.from_cfg(cfg).train()
+
+
+# ------------------------------------------------------------ other families
+#: A small Swin (8 blocks over four stages) as mmpretrain's Swin classifier:
+#: the normed last stage, global average pooling, a linear head.
+SWIN_ARCH = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
+SWIN_CLASSIFIER = dict(
+    type='ImageClassifier',
+    data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10,
+                           mean=[127.5] * 3, std=[127.5] * 3),
+    backbone=dict(type='HetDPTSwin', arch=SWIN_ARCH, window_size=4,
+                  out_indices=(3, ), gated=True, drop_path_rate=0.),
+    neck=dict(type='GlobalAveragePooling'),
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=128))
+
+
+def test_swin_class_feature_is_what_its_head_reads():
+    from mmpretrain.registry import MODELS
+    model = MODELS.build(SWIN_CLASSIFIER).eval()
+    randomize_(model.backbone)
+    images = torch.randn(3, 3, 32, 32, generator=torch.Generator(
+    ).manual_seed(0))
+    with torch.no_grad():
+        neck_output = model.extract_feat(images)[-1]
+    features = class_features(model.backbone, [images[:2], images[2:]])
+    assert features.shape == (3, 128)
+    torch.testing.assert_close(features, neck_output, atol=1e-6, rtol=1e-6)
+    model.backbone.out_indices = [2]  # a detector's stage, not the last
+    with pytest.raises(ValueError, match=r'out_indices=\(3, \)'):
+        class_features(model.backbone, [images])
+
+
+def test_hook_collects_points_on_a_swin(tmp_path, digits_root):
+    """MAPCollectHook drives a Swin classifier through the family
+    interface: one point per step, the removals chosen by its default TE
+    selection on the pooled class feature (checked above)."""
+    runner = Runner.from_cfg(run_cfg(
+        tmp_path, digits_root, dict(schedule='interleaved', interval=1,
+                                    max_removed=2),
+        max_epochs=3, model=SWIN_CLASSIFIER))
+    backbone = runner.model.backbone
+    runner.train()
+    rows = read_rows(tmp_path / 'map_points.csv')
+    assert [int(row['step']) for row in rows] == [0, 1, 2]
+    depth = 8
+    spec = backbone.prune_spec
+    assert (spec.n_attn, spec.n_act) == (1, 1)
+    last = rows[-1]
+    assert float(last['a']) == pytest.approx((depth - 1) / depth)
+    assert float(last['t']) == pytest.approx((depth - 1) / depth)
+    assert indices(last['removed_attn']) == list(spec.attn_removed)
+    assert indices(last['removed_act']) == list(spec.act_removed)
+    metrics = runner.val_loop.run()
+    assert float(last['accuracy']) == pytest.approx(
+        metrics['accuracy/top1'], abs=1e-4)

@@ -5,11 +5,12 @@ checkpoint."""
 import json
 import math
 
-import mmcv
 import numpy as np
 import pytest
 import torch
-from helpers import MIXED_SPEC, REPO, load_tool, randomize_
+from helpers import (MIXED_SPEC, REPO, TINY_DEIT_ARCH, TINY_DEIT_CLASSES,
+                     TINY_DEIT_DIMS, TINY_DEIT_PATCH, load_tool,
+                     write_tiny_config, write_tiny_deit_inputs)
 from mmengine.config import Config
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
@@ -123,60 +124,14 @@ def test_one_run_configs_load_heads_and_the_dense_teacher(name, teacher):
 
 
 # ------------------------------------------------------- tiny CPU run
-DIMS, CLASSES, PATCH = 48, 2, 32  # 7 x 7 patches of the 224 crops
-ARCH = dict(embed_dims=DIMS, num_layers=12, num_heads=3)
-
-
 @pytest.fixture(scope='module')
 def tiny_inputs(tmp_path_factory):
-    """Four small images in two classes, and the two official files the
-    pipeline starts from (dense DeiT: search start and teacher; distilled
-    DeiT: stage-2 start), at a tiny width, random weights."""
-    from timm.models.deit import VisionTransformerDistilled
-    from timm.models.vision_transformer import VisionTransformer
     root = tmp_path_factory.mktemp('reproduce')
-    rng = np.random.default_rng(0)
-    for label in range(CLASSES):
-        for index in range(2):
-            mmcv.imwrite(rng.integers(0, 255, (48, 40, 3), dtype=np.uint8),
-                         str(root / 'data' / f'class{label}' /
-                             f'{index}.png'))
-    files = {}
-    for name, cls in (('dense', VisionTransformer),
-                      ('distilled', VisionTransformerDistilled)):
-        model = randomize_(cls(embed_dim=DIMS, depth=12, num_heads=3,
-                               patch_size=PATCH, num_classes=CLASSES),
-                           seed=len(name))
-        files[name] = root / f'deit_tiny_{name}.pth'
-        torch.save(dict(model=model.state_dict()), files[name])
-    return root, files
+    return root, write_tiny_deit_inputs(root)
 
 
 def tiny_config(name, root, start, teacher=None):
-    """``configs/hetdpt/<name>`` as is, but tiny: width, classes, data (same
-    pipelines and sampler), one epoch of two iterations."""
-    cfg = Config.fromfile(CONFIGS / name)
-    model = cfg.model
-    model.backbone.update(arch=ARCH, patch_size=PATCH)
-    model.backbone.init_cfg.checkpoint = str(start)
-    model.head.update(num_classes=CLASSES, in_channels=DIMS)
-    model.head.init_cfg.checkpoint = str(start)
-    if teacher is not None:
-        model.teacher.backbone.update(arch=ARCH, patch_size=PATCH)
-        model.teacher.head.update(num_classes=CLASSES, in_channels=DIMS)
-        model.teacher_checkpoint = str(teacher)
-    cfg.data_preprocessor.num_classes = CLASSES
-    data = dict(type='CustomDataset', data_root=str(root / 'data'))
-    for loader, pipeline in ((cfg.train_dataloader, cfg.train_pipeline),
-                             (cfg.val_dataloader, cfg.test_pipeline)):
-        loader.update(batch_size=2, num_workers=0, persistent_workers=False)
-        loader.dataset = dict(data, pipeline=pipeline)
-    cfg.val_evaluator = dict(type='Accuracy', topk=(1, ))
-    cfg.train_cfg.max_epochs = 1
-    cfg.model_wrapper_cfg = None
-    path = root / name
-    cfg.dump(path)
-    return path
+    return write_tiny_config(CONFIGS / name, root, start, teacher)
 
 
 def test_search_then_finetune_reaches_the_merged_checkpoint(tiny_inputs):
@@ -208,10 +163,11 @@ def test_search_then_finetune_reaches_the_merged_checkpoint(tiny_inputs):
     assert record.semantics['residual_gelu'] == 'both_removed'
     assert not any(k.startswith('teacher.') for k in checkpoint['state_dict'])
     assert checkpoint['state_dict']['head.layers.head_dist.weight'].shape == \
-        (CLASSES, DIMS)
+        (TINY_DEIT_CLASSES, TINY_DEIT_DIMS)
     backbone = HetDPTViT(
-        arch=ARCH, patch_size=PATCH, distilled=True, init_cfg=dict(
-            type='Pretrained', checkpoint=str(merged), prefix='backbone.'))
+        arch=TINY_DEIT_ARCH, patch_size=TINY_DEIT_PATCH, distilled=True,
+        init_cfg=dict(type='Pretrained', checkpoint=str(merged),
+                      prefix='backbone.'))
     backbone.init_weights()
     cls_token, dist_token = backbone.eval()(torch.randn(1, 3, 224, 224))[-1]
     assert math.isfinite(cls_token.sum().item())

@@ -1,11 +1,13 @@
 """Sharded training (FSDP) of a prune run: MMEngine's FlexibleRunner with
 FSDPStrategy on 2 gloo ranks on the CPU, a tiny gated LayerScale ViT
 (docs/layerscale.md, "Sharding")."""
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from helpers import REPO
 from mmengine.config import Config
@@ -58,27 +60,26 @@ strategy = dict(
     return path
 
 
-#: Each rank trains, then resumes a copy of the run from its epoch-1
-#: checkpoint: one launch (starting 2 interpreters costs most of the time).
+#: Each rank runs tools/train.py once per argument list (JSON), in one
+#: process group: starting 2 interpreters costs most of the time.
 DRIVER = """
-import importlib.util, sys
-from pathlib import Path
+import importlib.util, json, sys
 spec = importlib.util.spec_from_file_location('train_tool', sys.argv[1])
 train = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(train)
-config, resume_config, work, resumed = sys.argv[2:6]
+runs = json.loads(sys.argv[2])
 release = train.release_distributed
-train.release_distributed = lambda: None  # one process group for both runs
-assert train.main([config, '--launcher', 'pytorch', '--work-dir', work]) == 0
-train.release_distributed = release
-assert train.main([resume_config, '--launcher', 'pytorch', '--work-dir',
-                   resumed, '--resume', str(Path(work) / 'epoch_1.pth')]) == 0
+train.release_distributed = lambda: None  # one process group for all runs
+for index, args in enumerate(runs):
+    if index == len(runs) - 1:
+        train.release_distributed = release
+    assert train.main(args + ['--launcher', 'pytorch']) == 0
 """
 
 
-def dist_train_and_resume(tmp_path: Path, config: Path, resume_config: Path,
-                          work: Path, resumed: Path) -> None:
-    """2 processes (gloo on CPU), as tools/dist_train.sh starts them."""
+def dist_train(tmp_path: Path, *runs) -> None:
+    """tools/train.py with each argument list in turn, in 2 processes (gloo
+    on CPU) as tools/dist_train.sh starts them."""
     driver = tmp_path / 'driver.py'
     driver.write_text(DRIVER)
     env = dict(os.environ, OMP_NUM_THREADS='1',
@@ -89,8 +90,8 @@ def dist_train_and_resume(tmp_path: Path, config: Path, resume_config: Path,
         [sys.executable, '-m', 'torch.distributed.run', '--nnodes=1',
          '--nproc_per_node=2', '--master_addr=127.0.0.1',
          f'--master_port={free_port()}', str(driver),
-         str(REPO / 'tools' / 'train.py'), str(config), str(resume_config),
-         str(work), str(resumed)],
+         str(REPO / 'tools' / 'train.py'),
+         json.dumps([list(map(str, run)) for run in runs])],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout[-3000:] + \
         result.stderr[-3000:]
@@ -108,7 +109,10 @@ def test_fsdp_prune_run_on_two_ranks(tmp_path):
     # Another name: another experiment (logger) than the first run's.
     resume_config = write_config(tmp_path / 'prune_fsdp_resume.py', data)
     work, resumed = tmp_path / 'work', tmp_path / 'resumed'
-    dist_train_and_resume(tmp_path, config, resume_config, work, resumed)
+    # The second run resumes from the first's epoch-1 checkpoint.
+    dist_train(tmp_path, [config, '--work-dir', work],
+               [resume_config, '--work-dir', resumed, '--resume',
+                work / 'epoch_1.pth'])
 
     log = next(work.glob('*/*.log')).read_text()
     assert 'HetDPTFullyShardedDataParallel' in log
@@ -152,3 +156,51 @@ def test_fsdp_prune_run_on_two_ranks(tmp_path):
     assert again['meta'][STATE_KEY]['decisions'] == decisions
     for key, value in last['state_dict'].items():
         assert torch.equal(again['state_dict'][key], value), key
+
+
+def test_gradient_clipping_by_norm_under_fsdp_is_ddp_s(tmp_path):
+    """``clip_grad=dict(max_norm=...)`` clips by the norm of the whole
+    gradient under FSDP, as under DDP: SGD (whose step scales with the
+    gradient, unlike AdamW's) with a norm far below the gradient's ends both
+    2-rank runs with the same weights.  (MMEngine's own clipping, by the
+    norm of each rank's shards, leaves them apart.)"""
+    data = tmp_path / 'data' / 'cls'
+    make_classification(data)
+    clipped = '''
+custom_hooks = []
+train_cfg = dict(max_epochs=1, val_interval=2)
+param_scheduler = None
+optim_wrapper = dict(_delete_=True, optimizer=dict(type='SGD', lr=0.5),
+                     clip_grad=dict(max_norm=0.05))
+'''
+    fsdp = write_config(tmp_path / 'clip_fsdp.py', data)
+    fsdp.write_text(fsdp.read_text() + clipped)
+    ddp = write_config(tmp_path / 'clip_ddp.py', data)
+    ddp.write_text(ddp.read_text().replace(
+        "runner_type = 'FlexibleRunner'", "runner_type = 'Runner'").split(
+            '# Nested FSDP units')[0] + clipped)
+    dist_train(tmp_path, [fsdp, '--work-dir', tmp_path / 'fsdp'],
+               [ddp, '--work-dir', tmp_path / 'ddp'])
+    log = next((tmp_path / 'fsdp').glob('*/*.log')).read_text()
+    assert 'HetDPTFullyShardedDataParallel' in log and 'grad_norm' in log
+    ours = load_checkpoint_file(tmp_path / 'fsdp/epoch_1.pth')['state_dict']
+    want = load_checkpoint_file(tmp_path / 'ddp/epoch_1.pth')['state_dict']
+    start = MODELS.build(Config.fromfile(str(fsdp)).model).state_dict()
+    assert ours.keys() == want.keys()
+    moved = 0
+    for key, value in want.items():
+        if key.endswith('_extra_state'):
+            continue
+        torch.testing.assert_close(ours[key], value, atol=1e-6, rtol=1e-5,
+                                   msg=key)
+        moved += not torch.equal(value, start[key])
+    assert moved > len(want) // 2
+
+
+def test_clipping_arguments_fsdp_cannot_take_are_refused():
+    from hetdpt_mm.sharding import HetDPTFSDPStrategy
+    HetDPTFSDPStrategy._check_clip_arguments(dict(max_norm=1.0, norm_type=2))
+    with pytest.raises(ValueError, match=r"\['error_if_nonfinite'\].*"
+                       'max_norm and norm_type only'):
+        HetDPTFSDPStrategy._check_clip_arguments(
+            dict(max_norm=1.0, error_if_nonfinite=True))

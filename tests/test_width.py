@@ -5,22 +5,28 @@ its checkpoint alone (classification, DETR, UperNet).
 Tiny 12-block ViTs (the DETR / UperNet configs' out_indices need 12 blocks)
 with random weights, one thread: the whole file takes seconds.
 """
+import json
 from dataclasses import replace
 
 import pytest
 import torch
-from helpers import (MIXED_SPEC, build_model, detection_batch, load_tool,
-                     randomize_, segmentation_batch)
+from helpers import (MIXED_SPEC, REPO, TINY_DEIT_ARCH, TINY_DEIT_CLASSES,
+                     TINY_DEIT_DIMS, TINY_DEIT_PATCH, build_model,
+                     detection_batch, load_tool, randomize_,
+                     segmentation_batch, write_tiny_config,
+                     write_tiny_deit_inputs)
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from hetdpt_mm import PruneSpec
-from hetdpt_mm.benchmark import count_macs
+from hetdpt_mm.benchmark import count_macs, count_params
+from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width import (LinearHeads, linear_heads, prune_width,
                                      prune_width_checkpoint, read_widths)
 from hetdpt_mm.record import (load_backbone_checkpoint,
+                              read_backbone_checkpoint,
                               read_classifier_heads, with_record)
 from hetdpt_mm.runner import follow_backbone_width
 from hetdpt_mm.spec import Widths
@@ -104,6 +110,24 @@ def test_torch_pruning_model_equals_network_rebuilt_from_checkpoint(
         assert result.macs_after < result.macs_before / 2
         assert result.rebuild_error <= 1e-5
         assert heads['head_dist'].in_features == widths.embed_dims
+        # MACs / params per stage, from the dense network of the same arch.
+        dense = LinearHeads(
+            HetDPTViT(arch=TINY, img_size=IMG, patch_size=16, distilled=True,
+                      out_type='cls_token'),
+            {name: torch.nn.Linear(TINY['embed_dims'], 10) for name in heads})
+        dense_cost = (count_macs(dense, torch.randn(1, 3, IMG, IMG)).total,
+                      count_params(dense))
+        stages = [(s.stage, s.macs, s.params) for s in result.stages]
+        assert stages[0] == ('dense', *dense_cost)
+        assert stages[-1] == ('width-pruned', result.macs_after,
+                              result.params_after)
+        if spec is None:
+            assert len(stages) == 2 and dense_cost == (result.macs_before,
+                                                       result.params_before)
+        else:
+            assert stages[1] == ('depth-pruned (merged)', result.macs_before,
+                                 result.params_before)
+            assert result.macs_before < dense_cost[0]
 
     # From the file alone: a config names only the preset-free arch.
     from_file = HetDPTViT(arch=TINY, img_size=IMG, patch_size=16,
@@ -154,12 +178,18 @@ def test_prune_width_tool(tmp_path, capsys):
     assert 'same file' in capsys.readouterr().err
     assert tool.main([str(source), str(out), '--ratio', '0.3']) == 2
     assert '--calib-dir' in capsys.readouterr().err
-    plot = tmp_path / 'widths.png'
+    plot, report = tmp_path / 'widths.png', tmp_path / 'report.json'
     assert tool.main([str(source), str(out), '--ratio', '0.3',
-                      '--importance', 'magnitude', '--plot', str(plot)]) == 0
-    assert '| block | attention | heads x dim | FFN |' in \
-        capsys.readouterr().out
+                      '--importance', 'magnitude', '--plot', str(plot),
+                      '--report', str(report)]) == 0
+    printed = capsys.readouterr().out
+    assert '| block | attention | heads x dim | FFN |' in printed
+    assert '| depth-pruned (merged) |' in printed
     assert plot.read_bytes().startswith(b'\x89PNG')
+    stages = json.loads(report.read_text())['stages']
+    assert [s['stage'] for s in stages] == ['dense', 'depth-pruned (merged)',
+                                            'width-pruned']
+    assert stages[0]['macs'] > stages[1]['macs'] > stages[2]['macs']
     assert load_backbone_checkpoint(out).record.spec.widths is not None
     assert tool.main([str(source), str(out), '--ratio', '0.3',
                       '--importance', 'magnitude']) == 2  # exists
@@ -277,6 +307,11 @@ def test_width_prune_hook_writes_the_plus_model_after_depth_pruning(
     hook.before_train(runner)
     hook.after_train(runner)
     path = tmp_path / 'tiny_plus.pth'
+    assert (tmp_path / 'tiny_plus_widths.png').read_bytes().startswith(
+        b'\x89PNG')
+    stages = torch.load(path)['meta']['hetdpt_width']['stages']
+    assert [s['stage'] for s in stages] == ['dense', 'depth-pruned (merged)',
+                                            'width-pruned']
     record = load_backbone_checkpoint(path).record
     assert record.form == 'merged' and record.prefix == 'backbone.'
     embed_dims = record.spec.widths.embed_dims
@@ -305,3 +340,106 @@ def test_necks_follow_a_trained_model_when_the_start_is_gone(
     cfg.load_from = str(path)  # holds the backbone under backbone.
     follow_backbone_width(cfg)
     assert cfg.model.neck.in_channels == [embed_dims]
+
+
+# ------------------------------------------ configs/hetdpt_plus, tiny runs
+PLUS_CONFIGS = REPO / 'configs' / 'hetdpt_plus'
+
+
+@pytest.fixture(scope='module')
+def tiny_deit(tmp_path_factory):
+    root = tmp_path_factory.mktemp('plus_configs')
+    return root, write_tiny_deit_inputs(root)
+
+
+def train_tiny(config: str, root, start, teacher, schedule: bool = True,
+               **hooks) -> dict:
+    """``configs/hetdpt_plus/<config>`` as written but tiny (one epoch of two
+    iterations, helpers.write_tiny_config, no validation), with ``hooks``'
+    arguments updated (by type), without its learning-rate ``schedule`` if
+    told, run by tools/train.py; returns the epoch's checkpoint."""
+    path = write_tiny_config(PLUS_CONFIGS / config, root, start, teacher)
+    cfg = Config.fromfile(path)
+    if not schedule:
+        cfg.param_scheduler = None
+    cfg.train_cfg.val_interval = 2  # no validation: what is checked trains
+    for hook in cfg.get('custom_hooks', []):
+        hook.update(hooks.get(hook.type, {}))
+    cfg.dump(path)
+    work_dir = root / path.stem
+    assert load_tool('train').main([str(path), '--work-dir',
+                                    str(work_dir)]) in (None, 0)
+    return load_checkpoint_file(work_dir / 'epoch_1.pth')
+
+
+def assert_fine_tuned(checkpoint, start, teacher):
+    """The run trained the start's HetDPT+ network, heads of its width, with
+    the teacher's weights loaded (and frozen)."""
+    started = read_backbone_checkpoint(load_checkpoint_file(start))
+    trained = read_backbone_checkpoint(checkpoint)
+    record = trained.record
+    assert record.spec == started.record.spec
+    embed_dims = record.spec.widths.embed_dims
+    state = checkpoint['state_dict']
+    assert state['head.layers.head_dist.weight'].shape == (
+        TINY_DEIT_CLASSES, embed_dims)
+    assert all(torch.isfinite(v).all() for v in state.values()
+               if v.is_floating_point())
+    kept_attention = next(key for key in started.state
+                          if key.endswith('attn.qkv.weight'))
+    assert not torch.equal(trained.state[kept_attention],
+                           started.state[kept_attention])
+    official = load_checkpoint_file(teacher)['model']
+    assert torch.equal(state['teacher.backbone.blocks.1.attn.qkv.weight'],
+                       official['blocks.1.attn.qkv.weight'])
+    assert bool(state['teacher.hetdpt_ready'])
+
+
+def test_one_run_plus_config_then_its_fine_tune(tiny_deit):
+    """deit-b_prune-10l_plus-2.4g_in1k.py (depth pruning with the dense
+    teacher, merge, WidthPruneHook) writes the HetDPT+ checkpoint that
+    deit-b_plus-2.4g_finetune_in1k.py fine-tunes with distillation."""
+    root, files = tiny_deit
+    dense = LinearHeads(
+        HetDPTViT(arch=TINY_DEIT_ARCH, patch_size=TINY_DEIT_PATCH,
+                  distilled=True, out_type='cls_token'),
+        {name: torch.nn.Linear(TINY_DEIT_DIMS, TINY_DEIT_CLASSES)
+         for name in ('head', 'head_dist')})
+    # 2.4 G of DeiT-B's 17.7 G is too thin for a 48-wide ViT: 40 %.
+    target = 0.4 * count_macs(dense, torch.randn(1, 3, 224, 224)).total
+    train_tiny(
+        'deit-b_prune-10l_plus-2.4g_in1k.py', root, files['distilled'],
+        files['dense'], schedule=False,  # its warm-up is 20 epochs
+        # All ten removals within the run's two iterations.
+        HetDPTPruneHook=dict(schedule='epoch', prune_epoch=1, stages=None),
+        WidthPruneHook=dict(target_macs=target, search_steps=3))
+    plus = root / 'deit-b_prune-10l_plus-2.4g_in1k' / \
+        'deit-b_prune-10l_plus-2.4g_in1k_plus.pth'
+    checkpoint = load_checkpoint_file(plus)
+    record = read_backbone_checkpoint(checkpoint).record
+    assert record.form == 'merged'
+    assert (record.spec.n_attn, record.spec.n_act) == (5, 5)
+    assert record.spec.widths.embed_dims < TINY_DEIT_DIMS
+    assert not any(k.startswith('teacher.') for k in checkpoint['state_dict'])
+    stages = checkpoint['meta']['hetdpt_width']['stages']
+    assert [s['stage'] for s in stages] == ['dense', 'depth-pruned (merged)',
+                                            'width-pruned']
+    assert stages[-1]['macs'] <= target < stages[1]['macs']
+
+    assert_fine_tuned(train_tiny('deit-b_plus-2.4g_finetune_in1k.py', root,
+                                 plus, files['dense']),
+                      plus, files['dense'])
+
+
+def test_width_only_fine_tune_config(tiny_deit):
+    """deit-b_width-only-2.6g_finetune_in1k.py from the official distilled
+    file pruned in width by tools/prune_width.py's function."""
+    root, files = tiny_deit
+    pruned, _ = prune_width_checkpoint(
+        load_checkpoint_file(files['distilled']), arch=TINY_DEIT_ARCH,
+        ratio=0.3, importance='magnitude')
+    start = root / 'width-only.pth'
+    torch.save(pruned, start)
+    assert_fine_tuned(train_tiny('deit-b_width-only-2.6g_finetune_in1k.py',
+                                 root, start, files['dense']),
+                      start, files['dense'])

@@ -91,7 +91,9 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
     run.add_argument('--batch-size', type=int,
                      help='images per batch (default: backbone 16, else 1)')
     run.add_argument('--dtype', choices=('fp32', 'bf16', 'fp16'),
-                     help='fp32, or AMP (autocast) in bf16 / fp16')
+                     help='fp32, or AMP (autocast) in bf16 / fp16; '
+                     'openvino: bf16 inference precision; onnxruntime: fp32 '
+                     'only')
     run.add_argument('--runtime', dest='runtimes', nargs='+',
                      metavar='RUNTIME',
                      help='backbone: run every model in each of torch '

@@ -18,6 +18,11 @@ met by the smallest one-shot channel ratio (up to ``--max-ratio``, found by
 bisection in ``--search-steps`` trials) whose MACs are at or below it.  Taylor
 importance needs calibration images (an ImageFolder); magnitude none.
 
+It prints the MACs and parameters per stage (the dense network of the
+checkpoint's arch, the depth-pruned input unless dense, the width-pruned
+result), the search trials, the chosen ratio and the per-block widths;
+``--report`` writes them as JSON, ``--plot`` draws the widths.
+
 OUT is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record,
 'hetdpt_width': report}}``; everything is validated before anything is
 written, OUT is written atomically, never over IN, and an existing OUT is
@@ -66,7 +71,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> PruneWidthOptions:
     parser.add_argument('--arch', help='architecture of a checkpoint without '
                         'a HetDPT record whose heads are not a preset\'s')
     parser.add_argument('--report', type=Path,
-                        help='write the widths, MACs and steps as JSON')
+                        help='write the MACs / params per stage, the search '
+                        'trials and the widths as JSON')
     parser.add_argument('--plot', type=Path,
                         help='draw the per-block widths (e.g. widths.png)')
     parser.add_argument('--force', action='store_true',

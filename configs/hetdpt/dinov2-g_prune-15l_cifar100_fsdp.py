@@ -11,9 +11,9 @@
 # the whole model to rank 0 and writes
 # <work_dir>/dinov2-g_prune-15l_cifar100_fsdp_merged.pth.
 #
-# Gradient clipping is off here: MMEngine's OptimWrapper clips with
-# torch.nn.utils.clip_grad_norm_ over each rank's shards, a different norm on
-# every rank (FSDP needs FSDP.clip_grad_norm_).
+# Gradient clipping is the base config's (max_norm 5): HetDPTFSDPStrategy
+# clips by the norm of the whole gradient (FSDP.clip_grad_norm_), not of
+# each rank's shards as MMEngine's OptimWrapper would.
 #
 #   bash tools/dist_train.sh configs/hetdpt/dinov2-g_prune-15l_cifar100_fsdp.py 8
 _base_ = ['./dinov2-g_prune-15l_cifar100.py']
@@ -34,4 +34,3 @@ strategy = dict(
             min_num_params=int(2e6))))
 # FSDP handles closed gates' unused parameters itself (no DDP here).
 model_wrapper_cfg = None
-optim_wrapper = dict(clip_grad=None)

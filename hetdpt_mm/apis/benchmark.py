@@ -47,7 +47,8 @@ from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
                          paired_speedups, spec_text, stock_config,
                          synchronize, time_runs)
 from ..cli import UsageError
-from ..deploy.runtimes import BENCHMARK_RUNTIMES, benchmark_runner
+from ..deploy.runtimes import (BENCHMARK_RUNTIMES, RUNTIME_DTYPES,
+                               benchmark_runner)
 from ..fileio import atomic_write_text, check_output_path
 from ..models.family import HetDPTBackbone
 from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
@@ -235,11 +236,12 @@ def check_runtimes(options: BenchmarkOptions) -> None:
     if options.task != 'backbone':
         raise UsageError('--runtime other than torch is for the backbone '
                          'task (detr/upernet time post-processing too)')
-    exported = [r for r in runtimes if r in ('onnxruntime', 'openvino')]
-    if exported and options.dtype != 'fp32':
-        raise UsageError(f'{", ".join(exported)} run the exported fp32 '
-                         f'graph; --dtype {options.dtype} is for torch and '
-                         'compile')
+    exported = [r for r in runtimes if r in RUNTIME_DTYPES]
+    for runtime in exported:
+        if options.dtype not in RUNTIME_DTYPES[runtime]:
+            raise UsageError(f'{runtime} runs the exported graph in '
+                             f'{" or ".join(RUNTIME_DTYPES[runtime])} '
+                             f'here, not --dtype {options.dtype}')
     if exported and torch.device(options.device).type != 'cpu':
         raise UsageError(f'{", ".join(exported)} run on the CPU here; use '
                          '--device cpu')
@@ -340,10 +342,11 @@ def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
             for name, model in variants.items():
                 model.to(options.device)
                 run, diff = benchmark_runner(model, images, runtime,
-                                             workdir, name)
-                if runtime != 'torch':
-                    print_log(f'{name} in {runtime}: largest difference '
-                              f'from PyTorch {diff:.3g}', logger='current')
+                                             workdir, name, options.dtype)
+                if runtime != 'torch' or options.dtype != 'fp32':
+                    print_log(f'{name} in {runtime} ({options.dtype}): '
+                              f'largest difference from PyTorch in fp32 '
+                              f'{diff:.3g}', logger='current')
                 entries.append(Entry(
                     name=runtime_name(name, runtime),
                     description=describe(model), model=model, run=run,
@@ -497,7 +500,8 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
                 timings[f'{baseline}/backbone'], timings[key],
                 counts[baseline].get('backbone_macs'),
                 counts[name].get('backbone_macs'))
-        if entry.runtime != 'torch':
+        if options.task == 'backbone' and (entry.runtime != 'torch' or
+                                           options.dtype != 'fp32'):
             record.update(runtime=entry.runtime,
                           max_abs_diff=entry.max_abs_diff)
         if profiles:
@@ -623,7 +627,7 @@ def format_markdown(result: Dict[str, Any]) -> str:
     if 'runtimes' in result:
         lines += ['', 'By runtime (paired speedups, median [min-max] over '
                   'repeats; the largest difference of either model\'s '
-                  'outputs from PyTorch eager):', '',
+                  'outputs from PyTorch eager in fp32):', '',
                   '| runtime | baseline ms | model ms | model vs baseline | '
                   'model vs PyTorch eager model | max abs diff |',
                   '| --- | ---: | ---: | ---: | ---: | ---: |']

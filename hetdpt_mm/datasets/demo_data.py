@@ -7,8 +7,9 @@
   shapes far apart on a noisy 32x32 background; the label says whether they
   have the same colour (and which) or different colours, so it needs token
   mixing (:func:`make_pairs`); ImageNet folder layout.
-* ``coco/``: procedurally drawn shapes with exact boxes, COCO 2017 layout
-  (``train2017/``, ``val2017/``, ``annotations/instances_{train,val}2017.json``).
+* ``coco/``: procedurally drawn shapes with exact boxes and instance masks
+  (compressed RLE of the visible part), COCO 2017 layout (``train2017/``,
+  ``val2017/``, ``annotations/instances_{train,val}2017.json``).
 * ``ade/``: the same kind of scenes with exact masks, ADE20K layout
   (``images/{training,validation}/*.jpg``,
   ``annotations/{training,validation}/*.png``; label 0 is "other", as in
@@ -26,6 +27,7 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 from PIL import Image, ImageDraw
+from pycocotools import mask as mask_utils
 
 DIGIT_CLASSES = tuple(f'digit_{i}' for i in range(10))
 SHAPE_CLASSES = ('rectangle', 'ellipse', 'triangle')
@@ -177,7 +179,8 @@ def _draw_scene(rng: np.random.Generator, height: int, width: int,
     """A noisy background with 1..max_objects filled shapes (they may
     overlap), each side between ``object_size`` fractions of the image's.
 
-    Returns the image, the objects (class index, exact box) and a label map
+    Returns the image, the objects (class index, exact box, visible mask)
+    and a label map
     (SEG_CLASSES index + 1 per pixel; later shapes paint over earlier ones,
     so boxes are computed from the final masks).
     """
@@ -225,21 +228,30 @@ def _draw_scene(rng: np.random.Generator, height: int, width: int,
         visible.append(dict(category=obj['category'],
                             bbox=[float(x0), float(y0), float(x1 - x0),
                                   float(y1 - y0)],
-                            area=float(len(xs))))
+                            area=float(len(xs)),
+                            mask=instance == obj['id']))
     return image, visible, labels
+
+
+def _rle(mask: np.ndarray) -> Dict:
+    """COCO's compressed RLE of a boolean mask, as JSON."""
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    return dict(size=rle['size'], counts=rle['counts'].decode('ascii'))
 
 
 def make_detection(root, seed: int = 0, num_train: int = 512,
                    num_val: int = 64, size: Tuple[int, int] = (128, 128),
                    max_objects: int = 2,
                    object_size: Tuple[float, float] = (1 / 4, 1 / 2)) -> bool:
-    """Shapes with exact boxes in COCO 2017 layout.
+    """Shapes with exact boxes and masks in COCO 2017 layout.
 
     The defaults give DETR (configs/demo/detr_hetdpt_demo.py) a set it
     learns in a few CPU minutes: few, large shapes, and enough images for
     its 1,500 steps not to memorise them.
     """
-    settings = dict(kind='detection', seed=seed, num_train=num_train,
+    # masks: datasets made before the masks were added are rebuilt.
+    settings = dict(kind='detection', masks='rle', seed=seed,
+                    num_train=num_train,
                     num_val=num_val, size=list(size), max_objects=max_objects,
                     object_size=list(object_size))
 
@@ -263,7 +275,8 @@ def make_detection(root, seed: int = 0, num_train: int = 512,
                     annotations.append(dict(
                         id=len(annotations) + 1, image_id=image_id,
                         category_id=obj['category'] + 1, bbox=obj['bbox'],
-                        area=obj['area'], iscrowd=0, segmentation=[]))
+                        area=obj['area'], iscrowd=0,
+                        segmentation=_rle(obj['mask'])))
             ann_file = out / 'annotations' / f'instances_{split}.json'
             ann_file.write_text(json.dumps(dict(
                 images=images, annotations=annotations,

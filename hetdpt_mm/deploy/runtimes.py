@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ..benchmark import autocast
 from ..cli import require_extra
 
 #: ONNX opset of every export: the dynamo exporter's own (18) — SDPA,
@@ -25,6 +26,14 @@ from ..cli import require_extra
 OPSET = 18
 #: What runs an exported model.
 RUNTIMES = ('onnxruntime', 'openvino')
+#: The precisions each runtime runs the fp32 graph in. OpenVINO's CPU
+#: plugin runs it in bf16 on CPUs with bf16 instructions (its inference
+#: precision hint); ONNX Runtime's CPU provider has no bf16 MatMul kernel.
+RUNTIME_DTYPES = {'onnxruntime': ('fp32', ), 'openvino': ('fp32', 'bf16')}
+#: Largest absolute output difference from fp32 PyTorch eager accepted by
+#: the benchmark, by precision: fp32 runtimes differ by rounding (~1e-6 on
+#: DeiT-B), bf16 (8-bit mantissa) by ~3e-2 there.
+TOLERANCES = {'fp32': 1e-4, 'bf16': 1e-1, 'fp16': 1e-1}
 
 
 def require(module: str):
@@ -83,11 +92,17 @@ def export_onnx(net: nn.Module, example: torch.Tensor, path: Union[str, Path],
                           external_data=False, verbose=False)
 
 
-def make_session(path: Union[str, Path], runtime: str,
-                 threads: int = 0) -> Callable[[np.ndarray], List[np.ndarray]]:
+def make_session(path: Union[str, Path], runtime: str, threads: int = 0,
+                 dtype: str = 'fp32'
+                 ) -> Callable[[np.ndarray], List[np.ndarray]]:
     """A function running the ONNX model at ``path`` in ``runtime`` on the
-    CPU in fp32 (``threads`` intra-op threads; 0: the runtime's default):
-    one NCHW float32 array in, the list of outputs out."""
+    CPU in ``dtype`` (one of ``RUNTIME_DTYPES[runtime]``; ``threads``
+    intra-op threads, 0: the runtime's default): one NCHW float32 array
+    in, the list of outputs out."""
+    if runtime in RUNTIME_DTYPES and dtype not in RUNTIME_DTYPES[runtime]:
+        raise ValueError(f'{runtime} runs '
+                         f'{" or ".join(RUNTIME_DTYPES[runtime])} here, not '
+                         f'{dtype}')
     if runtime == 'onnxruntime':
         ort = require('onnxruntime')
         options = ort.SessionOptions()
@@ -99,11 +114,17 @@ def make_session(path: Union[str, Path], runtime: str,
         return lambda array: session.run(None, {name: array})
     if runtime == 'openvino':
         ov = require('openvino')
-        config = {'INFERENCE_PRECISION_HINT': 'f32'}
+        precision = {'fp32': 'f32', 'bf16': 'bf16'}[dtype]
+        config = {'INFERENCE_PRECISION_HINT': precision}
         if threads:
             config['INFERENCE_NUM_THREADS'] = threads
         with signal_stack_kept():
             compiled = ov.Core().compile_model(str(path), 'CPU', config)
+        # A hint the CPU cannot follow is not an error to the plugin.
+        used = compiled.get_property('INFERENCE_PRECISION_HINT')
+        if used.get_type_name() != precision:
+            raise ValueError(f'OpenVINO runs {used.get_type_name()} on this '
+                             f'CPU, not {precision}')
         request = compiled.create_infer_request()
 
         def run(array):
@@ -119,31 +140,49 @@ BENCHMARK_RUNTIMES = ('torch', 'compile') + RUNTIMES
 
 
 def benchmark_runner(model: nn.Module, images: torch.Tensor, runtime: str,
-                     workdir: Union[str, Path], name: str
-                     ) -> Tuple[Callable[[], Any], float]:
-    """A call running ``model(images)`` in ``runtime`` (``images`` fixed,
-    as a benchmark times it) and the largest absolute difference of its
-    outputs from PyTorch eager's. The ONNX runtimes get a graph exported
-    at exactly this input shape (static shapes: the most their graph
+                     workdir: Union[str, Path], name: str,
+                     dtype: str = 'fp32') -> Tuple[Callable[[], Any], float]:
+    """A call running ``model(images)`` in ``runtime`` at ``dtype``
+    (``images`` fixed, as a benchmark times it; torch and compile run it
+    under the benchmark's AMP context) and the largest absolute difference
+    of its outputs from PyTorch eager's in fp32, checked against
+    ``TOLERANCES[dtype]``. The ONNX runtimes get a graph exported at
+    exactly this input shape (static shapes: the most their graph
     optimisers can do), with PyTorch's number of threads."""
+    if runtime == 'torch' and dtype == 'fp32':  # the reference itself
+        return (lambda: model(images)), 0.
     with torch.inference_mode():
         expected = torch.utils._pytree.tree_leaves(model(images))
-    if runtime == 'torch':
-        return (lambda: model(images)), 0.
-    if runtime == 'compile':
-        compiled = torch.compile(model)
-        with torch.inference_mode():  # compiles here, not in the timing
-            got = torch.utils._pytree.tree_leaves(compiled(images))
-        return (lambda: compiled(images)), max_abs_diff(got, expected)
+    if runtime in ('torch', 'compile'):
+        run = torch.compile(model) if runtime == 'compile' else model
+        # compile compiles here, for this precision, not in the timing.
+        with torch.inference_mode(), autocast(images.device, dtype):
+            got = torch.utils._pytree.tree_leaves(run(images))
+        return (lambda: run(images)), checked_diff(got, expected, runtime,
+                                                   name, dtype)
     path = Path(workdir) / f'{name}.onnx'
     if not path.exists():
         count = len(expected)
         export_onnx(model, images, path, [f'out{i}' for i in range(count)],
                     dynamic_batch=False, dynamic_hw=False)
-    run = make_session(path, runtime, torch.get_num_threads())
+    run = make_session(path, runtime, torch.get_num_threads(), dtype)
     array = images.cpu().numpy()
     got = [torch.from_numpy(np.asarray(out)) for out in run(array)]
-    return (lambda: run(array)), max_abs_diff(got, expected)
+    return (lambda: run(array)), checked_diff(got, expected, runtime, name,
+                                              dtype)
+
+
+def checked_diff(got: Sequence[torch.Tensor],
+                 expected: Sequence[torch.Tensor], runtime: str, name: str,
+                 dtype: str) -> float:
+    """:func:`max_abs_diff`, or ``ValueError`` above ``TOLERANCES[dtype]``:
+    a wrong graph's speed means nothing."""
+    diff = max_abs_diff(got, expected)
+    if not diff <= TOLERANCES[dtype]:
+        raise ValueError(f'{name} in {runtime} ({dtype}) differs from '
+                         f'PyTorch eager in fp32 by {diff:.3g}, more than '
+                         f'{TOLERANCES[dtype]:g}')
+    return diff
 
 
 def max_abs_diff(got: Sequence[torch.Tensor],

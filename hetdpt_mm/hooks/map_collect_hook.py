@@ -1,6 +1,7 @@
 """Collect MAP points in an ordinary classification run (METHOD.md §2).
 
-:class:`MAPCollectHook` turns a training run of a gated HetDPTViT into the
+:class:`MAPCollectHook` turns a training run of a gated HetDPT backbone
+(any family: HetDPTViT, HetDPTSwin, HetDPTLayerScaleViT) into the
 iterative *prune -> fast fine-tune -> evaluate* loop that produces the
 ``(a, t, accuracy)`` points of the Model Accuracy Predictor:
 
@@ -50,7 +51,7 @@ STATE_KEY = 'hetdpt_map_collect'
 class MAPCollectHook(GateHookBase):
     """Remove one layer every ``interval`` epochs and record MAP points.
 
-    The model must be a classifier with a gated ``HetDPTViT`` backbone
+    The model must be a classifier with a gated HetDPT backbone
     (``gated=True``); the run must be epoch based and have a validation
     dataloader and evaluator.
 

@@ -1,5 +1,6 @@
 """WidthPruneHook: after depth pruning, write the HetDPT+ model (METHOD.md
 section 6) -- the merged model pruned in width -- from the same run."""
+import os.path as osp
 from typing import Iterator, List, Optional, Tuple
 
 import torch
@@ -17,7 +18,10 @@ class WidthPruneHook(MergeCheckpointHook):
     :func:`~hetdpt_mm.pruning.width.prune_width_checkpoint` (Torch-Pruning's
     isomorphic pruning) to ``target_macs`` or by ``ratio``, with its widths
     in the record.  So one config runs depth pruning, then width pruning;
-    ``configs/hetdpt_plus/`` fine-tunes the result.
+    ``configs/hetdpt_plus/`` fine-tunes the result.  The log gets the
+    search trials, the MACs and parameters per stage (dense, depth-pruned,
+    width-pruned) and the per-block widths (also in the checkpoint's
+    ``meta['hetdpt_width']``); ``<name>_plus_widths.png`` draws the widths.
 
     Args:
         target_macs: MACs of the pruned classifier on one image (e.g.
@@ -28,6 +32,7 @@ class WidthPruneHook(MergeCheckpointHook):
             augmentations) or ``'magnitude'``.
         calib_images: images for Taylor importance (Isomorphic Pruning's:
             50 batches of 64).  The pruning runs on the CPU.
+        plot: also write the widths plot.
         width_options: more of :func:`~hetdpt_mm.pruning.width.prune_width`'s
             options (``max_ratio``, ``search_steps``).
         name, out_dir, at_each_save: as :class:`MergeCheckpointHook`.
@@ -40,7 +45,7 @@ class WidthPruneHook(MergeCheckpointHook):
                  ratio: Optional[float] = None, importance: str = 'taylor',
                  calib_images: int = 3200, name: Optional[str] = None,
                  out_dir: Optional[str] = None, at_each_save: bool = False,
-                 **width_options):
+                 plot: bool = True, **width_options):
         super().__init__(name=name, out_dir=out_dir,
                          at_each_save=at_each_save)
         if (target_macs is None) == (ratio is None):
@@ -51,6 +56,7 @@ class WidthPruneHook(MergeCheckpointHook):
                              f'{importance!r}')
         self.importance = importance
         self.calib_images = calib_images
+        self.plot = plot
         self.width_options = dict(width_options, target_macs=target_macs,
                                   ratio=ratio)
 
@@ -74,4 +80,10 @@ class WidthPruneHook(MergeCheckpointHook):
         pruned, result = prune_width_checkpoint(
             merged, importance=self.importance, calibration=calibration,
             logger=runner.logger.info, **self.width_options)
-        return pruned, '\n' + result.format()
+        report = '\n' + result.format()
+        if self.plot:
+            from ..apis.plots import plot_widths, write_image
+            path = osp.splitext(self.output_path(runner))[0] + '_widths.png'
+            write_image(path, plot_widths(result.record.spec))
+            report += f'\nper-block widths drawn in {path}'
+        return pruned, report

@@ -17,6 +17,7 @@ class level (no model)   ``recognizes(state)``, ``describe_keys()``,
                          ``layer_macs(arch, img_size)``
 instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
                          ``gates(kind)``, ``gate_scores(kind)``,
+                         ``class_feature(inputs)``,
                          ``set_spec(spec)``, ``build_args()``, ``record()``,
                          ``to_merged()``, ``load_pretrained(source, prefix)``
 family hooks             ``_build_structure(spec, form, semantics)``,
@@ -328,6 +329,16 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
     def _output_args(self) -> Dict:
         """Constructor arguments that choose outputs, not shapes."""
         return {}
+
+    def class_feature(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The feature of ``inputs`` a classification head reads, as the
+        family's classifiers compute it (MAP collection's transfer-entropy
+        score measures it).  The default: the last output, the first of a
+        tuple (a ViT's ``(cls, dist)``)."""
+        output = self(inputs)[-1]
+        if isinstance(output, (tuple, list)):
+            output = output[0]
+        return output
 
     # ------------------------------------------- the record in state dicts
     def state_record(self) -> Dict:

@@ -422,6 +422,18 @@ class HetDPTSwin(HetDPTBackbone):
                       logger='current')
         return state
 
+    def class_feature(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The normed last stage averaged over its positions (``N x C``):
+        what mmpretrain's ``GlobalAveragePooling`` neck gives a Swin
+        classifier's head."""
+        last = len(self.stages) - 1
+        if self.out_indices[-1] != last:
+            raise ValueError(
+                f'the class feature is the last stage\'s ({last}) output; '
+                f'this HetDPTSwin returns stages {self.out_indices}: build '
+                f'it with out_indices=({last}, )')
+        return self(inputs)[-1].mean(dim=(2, 3))
+
     # -------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor) -> tuple:
         self._check_weights_arrived()

@@ -6,9 +6,11 @@ Learner", CVPR 2024).  Neither that paper nor the HetDPT release pins the
 formula down, so this is exactly what is implemented:
 
 1. Features.  ``F`` is the ``N x C`` matrix of *final normed class features*
-   of ``N`` calibration images: the backbone's last output, i.e. the class
-   token after the final LayerNorm (``out_type='cls_token'``).  The backbone
-   runs in eval mode under ``torch.no_grad``.
+   of ``N`` calibration images, what the classification head reads
+   (``HetDPTBackbone.class_feature``): for a ViT the class token after the
+   final LayerNorm (``out_type='cls_token'``), for a Swin the normed last
+   stage averaged over its positions (the ``GlobalAveragePooling`` neck's
+   output).  The backbone runs in eval mode under ``torch.no_grad``.
 2. Entropy.  Under a per-channel Gaussian assumption the differential entropy
    of ``F`` is ``sum_c (log(std_c) + log(2 pi e) / 2)``.  The constant does
    not depend on the network and is dropped::
@@ -61,9 +63,7 @@ def class_features(backbone: torch.nn.Module,
     device = next(backbone.parameters()).device
     features = []
     for inputs in batches:
-        output = backbone(inputs.to(device))[-1]
-        if isinstance(output, (tuple, list)):  # (cls, dist) when distilled
-            output = output[0]
+        output = backbone.class_feature(inputs.to(device))
         if output.dim() != 2:
             raise ValueError(
                 'the TE score needs the final class feature (N x C); the '

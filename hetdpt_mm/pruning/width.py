@@ -45,7 +45,7 @@ from ..cli import require_extra
 from ..record import (EXTRA_STATE_KEY, HetDPTRecord, classifier_head_prefixes,
                       read_backbone_checkpoint, read_classifier_heads,
                       with_record)
-from ..spec import ACT, ATTN, META_KEY, Widths
+from ..spec import ACT, ATTN, META_KEY, PruneSpec, Widths
 
 #: Importance criteria (Torch-Pruning's group importances).
 IMPORTANCES = ('taylor', 'magnitude')
@@ -123,6 +123,20 @@ class WidthTrial:
     params: int
 
 
+def _scaled(count: int) -> str:
+    """``17.676 G``, ``54.87 M``."""
+    return f'{count / 1e9:.3f} G' if count >= 1e9 else f'{count / 1e6:.2f} M'
+
+
+@dataclass
+class StageCost:
+    """MACs and parameters of the classifier (one image) at one stage of
+    the pipeline: ``dense``, ``depth-pruned (merged)``, ``width-pruned``."""
+    stage: str
+    macs: int
+    params: int
+
+
 @dataclass
 class WidthPruneResult:
     """What :func:`prune_width` returns: the rebuilt network and its heads,
@@ -140,6 +154,23 @@ class WidthPruneResult:
     #: Largest difference between the Torch-Pruning model's outputs and the
     #: rebuilt network's on a random batch.
     rebuild_error: float = 0.
+    #: Cost per stage, from the dense network of the same architecture to
+    #: the width-pruned one (:func:`pipeline_stages`).
+    stages: List[StageCost] = field(default_factory=list)
+
+    def stage_table(self) -> str:
+        """MACs and parameters per stage as a markdown table."""
+        dense = self.stages[0]
+        lines = ['| stage | MACs | params | dense / stage MACs | '
+                 'dense / stage params |',
+                 '| --- | ---: | ---: | ---: | ---: |']
+        for stage in self.stages:
+            lines.append(
+                f'| {stage.stage} | {_scaled(stage.macs)} | '
+                f'{_scaled(stage.params)} | '
+                f'{dense.macs / stage.macs:.2f}x | '
+                f'{dense.params / stage.params:.2f}x |')
+        return '\n'.join(lines)
 
     def block_table(self) -> str:
         """Per-block widths as a markdown table."""
@@ -167,15 +198,12 @@ class WidthPruneResult:
                     params_after=self.params_after,
                     ratio=self.ratio,
                     trials=[vars(trial) for trial in self.trials],
-                    rebuild_error=self.rebuild_error)
+                    rebuild_error=self.rebuild_error,
+                    stages=[vars(stage) for stage in self.stages])
 
     def format(self) -> str:
         return '\n'.join([
-            f'MACs:   {self.macs_before / 1e9:.3f} G -> '
-            f'{self.macs_after / 1e9:.3f} G '
-            f'({self.macs_before / self.macs_after:.2f}x fewer)',
-            f'params: {self.params_before / 1e6:.2f} M -> '
-            f'{self.params_after / 1e6:.2f} M',
+            self.stage_table(), '',
             f'channel ratio: {self.ratio:.4f}' + (
                 f' ({len(self.trials)} trials for the MACs target)'
                 if self.trials else ''),
@@ -279,6 +307,36 @@ def _cost(model: nn.Module, example: torch.Tensor) -> Tuple[int, int]:
     return count_macs(model, example).total, count_params(model)
 
 
+def _input_stage(spec: PruneSpec, form: str) -> Optional[str]:
+    """The stage name of a network about to be width-pruned; ``None`` for
+    a dense one."""
+    if spec.widths is not None:
+        return 'input (width-pruned before)'
+    return None if spec.is_dense else f'depth-pruned ({form})'
+
+
+def pipeline_stages(backbone: nn.Module, heads: Mapping[str, nn.Linear],
+                    cost: Tuple[int, int], example: torch.Tensor
+                    ) -> List[StageCost]:
+    """The cost of ``backbone`` with its ``heads`` (``cost``: MACs and
+    parameters, before width pruning), preceded, unless it is dense, by
+    that of the dense network of its architecture with heads of the same
+    outputs (the start of the pipeline, counted the same way)."""
+    record = backbone.record()
+    name = _input_stage(record.spec, record.form)
+    if name is None:
+        return [StageCost('dense', *cost)]
+    dense = type(backbone).from_record(
+        replace(record, spec=PruneSpec(record.spec.depth), form='pruned'),
+        **backbone._output_args())
+    dense_heads = {key: nn.Linear(dense.embed_dims, head.out_features,
+                                  bias=head.bias is not None)
+                   for key, head in heads.items()}
+    return [StageCost('dense', *_cost(LinearHeads(dense, dense_heads).eval(),
+                                      example)),
+            StageCost(name, *cost)]
+
+
 def prune_width(backbone: nn.Module,
                 heads: Optional[Mapping[str, nn.Linear]] = None,
                 target_macs: Optional[float] = None,
@@ -322,6 +380,8 @@ def prune_width(backbone: nn.Module,
     example = torch.randn(1, backbone._build_args['in_channels'],
                           *backbone.img_size)
     macs_before, params_before = _cost(model, example)
+    stages = pipeline_stages(backbone, dict(model.heads.items()),
+                             (macs_before, params_before), example)
     if target_macs is not None and target_macs >= macs_before:
         raise ValueError(f'the model has {macs_before / 1e9:.3f} GMACs, '
                          f'already at or below the target '
@@ -370,6 +430,7 @@ def prune_width(backbone: nn.Module,
     _prune_once(tp, model, imp, ratio, round_to, example)
     macs_after, params_after = _cost(model, example)
     model.zero_grad(set_to_none=True)
+    stages.append(StageCost('width-pruned', macs_after, params_after))
 
     new_record = replace(record, spec=record.spec.with_widths(
         read_widths(backbone)))
@@ -387,7 +448,7 @@ def prune_width(backbone: nn.Module,
         record=new_record, macs_before=macs_before,
         params_before=params_before, macs_after=macs_after,
         params_after=params_after, ratio=ratio, trials=trials,
-        rebuild_error=float(error))
+        rebuild_error=float(error), stages=stages)
 
 
 def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,

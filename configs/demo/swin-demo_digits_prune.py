@@ -1,0 +1,26 @@
+# HetDPT on the demo digits with a small Swin (docs/swin.md): the recipe of
+# ./vit-demo_digits_prune.py (HetDPTPruneHook with MAP's split of the budget,
+# progressive removals, MergeCheckpointHook) on the gated form of
+# ./swin-demo_digits.py.  Writes
+# <work_dir>/swin-demo_digits_prune_merged.pth, the backbone
+# ./mask-rcnn_hetdpt-swin_demo.py and ./upernet_hetdpt-swin_demo.py start
+# from.  A starting point for the CPU demo, not tuned.
+#
+#   python tools/make_demo_data.py data/demo
+#   python tools/train.py configs/demo/swin-demo_digits_prune.py
+_base_ = ['./swin-demo_digits.py']
+
+model = dict(backbone=dict(gated=True))
+
+# 3 of the 16 layers (the ViT demo: 5 of 12).
+custom_hooks = [
+    dict(type='HetDPTPruneHook',
+         map_points='tests/data/map_points_paper.csv', budget=3,
+         schedule='progressive', stages=[2, 1, 1]),
+    dict(type='MergeCheckpointHook'),
+]
+# Closed gates skip their layer: under DDP its parameters get no gradient.
+find_unused_parameters = True
+
+train_cfg = dict(max_epochs=8, val_interval=4)
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))
