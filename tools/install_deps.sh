@@ -58,7 +58,7 @@ build_mmcv_from_source() {  # $1 = output directory
   local work
   work="$(mktemp -d)"
   say "no mmcv ${MMCV_VERSION} wheel for torch ${TORCH_INSTALLED}: building it from source"
-  say "this compiles the CPU ops once per machine (about 7 minutes on 2 idle cores, much longer on busy ones)"
+  say "this compiles the CPU ops once per machine (8 minutes measured on 2 idle cores, much longer on busy ones)"
   pip install -q -r "$ROOT/requirements/build.txt"
   pip download -q --no-deps --no-build-isolation --no-binary :all: \
     -d "$work" "mmcv==${MMCV_VERSION}"

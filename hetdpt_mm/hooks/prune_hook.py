@@ -354,9 +354,10 @@ class HetDPTPruneHook(GateHookBase):
             candidates=open_candidates, closed_before=closed_before,
             rank_choices=rank_choices,
             # Every layer's score of both types at this moment, for the
-            # record (e.g. to rank them across types, as HetDPT does not).
+            # record (e.g. to rank them across types, as HetDPT does not);
+            # a type without gates (SwiGLU FFNs: no GELU) is left out.
             gate_scores={k: backbone.gate_scores(k).float().tolist()
-                         for k in LAYER_KINDS})
+                         for k in LAYER_KINDS if backbone.gates(k)})
         self.decisions.append(record)
         epoch = f' (epoch {record["epoch"]})' if self.schedule.by_epoch \
             else ''

@@ -747,7 +747,7 @@ def rank_across_types(scores: Mapping[str, Sequence[float]],
     scores of its layers by block; returns the removed blocks per kind."""
     ranked = sorted((score, kind != ACT, index)
                     for kind in LAYER_KINDS
-                    for index, score in enumerate(scores[kind]))
+                    for index, score in enumerate(scores.get(kind, ())))
     if not 0 <= budget <= len(ranked):
         raise ValueError(f'budget must be in 0..{len(ranked)}, got {budget}')
     removed = {kind: [] for kind in LAYER_KINDS}
