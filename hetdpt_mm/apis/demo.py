@@ -1014,17 +1014,39 @@ class Demo:
         for split in splits:
             split['mean'] = sum(split['accuracies']) / len(split[
                 'accuracies'])
-        best = max(splits, key=lambda split: split['mean'])
         ours = splits[0]
-        if ours['mean'] >= best['mean']:
+        seeds = f'mean over {len(ours["accuracies"])} seed(s)'
+        rivals = [split for split in splits[1:]
+                  if (split['n_attn'], split['n_act']) !=
+                  (ours['n_attn'], ours['n_act'])]
+        best = max(rivals, key=lambda split: split['mean'], default=None)
+        if best is None:
+            verdict = (f'Every split of this budget is MAP\'s own '
+                       f'({ours["n_attn"]} + {ours["n_act"]}): nothing to '
+                       'compare.')
+        elif ours['mean'] > best['mean']:
             verdict = (f'**MAP\'s split is the most accurate** of the four '
-                       f'({ours["mean"]:.2f} %, mean over '
-                       f'{len(ours["accuracies"])} seed(s)).')
-        else:
+                       f'({ours["mean"]:.2f} % against at best '
+                       f'{best["mean"]:.2f} %, {seeds}).')
+        elif ours['mean'] < best['mean']:
             verdict = (f'**MAP\'s split is not the most accurate here**: '
                        f'{best["name"]} reaches {best["mean"]:.2f} % against '
-                       f'its {ours["mean"]:.2f} % (mean over '
-                       f'{len(ours["accuracies"])} seed(s)).')
+                       f'its {ours["mean"]:.2f} % ({seeds}).')
+        else:
+            # A tie in accuracy is decided by measured speed.
+            tied = [split for split in rivals
+                    if split['mean'] == ours['mean']]
+            fastest = max(tied, key=lambda split: split['speedup'])
+            verdict = (f'**No split is more accurate: {ours["name"]} ties '
+                       f'with {", ".join(split["name"] for split in tied)} '
+                       f'at {ours["mean"]:.2f} %** ({seeds}); ' + (
+                           f'at equal accuracy {fastest["name"]} '
+                           f'({fastest["n_attn"]} + {fastest["n_act"]}) is '
+                           f'faster ({fastest["speedup"]:.2f}x against '
+                           f'{ours["speedup"]:.2f}x), so on this task MAP\'s '
+                           'split does not win.'
+                           if fastest['speedup'] > ours['speedup'] else
+                           'MAP\'s split is at least as fast.'))
         return dict(score_grads=dict(
             types=types, ratio=types[ACT]['mean'] / types[ATTN]['mean']),
             recovery=r['recovery'], splits=splits, verdict=verdict)
