@@ -4,6 +4,8 @@ analytic counts, the merged backbone is a plain dense network, the tool
 refuses bad input. No timing assertions: speed targets live in
 docs/benchmarks.md, measured with the tool."""
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -16,8 +18,8 @@ from hetdpt_mm.apis.benchmark import (BenchmarkOptions, format_markdown,
                                       resolve_options, run_benchmark)
 from hetdpt_mm.benchmark import (AUTHORS_SPEC, amdahl_bound,
                                  build_backbone_variants, count_macs,
-                                 count_params, gate_modules, rotations,
-                                 time_runs)
+                                 count_params, gate_modules, glibc_malloc,
+                                 rotations, time_runs)
 from hetdpt_mm.models.hetdpt_vit import HetDPTViT
 from hetdpt_mm.models.layers import (AttentionBypass, MergedFFN,
                                      StraightThroughGate)
@@ -216,6 +218,47 @@ def test_backbone_benchmark_tables_and_json():
     assert merged['params'] < pruned['params'] < dense['params']
     assert '| merged | HetDPTViT pruned and merged' in markdown
     assert 'vs AnalyticCost' in markdown
+
+
+#: Page faults of allocating and freeing a 64 MB tensor eight times, in a
+#: fresh process (mallopt changes the whole process).
+PAGE_FAULTS = """
+import resource, sys, torch
+from hetdpt_mm.benchmark import keep_freed_memory
+if sys.argv[1] == 'keep':
+    keep_freed_memory()
+for _ in range(2):  # the first allocations fault in either case
+    torch.ones(16 << 20)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(8):
+    torch.ones(16 << 20)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not glibc_malloc(), reason='glibc only')
+def test_keep_freed_memory_stops_page_faults_per_batch():
+    faults = {
+        mode: int(subprocess.run([sys.executable, '-c', PAGE_FAULTS, mode],
+                                 capture_output=True, text=True, check=True,
+                                 cwd=REPO).stdout.split()[-1])
+        for mode in ('default', 'keep')}
+    # 64 MB are 16384 pages: glibc maps them afresh for every tensor.
+    assert faults['default'] >= 8 * 16384
+    assert faults['keep'] < 16384
+
+
+def test_keep_freed_memory_option(tool, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr('hetdpt_mm.apis.benchmark.keep_freed_memory',
+                        lambda: calls.append('mallopt'))
+    out = tmp_path / 'bench.json'
+    assert tool.main(['backbone', '--arch', TINY_ARCH, '--spec', TINY_SPEC,
+                      '--img-size', '32', '--batch-size', '2', '--repeats',
+                      '1', '--warmup', '0', '--no-macs',
+                      '--keep-freed-memory', '--json', str(out)]) == 0
+    assert calls == ['mallopt']
+    assert json.loads(out.read_text())['settings']['keep_freed_memory']
 
 
 def test_upernet_benchmark_reports_amdahl():

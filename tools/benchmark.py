@@ -107,6 +107,13 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
                      help='wall: elapsed time (default); process: CPU '
                      'seconds of this process, for a loaded machine (use '
                      'with --threads 1, CPU only)')
+    run.add_argument('--keep-freed-memory', action='store_true',
+                     default=None,
+                     help='glibc: serve every allocation from the heap and '
+                     'keep freed memory, so that large activations are not '
+                     'page-faulted in again every batch (what jemalloc / '
+                     'tcmalloc do; recommended on CPU, see '
+                     'docs/benchmarks.md)')
     run.add_argument('--warmup', type=int,
                      help='untimed batches per model first (default 1)')
     run.add_argument('--repeats', type=int,

@@ -43,7 +43,8 @@ from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
                          TensorForward, TimingStats, amdahl_bound,
                          analytic_macs, autocast, build_backbone_variants,
                          build_from_config, count_macs, count_params,
-                         hetdpt_config, machine_info, make_test_batch,
+                         glibc_malloc, hetdpt_config, keep_freed_memory,
+                         machine_info, make_test_batch,
                          paired_speedups, spec_text, stock_config,
                          synchronize, time_runs)
 from ..cli import UsageError
@@ -100,6 +101,7 @@ class BenchmarkOptions:
     device: str = 'cpu'
     threads: Optional[int] = None  # torch.set_num_threads
     clock: str = 'wall'  # wall or process
+    keep_freed_memory: bool = False  # glibc malloc keeps its heap
     warmup: int = 1
     repeats: Optional[int] = None
     iters: int = 1
@@ -145,6 +147,9 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
             and torch.device(options.device).type != 'cpu'):
         raise UsageError('--clock process measures CPU work; use the wall '
                          f'clock on {options.device}')
+    if options.keep_freed_memory and not glibc_malloc():
+        raise UsageError('--keep-freed-memory needs glibc\'s malloc (Linux '
+                         'with glibc)')
     check_runtimes(options)
     if options.split_backbone is None:
         options.split_backbone = split
@@ -462,6 +467,8 @@ def profile(run: Callable, top: int,
 def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
     if options.threads:
         torch.set_num_threads(options.threads)
+    if options.keep_freed_memory:
+        keep_freed_memory()
     machine = machine_info(options.device)
     entries = (backbone_entries(options) if options.task == 'backbone' else
                config_entries(options))
@@ -516,6 +523,7 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
                       batch_size=options.batch_size,
                       dtype=options.dtype, device=options.device,
                       threads=torch.get_num_threads(), clock=options.clock,
+                      keep_freed_memory=options.keep_freed_memory,
                       warmup=options.warmup,
                       repeats=options.repeats, iters=options.iters,
                       # --config models take all of these from configs.
@@ -599,6 +607,8 @@ def format_markdown(result: Dict[str, Any]) -> str:
     height, width = settings['img_size']
     clock = ('' if settings['clock'] == 'wall' else
              ', process CPU time (not elapsed)')
+    if settings.get('keep_freed_memory'):
+        clock += ', freed memory kept (no page faults per batch)'
     lines = [f'### {result["task"]}: {height}x{width}, batch '
              f'{settings["batch_size"]}, {settings["dtype"]}, '
              f'{settings["device"]}, {settings["threads"]} threads{clock}',
