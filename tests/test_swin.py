@@ -491,6 +491,34 @@ def write_fake_imagenet(root: Path, num_images: int = 4) -> None:
 TALL_ARCH = dict(SMALL_ARCH, depths=[2, 2, 18, 2])
 
 
+def run_on_a_narrow_swin(cfg: Config, tmp_path: Path, monkeypatch) -> dict:
+    """Point an ImageNet Swin config at a narrow 24-block Swin classifier in
+    official layout (heads included; its state is returned) and at four fake
+    ImageNet images, for one epoch without validation."""
+    state = timm_state_dict(randomize_(swin(arch=TALL_ARCH)))
+    state['head.weight'] = torch.randn(1000, 128) * .02
+    state['head.bias'] = torch.zeros(1000)
+    torch.save(official_layout(state), tmp_path / 'official.pth')
+    cfg.model.backbone.update(arch=TALL_ARCH, init_cfg=dict(
+        type='Pretrained', checkpoint=str(tmp_path / 'official.pth')))
+    cfg.model.head.update(in_channels=128, init_cfg=dict(
+        type='PretrainedHeads', checkpoint=str(tmp_path / 'official.pth')))
+    write_fake_imagenet(tmp_path / 'imagenet')
+    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        cfg[loader].update(batch_size=4, num_workers=0,
+                           persistent_workers=False)
+        cfg[loader].dataset.data_root = str(tmp_path / 'imagenet')
+    cfg.train_cfg.update(max_epochs=1, val_interval=1000)
+    cfg.param_scheduler = None
+    cfg.default_hooks.checkpoint.interval = 1000
+    cfg.work_dir = str(tmp_path / 'work_dir')
+    # The runner logs and dumps its config formatted by yapf: seconds for
+    # these configs, and nothing here reads it.
+    monkeypatch.setattr(Config, 'pretty_text',
+                        property(lambda config: str(config.to_dict())))
+    return state
+
+
 @pytest.mark.parametrize('name, arch, drop_path, width, counts, last', [
     ('swin-s_prune-10l_in1k.py', 'small', 0.3, 768, (6, 4), 120),
     ('swin-b_prune-18l_in1k.py', 'base', 0.5, 1024, (8, 10), 144),
@@ -524,33 +552,12 @@ def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
     # Epoch after which the last removal happens: inside the 300 epochs.
     assert hook.schedule.iterations(sum(counts), 1)[-1] == last
 
-    # The recipe on a narrow Swin.
-    state = timm_state_dict(randomize_(swin(arch=TALL_ARCH)))
-    state['head.weight'] = torch.randn(1000, 128) * .02
-    state['head.bias'] = torch.zeros(1000)
-    torch.save(official_layout(state), tmp_path / 'official.pth')
-    backbone_cfg.update(arch=TALL_ARCH, init_cfg=dict(
-        type='Pretrained', checkpoint=str(tmp_path / 'official.pth')))
-    cfg.model.head.update(in_channels=128, init_cfg=dict(
-        type='PretrainedHeads', checkpoint=str(tmp_path / 'official.pth')))
+    state = run_on_a_narrow_swin(cfg, tmp_path, monkeypatch)
     # Every removal after the first step (the progressive schedule's
     # stages are checked above).
     cfg.custom_hooks[0] = dict(
         type='HetDPTPruneHook', map_points=str(ROOT / prune.map_points),
         budget=prune.budget, schedule='epoch', prune_epoch=1)
-    write_fake_imagenet(tmp_path / 'imagenet')
-    for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        cfg[loader].update(batch_size=4, num_workers=0,
-                           persistent_workers=False)
-        cfg[loader].dataset.data_root = str(tmp_path / 'imagenet')
-    cfg.train_cfg.update(max_epochs=1, val_interval=1000)
-    cfg.param_scheduler = None
-    cfg.default_hooks.checkpoint.interval = 1000
-    cfg.work_dir = str(tmp_path / 'work_dir')
-    # The runner logs and dumps its config formatted by yapf: seconds for
-    # these configs, and nothing here reads it.
-    monkeypatch.setattr(Config, 'pretty_text',
-                        property(lambda config: str(config.to_dict())))
     runner = build_runner(cfg)
     runner.train()
     # The official head was loaded (and took one AdamW step of lr 1e-3).
@@ -561,3 +568,40 @@ def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
     merged = load_backbone_checkpoint(
         str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth')))
     assert merged.record.form == 'merged' and merged.record.spec == spec
+
+
+@pytest.mark.parametrize('name, arch, width, prune_config', [
+    ('swin-s_map-collect_in1k.py', 'small', 768, 'swin-s_prune-10l_in1k.py'),
+    ('swin-b_map-collect_in1k.py', 'base', 1024, 'swin-b_prune-18l_in1k.py'),
+])
+def test_map_collect_configs_collect(name, arch, width, prune_config,
+                                     tmp_path, monkeypatch):
+    """The Swin MAP collection configs: the prune config's model (official
+    dense classifier, heads included) under MAPCollectHook, as many steps as
+    the prune budget, at a constant learning rate on a fixed subset; with a
+    narrow Swin in official layout, one step writes the dense point and
+    the first removal's."""
+    from hetdpt_mm.runner import build_runner
+    cfg = Config.fromfile(ROOT / 'configs/hetdpt' / name)
+    prune_cfg = Config.fromfile(ROOT / 'configs/hetdpt' / prune_config)
+    assert (cfg.model.backbone.arch, cfg.model.head.in_channels) == (arch,
+                                                                     width)
+    assert cfg.model.backbone.init_cfg.checkpoint == \
+        prune_cfg.model.backbone.init_cfg.checkpoint
+    assert cfg.model.backbone.drop_path_rate == \
+        prune_cfg.model.backbone.drop_path_rate
+    (hook, ) = cfg.custom_hooks
+    assert (hook.type, hook.schedule, hook.max_removed) == (
+        'MAPCollectHook', 'interleaved', prune_cfg.budget)
+    assert cfg.train_cfg.max_epochs == hook.interval * hook.max_removed
+    assert cfg.param_scheduler == [dict(type='ConstantLR', factor=1.0,
+                                        by_epoch=True)]
+    assert cfg.train_dataloader.sampler.subset == 0.1
+
+    run_on_a_narrow_swin(cfg, tmp_path, monkeypatch)
+    cfg.custom_hooks[0].update(interval=1, max_removed=1, calib_images=4,
+                               calib_batch_size=4)
+    cfg.train_dataloader.sampler.subset = 4
+    build_runner(cfg).train()
+    points = (tmp_path / 'work_dir' / 'map_points.csv').read_text()
+    assert len(points.strip().splitlines()) == 3  # header, dense, one step

@@ -30,8 +30,7 @@ pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
 # MAP points.  The paper publishes points for DeiT-B only; MAP reads retained
 # ratios (a, t), so these allocate a budget at any depth: 6 attention + 4
 # GELU layers of Swin-S's 24 blocks for a budget of 10.  Swin's own points
-# are a MAP collection run on Swin (docs/map.md; see docs/swin.md for what
-# MAPCollectHook's TE score needs first), or give the split:
+# come from swin-s_map-collect_in1k.py (docs/swin.md), or give the split:
 #   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
 #       custom_hooks.0.counts.attn=5 custom_hooks.0.counts.act=5
 map_points = 'tests/data/map_points_paper.csv'
