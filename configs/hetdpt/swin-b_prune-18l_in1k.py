@@ -1,6 +1,7 @@
 # HetDPT on Swin-B, ImageNet-1k, in one run: swin-s_prune-10l_in1k.py with
-# Swin-B (mmpretrain's stock swin_transformer/swin-base_16xb64_in1k.py:
-# the same recipe with drop path 0.5) and a budget of 18 layers.
+# Swin-B (mmpretrain's stock swin_transformer/swin-base_16xb64_in1k.py is
+# its Swin-S recipe with Swin-B's width and drop path 0.5) and a budget of 18
+# layers.
 #
 # Budget: the paper reports Swin-B at 1.60x and 82.9 % (Table 1) and 9.8 G
 # of 15.4 G MACs, but not how many layers it removes.  18 is derived from the
@@ -19,8 +20,7 @@
 # fine-tuning of the final network.
 #
 #   bash tools/dist_train.sh configs/hetdpt/swin-b_prune-18l_in1k.py 16
-_base_ = 'mmpretrain::swin_transformer/swin-base_16xb64_in1k.py'
-custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
+_base_ = './swin-s_prune-10l_in1k.py'
 
 # https://github.com/SwinTransformer/storage/releases/download/v1.0.0/swin_base_patch4_window7_224.pth
 # (official Microsoft release, ImageNet-1k, 83.5 %).
@@ -33,27 +33,14 @@ budget = 18
 
 model = dict(
     backbone=dict(
-        _delete_=True,
-        type='HetDPTSwin',
         arch='base',
-        window_size=7,
         drop_path_rate=0.5,  # mmpretrain's Swin-B
-        out_indices=(3, ),
-        gated=True,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint)),
-    head=dict(
-        init_cfg=dict(_delete_=True, type='PretrainedHeads',
-                      checkpoint=pretrained_checkpoint)))
-
-optim_wrapper = dict(
-    paramwise_cfg=dict(custom_keys={
-        'hetdpt_score': dict(decay_mult=0.0),
-    }))
+        init_cfg=dict(checkpoint=pretrained_checkpoint)),
+    head=dict(in_channels=1024,
+              init_cfg=dict(checkpoint=pretrained_checkpoint)))
 
 custom_hooks = [
     dict(type='HetDPTPruneHook', map_points=map_points, budget=budget,
          schedule='progressive', stages=8),
     dict(type='MergeCheckpointHook'),
 ]
-model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                         find_unused_parameters=True)
