@@ -158,18 +158,12 @@ def test_quick_demo_stage_outputs(quick_run):
     record = read_backbone_checkpoint(merged).record
     assert record.form == 'merged'
     assert record.spec.n_attn + record.spec.n_act == 2
-    for path in ('vit-demo_digits/test_metrics.json',
-                 'vit-demo_digits_hetdpt/test_metrics_pruned.json',
-                 'vit-demo_digits_hetdpt/test_metrics_merged.json',
-                 'detr_hetdpt_demo/test_metrics_before_training.json',
-                 'detr_hetdpt_demo/test_metrics_after_training.json',
-                 'upernet_hetdpt_demo/test_metrics_before_training.json',
-                 'upernet_hetdpt_demo/test_metrics_after_training.json',
+    for path in ('vit-demo_digits_hetdpt/test_metrics_merged.json',
                  'vit-demo_digits_plus/plus.pth',
                  'vit-demo_digits_plus/widths.png',
-                 'vit-demo_digits_plus/test_metrics_plus.json',
+                 'vit-demo_digits_plus/test_metrics_detr.json',
                  'benchmark/demo.json', 'benchmark/demo.md',
-                 'logs/dense-train.log', 'demo.log'):
+                 'logs/dense-train.log', 'logs/merge.log', 'demo.log'):
         assert (work_dir / path).is_file(), path
 
 

@@ -91,7 +91,8 @@ CLS_CLASSES = len(PAIR_CLASSES)
 STATE_FILE = 'demo_state.json'
 # 2: the MAP allocation is read from fit_map's output and kept in the state.
 # 3: the pairs task, the recovery and comparison stages.
-STATE_VERSION = 3
+# 4: validations inside the training runs replace tools/test.py runs.
+STATE_VERSION = 4
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
 OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'recovery', 'compare',
@@ -305,10 +306,13 @@ class Demo:
 
     @staticmethod
     def train_argv(config: str, work_dir: str, options: Sequence[str],
-                   validate: bool = True) -> List[str]:
+                   validate_first: bool = False) -> List[str]:
+        """A training run; ``validate_first``: it also validates its
+        starting point (``--validate-first``), so that no separate
+        ``tools/test.py`` run is needed for it."""
         argv = ['tools/train.py', config, '--work-dir', work_dir]
-        if not validate:
-            argv.append('--no-validate')
+        if validate_first:
+            argv.append('--validate-first')
         return argv + (['--cfg-options', *options] if options else [])
 
     @staticmethod
@@ -402,7 +406,7 @@ class Demo:
                 continue
             self.logger.info(f'==== {banner}')
             stage_start = time.monotonic()
-            cpu_start = children_cpu_seconds()
+            cpu_start = cpu_seconds()
             try:
                 getattr(self, f'stage_{name}')()
             except (OSError, ValueError) as err:
@@ -410,7 +414,7 @@ class Demo:
             seconds = time.monotonic() - stage_start
             self.state['seconds'][name] = seconds
             self.state.setdefault('cpu_seconds', {})[name] = \
-                children_cpu_seconds() - cpu_start
+                cpu_seconds() - cpu_start
             self.state['finished'].append(name)
             self.save_state()
             self.logger.info(f'==== [{number}/{len(self.STAGES)}] done in '
@@ -436,9 +440,11 @@ class Demo:
             DENSE_CONFIG, work, options))]])
         checkpoint = last_checkpoint(self.out('vit-demo_digits'))
         record = load_backbone_checkpoint(checkpoint, mmap=True).record
+        # The last validation is of the last checkpoint, on the test split.
         self.results['dense'] = dict(
             checkpoint=self.rel(checkpoint), arch=record.arch,
-            depth=record.spec.depth)
+            depth=record.spec.depth,
+            accuracy=last_accuracy(self.out('vit-demo_digits')))
 
     def stage_map(self) -> None:
         s = self.settings
@@ -458,20 +464,7 @@ class Demo:
             ] + self.data_options('cls')
             jobs[schedule] = Job(name, self.train_argv(
                 config, self.rel(self.out('map', schedule)), options))
-        dense_test = Job('dense-test', self.test_argv(
-            DENSE_CONFIG, dense['checkpoint'],
-            self.rel(self.out('vit-demo_digits')),
-            self.rel(self.out('vit-demo_digits', 'test_metrics.json')),
-            self.data_options('cls')))
-        # On two cores: the longest schedule beside the other two, then the
-        # dense test (it needs no MAP result) on whichever core frees first.
-        longest = max(MAP_SCHEDULES, key=lambda name: s.map_steps[name])
-        self.jobs.run_lanes([
-            [jobs[longest]],
-            [jobs[name] for name in MAP_SCHEDULES if name != longest],
-            [dense_test]])
-        dense['accuracy'] = demo_report.read_json(self.out(
-            'vit-demo_digits', 'test_metrics.json'))['accuracy/top1']
+        self.jobs.run_lanes([[jobs[name]] for name in MAP_SCHEDULES])
         # One points file: the starting (dense) point once, then every
         # removal step of every schedule.
         rows = []
@@ -495,8 +488,9 @@ class Demo:
     def stage_recovery(self) -> None:
         """Recovery asymmetry (METHOD.md §2): remove from the dense model
         the one attention layer, or the one GELU, that the MAP schedules
-        removed first (the TE score's choice); test at once, then fine-tune
-        ``recovery_epochs`` epochs, validating after each."""
+        removed first (the TE score's choice); validate at once
+        (``--validate-first``), then fine-tune ``recovery_epochs`` epochs,
+        validating after each."""
         s = self.settings
         depth = self.results['dense']['depth']
         lanes, runs = [], {}
@@ -523,25 +517,20 @@ class Demo:
                 Job(f'recovery-{kind}-remove', [
                     'tools/merge_ckpt.py', self.results['dense']['checkpoint'],
                     start, '--spec', spec.to_json(), '--form', 'pruned',
-                    '--force']),
-                Job(f'recovery-{kind}-test', self.test_argv(
-                    DENSE_CONFIG, start, self.rel(work),
-                    self.rel(work / 'test_metrics_start.json'),
-                    self.data_options('cls'))),
+                    '--force'], in_process=True),
                 Job(f'recovery-{kind}-train', self.train_argv(
-                    DENSE_CONFIG, self.rel(work), options))])
+                    DENSE_CONFIG, self.rel(work), options,
+                    validate_first=True))])
             runs[kind] = dict(block=block, work=work)
         self.jobs.run_lanes(lanes)
-        self.results['recovery'] = {
-            kind: dict(
-                block=run['block'],
-                at_once=demo_report.read_json(
-                    run['work'] / 'test_metrics_start.json')['accuracy/top1'],
-                after_epochs=[
-                    float(record['accuracy/top1']) for record in
-                    demo_report.train_scalars(run['work'])
-                    if 'accuracy/top1' in record])
-            for kind, run in runs.items()}
+        self.results['recovery'] = {}
+        for kind, run in runs.items():
+            at_once, *after_epochs = [
+                record['accuracy/top1']
+                for record in demo_report.val_records(run['work'])]
+            self.results['recovery'][kind] = dict(
+                block=run['block'], at_once=at_once,
+                after_epochs=after_epochs)
 
     def stage_fit(self) -> None:
         depth = self.results['dense']['depth']
@@ -553,7 +542,8 @@ class Demo:
             '--bounds', 'full', '--plot',
             self.rel(self.out('map', 'map_fit.png')), '--save-fit',
             self.rel(fit_path), '--save-allocation',
-            self.rel(allocation_path), '--force'], show_all=True)]])
+            self.rel(allocation_path), '--force'], show_all=True,
+            in_process=True)]])
         fit = MAPFit.from_dict(demo_report.read_json(fit_path))
         allocation = load_allocation(allocation_path, 'full')
         self.results['map'].update(
@@ -582,18 +572,16 @@ class Demo:
         return Job(name, self.train_argv(config, self.rel(work), options))
 
     def compare_lane(self, key: str) -> List[Job]:
-        """Prune, merge (the run's MergeCheckpointHook) and test one
-        compared run (not the main one: the later stages test that)."""
+        """Prune and merge (the run's MergeCheckpointHook) one compared run
+        (not the main one: the later stages handle that); its accuracy is
+        its last validation, gates closed: the merged model's function (the
+        main run checks that merging changes no prediction)."""
         run = self.results['compare']['runs'][key]
         work = self.out('compare', key)
         merged = work / f'{Path(PRUNE_CONFIG).stem}_merged.pth'
         run.update(merged=self.rel(merged), work=self.rel(work))
         return [self.prune_job(f'compare-{key}', run['counts'], run['seed'],
-                               work),
-                Job(f'compare-{key}-test', self.test_argv(
-                    DENSE_CONFIG, self.rel(merged), self.rel(work),
-                    self.rel(work / 'test_metrics_merged.json'),
-                    self.data_options('cls')))]
+                               work)]
 
     def add_compare_run(self, split: str, counts: Sequence[int],
                         seed: int) -> str:
@@ -633,6 +621,8 @@ class Demo:
         spec = read_backbone_checkpoint(loaded, checkpoint).record.spec
         self.results['prune'] = dict(
             checkpoint=self.rel(checkpoint),
+            # The run's last validation: the last checkpoint, gates closed.
+            accuracy=last_accuracy(work),
             hook_merged=self.rel(work / 'vit-demo_digits_hetdpt_merged.pth'),
             spec=dict(spec.to_dict(), n_attn=spec.n_attn, n_act=spec.n_act),
             decisions=loaded['meta'][PRUNE_STATE]['decisions'],
@@ -653,8 +643,7 @@ class Demo:
                 checkpoint=self.rel(checkpoint),
                 decisions=load_checkpoint_file(checkpoint, mmap=True)[
                     'meta'][PRUNE_STATE]['decisions'],
-                accuracy=demo_report.read_json(
-                    work / 'test_metrics_merged.json')['accuracy/top1'])
+                accuracy=last_accuracy(work))
 
     def stage_compare(self) -> None:
         """The naive allocation HetDPT argues against: the budget's layers
@@ -688,15 +677,9 @@ class Demo:
         merged = self.rel(work / 'merged.pth')
         self.jobs.run_lanes([
             [Job('merge', ['tools/merge_ckpt.py', prune['checkpoint'], merged,
-                           '--force'], show_all=True)],
-            [Job('pruned-test', self.test_argv(
-                PRUNE_CONFIG, prune['checkpoint'], self.rel(work),
-                self.rel(work / 'test_metrics_pruned.json'),
-                self.data_options('cls')))]])
+                           '--force'], show_all=True, in_process=True)]])
         prune.update(
             merged=merged,
-            accuracy=demo_report.read_json(
-                work / 'test_metrics_pruned.json')['accuracy/top1'],
             hook_output_identical=self.same_weights(
                 self.repo / merged, self.repo / prune['hook_merged']))
 
@@ -728,28 +711,13 @@ class Demo:
         lanes = []
         for kind, config in (('detr', DETR_CONFIG),
                              ('upernet', UPERNET_CONFIG)):
-            work = self.out(Path(config).stem)
-            common = [f'model.backbone.init_cfg.checkpoint={merged}'
-                      ] + self.data_options(kind)
-
-            def test_after(config=config, work=work, common=common):
-                return self.test_argv(
-                    config, self.rel(last_checkpoint(work)), self.rel(work),
-                    self.rel(work / 'test_metrics_after_training.json'),
-                    common)
-
-            lanes.append([
-                # The classifier's backbone in the untrained detector /
-                # segmentor: its head's weights are not in the checkpoint.
-                Job(f'{kind}-test-before', self.test_argv(
-                    config, merged, self.rel(work),
-                    self.rel(work / 'test_metrics_before_training.json'),
-                    common, strict=False)),
-                Job(f'{kind}-train', self.train_argv(
-                    config, self.rel(work), common + overrides[kind],
-                    validate=False)),
-                Job(f'{kind}-test-after', test_after),
-            ])
+            # Validated before training (the classifier's backbone, neck
+            # and heads as initialised) and after it (the last checkpoint).
+            lanes.append([Job(f'{kind}-train', self.train_argv(
+                config, self.rel(self.out(Path(config).stem)),
+                [f'model.backbone.init_cfg.checkpoint={merged}'] +
+                self.data_options(kind) + overrides[kind],
+                validate_first=True))])
         prune_work = self.out('vit-demo_digits_hetdpt')
         # The deployment path: the plain dense config and the merged file,
         # whose meta rebuilds the pruned structure.  It runs on whichever
@@ -761,15 +729,13 @@ class Demo:
         self.jobs.run_lanes(lanes)
         self.results['prune']['merged_accuracy'] = demo_report.read_json(
             prune_work / 'test_metrics_merged.json')['accuracy/top1']
-        for kind, config in (('detr', DETR_CONFIG),
-                             ('upernet', UPERNET_CONFIG)):
+        for kind, config, metric in (('detr', DETR_CONFIG, 'coco/bbox_mAP'),
+                                     ('upernet', UPERNET_CONFIG, 'mIoU')):
             work = self.out(Path(config).stem)
             curve = demo_report.scalar_curve(demo_report.train_scalars(work))
+            validations = demo_report.val_records(work, metric)
             self.results[kind] = dict(
-                before=demo_report.read_json(
-                    work / 'test_metrics_before_training.json'),
-                after=demo_report.read_json(
-                    work / 'test_metrics_after_training.json'),
+                before=validations[0], after=validations[-1],
                 loss_curve=curve, loss_first=curve[0][1],
                 loss_last=curve[-1][1], iterations=curve[-1][0],
                 checkpoint=self.rel(last_checkpoint(work)))
@@ -791,29 +757,21 @@ class Demo:
                  f'load_from={pruned}',
                  'optim_wrapper.paramwise_cfg.custom_keys.pos_embed.lr_mult'
                  '=1.0']
-        cls_options = self.data_options('cls')
-
-        def test_trained():
-            return self.test_argv(
-                DENSE_CONFIG, self.rel(last_checkpoint(work)),
-                self.rel(work), self.rel(work / 'test_metrics_plus.json'),
-                cls_options)
-
         self.jobs.run_lanes([[
             Job('plus-prune', [
                 'tools/prune_width.py', self.results['prune']['merged'],
                 pruned, '--ratio', str(s.plus_ratio), '--importance',
                 'magnitude', '--report', self.rel(report), '--plot',
-                self.rel(work / 'widths.png'), '--force'], show_all=True),
-            Job('plus-test-before', self.test_argv(
-                DENSE_CONFIG, pruned, self.rel(work),
-                self.rel(work / 'test_metrics_plus_before.json'),
-                cls_options)),
+                self.rel(work / 'widths.png'), '--force'], show_all=True,
+                in_process=True),
+            # Validated right after the width pruning and after the
+            # fine-tune.
             Job('plus-train', self.train_argv(
-                DENSE_CONFIG, self.rel(work), start + cls_options +
+                DENSE_CONFIG, self.rel(work), start +
+                self.data_options('cls') +
                 classifier_schedule_options(s.plus_epochs,
-                                            s.plus_train_images))),
-            Job('plus-test', test_trained)]])
+                                            s.plus_train_images),
+                validate_first=True))]])
         trained = self.rel(last_checkpoint(work))
         lanes = []
         for kind, config in (('detr', DETR_CONFIG),
@@ -826,15 +784,14 @@ class Demo:
                 self.data_options(kind), strict=False))])
         self.jobs.run_lanes(lanes)
         width = demo_report.read_json(report)
+        validations = demo_report.val_records(work)
         self.results['plus'] = dict(
             checkpoint=trained, ratio=width['ratio'], epochs=s.plus_epochs,
             widths=width['spec']['widths'],
             macs=[width['macs_before'], width['macs_after']],
             params=[width['params_before'], width['params_after']],
-            accuracy_before=demo_report.read_json(
-                work / 'test_metrics_plus_before.json')['accuracy/top1'],
-            accuracy=demo_report.read_json(
-                work / 'test_metrics_plus.json')['accuracy/top1'],
+            accuracy_before=validations[0]['accuracy/top1'],
+            accuracy=validations[-1]['accuracy/top1'],
             detr=demo_report.read_json(work / 'test_metrics_detr.json'),
             upernet=demo_report.read_json(work / 'test_metrics_upernet.json'))
 
@@ -866,7 +823,7 @@ class Demo:
                                '--repeats', '3']
         lane = [Job(f'benchmark-{name}', argv + common + [
             '--json', self.rel(out / f'{name}.json'), '--md',
-            self.rel(out / f'{name}.md')], show_all=True)
+            self.rel(out / f'{name}.md')], show_all=True, in_process=True)
             for name, argv in runs.items()]
         # Timings only mean something with nothing else of ours running.
         self.jobs.run_lanes([lane])
@@ -1069,12 +1026,21 @@ def condense_benchmark(result: Dict[str, Any], markdown: str
             for model in result['models']})
 
 
-def children_cpu_seconds() -> float:
-    """CPU time (user + system) of this process's finished subprocesses:
-    a stage's difference is what its jobs cost, whatever else the machine
-    runs (an idle 2-core machine runs two jobs side by side)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def last_accuracy(run_dir: Path) -> float:
+    """Top-1 of the last validation of the classifier training run in
+    ``run_dir``: its last checkpoint on the test split (the demo's val and
+    test sets are one)."""
+    return demo_report.val_records(run_dir)[-1]['accuracy/top1']
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process (its in-process jobs) and
+    its finished subprocesses: a stage's difference is what its jobs cost,
+    whatever else the machine runs (an idle 2-core machine runs two jobs
+    side by side)."""
+    return sum(usage.ru_utime + usage.ru_stime for usage in (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN)))
 
 
 def machine_description() -> str:
