@@ -375,9 +375,10 @@ def format_report(summary: Mapping[str, Any]) -> str:
              '## Summary', '']
     lines += _table(
         ['what', 'result'],
-        [['task', 'pairs: do two distant glyphs have the same colour '
-          '(which) or different colours; 4 classes, chance 25 %, 32x32, '
-          f'{cls["val_images"]} validation images'],
+        [['task', 'pairs: do two distant glyphs have the same hue '
+          f'(which) or different hues; {cls["classes"]} classes, chance '
+          f'{100 / cls["classes"]:.1f} %, 32x32, {cls["val_images"]} '
+          'validation images'],
          ['dense top-1', f'{cls["dense"]["accuracy"]:.2f} % (1 seed, its '
           'spread not measured)'],
          ['pruned top-1 / merged top-1',
