@@ -1,11 +1,12 @@
 """The end-to-end demo (tools/demo.py, issue 7): the --quick variant runs
-every stage as a user would (subprocesses of the project's tools) and writes
-its report; here we check what it produced."""
+every stage as a user would (the project's tools, as subprocesses or in the
+demo's process) and writes its report; here we check what it produced."""
 import csv
 import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import REPO, load_tool
@@ -193,3 +194,30 @@ def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):
                       '--resume']) == 1
     assert 'no earlier demo run' in capsys.readouterr().err
     assert not (tmp_path / 'none').exists()
+
+
+def test_in_process_jobs_run_in_the_repository_and_log_their_output(
+        tmp_path, monkeypatch):
+    from mmengine.logging import MMLogger
+
+    from hetdpt_mm.apis.jobs import Job, JobError, JobRunner
+    repo = tmp_path / 'repo'
+    (repo / 'tools').mkdir(parents=True)
+    (repo / 'tools' / 'where.py').write_text(
+        'import os, sys\n'
+        'def main(argv):\n'
+        '    print("cwd", os.getcwd(), "args", argv)\n'
+        '    print("error: bad", file=sys.stderr)\n'
+        '    return int(argv[0])\n')
+    monkeypatch.chdir(tmp_path)
+    runner = JobRunner(MMLogger.get_instance('in_process_jobs'), repo,
+                       tmp_path, threads=1, jobs=2)
+    runner.run_lanes([[Job('ok', ['tools/where.py', '0'],
+                           in_process=True)]])
+    assert (tmp_path / 'ok.log').read_text() == (
+        f'cwd {repo} args [\'0\']\nerror: bad\n')
+    assert runner.commands == ['OMP_NUM_THREADS=1 python tools/where.py 0']
+    with pytest.raises(JobError, match='failed with exit status 3'):
+        runner.run_lanes([[Job('fails', ['tools/where.py', '3'],
+                               in_process=True)]])
+    assert str(tmp_path) == str(Path.cwd())

@@ -5,8 +5,9 @@ demo_data.make_pairs`: do two distant glyphs have the same colour, and
 which), on which token mixing matters; the classifier configs were written
 for the digits and are pointed at it with ``--cfg-options``.
 
-Stages (each runs the project's own tools as subprocesses, exactly the
-commands a user would type; they are printed, logged under
+Stages (each runs the project's own tools, exactly the commands a user
+would type: training and tests as subprocesses, the short tools in this
+process (``Job.in_process``); they are printed, logged under
 ``<work-dir>/logs/`` and listed in the report):
 
 1. make the demo datasets (digits, pairs, toy COCO, toy ADE20K) if missing;

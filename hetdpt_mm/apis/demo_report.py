@@ -15,8 +15,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from ..pruning import Allocation, AnalyticCost, MAPFit
 from ..spec import ACT, ATTN
 
-__all__ = ['read_json', 'train_scalars', 'val_records', 'scalar_curve', 'map_speedups',
-           'duration', 'format_report', 'headline', 'all_numbers']
+__all__ = ['read_json', 'train_scalars', 'val_records', 'scalar_curve',
+           'map_speedups', 'duration', 'format_report', 'headline',
+           'all_numbers']
 
 #: How the report names the layer types of the prune decisions.
 LAYER_TYPE_NAMES = {ATTN: 'attention', ACT: 'GELU'}

@@ -142,7 +142,9 @@ class JobRunner:
     def _run_in_process(self, job: Job, argv: Sequence[str],
                         log_path: Path) -> int:
         """``main(argv[1:])`` of the tool ``argv[0]`` (a path relative to
-        ``cwd``), its output to the log; returns its exit status."""
+        ``cwd``), run in ``cwd`` as the subprocesses are (the arguments'
+        relative paths are relative to it), its output to the log; returns
+        its exit status."""
         path = self.cwd / argv[0]
         spec = importlib.util.spec_from_file_location(
             f'hetdpt_demo_{path.stem}', path)
@@ -150,6 +152,8 @@ class JobRunner:
         output = io.StringIO()
         with self._in_process_lock, contextlib.redirect_stdout(output), \
                 contextlib.redirect_stderr(output):
+            previous_cwd = os.getcwd()
+            os.chdir(self.cwd)
             try:
                 spec.loader.exec_module(module)
                 returncode = module.main(list(argv[1:]))
@@ -159,6 +163,8 @@ class JobRunner:
             except Exception:  # reported like a crashed subprocess
                 traceback.print_exc()
                 returncode = 1
+            finally:
+                os.chdir(previous_cwd)
         log_path.write_text(output.getvalue(), encoding='utf-8')
         for line in output.getvalue().splitlines():
             self._show(job, MMENGINE_PREFIX.sub('', line.rstrip()))
