@@ -14,10 +14,10 @@ process (``Job.in_process``); they are printed, logged under
 2. train the dense classifier (``configs/demo/vit-demo_digits.py``);
 3. collect MAP points with ``MAPCollectHook`` from the dense checkpoint,
    schedules attn / act / interleaved
-   (``configs/demo/vit-demo_digits_map.py``), and test the dense model;
+   (``configs/demo/vit-demo_digits_map.py``);
 4. recovery asymmetry: remove the first attention layer and the first GELU
-   the MAP schedules removed (``tools/merge_ckpt.py --spec``), test at
-   once, fine-tune a few epochs validating after each;
+   the MAP schedules removed (``tools/merge_ckpt.py --spec``), validate
+   at once, fine-tune a few epochs validating after each;
 5. fit MAP and split the budget (``tools/fit_map.py``, plot; the split is
    read from its ``--save-allocation`` output);
 6. prune with ``HetDPTPruneHook`` and fine-tune
@@ -27,10 +27,10 @@ process (``Job.in_process``); they are printed, logged under
    gradients;
 7. the naive split (the lowest raw gate scores, both types ranked
    together) pruned the same way;
-8. merge (``tools/merge_ckpt.py``) and test the pruned model;
-9. DETR and UperNet from the merged backbone: test before training, train,
-   test after (``configs/demo/{detr,upernet}_hetdpt_demo.py``); test the
-   merged classifier;
+8. merge (``tools/merge_ckpt.py``);
+9. DETR and UperNet from the merged backbone: validate before training,
+   train, validate after (``configs/demo/{detr,upernet}_hetdpt_demo.py``);
+   test the merged classifier;
 10. HetDPT+: width-prune the merged classifier, fine-tune it;
 11. benchmark dense vs pruned vs merged, and every compared split
     (``tools/benchmark.py``);
@@ -238,16 +238,15 @@ class Demo:
     STAGES = (
         ('data', 'make the demo datasets'),
         ('dense', 'train the dense classifier'),
-        ('map', 'collect MAP points (attn / act / interleaved); test the '
-         'dense model'),
+        ('map', 'collect MAP points (attn / act / interleaved)'),
         ('recovery', 'recovery asymmetry: remove one attention vs one GELU '
-         'from the dense model, test, fine-tune'),
+         'from the dense model, validate, fine-tune'),
         ('fit', 'fit MAP and split the budget'),
         ('prune', 'prune with HetDPTPruneHook and fine-tune: the MAP split, '
          'attention only, GELU only (each seed)'),
         ('compare', 'the naive split (raw scores ranked across types), '
          'pruned and fine-tuned the same way'),
-        ('merge', 'merge (tools/merge_ckpt.py); test the pruned model'),
+        ('merge', 'merge (tools/merge_ckpt.py)'),
         ('transfer', 'DETR and UperNet from the merged backbone; test the '
          'merged classifier'),
         ('plus', 'HetDPT+: width-prune the merged model '
@@ -745,7 +744,7 @@ class Demo:
 
     def stage_plus(self) -> None:
         """HetDPT+: the merged classifier pruned in width (magnitude
-        importance), fine-tuned briefly, tested before and after; the
+        importance), fine-tuned briefly, validated before and after; the
         demo's DETR and UperNet configs build on it and are tested
         untrained (their necks take its embedding width)."""
         s = self.settings
