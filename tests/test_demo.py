@@ -1,11 +1,12 @@
 """The end-to-end demo (tools/demo.py, issue 7): the --quick variant runs
-every stage as a user would (subprocesses of the project's tools) and writes
-its report; here we check what it produced."""
+every stage as a user would (the project's tools, as subprocesses or in the
+demo's process) and writes its report; here we check what it produced."""
 import csv
 import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import REPO, load_tool
@@ -158,18 +159,12 @@ def test_quick_demo_stage_outputs(quick_run):
     record = read_backbone_checkpoint(merged).record
     assert record.form == 'merged'
     assert record.spec.n_attn + record.spec.n_act == 2
-    for path in ('vit-demo_digits/test_metrics.json',
-                 'vit-demo_digits_hetdpt/test_metrics_pruned.json',
-                 'vit-demo_digits_hetdpt/test_metrics_merged.json',
-                 'detr_hetdpt_demo/test_metrics_before_training.json',
-                 'detr_hetdpt_demo/test_metrics_after_training.json',
-                 'upernet_hetdpt_demo/test_metrics_before_training.json',
-                 'upernet_hetdpt_demo/test_metrics_after_training.json',
+    for path in ('vit-demo_digits_hetdpt/test_metrics_merged.json',
                  'vit-demo_digits_plus/plus.pth',
                  'vit-demo_digits_plus/widths.png',
-                 'vit-demo_digits_plus/test_metrics_plus.json',
+                 'vit-demo_digits_plus/test_metrics_detr.json',
                  'benchmark/demo.json', 'benchmark/demo.md',
-                 'logs/dense-train.log', 'demo.log'):
+                 'logs/dense-train.log', 'logs/merge.log', 'demo.log'):
         assert (work_dir / path).is_file(), path
 
 
@@ -199,3 +194,30 @@ def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):
                       '--resume']) == 1
     assert 'no earlier demo run' in capsys.readouterr().err
     assert not (tmp_path / 'none').exists()
+
+
+def test_in_process_jobs_run_in_the_repository_and_log_their_output(
+        tmp_path, monkeypatch):
+    from mmengine.logging import MMLogger
+
+    from hetdpt_mm.apis.jobs import Job, JobError, JobRunner
+    repo = tmp_path / 'repo'
+    (repo / 'tools').mkdir(parents=True)
+    (repo / 'tools' / 'where.py').write_text(
+        'import os, sys\n'
+        'def main(argv):\n'
+        '    print("cwd", os.getcwd(), "args", argv)\n'
+        '    print("error: bad", file=sys.stderr)\n'
+        '    return int(argv[0])\n')
+    monkeypatch.chdir(tmp_path)
+    runner = JobRunner(MMLogger.get_instance('in_process_jobs'), repo,
+                       tmp_path, threads=1, jobs=2)
+    runner.run_lanes([[Job('ok', ['tools/where.py', '0'],
+                           in_process=True)]])
+    assert (tmp_path / 'ok.log').read_text() == (
+        f'cwd {repo} args [\'0\']\nerror: bad\n')
+    assert runner.commands == ['OMP_NUM_THREADS=1 python tools/where.py 0']
+    with pytest.raises(JobError, match='failed with exit status 3'):
+        runner.run_lanes([[Job('fails', ['tools/where.py', '3'],
+                               in_process=True)]])
+    assert str(tmp_path) == str(Path.cwd())

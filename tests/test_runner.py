@@ -1,5 +1,6 @@
 """The run options shared by tools/train.py and tools/test.py, and atomic
 outputs' file modes."""
+import json
 import os
 import re
 
@@ -198,6 +199,31 @@ def test_test_loads_strictly_and_checks_options_first(dense_run, tmp_path,
         assert code == 2 and message in err, err
         assert 'Traceback' not in err
 
+
+
+def test_train_validates_first_when_asked(dense_run, tmp_path, capsys):
+    from hetdpt_mm.apis.demo_report import val_records
+    config = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
+                          dense_run / 'cls')
+    code, err = run_tool(capsys, 'train', [
+        config, '--work-dir', tmp_path / 'work', '--validate-first',
+        '--no-validate'])
+    assert code == 2 and 'error: --validate-first needs validation' in err
+    # From the trained checkpoint: the first validation (before any step)
+    # is of the loaded weights, the second of the trained ones.
+    epoch_2 = dense_run / 'work' / 'epoch_2.pth'
+    code, err = run_tool(capsys, 'train', [
+        config, '--work-dir', tmp_path / 'work', '--validate-first',
+        '--cfg-options', f'load_from={epoch_2}'])
+    assert code == 0, err
+    records = val_records(tmp_path / 'work')
+    metrics = tmp_path / 'metrics.json'
+    assert run_tool(capsys, 'test', [config, epoch_2, '--work-dir',
+                                     tmp_path / 'test', '--out-metrics',
+                                     metrics])[0] == 0
+    assert len(records) == 2
+    assert records[0]['accuracy/top1'] == pytest.approx(
+        json.loads(metrics.read_text())['accuracy/top1'])
 
 # ------------------------------------------------------- atomic writes
 def test_mmengine_checkpoint_saves_are_atomic(tmp_path, monkeypatch):

@@ -44,7 +44,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
                         f'(default {FULL.budget}, --quick {QUICK.budget})')
     parser.add_argument('--jobs', type=int, default=default_jobs(),
                         help='independent jobs run side by side (default: '
-                        'one per core, at most 2)')
+                        'one more than the cores, at most 3)')
     parser.add_argument('--threads', type=int,
                         help='torch / OpenMP threads per job (default: the '
                         'idle cores shared out among the jobs of a stage, '

@@ -30,6 +30,9 @@ def parse_args(argv=None):
         'latest checkpoint in the work directory')
     parser.add_argument('--no-validate', action='store_true',
                         help='skip validation during training')
+    parser.add_argument('--validate-first', action='store_true',
+                        help='also validate the starting model, before the '
+                        'first training step (ValidateFirstHook)')
     add_runner_arguments(parser)
     return parser.parse_args(argv)
 
@@ -44,7 +47,13 @@ def train(args: argparse.Namespace) -> None:
             raise UsageError('the config has no auto_scale_lr.base_batch_size')
         cfg.auto_scale_lr.enable = True
     if args.no_validate:
+        if args.validate_first:
+            raise UsageError('--validate-first needs validation: drop '
+                             '--no-validate')
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    if args.validate_first:
+        cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
+            dict(type='ValidateFirstHook')]
     apply_resume(cfg, args.resume)
     check_work_dir(cfg, args.config,
                    resume_from=cfg.load_from if cfg.get('resume') else None)

@@ -2,7 +2,8 @@
 (:mod:`hetdpt_mm.apis.demo`).
 
 The demo's stages run the project's tools as subprocesses; this module reads
-what they wrote (metrics JSON of ``tools/test.py``, MMEngine's
+what they wrote (metrics JSON of ``tools/test.py``, the validations in
+MMEngine's
 ``vis_data/scalars.json``, the MAP points, fit and allocation, the benchmark
 JSON) and turns the collected ``summary`` dict into ``report.md`` (its plots
 are in :mod:`hetdpt_mm.apis.plots`).
@@ -14,8 +15,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 from ..pruning import Allocation, AnalyticCost, MAPFit
 from ..spec import ACT, ATTN
 
-__all__ = ['read_json', 'train_scalars', 'scalar_curve', 'map_speedups',
-           'duration', 'format_report', 'headline', 'all_numbers']
+__all__ = ['read_json', 'train_scalars', 'val_records', 'scalar_curve',
+           'map_speedups', 'duration', 'format_report', 'headline',
+           'all_numbers']
 
 #: How the report names the layer types of the prune decisions.
 LAYER_TYPE_NAMES = {ATTN: 'attention', ACT: 'GELU'}
@@ -40,6 +42,16 @@ def train_scalars(run_dir) -> List[Dict[str, Any]]:
             return records
     raise FileNotFoundError(f'no training scalars (*/vis_data/scalars.json '
                             f'with a loss) under {run_dir}')
+
+
+def val_records(run_dir, metric: str = 'accuracy/top1'
+                ) -> List[Dict[str, float]]:
+    """The metrics of every validation of the training run in ``run_dir``
+    (the records with ``metric``), in order, without MMEngine's timing
+    fields."""
+    return [{key: value for key, value in record.items()
+             if key not in ('data_time', 'time', 'step')}
+            for record in train_scalars(run_dir) if metric in record]
 
 
 def scalar_curve(records: Iterable[Mapping[str, Any]],
@@ -82,9 +94,12 @@ def _classification_section(summary: Mapping[str, Any]) -> List[str]:
     cls = summary['classification']
     bench = summary['benchmark']['demo']
     rows = []
-    for name, what in (('dense', 'HetDPTViT, all layers'),
-                       ('pruned', 'gated checkpoint, closed gates'),
-                       ('merged', 'merged checkpoint (plain dense net)')):
+    for name, what in (('dense', 'HetDPTViT, all layers (last validation '
+                        'of its training)'),
+                       ('pruned', 'gated checkpoint, closed gates (last '
+                        'validation of the prune run)'),
+                       ('merged', 'merged checkpoint (plain dense net), '
+                        '`tools/test.py`')):
         model = bench['models'][name]
         accuracy = cls[name]['accuracy']
         rows.append([name, what, f'{accuracy:.2f}',
@@ -226,9 +241,10 @@ def _claims_section(summary: Mapping[str, Any]) -> List[str]:
               '![gate-score gradients](score_grads.png)', '',
               '### 2. Recovery asymmetry', '',
               'From the dense model, remove the one layer the TE score '
-              'chose first (the first step of the MAP schedules), test at '
-              'once, then fine-tune (all layers, the dense recipe with '
-              'pos_embed at 1x) and validate after every epoch:', '']
+              'chose first (the first step of the MAP schedules), validate '
+              'at once (`tools/train.py --validate-first`), then fine-tune '
+              '(all layers, the dense recipe with pos_embed at 1x) and '
+              'validate after every epoch:', '']
     epochs = max(len(run['after_epochs']) for run in recovery.values())
     lines += _table(['removed', 'at once'] +
                     [f'after {e} epoch(s)' for e in range(1, epochs + 1)],
@@ -245,7 +261,8 @@ def _claims_section(summary: Mapping[str, Any]) -> List[str]:
               'read when the MAP run closed its first layer). Every split is '
               'pruned by `HetDPTPruneHook` from the dense model with the '
               'same schedule and fine-tuning (within a type: the lowest '
-              'score), once per seed, then merged and tested; speedups are '
+              'score), once per seed, and validated at its end (gates '
+              'closed: the merged model\'s function); speedups are '
               'measured on the merged backbone (`tools/benchmark.py`, '
               'settings as in the benchmark section). Accuracy: mean ± half '
               'the range over the seeds.', '']
@@ -282,10 +299,10 @@ def _dense_prediction_section(summary: Mapping[str, Any]) -> List[str]:
                      run['iterations']])
     lines = ['## Transfer: DETR and UperNet on the pruned, merged backbone',
              '', 'Both take the merged classifier checkpoint as backbone '
-             '(spec from its meta). "Before" is `tools/test.py` of the same '
-             'config with that checkpoint: the pruned backbone and untrained '
-             'neck and heads; "after" is `tools/test.py` of the trained '
-             'checkpoint.', '']
+             '(spec from its meta). "Before" is the training run\'s '
+             'validation before its first step (`tools/train.py '
+             '--validate-first`): the pruned backbone with the neck and heads '
+             'as initialised; "after" is its validation at the end.', '']
     lines += _table(['model', 'metric', 'before training', 'after training',
                      'training loss (first -> last logged)', 'iterations'],
                     rows, 'llrrlr')
@@ -359,9 +376,10 @@ def format_report(summary: Mapping[str, Any]) -> str:
              '## Summary', '']
     lines += _table(
         ['what', 'result'],
-        [['task', 'pairs: do two distant glyphs have the same colour '
-          '(which) or different colours; 4 classes, chance 25 %, 32x32, '
-          f'{cls["val_images"]} validation images'],
+        [['task', 'pairs: do two distant glyphs have the same hue '
+          f'(which) or different hues; {cls["classes"]} classes, chance '
+          f'{100 / cls["classes"]:.1f} %, 32x32, {cls["val_images"]} '
+          'validation images'],
          ['dense top-1', f'{cls["dense"]["accuracy"]:.2f} % (1 seed, its '
           'spread not measured)'],
          ['pruned top-1 / merged top-1',

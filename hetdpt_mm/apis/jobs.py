@@ -2,7 +2,10 @@
 independent ones side by side, with a filtered live view of their output
 (the full output goes to one log file per job), and picks threads per job
 from the idle cores."""
+import contextlib
 import dataclasses
+import importlib.util
+import io
 import os
 import re
 import shlex
@@ -10,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
@@ -43,6 +47,10 @@ class Job:
     #: input is made by an earlier job of the same lane)
     argv: Union[List[str], Callable[[], List[str]]]
     show_all: bool = False  # print every line (short tools) or progress only
+    #: run the tool's ``main(argv)`` in the demo's own process: for short
+    #: tools that need no MMEngine runner, a new interpreter's start-up
+    #: (seconds of imports) would cost more than their work
+    in_process: bool = False
     last_train_line: float = -float('inf')  # when a training line was shown
 
 
@@ -61,6 +69,8 @@ class JobRunner:
         self.durations: Dict[str, float] = {}
         self.threads_used: Dict[str, int] = {}
         self._lock = threading.Lock()
+        # One in-process job at a time: they share sys.stdout / sys.stderr.
+        self._in_process_lock = threading.Lock()
         self._running: set = set()
         self._failure: Optional[Exception] = None
 
@@ -113,6 +123,56 @@ class JobRunner:
         log_path = self.log_dir / f'{job.name}.log'
         self.logger.info(f'[{job.name}] $ {command}')
         start = time.monotonic()
+        if job.in_process:
+            returncode = self._run_in_process(job, argv, log_path)
+        else:
+            returncode = self._run_subprocess(job, argv, threads, log_path)
+        seconds = time.monotonic() - start
+        with self._lock:
+            self.durations[job.name] = seconds
+        if returncode != 0:
+            tail = log_path.read_text(encoding='utf-8').splitlines()[-25:]
+            raise JobError(
+                f'job {job.name} failed with exit status '
+                f'{returncode} after {seconds:.0f} s:\n  $ {command}'
+                '\n  last lines of its output:\n    ' + '\n    '.join(tail) +
+                f'\n  full log: {log_path}')
+        self.logger.info(f'[{job.name}] done in {seconds:.1f} s')
+
+    def _run_in_process(self, job: Job, argv: Sequence[str],
+                        log_path: Path) -> int:
+        """``main(argv[1:])`` of the tool ``argv[0]`` (a path relative to
+        ``cwd``), run in ``cwd`` as the subprocesses are (the arguments'
+        relative paths are relative to it), its output to the log; returns
+        its exit status."""
+        path = self.cwd / argv[0]
+        spec = importlib.util.spec_from_file_location(
+            f'hetdpt_demo_{path.stem}', path)
+        module = importlib.util.module_from_spec(spec)
+        output = io.StringIO()
+        with self._in_process_lock, contextlib.redirect_stdout(output), \
+                contextlib.redirect_stderr(output):
+            previous_cwd = os.getcwd()
+            os.chdir(self.cwd)
+            try:
+                spec.loader.exec_module(module)
+                returncode = module.main(list(argv[1:]))
+            except SystemExit as exit_:
+                returncode = exit_.code if isinstance(exit_.code, int) \
+                    else int(exit_.code is not None)
+            except Exception:  # reported like a crashed subprocess
+                traceback.print_exc()
+                returncode = 1
+            finally:
+                os.chdir(previous_cwd)
+        log_path.write_text(output.getvalue(), encoding='utf-8')
+        for line in output.getvalue().splitlines():
+            self._show(job, MMENGINE_PREFIX.sub('', line.rstrip()))
+        return returncode or 0
+
+    def _run_subprocess(self, job: Job, argv: Sequence[str], threads: int,
+                        log_path: Path) -> int:
+        """``python argv...`` in ``cwd``; returns its exit status."""
         with open(log_path, 'w', encoding='utf-8') as log, subprocess.Popen(
                 [sys.executable] + argv, cwd=self.cwd, env=dict(
                     os.environ, PYTHONUNBUFFERED='1',
@@ -129,17 +189,7 @@ class JobRunner:
             finally:
                 with self._lock:
                     self._running.discard(process)
-        seconds = time.monotonic() - start
-        with self._lock:
-            self.durations[job.name] = seconds
-        if process.returncode != 0:
-            tail = log_path.read_text(encoding='utf-8').splitlines()[-25:]
-            raise JobError(
-                f'job {job.name} failed with exit status '
-                f'{process.returncode} after {seconds:.0f} s:\n  $ {command}'
-                '\n  last lines of its output:\n    ' + '\n    '.join(tail) +
-                f'\n  full log: {log_path}')
-        self.logger.info(f'[{job.name}] done in {seconds:.1f} s')
+        return process.returncode
 
     def _show(self, job: Job, text: str) -> None:
         """Print a job's output line if it tells the user something: all of
@@ -159,9 +209,11 @@ class JobRunner:
 
 
 def default_jobs() -> int:
-    """Jobs side by side by default: one per core, at most 2 (the demo's
-    stages have at most 2 long independent jobs)."""
-    return max(1, min(2, os.cpu_count() or 1))
+    """Jobs side by side by default: one more than the cores, at most 3.
+    Several of the demo's stages have three similar jobs (the MAP
+    schedules, the compared splits): on 2 cores, three at once end in about
+    1.5 job lengths where two at a time take 2."""
+    return max(1, min(3, (os.cpu_count() or 1) + 1))
 
 
 def load_average() -> float:
