@@ -224,8 +224,8 @@ def test_backbone_benchmark_tables_and_json():
 #: fresh process (mallopt changes the whole process).
 PAGE_FAULTS = """
 import resource, sys, torch
-from hetdpt_mm.benchmark import keep_freed_memory
-if sys.argv[1] == 'keep':
+if sys.argv[1] == 'keep':  # (importing hetdpt_mm takes seconds)
+    from hetdpt_mm.benchmark import keep_freed_memory
     keep_freed_memory()
 for _ in range(2):  # the first allocations fault in either case
     torch.ones(16 << 20)
