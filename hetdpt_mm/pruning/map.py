@@ -27,7 +27,7 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
-from ..spec import ACT, ATTN, LAYER_KINDS
+from ..spec import ACT, LAYER_KINDS
 from .validation import as_int, check_depth
 
 __all__ = [
@@ -745,13 +745,13 @@ def rank_across_types(scores: Mapping[str, Sequence[float]],
     GELU layers ranked together as if their scales were comparable (ties:
     GELU first, then the lower block).  ``scores`` maps each kind to the
     scores of its layers by block; returns the removed blocks per kind."""
-    ranked = sorted((score, kind != ACT, index)
+    ranked = sorted((score, kind != ACT, index, kind)
                     for kind in LAYER_KINDS
                     for index, score in enumerate(scores.get(kind, ())))
     if not 0 <= budget <= len(ranked):
         raise ValueError(f'budget must be in 0..{len(ranked)}, got {budget}')
     removed = {kind: [] for kind in LAYER_KINDS}
-    for _, is_attn, index in ranked[:budget]:
-        removed[ATTN if is_attn else ACT].append(index)
+    for *_, index, kind in ranked[:budget]:
+        removed[kind].append(index)
     return {kind: sorted(blocks) for kind, blocks in removed.items()}
 
