@@ -243,9 +243,11 @@ def test_keep_freed_memory_stops_page_faults_per_batch():
                                  capture_output=True, text=True, check=True,
                                  cwd=REPO).stdout.split()[-1])
         for mode in ('default', 'keep')}
-    # 64 MB are 16384 pages: glibc maps them afresh for every tensor.
+    # 64 MB are 16384 pages: glibc maps them afresh for every tensor; a
+    # kept heap faults a block in at most when it grows (seen once, in a
+    # loaded run), not for every tensor.
     assert faults['default'] >= 8 * 16384
-    assert faults['keep'] < 16384
+    assert faults['keep'] <= 2 * 16384
 
 
 def test_keep_freed_memory_option(tool, tmp_path, monkeypatch):
