@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 from helpers import REPO, load_tool
 
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.apis.demo import Demo, DemoOptions
 from hetdpt_mm.apis.demo_report import all_numbers
+from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.record import read_backbone_checkpoint
 
 
@@ -221,3 +223,45 @@ def test_in_process_jobs_run_in_the_repository_and_log_their_output(
         runner.run_lanes([[Job('fails', ['tools/where.py', '3'],
                                in_process=True)]])
     assert str(tmp_path) == str(Path.cwd())
+
+
+def test_a_split_that_differs_between_seeds_gets_a_row_per_split(tmp_path):
+    """The naive ranking can split the budget differently per seed: each
+    split is its own row with its own speed, not one mean over two
+    networks under the first seed's counts."""
+    demo = Demo(DemoOptions(repo=REPO, work_dir=tmp_path,
+                            data_root=tmp_path))
+
+    def run(name, counts, seed, accuracy, **extra):
+        return dict(splits=[name], counts=list(counts), seed=seed,
+                    accuracy=accuracy, **extra)
+
+    runs = [run('MAP', (0, 4), 0, None, main=True),
+            run('MAP', (0, 4), 1, 99.0),
+            run('attention_only', (4, 0), 0, 96.0),
+            run('attention_only', (4, 0), 1, 96.5),
+            run('gelu_only', (0, 4), 0, None, main=True),
+            run('naive', (4, 0), 0, 97.0),
+            run('naive', (2, 2), 1, 98.2)]
+    speeds = {'demo': 1.41, 'split-attn4-act0': 1.18,
+              'split-attn2-act2': 1.30}
+    demo.results.update(
+        prune=dict(spec=dict(n_attn=0, n_act=4), merged_accuracy=98.5,
+                   score_grads=dict(attn=[[1, 0.2]], act=[[1, 0.1]])),
+        compare=dict(runs={str(i): r for i, r in enumerate(runs)}),
+        recovery={},
+        benchmark={key: dict(models=dict(merged=dict(speedup=speed)))
+                   for key, speed in speeds.items()})
+    cost = AnalyticCost(embed_dim=96, num_heads=3, depth=6, img_size=32,
+                        patch_size=4)
+    splits = {split['name']: split
+              for split in demo.claims(cost)['splits']}
+    assert list(splits) == ['MAP', 'attention_only', 'gelu_only',
+                            'naive (4 + 0)', 'naive (2 + 2)']
+    assert splits['MAP']['accuracies'] == [98.5, 99.0]
+    assert splits['naive (4 + 0)']['accuracies'] == [97.0]
+    assert splits['naive (4 + 0)']['speedup'] == 1.18
+    assert (splits['naive (2 + 2)']['seeds'],
+            splits['naive (2 + 2)']['accuracies'],
+            splits['naive (2 + 2)']['speedup']) == ([1], [98.2], 1.30)
+    assert splits['naive (2 + 2)']['macs_speedup'] == cost.speedup(2, 2)

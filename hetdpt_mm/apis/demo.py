@@ -964,18 +964,24 @@ class Demo:
                 'merged']
         splits = []
         for name in ('MAP', 'attention_only', 'gelu_only', 'naive'):
-            runs = [run for run in r['compare']['runs'].values()
-                    if name in run['splits']]
-            first = min(runs, key=lambda run: run['seed'])
-            counts = 'attn{}-act{}'.format(*first['counts'])
-            splits.append(dict(
-                name=name, n_attn=first['counts'][0],
-                n_act=first['counts'][1],
-                seeds=[run['seed'] for run in runs],
-                accuracies=[r['prune']['merged_accuracy'] if run.get('main')
-                            else run['accuracy'] for run in runs],
-                speedup=speed[counts]['speedup'],
-                macs_speedup=cost.speedup(*first['counts'])))
+            # The naive ranking may split the budget differently per seed:
+            # one row per split, never a mean over different networks.
+            groups: Dict[Tuple[int, int], List[Dict[str, Any]]] = {}
+            for run in sorted((run for run in r['compare']['runs'].values()
+                               if name in run['splits']),
+                              key=lambda run: run['seed']):
+                groups.setdefault(tuple(run['counts']), []).append(run)
+            for (n_attn, n_act), runs in groups.items():
+                splits.append(dict(
+                    name=name if len(groups) == 1 else
+                    f'{name} ({n_attn} + {n_act})',
+                    n_attn=n_attn, n_act=n_act,
+                    seeds=[run['seed'] for run in runs],
+                    accuracies=[r['prune']['merged_accuracy']
+                                if run.get('main') else run['accuracy']
+                                for run in runs],
+                    speedup=speed[f'attn{n_attn}-act{n_act}']['speedup'],
+                    macs_speedup=cost.speedup(n_attn, n_act)))
         for split in splits:
             split['mean'] = sum(split['accuracies']) / len(split[
                 'accuracies'])

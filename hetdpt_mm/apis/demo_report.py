@@ -265,7 +265,9 @@ def _claims_section(summary: Mapping[str, Any]) -> List[str]:
               'closed: the merged model\'s function); speedups are '
               'measured on the merged backbone (`tools/benchmark.py`, '
               'settings as in the benchmark section). Accuracy: mean ± half '
-              'the range over the seeds.', '']
+              'the range over the seeds. Where the naive ranking splits the '
+              'budget differently for different seeds, each of its splits '
+              'is a row of its own.', '']
     rows = []
     for split in claims['splits']:
         rows.append([split['name'], f'{split["n_attn"]} + {split["n_act"]}',
