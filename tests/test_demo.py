@@ -13,6 +13,7 @@ from helpers import REPO, load_tool
 
 from hetdpt_mm.apis.demo import Demo, DemoOptions
 from hetdpt_mm.apis.demo_report import all_numbers
+from hetdpt_mm.apis.plots import plot_split_comparison
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.record import read_backbone_checkpoint
@@ -254,8 +255,8 @@ def test_a_split_that_differs_between_seeds_gets_a_row_per_split(tmp_path):
                    for key, speed in speeds.items()})
     cost = AnalyticCost(embed_dim=96, num_heads=3, depth=6, img_size=32,
                         patch_size=4)
-    splits = {split['name']: split
-              for split in demo.claims(cost)['splits']}
+    claims = demo.claims(cost)
+    splits = {split['name']: split for split in claims['splits']}
     assert list(splits) == ['MAP', 'attention_only', 'gelu_only',
                             'naive (4 + 0)', 'naive (2 + 2)']
     assert splits['MAP']['accuracies'] == [98.5, 99.0]
@@ -265,3 +266,7 @@ def test_a_split_that_differs_between_seeds_gets_a_row_per_split(tmp_path):
             splits['naive (2 + 2)']['accuracies'],
             splits['naive (2 + 2)']['speedup']) == ([1], [98.2], 1.30)
     assert splits['naive (2 + 2)']['macs_speedup'] == cost.speedup(2, 2)
+    assert [split['method'] for split in claims['splits']] == [
+        'MAP', 'attention_only', 'gelu_only', 'naive', 'naive']
+    assert plot_split_comparison(claims['splits'], 97.0).startswith(
+        b'\x89PNG')

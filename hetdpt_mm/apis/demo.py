@@ -974,7 +974,7 @@ class Demo:
             for (n_attn, n_act), runs in groups.items():
                 splits.append(dict(
                     name=name if len(groups) == 1 else
-                    f'{name} ({n_attn} + {n_act})',
+                    f'{name} ({n_attn} + {n_act})', method=name,
                     n_attn=n_attn, n_act=n_act,
                     seeds=[run['seed'] for run in runs],
                     accuracies=[r['prune']['merged_accuracy']

@@ -42,12 +42,17 @@ def _image(fig, image_format: str = 'png', dpi: int = 110) -> bytes:
 
 def _labelled(fig, ax, xlabel: str, ylabel: str, title: str,
               legend_size: int = 8, legend_loc: str = 'best') -> bytes:
-    """Label the axes, add a grid and the legend; the figure's image."""
+    """Label the axes, add a grid and the legend (``legend_loc='outside'``:
+    right of the axes, where it hides no point); the figure's image."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=legend_size, loc=legend_loc)
+    if legend_loc == 'outside':
+        ax.legend(fontsize=legend_size, loc='upper left',
+                  bbox_to_anchor=(1.02, 1), borderaxespad=0)
+    else:
+        ax.legend(fontsize=legend_size, loc=legend_loc)
     return _image(fig)
 
 
@@ -246,14 +251,15 @@ def plot_split_comparison(splits: Sequence[Mapping[str, Any]],
                label=f'dense: {dense_accuracy:.2f} % at 1x')
     markers = dict(MAP='*', attention_only='v', gelu_only='^', naive='s')
     for split in splits:
-        marker = markers.get(split['name'], 'o')
+        marker = markers.get(split['method'], 'o')
         ax.scatter([split['speedup']] * len(split['accuracies']),
                    split['accuracies'], s=12, color='0.3', zorder=2)
         ax.scatter([split['speedup']], [split['mean']], marker=marker,
                    s=200 if marker == '*' else 80, edgecolors='black',
-                   zorder=3, label=f'{split["name"]} ({split["n_attn"]} attn '
-                   f'+ {split["n_act"]} GELU): {split["mean"]:.2f} %')
+                   zorder=3, label=f'{split["method"]} ({split["n_attn"]} '
+                   f'attn + {split["n_act"]} GELU): {split["mean"]:.2f} % '
+                   f'({len(split["accuracies"])} seed(s))')
     return _labelled(fig, ax, 'measured speedup of the merged backbone',
                      'top-1 accuracy (%) after the same fine-tuning',
-                     'Same budget, four allocations', 7, 'lower left')
+                     'Same budget, four allocations', 7, 'outside')
 
