@@ -203,6 +203,12 @@ def classifier_schedule_options(epochs: Optional[int],
     return options
 
 
+def counts_label(n_attn: int, n_act: int) -> str:
+    """``attn<n>-act<m>``: how run keys, benchmark names and the report's
+    speed table name a split by its removed counts."""
+    return f'attn{n_attn}-act{n_act}'
+
+
 def last_checkpoint(work_dir: Path) -> Path:
     """The checkpoint MMEngine saved last in ``work_dir``."""
     marker = work_dir / 'last_checkpoint'
@@ -595,7 +601,7 @@ class Demo:
         """Register ``split`` (a name) at ``counts`` for ``seed``; splits
         with the same counts share one run.  Returns the run's key."""
         runs = self.results['compare']['runs']
-        key = f'attn{counts[0]}-act{counts[1]}_seed{seed}'
+        key = f'{counts_label(*counts)}_seed{seed}'
         runs.setdefault(key, dict(counts=list(counts), seed=seed, splits=[]))
         runs[key]['splits'].append(split)
         return key
@@ -846,7 +852,7 @@ class Demo:
         main = self.results['prune']['spec']
         chosen = {}
         for run in self.results['compare']['runs'].values():
-            counts = 'attn{}-act{}'.format(*run['counts'])
+            counts = counts_label(*run['counts'])
             if run.get('main') or run['counts'] == [main['n_attn'],
                                                     main['n_act']]:
                 continue
@@ -956,8 +962,8 @@ class Demo:
             types[kind] = dict(mean=sum(values) / len(values),
                                median=values[len(values) // 2],
                                count=len(values))
-        speed = {'attn{}-act{}'.format(r['prune']['spec']['n_attn'],
-                                       r['prune']['spec']['n_act']):
+        speed = {counts_label(r['prune']['spec']['n_attn'],
+                              r['prune']['spec']['n_act']):
                  r['benchmark']['demo']['models']['merged']}
         for counts in self.split_benchmark_runs():
             speed[counts] = r['benchmark'][f'split-{counts}']['models'][
@@ -980,7 +986,7 @@ class Demo:
                     accuracies=[r['prune']['merged_accuracy']
                                 if run.get('main') else run['accuracy']
                                 for run in runs],
-                    speedup=speed[f'attn{n_attn}-act{n_act}']['speedup'],
+                    speedup=speed[counts_label(n_attn, n_act)]['speedup'],
                     macs_speedup=cost.speedup(n_attn, n_act)))
         for split in splits:
             split['mean'] = sum(split['accuracies']) / len(split[
