@@ -39,8 +39,10 @@ def test_three_forms_compute_the_same_function(arch):
         assert ref_map.abs().mean() > 0.1  # a non-trivial comparison
         for other in outs[1:]:
             feat, cls = other[level]
-            assert (feat - ref_map).abs().max() <= 1e-5
-            assert (cls - ref_cls).abs().max() <= 1e-5
+            # float32 rounding grows with the activations' scale (deit-base
+            # reaches ~10 here): the tolerance is relative to it.
+            assert (feat - ref_map).abs().max() <= 1e-5 * ref_map.abs().max()
+            assert (cls - ref_cls).abs().max() <= 1e-5 * ref_cls.abs().max()
 
 
 def test_spec_changes_the_function():
