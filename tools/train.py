@@ -59,11 +59,10 @@ def train(args: argparse.Namespace) -> None:
                    resume_from=cfg.load_from if cfg.get('resume') else None)
     if not cfg.get('load_from'):  # loaded weights replace init_cfg's
         check_pretrained_exist(cfg)
-    runner = build_runner(cfg)
     try:
-        runner.train()
+        build_runner(cfg).train()
     finally:
-        release_distributed()
+        release_distributed()  # after the runner is gone: see its docstring
 
 
 def main(argv=None) -> int:

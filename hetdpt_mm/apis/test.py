@@ -4,6 +4,7 @@ import argparse
 import json
 import os.path as osp
 
+from mmengine.config import Config
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner, load_checkpoint
 
@@ -106,6 +107,16 @@ def _shorten_key_list(line: str, shown: int = 4) -> str:
     return f'{what}: {", ".join(keys[:shown])}{more}'
 
 
+def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:
+    runner = build_runner(cfg)
+    load_for_test(runner, args.checkpoint, strict=not args.non_strict)
+    if args.out and args.out.endswith(PICKLE_SUFFIXES):
+        from mmengine.evaluator import DumpResults
+        runner.test_evaluator.metrics.append(
+            DumpResults(out_file_path=args.out))
+    return runner.test()
+
+
 def run_test(args: argparse.Namespace) -> dict:
     if '://' not in args.checkpoint and not osp.isfile(args.checkpoint):
         raise RunError(f'checkpoint {args.checkpoint} does not exist')
@@ -122,16 +133,10 @@ def run_test(args: argparse.Namespace) -> dict:
         enable_visualization(cfg, args)
     cfg.load_from = None  # loaded below, strictly
     follow_backbone_width(cfg, args.checkpoint)
-    runner = build_runner(cfg)
-    load_for_test(runner, args.checkpoint, strict=not args.non_strict)
-    if args.out and args.out.endswith(PICKLE_SUFFIXES):
-        from mmengine.evaluator import DumpResults
-        runner.test_evaluator.metrics.append(
-            DumpResults(out_file_path=args.out))
     try:
-        metrics = runner.test()
+        metrics = _build_and_test(cfg, args)
     finally:
-        release_distributed()
+        release_distributed()  # after the runner is gone: see its docstring
     if args.out_metrics:
         atomic_write_text(args.out_metrics, json.dumps(
             {k: float(v) if hasattr(v, '__float__') else v
