@@ -75,8 +75,9 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
     assert abs(cls['pruned']['accuracy'] - cls['merged']['accuracy']) <= \
         100 / cls['val_images'] + 1e-9
     assert cls['hook_output_identical']
+    assert cls['patch_size'] == 8  # the demo's, not the digits configs' 4
     assert cls['val_images'] == len(
-        (data_root / 'pairs/meta/val.txt').read_text().split('\n')) - 1
+        (data_root / 'shapes/meta/val.txt').read_text().split('\n')) - 1
 
     # Exactly the MAP split of the budget was removed, one decision each.
     spec = cls['spec']

@@ -1,16 +1,17 @@
 """HetDPT end to end on the embedded CPU demo (``tools/demo.py``).
 
-The classification task is the pairs task (:func:`~hetdpt_mm.datasets.
-demo_data.make_pairs`: do two distant glyphs have the same colour, and
-which), on which token mixing matters; the classifier configs were written
-for the digits and are pointed at it with ``--cfg-options``.
+The classification task is shape matching (:func:`~hetdpt_mm.datasets.
+demo_data.make_pairs` with ``SHAPES_TASK``: do two distant glyphs have the
+same shape, and which), on which token mixing and the GELUs matter; the
+classifier configs were written for the digits and are pointed at it, at
+patch size 8, with ``--cfg-options`` (the detectors' too).
 
 Stages (each runs the project's own tools, exactly the commands a user
 would type: training and tests as subprocesses, the short tools in this
 process (``Job.in_process``); they are printed, logged under
 ``<work-dir>/logs/`` and listed in the report):
 
-1. make the demo datasets (digits, pairs, toy COCO, toy ADE20K) if missing;
+1. make the demo datasets (digits, shapes, toy COCO, toy ADE20K) if missing;
 2. train the dense classifier (``configs/demo/vit-demo_digits.py``);
 3. collect MAP points with ``MAPCollectHook`` from the dense checkpoint,
    schedules attn / act / interleaved
@@ -68,7 +69,7 @@ from mmengine.logging import MMLogger
 
 from ..benchmark import machine_info
 from ..checkpoint import load_checkpoint_file
-from ..datasets import PAIR_CLASSES, make_all
+from ..datasets import SHAPE_PAIR_CLASSES, make_all
 from ..fileio import atomic_write_text
 from ..hooks.map_collect_hook import POINT_COLUMNS
 from ..hooks.prune_hook import STATE_KEY as PRUNE_STATE
@@ -87,13 +88,24 @@ UPERNET_CONFIG = 'configs/demo/upernet_hetdpt_demo.py'
 DEFAULT_DATA_ROOT = 'data/demo'
 #: The classification task of the demo (``make_pairs``): its directory in
 #: the data root and its number of classes (the configs' are the digits').
-CLS_DATA = 'pairs'
-CLS_CLASSES = len(PAIR_CLASSES)
+CLS_DATA = 'shapes'
+CLS_CLASSES = len(SHAPE_PAIR_CLASSES)
+#: ``--cfg-options`` for every model the demo classifier's backbone goes
+#: into: patch 8 (the configs' 4 is the digits'): a 12-pixel glyph then
+#: spans up to four patches at any offset, so telling its shape takes the
+#: blocks' GELUs and attention, and the steps are about 2.4x cheaper.
+#: UperNet's neck scales give its strides 4, 8, 16, 32 again.
+BACKBONE_OPTIONS = dict(
+    cls=['model.backbone.patch_size=8'],
+    detr=['model.backbone.patch_size=8'],
+    upernet=['model.backbone.patch_size=8',
+             'model.neck.scales=[2,1,0.5,0.25]'])
 STATE_FILE = 'demo_state.json'
 # 2: the MAP allocation is read from fit_map's output and kept in the state.
 # 3: the pairs task, the recovery and comparison stages.
 # 4: validations inside the training runs replace tools/test.py runs.
-STATE_VERSION = 4
+# 5: the shapes task at patch 8; recovery runs on the prune runs' images.
+STATE_VERSION = 5
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
 OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'recovery', 'compare',
@@ -122,7 +134,7 @@ class Settings:
     map_calib_images: int  # TE score
     budget: int  # layers to remove, split by MAP
     prune_epochs: Optional[int]
-    prune_train_images: Optional[int]
+    prune_train_images: Optional[int]  # and the recovery runs'
     detr_epochs: Optional[int]
     detr_train_images: Optional[int]
     upernet_iters: Optional[int]
@@ -137,22 +149,23 @@ class Settings:
     seeds: Tuple[int, ...]  # one prune run of every compared split each
 
 
-# Sized for 10 minutes on 2 idle cores: 6 epochs on the 1,000 training
-# pairs; MAP steps fine-tune on half of them, at 2e-4 (the MAP config's
-# 5e-4 gave points up to 14 points off their neighbours after one epoch
-# on 500 images, and MAP's choice changed from run to run with them);
-# DETR and UperNet train long
-# enough to show that the pruned backbone transfers and improves (their
-# configs' full schedules: 12 epochs, 400 iterations).
+# Sized for 10 minutes on 2 idle cores (6:06 measured): the dense model
+# learns the shapes in 20 epochs on all 4,000 training images; a MAP step
+# fine-tunes one epoch on all of them at 2e-4 (the MAP config's 5e-4 gave
+# points far off their neighbours; 500 images gave noise-level points),
+# the recovery, prune and HetDPT+ runs on the first half; 3 seeds per
+# compared split (2 left a 4.75-point half range); DETR and UperNet train
+# long enough to show that the pruned backbone transfers and improves
+# (their configs' full schedules: 12 epochs, 400 iterations).
 FULL = Settings(
-    dense_epochs=6, dense_train_images=None,
-    map_steps=dict(attn=3, act=4, interleaved=4), map_interval=1,
-    map_subset=0.5, map_lr=2e-4, map_calib_images=128, budget=4,
-    prune_epochs=6, prune_train_images=None,
+    dense_epochs=20, dense_train_images=None,
+    map_steps=dict(attn=4, act=4, interleaved=4), map_interval=1,
+    map_subset=1.0, map_lr=2e-4, map_calib_images=128, budget=4,
+    prune_epochs=6, prune_train_images=2000,
     detr_epochs=5, detr_train_images=None, upernet_iters=200,
     transfer_log_interval=None, bench_batch=64, bench_repeats=15,
     context_bench=True, plus_ratio=0.3, plus_epochs=3,
-    plus_train_images=None, recovery_epochs=2, seeds=(0, 1))
+    plus_train_images=2000, recovery_epochs=2, seeds=(0, 1, 2))
 QUICK = Settings(
     dense_epochs=2, dense_train_images=256,
     map_steps=dict(attn=2, act=2, interleaved=2), map_interval=1,
@@ -297,16 +310,18 @@ class Demo:
         return self.work_dir.joinpath(*parts)
 
     def data_options(self, kind: str) -> List[str]:
-        """``--cfg-options`` pointing a demo config at ``--data-root``
-        (nothing when it is the configs' own ``data/demo``); the classifier
-        configs (written for the digits) at the pairs task."""
+        """``--cfg-options`` pointing a demo config at ``--data-root`` (not
+        needed for the configs' own ``data/demo``), the classifier configs
+        (written for the digits) at the shapes task, and every config at
+        the demo classifier's patch size (``BACKBONE_OPTIONS``)."""
         root = self.rel(self.data_root)
+        options = list(BACKBONE_OPTIONS[kind])
         if root == DEFAULT_DATA_ROOT and kind != 'cls':
-            return []
+            return options
         loaders = ('train_dataloader', 'val_dataloader', 'test_dataloader')
         sub = dict(cls=CLS_DATA, detr='coco', upernet='ade')[kind]
-        options = [f'{loader}.dataset.data_root={root}/{sub}'
-                   for loader in loaders]
+        options += [f'{loader}.dataset.data_root={root}/{sub}'
+                    for loader in loaders]
         if kind == 'cls':
             options.append(f'model.head.num_classes={CLS_CLASSES}')
         if kind == 'detr':
@@ -506,6 +521,7 @@ class Demo:
         validating after each."""
         s = self.settings
         depth = self.results['dense']['depth']
+        prune_lr = Config.fromfile(PRUNE_CONFIG).optim_wrapper.optimizer.lr
         lanes, runs = [], {}
         for kind in (ATTN, ACT):
             first = next(p for p in self.results['map']['points']
@@ -515,17 +531,20 @@ class Demo:
             work = self.out('recovery', kind)
             start = self.rel(work / 'start.pth')
             # Built from the pruned start (its record gives the structure),
-            # fine-tuned as the demo fine-tunes: pos_embed at 1x.
+            # fine-tuned as the prune runs fine-tune: their learning rate,
+            # pos_embed at 1x (the dense 1e-3 cost more in its warm-up epoch
+            # than the removal did).
             options = ['model.backbone.init_cfg.type=Pretrained',
                        f'model.backbone.init_cfg.checkpoint={start}',
                        f'load_from={start}',
+                       f'optim_wrapper.optimizer.lr={prune_lr}',
                        'optim_wrapper.paramwise_cfg.custom_keys.pos_embed.'
                        'lr_mult=1.0',
                        f'train_cfg.max_epochs={s.recovery_epochs}',
                        'train_cfg.val_interval=1'] + self.data_options('cls')
-            if s.dense_train_images is not None:
+            if s.prune_train_images is not None:
                 options.append('train_dataloader.dataset.indices='
-                               f'{s.dense_train_images}')
+                               f'{s.prune_train_images}')
             lanes.append([
                 Job(f'recovery-{kind}-remove', [
                     'tools/merge_ckpt.py', self.results['dense']['checkpoint'],
@@ -932,6 +951,7 @@ class Demo:
             commands=self.jobs.commands,
             classification=dict(
                 arch=r['dense']['arch'].get('arch'),
+                patch_size=r['dense']['arch']['patch_size'],
                 depth=r['dense']['depth'], budget=self.settings.budget,
                 classes=CLS_CLASSES,
                 val_images=validation_size(self.data_root),

@@ -109,8 +109,9 @@ def _classification_section(summary: Mapping[str, Any]) -> List[str]:
                      f'{model["macs_speedup"]:.2f}x'])
     spec = cls['spec']
     lines = ['## Classification: dense vs pruned vs merged', '',
-             f'Demo ViT `{json.dumps(cls["arch"])}` at 32x32, patch 4, on '
-             f'the pairs val split ({cls["val_images"]} images). Speedups: '
+             f'Demo ViT `{json.dumps(cls["arch"])}` at 32x32, patch '
+             f'{cls["patch_size"]}, on the shapes val split '
+             f'({cls["val_images"]} images). Speedups: '
              f'backbone forward, batch {bench["batch_size"]}, '
              f'{bench["threads"]} thread(s), median of {bench["repeats"]} '
              'alternating repeats, '
@@ -185,8 +186,10 @@ def _map_section(summary: Mapping[str, Any]) -> List[str]:
     best = allocation.best
     lines += ['', f'CV RMSE of the chosen degree: **{fit.cv_rmse:.2f}** '
               f'points against a spread (standard deviation) of the points\' '
-              f'accuracies of **{spread:.2f}** (ratio '
-              f'{fit.cv_rmse / spread:.2f}). The chosen split '
+              f'accuracies of **{spread:.2f}** ('
+              + (f'ratio {fit.cv_rmse / spread:.2f}' if spread else
+                 'all points equal: the model had not learnt the task')
+              + '). The chosen split '
               f'({best.n_attn} attention + {best.n_act} GELU) is '
               + ('**outside** the points\' hull: MAP **extrapolates** there.'
                  if best.extrapolated else '**inside** the points\' hull '
@@ -378,8 +381,8 @@ def format_report(summary: Mapping[str, Any]) -> str:
              '## Summary', '']
     lines += _table(
         ['what', 'result'],
-        [['task', 'pairs: do two distant glyphs have the same hue '
-          f'(which) or different hues; {cls["classes"]} classes, chance '
+        [['task', 'shapes: do two distant glyphs have the same shape '
+          f'(which) or different shapes; {cls["classes"]} classes, chance '
           f'{100 / cls["classes"]:.1f} %, 32x32, {cls["val_images"]} '
           'validation images'],
          ['dense top-1', f'{cls["dense"]["accuracy"]:.2f} % (1 seed, its '

@@ -184,7 +184,7 @@ def plot_accuracy_vs_speedup(map_points: Sequence[Mapping[str, Any]],
                    label=f'{model["name"]}: {model["accuracy"]:.2f} % at '
                    f'{model["speedup"]:.2f}x (measured)')
     return _labelled(fig, ax, 'speedup over the dense model',
-                     'top-1 accuracy (%) on the demo pairs val split',
+                     'top-1 accuracy (%) on the demo shapes val split',
                      'Accuracy vs speedup, demo ViT at 32x32', 7,
                      'lower left')
 
