@@ -2,6 +2,7 @@
 and tools/test.py."""
 import argparse
 import gc
+import itertools
 import logging
 import os
 import os.path as osp
@@ -334,7 +335,29 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
                   f'width-pruned backbone in {source})', logger='current')
 
 
+#: Runners built by this process so far (see :func:`experiment_name`).
+_RUNNERS_BUILT = itertools.count(1)
+
+
+def experiment_name(cfg, number: int) -> Optional[str]:
+    """The ``experiment_name`` to give this process's ``number``-th runner:
+    ``<config name>_<number>`` for a later one, ``None`` (keep the config's,
+    or MMEngine's default: the config name) for the first or where the
+    config names it.  MMEngine appends the start second and hands a new
+    runner the logger and visualizer of an existing name, so a second
+    runner of one config built in the same second would log, and write its
+    ``vis_data``, into the first run's work dir."""
+    if number == 1 or cfg.get('experiment_name') is not None:
+        return None
+    stem = osp.splitext(osp.basename(cfg.filename))[0] if cfg.filename \
+        else 'experiment'
+    return f'{stem}_{number}'
+
+
 def build_runner(cfg) -> Runner:
+    name = experiment_name(cfg, next(_RUNNERS_BUILT))
+    if name is not None:
+        cfg.experiment_name = name
     prepare_cpu_distributed(cfg)
     add_epoch_seed_hook(cfg)
     take_resumed_structure(cfg)

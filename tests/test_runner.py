@@ -3,6 +3,7 @@ outputs' file modes."""
 import json
 import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ from helpers import REPO, load_tool
 from mmengine.config import Config
 
 from hetdpt_mm.fileio import atomic_write_text
-from hetdpt_mm.runner import apply_resume
+from hetdpt_mm.runner import apply_resume, build_runner, experiment_name
 
 
 def test_resume_with_nothing_to_resume_keeps_the_starting_weights(tmp_path):
@@ -200,7 +201,6 @@ def test_test_loads_strictly_and_checks_options_first(dense_run, tmp_path,
         assert 'Traceback' not in err
 
 
-
 def test_train_validates_first_when_asked(dense_run, tmp_path, capsys):
     from hetdpt_mm.apis.demo_report import val_records
     config = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
@@ -293,3 +293,25 @@ run_reporting_errors(write)
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 128 + 15, result.stderr
     assert [p.name for p in tmp_path.iterdir()] == ['writer.py']
+
+
+def test_later_runners_of_a_process_get_their_own_experiment_name(
+        dense_run, tmp_path):
+    """MMEngine hands a new runner the logger and visualizer of an existing
+    experiment name (config name and start second): a later run's
+    vis_data went into an earlier run's work dir (a deleted one, in CI)."""
+    config = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
+                          dense_run / 'cls')
+    cfg = Config.fromfile(config)
+    assert experiment_name(cfg, 1) is None  # MMEngine's default
+    assert experiment_name(cfg, 2) == 'dense_2'
+    cfg.experiment_name = 'mine'
+    assert experiment_name(cfg, 2) is None  # the config's own
+    visualizers = []
+    for index in range(2):  # two runners of one config in one second
+        cfg = Config.fromfile(config)
+        cfg.work_dir = str(tmp_path / f'work{index}')
+        visualizers.append(build_runner(cfg).visualizer)
+    assert visualizers[0] is not visualizers[1]
+    assert [Path(v._vis_backends['LocalVisBackend']._save_dir).parents[1]
+            for v in visualizers] == [tmp_path / 'work0', tmp_path / 'work1']

@@ -521,7 +521,8 @@ class Demo:
         validating after each."""
         s = self.settings
         depth = self.results['dense']['depth']
-        prune_lr = Config.fromfile(PRUNE_CONFIG).optim_wrapper.optimizer.lr
+        prune_lr = Config.fromfile(
+            self.repo / PRUNE_CONFIG).optim_wrapper.optimizer.lr
         lanes, runs = [], {}
         for kind in (ATTN, ACT):
             first = next(p for p in self.results['map']['points']
