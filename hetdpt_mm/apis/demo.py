@@ -95,10 +95,11 @@ CLS_CLASSES = len(SHAPE_PAIR_CLASSES)
 #: spans up to four patches at any offset, so telling its shape takes the
 #: blocks' GELUs and attention, and the steps are about 2.4x cheaper.
 #: UperNet's neck scales give its strides 4, 8, 16, 32 again.
+CLS_PATCH_SIZE = 8
 BACKBONE_OPTIONS = dict(
-    cls=['model.backbone.patch_size=8'],
-    detr=['model.backbone.patch_size=8'],
-    upernet=['model.backbone.patch_size=8',
+    cls=[f'model.backbone.patch_size={CLS_PATCH_SIZE}'],
+    detr=[f'model.backbone.patch_size={CLS_PATCH_SIZE}'],
+    upernet=[f'model.backbone.patch_size={CLS_PATCH_SIZE}',
              'model.neck.scales=[2,1,0.5,0.25]'])
 STATE_FILE = 'demo_state.json'
 # 2: the MAP allocation is read from fit_map's output and kept in the state.

@@ -154,7 +154,9 @@ def make_pairs(root, seed: int = 0, num_train: int = 1000,
         raise ValueError(f"match must be 'hue' or 'shape', got {match!r}")
     colours = list(PAIR_COLOURS.values())
     classes = PAIR_CLASSES if match == 'hue' else SHAPE_PAIR_CLASSES
-    matched = colours if match == 'hue' else PAIR_GLYPHS
+    # What the label is about, and the attribute drawn at random.
+    matched, others = (colours, PAIR_GLYPHS) if match == 'hue' else (
+        PAIR_GLYPHS, colours)
     # The colours are settings too: a dataset of other colours is rebuilt.
     settings = dict(kind='pairs', seed=seed, num_train=num_train,
                     num_val=num_val, size=size, glyph_size=glyph_size,
@@ -184,8 +186,7 @@ def make_pairs(root, seed: int = 0, num_train: int = 1000,
                     if np.hypot(*(corners[0] - corners[1])) >= min_distance:
                         break
                 for matched_index, (x0, y0) in zip(pair, corners):
-                    other = int(rng.integers(
-                        len(PAIR_GLYPHS if match == 'hue' else colours)))
+                    other = int(rng.integers(len(others)))
                     colour, glyph_index = (matched_index, other) \
                         if match == 'hue' else (other, matched_index)
                     glyph = PAIR_GLYPHS[glyph_index]
