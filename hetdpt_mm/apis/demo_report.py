@@ -166,6 +166,11 @@ def _map_section(summary: Mapping[str, Any]) -> List[str]:
                       f'{s:.2f}x'] for p, s in
                      zip(points, summary['map']['point_speedups'])],
                     'lrrrrrrllr')
+    lines += ['', 'A point also holds the fine-tuning of all its steps (it '
+              'can end above the dense model); every split of one budget '
+              'had as many steps, so that training shifts the budget\'s '
+              'candidates by about as much and leaves their order (the '
+              'argmax) as it is.']
     rows = []
     for score in fit.scores:
         mark = ' (chosen)' if score.degree == fit.degree else ''
