@@ -76,16 +76,18 @@ def plot_map_fit(fit: MAPFit, depth: int, allocations: Dict[str, Allocation],
     a_grid, t_grid = np.meshgrid(np.linspace(low[0], 1.0, 200),
                                  np.linspace(low[1], 1.0, 200))
     surface = fit.predict(a_grid, t_grid)
-    # Extrapolated corners can fall far below the data: spend the colours
-    # on the points and the budget candidates, saturate beyond (contour
-    # lines still label the rest).
+    outside = ~fit.in_data_hull(a_grid, t_grid)
+    # Extrapolated corners can fall far below the data, or rise above
+    # 100 %: spend the colours on the points, the budget candidates and the
+    # surface inside the hull, saturate beyond (contour lines still label
+    # the rest).
     candidate_accuracy = [c.predicted_accuracy
                           for allocation in allocations.values()
                           for c in allocation.candidates]
     spread = np.ptp(observed[:, 2]) or 1.0
     levels = MaxNLocator(20).tick_values(
         min([observed[:, 2].min() - spread, *candidate_accuracy]),
-        max(surface.max(), observed[:, 2].max()))
+        max([*surface[~outside], *observed[:, 2], *candidate_accuracy]))
     norm = Normalize(vmin=levels[0], vmax=levels[-1])
 
     fig = _figure((7.5, 6.5))
@@ -96,10 +98,12 @@ def plot_map_fit(fit: MAPFit, depth: int, allocations: Dict[str, Allocation],
                        linewidths=0.5, alpha=0.6)
     ax.clabel(lines, fmt='%.1f', fontsize=7)
     fig.colorbar(filled, ax=ax, label='accuracy (predicted surface, points)')
+    ax.contourf(a_grid, t_grid, outside.astype(float), levels=[0.5, 1.5],
+                colors='white', alpha=0.45)  # extrapolated: faded
 
     hull = fit.hull_vertices
     ax.fill(hull[:, 0], hull[:, 1], fill=False, ls='--', color='white',
-            lw=1.2, label='data hull (MAP interpolates inside)')
+            lw=1.2, label='data hull (MAP interpolates inside; faded outside)')
     ax.scatter(observed[:, 0], observed[:, 1], c=observed[:, 2],
                cmap='viridis', norm=norm, s=70, edgecolors='black',
                linewidths=1.0, zorder=3, label='observed points')
