@@ -9,6 +9,7 @@ JSON) and turns the collected ``summary`` dict into ``report.md`` (its plots
 are in :mod:`hetdpt_mm.apis.plots`).
 """
 import json
+import statistics
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -184,10 +185,7 @@ def _map_section(summary: Mapping[str, Any]) -> List[str]:
     lines += ['', 'Degree by leave-2-out cross-validation:', '']
     lines += _table(['degree', 'terms', 'CV MAE', 'CV RMSE', 'train RMSE',
                      'note'], rows, 'lrrrrl')
-    accuracies = [p.accuracy for p in fit.points]
-    mean = sum(accuracies) / len(accuracies)
-    spread = (sum((a - mean) ** 2 for a in accuracies) / len(accuracies)
-              ) ** 0.5
+    spread = statistics.pstdev(p.accuracy for p in fit.points)
     best = allocation.best
     lines += ['', f'CV RMSE of the chosen degree: **{fit.cv_rmse:.2f}** '
               f'points against a spread (standard deviation) of the points\' '
