@@ -38,6 +38,12 @@ from mmengine.runner import checkpoint as mmengine_checkpoint
 
 #: Setting this environment variable to 1 trusts every checkpoint file.
 TRUST_ENV = 'HETDPT_TRUST_CHECKPOINTS'
+#: Name torch gives a module's extra state in its state dict.
+EXTRA_STATE_KEY = '_extra_state'
+#: Attribute naming the file an extra-state tensor was read from: a record
+#: is checked deep inside torch's ``load_state_dict`` (mmdet's
+#: ``init_detector``, ``load_from``), where nothing else knows the file.
+_SOURCE_ATTR = '_hetdpt_source'
 
 
 class CheckpointError(ValueError):
@@ -154,7 +160,25 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
     if not isinstance(checkpoint, Mapping):
         raise CheckpointError(f'{name} holds a {type(checkpoint).__name__}, '
                               'not a checkpoint dict or state dict')
+    _tag_extra_states(checkpoint, name)
     return checkpoint
+
+
+def _tag_extra_states(checkpoint: Mapping, name: str) -> None:
+    """Name the file on the extra-state tensors of the checkpoint's state
+    dicts (the checkpoint itself and its dict entries)."""
+    dicts = [checkpoint] + [v for v in checkpoint.values()
+                            if isinstance(v, Mapping)]
+    for state_dict in dicts:
+        for key, value in state_dict.items():
+            if isinstance(key, str) and key.endswith(EXTRA_STATE_KEY) and \
+                    isinstance(value, torch.Tensor):
+                setattr(value, _SOURCE_ATTR, str(name))
+
+
+def source_of(tensor: Any) -> Optional[str]:
+    """The file an extra-state tensor was loaded from (or ``None``)."""
+    return getattr(tensor, _SOURCE_ATTR, None)
 
 
 # MMEngine's loaders for every scheme below call torch.load with

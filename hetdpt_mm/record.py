@@ -23,22 +23,23 @@ weights is refused in one place by every tool.  Checkpoint parsing lives here
 and nowhere else.
 """
 import json
+import numbers
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-from .checkpoint import CheckpointError, StateDictMismatch, \
-    load_checkpoint_file
+from .checkpoint import EXTRA_STATE_KEY, CheckpointError, StateDictMismatch, \
+    load_checkpoint_file, source_of
+from .record_schema import (MAX_DEPTH, MAX_RECORD_BYTES, MAX_RECORD_NESTING,
+                            RECORD_FIELDS, RecordError, check_plain)
 from .spec import FORMS, META_KEY, PruneSpec
 
-#: Name torch gives a module's extra state in its state dict.
-EXTRA_STATE_KEY = '_extra_state'
 #: Version of the record layout written into checkpoints.
 RECORD_VERSION = 2
-
-
+_FAMILY_NAME = re.compile(r'[a-z][a-z0-9_]{0,63}')
 @dataclass(frozen=True)
 class HetDPTRecord:
     """The structure of one HetDPT backbone, as stored with its weights.
@@ -87,23 +88,59 @@ class HetDPTRecord:
     @classmethod
     def from_dict(cls, data: Mapping, source: str = 'checkpoint',
                   origin: str = 'meta') -> 'HetDPTRecord':
+        """A record from plain data, checked against the record's schema
+        (fields, types, bounds); the family checks what its arguments
+        mean (:meth:`HetDPTBackbone.verify_record`)."""
         if not isinstance(data, Mapping):
-            raise CheckpointError(f'{source}: the HetDPT record is a '
-                                  f'{type(data).__name__}, not a dict')
+            raise RecordError(f'{source}: the HetDPT record is a '
+                              f'{type(data).__name__}, not a dict')
+        check_plain(data, source)
+        unknown = set(data) - RECORD_FIELDS
+        if unknown:
+            raise RecordError(f'{source}: the HetDPT record has unknown '
+                              f'fields {sorted(unknown)} (a record has '
+                              f'{sorted(RECORD_FIELDS)})')
         version = data.get('version', 1)
-        if version not in (1, RECORD_VERSION):
-            raise CheckpointError(
+        if version not in (1, RECORD_VERSION) or isinstance(version, bool):
+            raise RecordError(
                 f'{source}: HetDPT record version {version!r} is not known '
                 f'to this hetdpt_mm (reads 1..{RECORD_VERSION})')
+        family = data.get('family', 'vit')
+        if not isinstance(family, str) or not _FAMILY_NAME.fullmatch(family):
+            raise RecordError(f'{source}: the HetDPT record\'s family '
+                              f'{family!r} is not a family name')
+        form = data.get('form')
+        if form not in FORMS:
+            raise RecordError(f'{source}: unknown form {form!r} in the '
+                              f'HetDPT record; expected one of {FORMS}')
+        spec = data.get('spec')
+        if isinstance(spec, Mapping) and not (
+                isinstance(spec.get('depth'), numbers.Integral) and
+                0 < spec['depth'] <= MAX_DEPTH):
+            raise RecordError(f'{source}: the HetDPT record\'s spec has depth '
+                              f'{spec.get("depth")!r}; a depth is 1 to '
+                              f'{MAX_DEPTH} blocks')
         try:
-            spec = PruneSpec.from_dict(data['spec'])
-        except (KeyError, TypeError, ValueError) as err:
-            raise CheckpointError(f'{source}: invalid HetDPT record spec '
-                                  f'({err})') from None
-        return cls(spec=spec, form=data.get('form'),
-                   family=data.get('family', 'vit'), arch=data.get('arch'),
-                   semantics=dict(data.get('semantics') or {}),
-                   prefix=data.get('prefix', ''),
+            spec = PruneSpec.from_dict(spec)
+        except (TypeError, ValueError) as err:
+            raise RecordError(f'{source}: invalid HetDPT record spec '
+                              f'({err})') from None
+        for name, kind in (('arch', Mapping), ('semantics', Mapping),
+                           ('prefix', str), ('teacher_prefix', str)):
+            if data.get(name) is not None and \
+                    not isinstance(data[name], kind):
+                raise RecordError(
+                    f'{source}: the HetDPT record\'s {name} is a '
+                    f'{type(data[name]).__name__}, not a '
+                    f'{"dict" if kind is Mapping else "string"}')
+        semantics = dict(data.get('semantics') or {})
+        wrong = {k: v for k, v in semantics.items() if not isinstance(v, str)}
+        if wrong:
+            raise RecordError(f'{source}: the HetDPT record\'s semantics must '
+                              f'be names, got {wrong}')
+        return cls(spec=spec, form=form, family=family,
+                   arch=data.get('arch'), semantics=semantics,
+                   prefix=data.get('prefix') or '',
                    teacher_prefix=data.get('teacher_prefix'), source=source,
                    origin=origin)
 
@@ -130,23 +167,47 @@ def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
     return torch.tensor(list(text.encode('utf-8')), dtype=torch.uint8)
 
 
-def decode_record(value: Any) -> Optional[Dict[str, Any]]:
-    """The record in a state-dict entry, or ``None`` if it holds none."""
-    if isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and \
-            value.dim() == 1:
-        try:
-            value = json.loads(bytes(value.tolist()).decode('utf-8'))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+def decode_record(value: Any, where: str = 'a state dict entry'
+                  ) -> Optional[Dict[str, Any]]:
+    """The record in a state-dict entry, or ``None`` if it holds none (not
+    a byte tensor or a dict).  A byte tensor that is not a readable record
+    within the bounds is a :class:`RecordError` naming ``where``."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype != torch.uint8 or value.dim() != 1:
             return None
-    return dict(value) if isinstance(value, Mapping) else None
+        if value.numel() > MAX_RECORD_BYTES:
+            raise RecordError(f'{where}: a HetDPT record of {value.numel()} '
+                              f'bytes (at most {MAX_RECORD_BYTES})')
+        try:
+            value = json.loads(value.numpy().tobytes().decode('utf-8'))
+        except RecursionError:
+            raise RecordError(f'{where}: the HetDPT record is nested deeper '
+                              f'than {MAX_RECORD_NESTING}') from None
+        except ValueError as err:  # bad UTF-8, bad JSON, 5000-digit ints
+            raise RecordError(f'{where} holds a corrupt HetDPT record '
+                              f'({str(err)[:120]})') from None
+        if not isinstance(value, Mapping):
+            raise RecordError(f'{where} holds a corrupt HetDPT record (a '
+                              f'{type(value).__name__}, not a dict)')
+    if not isinstance(value, Mapping):
+        return None
+    check_plain(value, where)
+    return dict(value)
 
 
-def records_in(state_dict: Mapping) -> Dict[str, Dict[str, Any]]:
+def record_source(value: Any, default: str) -> str:
+    """The file a record tensor was read from, else ``default``."""
+    return source_of(value) or default
+
+
+def records_in(state_dict: Mapping, source: str = 'the loaded state dict'
+               ) -> Dict[str, Dict[str, Any]]:
     """Every record of a state dict, by the prefix of its module."""
     found = {}
     for key, value in state_dict.items():
         if key.endswith(EXTRA_STATE_KEY):
-            record = decode_record(value)
+            record = decode_record(
+                value, f'{record_source(value, source)}: {key}')
             if record is not None:
                 found[key[:-len(EXTRA_STATE_KEY)]] = record
     return found
@@ -170,10 +231,11 @@ class RecordInStateDict:
 
     def set_extra_state(self, state) -> None:
         # torch's loader hands the record over here.
-        record = decode_record(state)
+        record = decode_record(state, record_source(
+            state, f'{EXTRA_STATE_KEY} of {type(self).__name__}'))
         if record is None:
-            raise CheckpointError(f'{EXTRA_STATE_KEY} of {type(self).__name__}'
-                                  ' holds no readable record')
+            raise RecordError(f'{EXTRA_STATE_KEY} of {type(self).__name__}'
+                              ' holds no readable record')
         self.load_state_record(record)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata,
@@ -224,9 +286,11 @@ def unwrap_state_dict(checkpoint: Mapping) -> Mapping:
     return checkpoint
 
 
-def extra_state_records(state_dict: Mapping) -> Dict[str, Dict]:
+def extra_state_records(state_dict: Mapping, source: str = 'checkpoint'
+                        ) -> Dict[str, Dict]:
     """Every HetDPT backbone's record in a state dict, by prefix."""
-    return {prefix: record for prefix, record in records_in(state_dict).items()
+    return {prefix: record
+            for prefix, record in records_in(state_dict, source).items()
             if 'spec' in record and 'form' in record}
 
 
@@ -270,11 +334,15 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     from .models.family import get_family, recognising_family
     source = os.fspath(source)
     state_dict = unwrap_state_dict(checkpoint)
-    extra = extra_state_records(state_dict)
+    extra = extra_state_records(state_dict, source)
     meta = _meta_record(checkpoint)
     teacher_prefix = meta.get('teacher_prefix') if isinstance(
         meta, Mapping) else None
-    teacher_prefix = teacher_prefix or _teacher_prefix_of(state_dict)
+    if teacher_prefix is not None and not isinstance(teacher_prefix, str):
+        raise RecordError(f'{source}: meta["{META_KEY}"]["teacher_prefix"] '
+                          f'is a {type(teacher_prefix).__name__}, not a '
+                          'string')
+    teacher_prefix = teacher_prefix or _teacher_prefix_of(state_dict, source)
     if prefix is None:
         prefix = _choose_prefix(state_dict, extra, meta, teacher_prefix)
     raw = {k[len(prefix):]: v for k, v in state_dict.items()
@@ -306,13 +374,19 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
         record = family.record_from_tensors(state, source)
     record = replace(record, prefix=prefix, source=source,
                      teacher_prefix=teacher_prefix)
-    get_family(record.family).check_record(record, state)
+    # A bare classifier file (timm's, DeiT's) has its heads beside the
+    # backbone's keys.
+    heads = tuple(classifier_head_prefixes(state).values()) if not prefix \
+        else ()
+    get_family(record.family).verify_record(record, {
+        k: v for k, v in state.items() if not heads or
+        not k.startswith(heads)})
     return BackboneCheckpoint(record, state, state_dict, frozenset(raw))
 
 
-def _teacher_prefix_of(state_dict: Mapping) -> Optional[str]:
+def _teacher_prefix_of(state_dict: Mapping, source: str) -> Optional[str]:
     """A distillation classifier records where its teacher is."""
-    for prefix, record in records_in(state_dict).items():
+    for prefix, record in records_in(state_dict, source).items():
         if isinstance(record.get('teacher_prefix'), str):
             return prefix + record['teacher_prefix']
     return None

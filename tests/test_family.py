@@ -69,6 +69,7 @@ class ToyBlock(nn.Module):
 
 class ToyNet(HetDPTBackbone):
     family = 'toy'
+    RECORD_ARCH_KEYS = frozenset({'depth', 'dim', 'in_features'})
 
     def __init__(self, dim=16, depth=4, in_features=12, prune_spec=None,
                  gated=False, merged=False, init_cfg=None):

@@ -31,7 +31,8 @@ path: ``load_state_dict``, MMEngine's ``load_checkpoint``, ``load_from``,
 ``--resume``, the toolboxes' inference APIs).
 """
 import os.path as osp
-from typing import ClassVar, Dict, List, Mapping, Optional, Tuple, Type
+from typing import (ClassVar, Dict, FrozenSet, List, Mapping, Optional, Tuple,
+                    Type)
 
 import torch
 import torch.nn as nn
@@ -39,10 +40,13 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
 from ..checkpoint import CheckpointError, StateDictMismatch
-from ..record import (EXTRA_STATE_KEY, HetDPTRecord, RecordInStateDict,
-                      load_backbone_checkpoint, with_record)
+from ..record import (EXTRA_STATE_KEY, HetDPTRecord, RecordError,
+                      RecordInStateDict, decode_record,
+                      load_backbone_checkpoint, record_source, with_record)
 from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
-from .layers import GATE_SUFFIXES, SEMANTICS_CHOICES
+from .layers import SEMANTICS_CHOICES
+from .pretrained import PretrainedLoading
+from .record_check import check_arch_agrees, check_tensors_fit
 
 #: Family name -> backbone class.
 FAMILIES: Dict[str, Type['HetDPTBackbone']] = {}
@@ -67,10 +71,14 @@ def recognising_family(state: Mapping) -> Optional[Type['HetDPTBackbone']]:
                 None)
 
 
-class HetDPTBackbone(RecordInStateDict, BaseModule):
+class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
 
     family: ClassVar[Optional[str]] = None
+    #: The constructor arguments a record's ``arch`` may give: those of
+    #: :meth:`build_args`, which fix the structure.  A record never names
+    #: how to load (``pretrained``, ``init_cfg``, paths, URLs).
+    RECORD_ARCH_KEYS: ClassVar[FrozenSet[str]] = frozenset()
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training
@@ -137,13 +145,53 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
     def from_record(cls, record: HetDPTRecord, **kwargs) -> 'HetDPTBackbone':
         """A backbone with the exact structure of ``record``."""
         family = get_family(record.family)
+        family.validate_record(record)
         if record.arch is None:
             raise StateDictMismatch(
                 f'{record.source}: the record does not give the '
                 'architecture; read it with build_args_from_tensors')
-        return family(**dict(record.arch), **dict(record.semantics),
-                      prune_spec=record.spec, gated=record.form == 'gated',
-                      merged=record.form == 'merged', **kwargs)
+        try:
+            return family(**dict(record.arch), **dict(record.semantics),
+                          prune_spec=record.spec,
+                          gated=record.form == 'gated',
+                          merged=record.form == 'merged', **kwargs)
+        except (TypeError, ValueError) as err:
+            raise RecordError(f'{record.source}: the HetDPT record\'s '
+                              f'architecture cannot be built ({err})') from None
+
+    # ------------------------------------------------ the record, verified
+    @classmethod
+    def validate_record(cls, record: HetDPTRecord) -> None:
+        """Raise :class:`RecordError` unless the record's ``arch`` and
+        semantics are structural arguments of this family."""
+        where = f'{record.source}: the HetDPT record'
+        if record.arch is not None:
+            unknown = sorted(set(record.arch) - cls.RECORD_ARCH_KEYS)
+            if unknown:
+                raise RecordError(
+                    f'{where}\'s arch gives {unknown}, which are not '
+                    f'structural arguments of a {cls.family} backbone '
+                    f'(allowed: {sorted(cls.RECORD_ARCH_KEYS)}); a record '
+                    'describes a structure and never configures loading')
+        for name, value in record.semantics.items():
+            if value not in SEMANTICS_CHOICES.get(name, ()):
+                allowed = SEMANTICS_CHOICES.get(name)
+                raise RecordError(
+                    f'{where} gives {name}={value!r}; ' + (
+                        f'{name} is one of {allowed}' if allowed else
+                        f'semantics are {sorted(SEMANTICS_CHOICES)}'))
+
+    @classmethod
+    def verify_record(cls, record: HetDPTRecord, state: Mapping) -> None:
+        """The one check of a record against the tensors it travels with,
+        run by every path that adopts one: the schema of its arguments,
+        the family's reading of the tensors (:meth:`check_record`), and,
+        where the record gives the architecture, every tensor it implies
+        present with its shape and none left over."""
+        cls.validate_record(record)
+        cls.check_record(record, state)
+        if record.arch is not None:
+            check_tensors_fit(cls, record, state)
 
     # ------------------------------------------- construction (init_cfg)
     def _pretrained_cfg(self) -> Optional[dict]:
@@ -351,13 +399,23 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
                                            origin='extra_state'))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        if prefix + EXTRA_STATE_KEY not in state_dict:
+        key = prefix + EXTRA_STATE_KEY
+        if self._loading_converted:
+            pass  # weights this backbone converted to its own structure
+        elif key not in state_dict:
             self._follow_tensors(state_dict, prefix)
         else:
             # The structure before any tensor: this module's own tensors
             # (a ViT's tokens) take the width the record gives them.
-            self.set_extra_state(state_dict[prefix + EXTRA_STATE_KEY])
-        if any(key.startswith(prefix) for key in state_dict):
+            source = record_source(state_dict[key], 'the loaded state dict')
+            record = HetDPTRecord.from_dict(
+                decode_record(state_dict[key], source), source,
+                origin='extra_state')
+            self.verify_record(record, {
+                k[len(prefix):]: v for k, v in state_dict.items()
+                if k.startswith(prefix)})
+            self._adopt(record)
+        if any(k.startswith(prefix) for k in state_dict):
             self.awaited_checkpoint = None
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
@@ -393,8 +451,10 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
         # for any module; the structure is ours.
         if record.family != self.family:
             raise StateDictMismatch(
-                f'the loaded weights are a {record.describe()}, this backbone '
-                f'a {mine.describe()}: build it with that family')
+                f'{record.source}: the loaded weights are a '
+                f'{record.describe()}, this backbone a {mine.describe()}: '
+                'build it with that family')
+        check_arch_agrees(self.build_args(), record)
         if record.same_structure(mine):
             return
         if self.structure_given:
@@ -404,7 +464,8 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
                     self.form == 'gated' or record.spec == mine.spec):
                 return
             raise StateDictMismatch(
-                f'the loaded weights are a {record.describe()}, but this '
+                f'{record.source}: the loaded weights are a '
+                f'{record.describe()}, but this '
                 f'backbone was built as a {mine.describe()}: leave its '
                 'structure (prune_spec, gated, merged) out of the config to '
                 'take the structure of the weights, or load them through '
@@ -415,86 +476,3 @@ class HetDPTBackbone(RecordInStateDict, BaseModule):
         self._build_structure(record.spec, record.form,
                               dict(record.semantics))
 
-    # ----------------------------------------------------- pretrained files
-    def load_pretrained(self, source: str, prefix: Optional[str] = None):
-        """Load backbone weights from any supported checkpoint, converting
-        them to this backbone's form and spec; report what was loaded."""
-        loaded = load_backbone_checkpoint(source, prefix)
-        record = loaded.record
-        if record.family != self.family:
-            raise StateDictMismatch(
-                f'{source} holds a {record.family} backbone, this is '
-                f'{self.family}')
-        self._check_compatible(record.spec, source)
-        state = loaded.state
-        if record.form == 'gated':
-            # A search checkpoint's weights are those of its own spec.
-            state = self.convert_state_dict(state, record.spec, 'pruned')
-        # Gates follow this backbone's spec, never a pretrained file.
-        state = {k: v for k, v in state.items() if not self._is_gate_key(k)}
-        state = self.convert_state_dict(state, self.prune_spec, self.form)
-        self._load_checked(self._adapt_pretrained(state), source)
-
-    @staticmethod
-    def _is_gate_key(key: str) -> bool:
-        return key.endswith(GATE_SUFFIXES)
-
-    def _check_compatible(self, source_spec: PruneSpec, source: str):
-        """Weights pruned further than this backbone cannot restore the
-        layers they lost; pruning further than the checkpoint is fine."""
-        if source_spec.depth != self.depth:
-            raise StateDictMismatch(
-                f'{source} has {source_spec.depth} blocks, the backbone '
-                f'{self.depth}')
-        spec = self.prune_spec
-        for kind in LAYER_KINDS:
-            lost = sorted(set(source_spec.removed(kind)) -
-                          set(spec.removed(kind)))
-            if lost:
-                raise StateDictMismatch(
-                    f'{source} was pruned with {kind} layers {lost} removed, '
-                    f'but this backbone keeps them: the spec does not match '
-                    f'the checkpoint (checkpoint {source_spec}, backbone '
-                    f'{spec})')
-
-    def _closed_gate_keys(self) -> set:
-        """State-dict keys of layers behind closed gates (never run)."""
-        if self.form != 'gated':
-            return set()
-        names = {id(m): name for name, m in self.named_modules()}
-        return {f'{names[id(gate)]}.{key}'
-                for kind in LAYER_KINDS for gate in self.gates(kind)
-                if not gate.is_open for key in gate.state_dict()
-                if not self._is_gate_key(key)}
-
-    def _load_checked(self, state: Mapping, source: str) -> None:
-        own = {k: v for k, v in self.state_dict().items()
-               if k != EXTRA_STATE_KEY}
-        mismatched = [
-            f'{k}: checkpoint {tuple(v.shape)} vs backbone '
-            f'{tuple(own[k].shape)}' for k, v in state.items()
-            if k in own and v.shape != own[k].shape
-        ]
-        if mismatched:
-            raise StateDictMismatch(
-                f'{source}: shape mismatch for ' + '; '.join(mismatched))
-        unexpected = sorted(k for k in state if k not in own)
-        expected = [k for k in own if not self._is_gate_key(k)]
-        closed = self._closed_gate_keys()
-        missing = [k for k in expected if k not in state and k not in closed]
-        unused = [k for k in expected if k not in state and k in closed]
-        self.load_state_dict(with_record(state, self.record()), strict=False)
-        loaded = len(expected) - len(missing) - len(unused)
-        lines = [f'{type(self).__name__}: loaded {loaded}/{len(expected)} '
-                 f'backbone tensors from {source} ({self.form}, '
-                 f'{self.prune_spec})']
-        if missing:
-            lines.append(f'  missing in checkpoint (left at init): {missing}')
-        if unused:
-            lines.append(f'  not in checkpoint, behind closed gates: '
-                         f'{len(unused)} tensors')
-        if unexpected:
-            lines.append(f'  ignored (not part of this backbone): '
-                         f'{unexpected}')
-        print_log('\n'.join(lines), logger='current',
-                  level=30 if missing else 20)

@@ -165,6 +165,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
             have no distillation token.
     """
     family = 'layerscale_vit'
+    RECORD_ARCH_KEYS = HetDPTViT.RECORD_ARCH_KEYS | {
+        'reg_tokens', 'no_embed_class'}
     POS_EMBED_ANTIALIAS = True
 
     def __init__(self,

@@ -98,6 +98,9 @@ class HetDPTSwin(HetDPTBackbone):
             weights, converted to this form.
     """
     family = 'swin'
+    RECORD_ARCH_KEYS = frozenset({
+        'arch', 'window_size', 'patch_size', 'in_channels', 'qkv_bias',
+        'patch_norm', 'out_indices'})
 
     def __init__(self,
                  arch: Union[str, Mapping] = 'tiny',

@@ -100,6 +100,9 @@ class HetDPTViT(HetDPTBackbone):
             mmpretrain checkpoints (converted to this form on the fly).
     """
     family = 'vit'
+    RECORD_ARCH_KEYS = frozenset({
+        'arch', 'img_size', 'patch_size', 'in_channels', 'distilled',
+        'with_cls_token', 'qkv_bias', 'final_norm'})
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Whether position embeddings are resampled with antialiasing (timm
     #: does for LayerScale ViTs; DeiT's weights were trained without).

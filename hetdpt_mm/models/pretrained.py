@@ -1,0 +1,111 @@
+"""Loading a pretrained file into a backbone of a given structure: the
+file's weights converted to this backbone's form and spec (``init_cfg``'s
+``Pretrained``; docs/transfer.md)."""
+from contextlib import contextmanager
+from typing import Mapping, Optional
+
+from mmengine.logging import print_log
+
+from ..checkpoint import StateDictMismatch
+from ..record import EXTRA_STATE_KEY, load_backbone_checkpoint
+from ..spec import LAYER_KINDS, PruneSpec
+from .layers import GATE_SUFFIXES
+
+
+class PretrainedLoading:
+    """Mixin of :class:`~hetdpt_mm.models.family.HetDPTBackbone`."""
+
+    #: Set while :meth:`_load_checked` loads weights it converted itself.
+    _loading_converted: bool = False
+
+    @contextmanager
+    def _converted_load(self):
+        self._loading_converted = True
+        try:
+            yield
+        finally:
+            self._loading_converted = False
+
+    def load_pretrained(self, source: str, prefix: Optional[str] = None):
+        """Load backbone weights from any supported checkpoint, converting
+        them to this backbone's form and spec; report what was loaded."""
+        loaded = load_backbone_checkpoint(source, prefix)
+        record = loaded.record
+        if record.family != self.family:
+            raise StateDictMismatch(
+                f'{source} holds a {record.family} backbone, this is '
+                f'{self.family}')
+        self._check_compatible(record.spec, source)
+        state = loaded.state
+        if record.form == 'gated':
+            # A search checkpoint's weights are those of its own spec.
+            state = self.convert_state_dict(state, record.spec, 'pruned')
+        # Gates follow this backbone's spec, never a pretrained file.
+        state = {k: v for k, v in state.items() if not self._is_gate_key(k)}
+        state = self.convert_state_dict(state, self.prune_spec, self.form)
+        self._load_checked(self._adapt_pretrained(state), source)
+
+    @staticmethod
+    def _is_gate_key(key: str) -> bool:
+        return key.endswith(GATE_SUFFIXES)
+
+    def _check_compatible(self, source_spec: PruneSpec, source: str):
+        """Weights pruned further than this backbone cannot restore the
+        layers they lost; pruning further than the checkpoint is fine."""
+        if source_spec.depth != self.depth:
+            raise StateDictMismatch(
+                f'{source} has {source_spec.depth} blocks, the backbone '
+                f'{self.depth}')
+        spec = self.prune_spec
+        for kind in LAYER_KINDS:
+            lost = sorted(set(source_spec.removed(kind)) -
+                          set(spec.removed(kind)))
+            if lost:
+                raise StateDictMismatch(
+                    f'{source} was pruned with {kind} layers {lost} removed, '
+                    f'but this backbone keeps them: the spec does not match '
+                    f'the checkpoint (checkpoint {source_spec}, backbone '
+                    f'{spec})')
+
+    def _closed_gate_keys(self) -> set:
+        """State-dict keys of layers behind closed gates (never run)."""
+        if self.form != 'gated':
+            return set()
+        names = {id(m): name for name, m in self.named_modules()}
+        return {f'{names[id(gate)]}.{key}'
+                for kind in LAYER_KINDS for gate in self.gates(kind)
+                if not gate.is_open for key in gate.state_dict()
+                if not self._is_gate_key(key)}
+
+    def _load_checked(self, state: Mapping, source: str) -> None:
+        own = {k: v for k, v in self.state_dict().items()
+               if k != EXTRA_STATE_KEY}
+        mismatched = [
+            f'{k}: checkpoint {tuple(v.shape)} vs backbone '
+            f'{tuple(own[k].shape)}' for k, v in state.items()
+            if k in own and v.shape != own[k].shape
+        ]
+        if mismatched:
+            raise StateDictMismatch(
+                f'{source}: shape mismatch for ' + '; '.join(mismatched))
+        unexpected = sorted(k for k in state if k not in own)
+        expected = [k for k in own if not self._is_gate_key(k)]
+        closed = self._closed_gate_keys()
+        missing = [k for k in expected if k not in state and k not in closed]
+        unused = [k for k in expected if k not in state and k in closed]
+        with self._converted_load():
+            self.load_state_dict(state, strict=False)
+        loaded = len(expected) - len(missing) - len(unused)
+        lines = [f'{type(self).__name__}: loaded {loaded}/{len(expected)} '
+                 f'backbone tensors from {source} ({self.form}, '
+                 f'{self.prune_spec})']
+        if missing:
+            lines.append(f'  missing in checkpoint (left at init): {missing}')
+        if unused:
+            lines.append(f'  not in checkpoint, behind closed gates: '
+                         f'{len(unused)} tensors')
+        if unexpected:
+            lines.append(f'  ignored (not part of this backbone): '
+                         f'{unexpected}')
+        print_log('\n'.join(lines), logger='current',
+                  level=30 if missing else 20)

@@ -1,0 +1,76 @@
+"""The record against the tensors it travels with: the network a record
+describes, and the comparison of a configured architecture with a record's
+(docs/reliability.md, *The checkpoint record*)."""
+import functools
+import json
+from typing import Dict, Mapping
+
+import torch
+
+from ..checkpoint import StateDictMismatch
+from ..record import EXTRA_STATE_KEY, HetDPTRecord
+
+
+def check_tensors_fit(family, record: HetDPTRecord, state: Mapping) -> None:
+    """Every tensor the network of ``record`` (of ``family``) holds is in
+    ``state`` with its shape, and ``state`` holds no other."""
+    expected = _record_shapes(family, json.dumps(record.to_dict(False),
+                                                 sort_keys=True),
+                              record.source)
+    found = {k: tuple(v.shape) for k, v in state.items()
+             if k != EXTRA_STATE_KEY and isinstance(v, torch.Tensor)}
+    problems = [f'{label} {keys[:5]}{"..." if len(keys) > 5 else ""}'
+                for label, keys in (
+                    ('missing', sorted(set(expected) - set(found))),
+                    ('not part of it', sorted(set(found) - set(expected))))
+                if keys]
+    problems += [f'{k} is {found[k]}, the record implies {shape}'
+                 for k, shape in expected.items()
+                 if k in found and found[k] != shape][:5]
+    if problems:
+        raise StateDictMismatch(
+            f'{record.source}: the tensors do not fit the HetDPT record '
+            f'({record.describe()}): ' + '; '.join(problems))
+
+
+def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
+    """A backbone configured with ``build_args`` loads weights of
+    ``record`` only if its architecture is the record's: shapes do not show
+    all of it (a ViT's number of heads)."""
+    if record.arch is None:
+        return
+    mine, theirs = _plain_json(build_args), _plain_json(record.arch)
+    differ = sorted(k for k in set(mine) | set(theirs)
+                    if mine.get(k) != theirs.get(k))
+    if differ:
+        raise StateDictMismatch(
+            f'{record.source}: the loaded weights were saved by a network '
+            'with ' + ', '.join(f'{k}={theirs.get(k)!r}' for k in differ) +
+            ', this backbone is configured with ' +
+            ', '.join(f'{k}={mine.get(k)!r}' for k in differ) +
+            ': configure the architecture of the checkpoint (or leave '
+            'model.backbone as the checkpoint\'s config has it)')
+
+
+def _plain_json(value) -> Dict:
+    """``value`` as it reads back from a record (tuples as lists)."""
+    return json.loads(json.dumps(value))
+
+
+@functools.lru_cache(maxsize=64)
+def _record_shapes(family, record_json: str, source: str
+                   ) -> Dict[str, tuple]:
+    """Key -> shape of every tensor the network of a record holds (built on
+    the meta device: no memory, no initialisation)."""
+    record = HetDPTRecord.from_dict(json.loads(record_json), source)
+    with torch.device('meta'):
+        network = family.from_record(record)
+    shapes = {}
+    for name, module in network.named_modules(remove_duplicate=False):
+        prefix = f'{name}.' if name else ''
+        tensors = list(module._parameters.items()) + [
+            (k, v) for k, v in module._buffers.items()
+            if k not in module._non_persistent_buffers_set]
+        shapes.update((prefix + k, tuple(v.shape)) for k, v in tensors
+                      if v is not None)
+    return shapes
