@@ -9,11 +9,13 @@ from .checkpoint import CheckpointError
 
 #: The fields of a record; anything else in one is refused.
 RECORD_FIELDS = frozenset({'version', 'family', 'spec', 'form', 'arch',
-                           'semantics', 'prefix', 'teacher_prefix'})
+                           'semantics', 'prefix', 'teacher_prefix',
+                           'backbones'})
 #: Bounds of what a record may hold (ours are a few hundred bytes, nested
-#: four deep): a hostile file must not make a loader parse without limit.
+#: up to six deep in a meta record listing several backbones): a hostile
+#: file must not make a loader parse without limit.
 MAX_RECORD_BYTES = 1 << 20
-MAX_RECORD_NESTING = 6
+MAX_RECORD_NESTING = 8
 MAX_RECORD_ITEMS = 1 << 16
 MAX_RECORD_STRING = 256
 MAX_RECORD_INT = 1 << 31

@@ -198,7 +198,7 @@ def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path,
     (b'{"spec": ', 'holds a corrupt HetDPT record'),
     (b'\xff\xfe', 'holds a corrupt HetDPT record'),
     (b'[1, 2]', r'corrupt HetDPT record \(a list, not a dict\)'),
-    (b'[' * 200_000 + b']' * 200_000, 'nested deeper than 6'),
+    (b'[' * 200_000 + b']' * 200_000, 'nested deeper than 8'),
     (b'{"version": 2, "spec": {"depth": 1' + b'0' * 5000 + b'}}',
      'holds a corrupt HetDPT record'),
 ])
