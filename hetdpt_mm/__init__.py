@@ -4,6 +4,7 @@ from .fileio import register_atomic_local_backend
 from .registry import register_all_modules
 from .spec import META_KEY, PruneSpec
 from .version import __version__
+from . import models  # noqa: F401  fills the family table
 from . import hooks  # noqa: F401  registers the hooks in MMEngine
 from . import optim  # noqa: F401  registers the optimizer constructor
 from . import sharding  # noqa: F401  registers the FSDP wrapper

@@ -18,7 +18,7 @@ from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from mmpretrain.engine.optimizers import \
     LearningRateDecayOptimWrapperConstructor
 
-from .hooks.spec_meta_hook import find_hetdpt_backbones
+from .models.lookup import find_hetdpt_backbones
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()

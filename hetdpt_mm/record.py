@@ -35,6 +35,7 @@ from .checkpoint import EXTRA_STATE_KEY, CheckpointError, StateDictMismatch, \
     load_checkpoint_file, source_of
 from .record_schema import (MAX_DEPTH, MAX_RECORD_BYTES, MAX_RECORD_NESTING,
                             RECORD_FIELDS, RecordError, check_plain)
+from .registry import FAMILIES, get_family, recognising_family
 from .spec import FORMS, META_KEY, PruneSpec
 
 #: Version of the record layout written into checkpoints.
@@ -263,7 +264,6 @@ class BackboneCheckpoint:
 
     @property
     def family(self):
-        from .models.family import get_family
         return get_family(self.record.family)
 
 
@@ -306,7 +306,6 @@ def _choose_prefix(state_dict: Mapping, extra: Mapping[str, Mapping],
                    ) -> str:
     """Where the backbone is: where its record is, else where the meta says,
     else ``''`` for a bare backbone and ``'backbone.'`` for a model."""
-    from .models.family import recognising_family
     students = [p for p in extra
                 if not (teacher_prefix and p.startswith(teacher_prefix))]
     if 'backbone.' in students:
@@ -331,7 +330,6 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     family, and :class:`StateDictMismatch` when the record contradicts the
     tensors.
     """
-    from .models.family import get_family, recognising_family
     source = os.fspath(source)
     state_dict = unwrap_state_dict(checkpoint)
     extra = extra_state_records(state_dict, source)
@@ -364,7 +362,6 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
         record = HetDPTRecord.from_dict(meta, source, origin='meta')
     else:
         if family is None:
-            from .models.family import FAMILIES
             expected = '; '.join(f.describe_keys() for f in FAMILIES.values())
             raise CheckpointError(
                 f'{source} does not hold the weights of a known backbone '

@@ -1,17 +1,44 @@
-"""Registration of hetdpt_mm's modules in the OpenMMLab registries.
+"""hetdpt_mm's registries, on the ground floor of the package (they import
+nothing of it).
 
-The backbone is registered in the MODELS registry of every toolbox that is
-installed (mmpretrain, mmdet, mmseg), so ``type='HetDPTViT'``,
-``type='HetDPTSwin'`` and ``type='HetDPTLayerScaleViT'`` build from any
-of their scopes, directly or through ``custom_imports``; with mmdet,
-``FusedAttentionDETR`` too.
+:data:`FAMILIES` is the family table: every backbone family enters it when
+its class is defined, and a checkpoint's record (``record.family``) finds
+there the class that rebuilds it.  Each family is registered in the MODELS
+registry of every toolbox that is installed (mmpretrain, mmdet, mmseg), so
+``type='HetDPTViT'``, ``type='HetDPTSwin'`` and
+``type='HetDPTLayerScaleViT'`` build from any of their scopes, directly or
+through ``custom_imports``; :data:`TOOLBOX_MODULES` adds modules for one
+toolbox (mmdet's ``FusedAttentionDETR``).
 
 hetdpt_mm's own registries hold what its pruning hooks take from a config:
 layer selection policies and removal schedules.
 """
 import importlib
+from typing import Callable, Dict, Mapping, Optional, Type
 
 from mmengine.registry import Registry
+
+from .checkpoint import StateDictMismatch
+
+#: Family name -> backbone class (a ``HetDPTBackbone`` subclass).
+FAMILIES: Dict[str, Type] = {}
+#: Toolbox -> {name: builder}: modules registered in that toolbox only.
+TOOLBOX_MODULES: Dict[str, Dict[str, Callable]] = {}
+
+
+def get_family(name: str) -> Type:
+    if name not in FAMILIES:
+        raise StateDictMismatch(
+            f'unknown backbone family {name!r}; this hetdpt_mm knows '
+            f'{sorted(FAMILIES)}')
+    return FAMILIES[name]
+
+
+def recognising_family(state: Mapping) -> Optional[Type]:
+    """The family whose tensors ``state`` holds (keys relative to the
+    backbone), or ``None``."""
+    return next((cls for cls in FAMILIES.values() if cls.recognizes(state)),
+                None)
 
 
 def build_registered(cfg: dict, registry: Registry):
@@ -48,19 +75,14 @@ def toolbox_model_registries():
 
 
 def register_all_modules():
-    from .models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
+    """Register every family, and :data:`TOOLBOX_MODULES`, in the installed
+    toolboxes' MODELS registries."""
     registries = toolbox_model_registries()
     for registry in registries.values():
-        for backbone in (HetDPTViT, HetDPTSwin, HetDPTLayerScaleViT):
+        for backbone in FAMILIES.values():
             registry.register_module(module=backbone, force=True)
-    if 'mmdet' in registries:
-        registries['mmdet'].register_module(
-            name='FusedAttentionDETR', force=True,
-            module=build_fused_attention_detr)
-
-
-def build_fused_attention_detr(**kwargs):
-    """Builds :class:`~hetdpt_mm.models.fused_attention.FusedAttentionDETR`,
-    importing mmdet's detectors only when a config asks for one."""
-    from .models.fused_attention import FusedAttentionDETR
-    return FusedAttentionDETR(**kwargs)
+    for toolbox, modules in TOOLBOX_MODULES.items():
+        if toolbox in registries:
+            for name, builder in modules.items():
+                registries[toolbox].register_module(name=name, force=True,
+                                                    module=builder)

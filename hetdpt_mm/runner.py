@@ -17,12 +17,11 @@ from mmengine.logging import print_log
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
-import hetdpt_mm  # noqa: F401  registers modules and the safe loader
 from .checkpoint import TRUST_ENV, CheckpointError
 from .cli import INPUT_ERRORS
 from .fileio import same_file
 from .hooks import EpochSeedHook
-from .models import FAMILIES
+from .registry import FAMILIES
 from .record import load_backbone_checkpoint
 
 #: Files a run writes into its work dir besides the config dump and the

@@ -41,11 +41,17 @@ from typing import Dict, List
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, STRATEGIES
 from mmengine.runner.checkpoint import weights_to_cpu
 
-__all__ = ['is_fsdp', 'full_params', 'full_state_dict',
+__all__ = ['unwrap_model', 'is_fsdp', 'full_params', 'full_state_dict',
            'HetDPTFullyShardedDataParallel', 'HetDPTFSDPStrategy']
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The model inside a DDP (or other MMEngine) wrapper."""
+    return model.module if is_model_wrapper(model) else model
 
 
 def _fsdp_class():

@@ -16,10 +16,10 @@ from timm.layers import Attention, Mlp
 
 from hetdpt_mm.apis.benchmark import (BenchmarkOptions, format_markdown,
                                       resolve_options, run_benchmark)
+from hetdpt_mm.analysis import count_macs, count_params
 from hetdpt_mm.benchmark import (AUTHORS_SPEC, amdahl_bound,
-                                 build_backbone_variants, count_macs,
-                                 count_params, gate_modules, glibc_malloc,
-                                 rotations, time_runs)
+                                 build_backbone_variants, gate_modules,
+                                 glibc_malloc, rotations, time_runs)
 from hetdpt_mm.models.hetdpt_vit import HetDPTViT
 from hetdpt_mm.models.layers import (AttentionBypass, MergedFFN,
                                      StraightThroughGate)

@@ -20,7 +20,7 @@ from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from hetdpt_mm import PruneSpec
-from hetdpt_mm.benchmark import count_macs, count_params
+from hetdpt_mm.analysis import count_macs, count_params
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width import (LinearHeads, linear_heads, prune_width,

@@ -4,7 +4,6 @@
   job pool of :mod:`.jobs` and the report of :mod:`.demo_report`;
 * :mod:`.benchmark` (``tools/benchmark.py``): dense vs pruned benchmarks;
 * :mod:`.fit_map` (``tools/fit_map.py``): MAP fit and budget split;
-* :mod:`.plots`: the figures of fit_map and of the demo.
 
 Import the submodule a tool needs; nothing is imported here.
 """

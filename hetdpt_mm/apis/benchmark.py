@@ -39,10 +39,10 @@ from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 from torch.profiler import ProfilerActivity
 
-from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, MacCount,
-                         TensorForward, TimingStats, amdahl_bound,
-                         analytic_macs, autocast, build_backbone_variants,
-                         build_from_config, count_macs, count_params,
+from ..analysis import MacCount, analytic_macs, count_macs, count_params
+from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, TensorForward,
+                         TimingStats, amdahl_bound, autocast,
+                         build_backbone_variants, build_from_config,
                          glibc_malloc, hetdpt_config, keep_freed_memory,
                          machine_info, make_test_batch,
                          paired_speedups, spec_text, stock_config,

@@ -76,7 +76,8 @@ from ..hooks.prune_hook import STATE_KEY as PRUNE_STATE
 from ..pruning import AnalyticCost, MAPFit, load_points, rank_across_types
 from ..record import load_backbone_checkpoint, read_backbone_checkpoint
 from ..spec import ACT, ATTN, PruneSpec
-from . import demo_report, plots
+from .. import visualization as plots
+from . import demo_report
 from .fit_map import load_allocation
 from .jobs import Job, JobRunner, load_average
 

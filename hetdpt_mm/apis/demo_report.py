@@ -6,7 +6,7 @@ what they wrote (metrics JSON of ``tools/test.py``, the validations in
 MMEngine's
 ``vis_data/scalars.json``, the MAP points, fit and allocation, the benchmark
 JSON) and turns the collected ``summary`` dict into ``report.md`` (its plots
-are in :mod:`hetdpt_mm.apis.plots`).
+are in :mod:`hetdpt_mm.visualization`).
 """
 import json
 import statistics

@@ -20,7 +20,7 @@ from ..pruning import (ARCH_PRESETS, Allocation, AnalyticCost, Candidate,
                        allocate_for_accuracy, allocate_for_speedup, fit_map,
                        format_candidates, load_points, resolve_bounds,
                        smallest_budget_reaching)
-from .plots import figure_formats, plot_map_fit, write_image
+from ..visualization import figure_formats, plot_map_fit, write_image
 
 __all__ = ['FitMapOptions', 'run_fit_map', 'load_allocation']
 

@@ -14,7 +14,7 @@ from ..checkpoint import load_checkpoint_file
 from ..fileio import atomic_path, atomic_write_text, check_output_path
 from ..merge import parse_arch
 from ..pruning.width import IMPORTANCES, prune_width_checkpoint
-from .plots import figure_formats, plot_widths, write_image
+from ..visualization import figure_formats, plot_widths, write_image
 
 _MACS = re.compile(r'^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$')
 _SCALE = {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}

@@ -11,7 +11,7 @@ from ..fileio import atomic_path
 from ..merge import merge_checkpoint
 from ..sharding import full_state_dict, is_fsdp
 from ..spec import META_KEY
-from .spec_meta_hook import hetdpt_record
+from ..models.lookup import hetdpt_record
 
 #: Meta entries copied into the merged checkpoint besides the HetDPT record.
 KEPT_META = ('epoch', 'iter', 'dataset_meta', 'experiment_name')

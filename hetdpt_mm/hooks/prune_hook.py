@@ -47,7 +47,7 @@ from ..pruning.selection import SelectionPolicy
 from ..sharding import is_fsdp
 from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
 from .gate_hook import KIND_NAMES, GateHookBase
-from .spec_meta_hook import unwrap_model
+from ..sharding import unwrap_model
 
 #: Key of the hook's schedule state in ``checkpoint['meta']``.
 STATE_KEY = 'hetdpt_prune'

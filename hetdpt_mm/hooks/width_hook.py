@@ -8,7 +8,7 @@ from mmengine.registry import HOOKS
 
 from ..pruning.width import IMPORTANCES, prune_width_checkpoint
 from .merge_hook import MergeCheckpointHook
-from .spec_meta_hook import unwrap_model
+from ..sharding import unwrap_model
 
 
 @HOOKS.register_module()
@@ -82,7 +82,7 @@ class WidthPruneHook(MergeCheckpointHook):
             logger=runner.logger.info, **self.width_options)
         report = '\n' + result.format()
         if self.plot:
-            from ..apis.plots import plot_widths, write_image
+            from ..visualization import plot_widths, write_image
             path = osp.splitext(self.output_path(runner))[0] + '_widths.png'
             write_image(path, plot_widths(result.record.spec))
             report += f'\nper-block widths drawn in {path}'

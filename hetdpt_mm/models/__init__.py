@@ -1,5 +1,6 @@
 from . import heads  # noqa: F401  registers PretrainedHeads
-from .family import FAMILIES, HetDPTBackbone, get_family
+from ..registry import FAMILIES, TOOLBOX_MODULES, get_family
+from .family import HetDPTBackbone
 from .hetdpt_swin import SWIN_ARCH_PRESETS, HetDPTSwin
 from .hetdpt_vit import ARCH_PRESETS, HetDPTViT
 from .hetdpt_layerscale_vit import (LAYERSCALE_ARCH_PRESETS,
@@ -10,3 +11,14 @@ __all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone',
            'HetDPTLayerScaleViT', 'HetDPTSwin', 'HetDPTViT',
            'LAYERSCALE_ARCH_PRESETS', 'SWIN_ARCH_PRESETS',
            'convert_state_dict', 'get_family', 'merge_ffn_weights']
+
+
+def build_fused_attention_detr(**kwargs):
+    """Builds :class:`~hetdpt_mm.models.fused_attention.FusedAttentionDETR`,
+    importing mmdet's detectors only when a config asks for one."""
+    from .fused_attention import FusedAttentionDETR
+    return FusedAttentionDETR(**kwargs)
+
+
+TOOLBOX_MODULES.setdefault('mmdet', {})['FusedAttentionDETR'] = \
+    build_fused_attention_detr

@@ -44,31 +44,13 @@ from ..record import (EXTRA_STATE_KEY, HetDPTRecord, RecordError,
                       RecordInStateDict, decode_record,
                       load_backbone_checkpoint, record_source, with_record)
 from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
+from ..registry import FAMILIES, get_family
 from .layers import SEMANTICS_CHOICES
 from .pretrained import PretrainedLoading
 from .record_check import check_arch_agrees, check_tensors_fit
 
-#: Family name -> backbone class.
-FAMILIES: Dict[str, Type['HetDPTBackbone']] = {}
-
-
-def get_family(name: str) -> Type['HetDPTBackbone']:
-    if name not in FAMILIES:
-        raise StateDictMismatch(
-            f'unknown backbone family {name!r}; this hetdpt_mm knows '
-            f'{sorted(FAMILIES)}')
-    return FAMILIES[name]
-
-
 def absent_local_file(source: str) -> bool:
     return '://' not in source and not osp.exists(osp.expanduser(source))
-
-
-def recognising_family(state: Mapping) -> Optional[Type['HetDPTBackbone']]:
-    """The family whose tensors ``state`` holds (keys relative to the
-    backbone), or ``None``."""
-    return next((cls for cls in FAMILIES.values() if cls.recognizes(state)),
-                None)
 
 
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):

@@ -30,6 +30,7 @@ import torch.nn as nn
 from timm.layers import Attention, SwiGLUPacked
 
 from ..checkpoint import StateDictMismatch
+from ..pruning.cost import AnalyticCost
 from ..spec import ACT, ATTN, PruneSpec
 from . import layerscale_state_dict as ls_state_dict
 from . import state_dict as vit_state_dict
@@ -294,7 +295,6 @@ class HetDPTLayerScaleViT(HetDPTViT):
         """The ViT's count over the class and register tokens; a packed
         SwiGLU FFN (``D -> 2H``, ``H -> D``) costs 3/4 of a GELU FFN of
         hidden width ``2H``."""
-        from ..pruning.cost import AnalyticCost
         settings = resolve_layerscale_arch(arch['arch'])
         cost = AnalyticCost(
             embed_dim=settings['embed_dims'], num_heads=settings['num_heads'],

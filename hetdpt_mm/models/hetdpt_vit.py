@@ -13,6 +13,8 @@ from timm.layers import (PatchEmbed, is_exporting, resample_abs_pos_embed,
 from timm.models.vision_transformer import init_weights_vit_timm
 
 from ..checkpoint import StateDictMismatch
+from ..presets import ARCH_PRESETS
+from ..pruning.cost import AnalyticCost
 from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, PruneSpec
 from . import state_dict as vit_state_dict
@@ -20,14 +22,6 @@ from .family import HetDPTBackbone
 from .layers import build_block
 from .layerscale_state_dict import has_layer_scale
 
-ARCH_PRESETS = {
-    'deit-tiny': dict(embed_dims=192, num_layers=12, num_heads=3,
-                      mlp_ratio=4.),
-    'deit-small': dict(embed_dims=384, num_layers=12, num_heads=6,
-                       mlp_ratio=4.),
-    'deit-base': dict(embed_dims=768, num_layers=12, num_heads=12,
-                      mlp_ratio=4.),
-}
 #: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
 RELEASED_SEMANTICS = dict(removed_attn_output='norm',
                           residual_gelu='both_removed')
@@ -328,7 +322,6 @@ class HetDPTViT(HetDPTBackbone):
 
     @classmethod
     def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
-        from ..pruning.cost import AnalyticCost
         settings = resolve_arch(arch['arch'])
         cost = AnalyticCost(
             embed_dim=settings['embed_dims'],

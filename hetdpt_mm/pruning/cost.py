@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-from ..models.hetdpt_vit import ARCH_PRESETS
+from ..presets import ARCH_PRESETS
 from .map import (Bounds, Candidate, MAPFit, allocate, evaluate_candidates,
                   resolve_bounds)
 from .validation import as_int, check_depth

@@ -26,7 +26,7 @@ from mmengine.registry import DATASETS
 from torch.utils.data import DataLoader, Subset
 
 from ..datasets.subset import select_subset
-from ..hooks.spec_meta_hook import unwrap_model
+from ..sharding import unwrap_model
 from ..registry import SELECTION_POLICIES
 from ..spec import LAYER_KINDS
 from .te import te_select

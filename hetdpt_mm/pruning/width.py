@@ -27,7 +27,7 @@ channels rounded to multiples of 2, and the classifier heads' outputs kept.
 Pruning is one-shot, as theirs; a MACs target is met by the smallest ratio
 (found by bisection) whose model's MACs are at or below the target, counted
 as ``tools/benchmark.py`` counts them
-(:func:`hetdpt_mm.benchmark.count_macs`).
+(:func:`hetdpt_mm.analysis.count_macs`).
 """
 from collections import OrderedDict
 from copy import deepcopy
@@ -40,7 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import Attention, Mlp
 
-from ..benchmark import count_macs, count_params
+from ..analysis import count_macs, count_params
 from ..cli import require_extra
 from ..record import (EXTRA_STATE_KEY, HetDPTRecord, classifier_head_prefixes,
                       read_backbone_checkpoint, read_classifier_heads,

@@ -8,9 +8,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..fileio import atomic_path
-from ..pruning import Allocation, Candidate, MAPFit
-from ..spec import PruneSpec
+from .fileio import atomic_path
+from .pruning import Allocation, Candidate, MAPFit
+from .spec import PruneSpec
 
 __all__ = ['figure_formats', 'plot_map_fit', 'plot_accuracy_vs_speedup',
            'plot_losses', 'plot_widths', 'plot_score_grads', 'plot_recovery',
