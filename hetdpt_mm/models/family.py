@@ -61,6 +61,9 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     #: :meth:`build_args`, which fix the structure.  A record never names
     #: how to load (``pretrained``, ``init_cfg``, paths, URLs).
     RECORD_ARCH_KEYS: ClassVar[FrozenSet[str]] = frozenset()
+    #: Constructor arguments of a small network of the family (the CPU
+    #: demo's size), which the family contract test builds.
+    SMALL_ARGS: ClassVar[Mapping] = {}
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training

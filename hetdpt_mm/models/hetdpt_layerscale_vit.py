@@ -168,6 +168,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
     family = 'layerscale_vit'
     RECORD_ARCH_KEYS = HetDPTViT.RECORD_ARCH_KEYS | {
         'reg_tokens', 'no_embed_class'}
+    SMALL_ARGS = dict(HetDPTViT.SMALL_ARGS, layer_scale_init_value=1e-5,
+                      no_embed_class=False)
     POS_EMBED_ANTIALIAS = True
 
     def __init__(self,

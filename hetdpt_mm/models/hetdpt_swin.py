@@ -101,6 +101,8 @@ class HetDPTSwin(HetDPTBackbone):
     RECORD_ARCH_KEYS = frozenset({
         'arch', 'window_size', 'patch_size', 'in_channels', 'qkv_bias',
         'patch_norm', 'out_indices'})
+    SMALL_ARGS = dict(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
+                                num_heads=[1, 2, 4, 8]), window_size=4)
 
     def __init__(self,
                  arch: Union[str, Mapping] = 'tiny',

@@ -97,6 +97,8 @@ class HetDPTViT(HetDPTBackbone):
     RECORD_ARCH_KEYS = frozenset({
         'arch', 'img_size', 'patch_size', 'in_channels', 'distilled',
         'with_cls_token', 'qkv_bias', 'final_norm'})
+    SMALL_ARGS = dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3),
+                      img_size=32, patch_size=4)
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Whether position embeddings are resampled with antialiasing (timm
     #: does for LayerScale ViTs; DeiT's weights were trained without).
