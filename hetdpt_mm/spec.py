@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
+from .fileio import check_input_file
+
 #: Key of the HetDPT record in a checkpoint's ``meta`` (written by the hooks
 #: for people and tools that read meta; loaders read the record itself).
 META_KEY = 'hetdpt'
@@ -282,9 +284,9 @@ class PruneSpec:
 
 def _read_spec_file(path: str) -> str:
     path = os.path.expanduser(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(
             f'prune spec file {path} does not exist (a search run writes it: '
             "HetDPTPruneHook's spec_file)")
-    with open(path, encoding='utf-8') as file:
-        return file.read()
+    return check_input_file(path, 'prune spec file').read_text(
+        encoding='utf-8')

@@ -11,10 +11,10 @@ import torch
 from mmengine.logging import print_log
 
 from ..checkpoint import load_checkpoint_file
-from ..fileio import atomic_path, atomic_write_text, check_output_path
+from ..fileio import check_output_paths, write_outputs
 from ..merge import parse_arch
 from ..pruning.width import IMPORTANCES, prune_width_checkpoint
-from .plots import figure_formats, plot_widths, write_image
+from .plots import figure_formats, plot_widths
 
 _MACS = re.compile(r'^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$')
 _SCALE = {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}
@@ -87,12 +87,9 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         raise ValueError('--importance taylor needs calibration images: '
                          '--calib-dir DIR (an ImageFolder); or use '
                          '--importance magnitude')
-    inputs = [options.input]
-    check_output_path(options.output, inputs, options.force)
-    for extra in (options.report, options.plot):
-        if extra is not None:
-            check_output_path(extra, inputs + [options.output],
-                              options.force)
+    check_output_paths([path for path in (options.output, options.report,
+                                          options.plot) if path is not None],
+                       [options.input], options.force)
     if options.plot is not None and options.plot.suffix.lstrip(
             '.').lower() not in figure_formats():
         raise ValueError(f'--plot {options.plot}: unsupported image format; '
@@ -115,15 +112,13 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         importance=options.importance, calibration=calibration,
         max_ratio=options.max_ratio, search_steps=options.search_steps,
         logger=lambda line: print_log(line, logger='current'))
-    with atomic_path(options.output, exclusive=not options.force) as tmp:
-        torch.save(pruned, tmp)
+    outputs = {options.output: lambda tmp: torch.save(pruned, tmp)}
     if options.report is not None:
-        atomic_write_text(options.report, json.dumps(dict(
+        outputs[options.report] = json.dumps(dict(
             input=str(options.input), output=str(options.output),
-            spec=result.record.spec.to_dict(), **result.report()), indent=2),
-            exclusive=not options.force)
+            spec=result.record.spec.to_dict(), **result.report()), indent=2)
     if options.plot is not None:
-        write_image(options.plot, plot_widths(
-            result.record.spec, options.plot.suffix.lstrip('.').lower()),
-            exclusive=not options.force)
+        outputs[options.plot] = plot_widths(
+            result.record.spec, options.plot.suffix.lstrip('.').lower())
+    write_outputs(outputs, exclusive=not options.force)
     print(f'{options.input} -> {options.output}\n{result.format()}')

@@ -27,6 +27,7 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
+from ..fileio import check_input_file
 from ..spec import ACT, LAYER_KINDS
 from .validation import as_int, check_depth
 
@@ -76,7 +77,8 @@ def load_points(path: Union[str, Path],
     if not path.exists():
         raise FileNotFoundError(f'MAP points file not found: {path}')
     try:
-        text = path.read_text(encoding='utf-8-sig')
+        text = check_input_file(path, 'MAP points file').read_text(
+            encoding='utf-8-sig')
     except UnicodeDecodeError as err:
         raise ValueError(f'{path}: not UTF-8 text ({err.reason})') from None
     if not text.strip():
