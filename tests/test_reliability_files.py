@@ -24,7 +24,7 @@ TINY_ARCH = '{"embed_dims": 48, "num_layers": 4, "num_heads": 3}'
 @pytest.fixture(scope='module')
 def tools():
     return {name: load_tool(name) for name in
-            ('merge_ckpt', 'prune_width', 'benchmark', 'fit_map')}
+            ('merge_ckpt', 'prune_width', 'benchmark', 'fit_map', 'export')}
 
 
 def run_tool(tools, capsys, name, *args):
@@ -214,3 +214,16 @@ def test_a_full_disk_leaves_none_of_the_outputs_and_names_the_file(
     monkeypatch.undo()
     assert fit.read_text() == 'old fit'
     assert sorted(p.name for p in tmp_path.iterdir()) == ['fit.json']
+
+
+def test_zero_and_nan_targets_are_argument_errors(tools, tmp_path, capsys):
+    absent = tmp_path / 'absent.pth'
+    for value in ('0', 'nan', '-2G'):
+        assert run_tool(tools, capsys, 'prune_width', absent, 'o.pth',
+                        f'--target-macs={value}') == (
+            2, f"error: argument --target-macs: the MACs target '{value}' "
+            'is not a positive count (e.g. 2.4G, 2400M)\n')
+    assert run_tool(tools, capsys, 'export', 'detr', 'absent.py', absent,
+                    '--out', tmp_path / 'o.onnx', '--tolerance', 'nan') == (
+        2, "error: argument --tolerance: must be a positive number, got "
+        "'nan'\n")

@@ -2,10 +2,11 @@
 or the width-only baseline from dense weights) to a MACs target or by a
 ratio, and write the result with its record and report."""
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Union
 
 import torch
 from mmengine.logging import print_log
@@ -24,23 +25,26 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def parse_macs(value: str) -> float:
-    """``2.4G``, ``2400M``, ``2.4e9`` -> multiply-accumulates."""
+def parse_macs(value: Union[str, float]) -> float:
+    """``2.4G``, ``2400M``, ``2.4e9`` -> multiply-accumulates (> 0)."""
     match = _MACS.match(str(value))
-    if match is None:
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(f'--target-macs {value!r} is not a MACs count '
-                             '(e.g. 2.4G, 2400M)') from None
-    return float(match.group(1)) * _SCALE[match.group(2).lower()]
+    try:
+        macs = float(value) if match is None else \
+            float(match.group(1)) * _SCALE[match.group(2).lower()]
+    except ValueError:
+        macs = math.nan
+    # 0 and nan would be searched for before failing.
+    if not (math.isfinite(macs) and macs > 0):
+        raise ValueError(f'the MACs target {value!r} is not a positive '
+                         'count (e.g. 2.4G, 2400M)')
+    return macs
 
 
 @dataclass
 class PruneWidthOptions:
     input: Path
     output: Path
-    target_macs: Optional[str] = None
+    target_macs: Union[None, str, float] = None
     ratio: Optional[float] = None
     importance: str = 'taylor'
     calib_dir: Optional[Path] = None
