@@ -10,6 +10,7 @@ tool can rebuild the exact network.
 import json
 import numbers
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -44,7 +45,7 @@ def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
             raise ValueError(f'{name} index {value} is out of range for '
                              f'depth {depth} (valid: 0..{depth - 1})')
         indices.append(value)
-    duplicates = sorted({i for i in indices if indices.count(i) > 1})
+    duplicates = sorted(i for i, n in Counter(indices).items() if n > 1)
     if duplicates:
         raise ValueError(f'{name} has duplicated indices {duplicates}')
     return tuple(sorted(indices))

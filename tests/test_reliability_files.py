@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -227,3 +228,12 @@ def test_zero_and_nan_targets_are_argument_errors(tools, tmp_path, capsys):
                     '--out', tmp_path / 'o.onnx', '--tolerance', 'nan') == (
         2, "error: argument --tolerance: must be a positive number, got "
         "'nan'\n")
+
+
+def test_duplicate_indices_are_found_in_linear_time():
+    """200,000 indices took 39 s (a count per index)."""
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as error:
+        PruneSpec(200_000, [*range(200_000), 7, 7])
+    assert time.perf_counter() - start < 5
+    assert str(error.value) == 'attn_removed has duplicated indices [7]'
