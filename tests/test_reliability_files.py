@@ -15,6 +15,7 @@ from helpers import REPO, load_tool
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.fileio import NotARegularFileError, atomic_path
+from hetdpt_mm.pruning import load_points
 from hetdpt_mm.spec import PruneSpec
 
 PAPER_POINTS = REPO / 'tests' / 'data' / 'map_points_paper.csv'
@@ -237,3 +238,13 @@ def test_duplicate_indices_are_found_in_linear_time():
         PruneSpec(200_000, [*range(200_000), 7, 7])
     assert time.perf_counter() - start < 5
     assert str(error.value) == 'attn_removed has duplicated indices [7]'
+
+
+def test_a_repeated_points_column_is_refused(tmp_path):
+    """csv.DictReader used the last of the two silently."""
+    points = tmp_path / 'points.csv'
+    points.write_text('a,t,accuracy,Accuracy\n1,1,81.8,0.5\n')
+    with pytest.raises(ValueError) as error:
+        load_points(points)
+    assert str(error.value) == f'{points}: column "accuracy" appears twice ' \
+        'in the header; give each column once'

@@ -18,6 +18,7 @@ import io
 import json
 import math
 import numbers
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -116,6 +117,13 @@ def _parse_json_points(text: str, path: Path,
 def _parse_csv_points(text: str, path: Path,
                       depth: Optional[int]) -> List[MAPPoint]:
     reader = csv.DictReader(io.StringIO(text))
+    # DictReader keeps the last of two columns of one name.
+    counts = Counter(map(_normalise_key, reader.fieldnames or ()))
+    for name in (*ACCURACY_COLUMNS, *COUNT_COLUMNS, *RATIO_COLUMNS):
+        if counts[name] > 1:
+            times = 'twice' if counts[name] == 2 else f'{counts[name]} times'
+            raise ValueError(f'{path}: column "{name}" appears {times} in '
+                             'the header; give each column once')
     records, locations = [], []
     for row in reader:
         records.append(row)
