@@ -1,6 +1,6 @@
 """Special files as inputs and outputs, the outputs of multi-output tools
-checked together and written all or nothing (docs/reliability.md, *Bad
-inputs*)."""
+checked together and written all or nothing, and bad numbers that are
+`error:` lines at once (docs/reliability.md, *Bad inputs*)."""
 import errno
 import json
 import os
@@ -248,3 +248,23 @@ def test_a_repeated_points_column_is_refused(tmp_path):
         load_points(points)
     assert str(error.value) == f'{points}: column "accuracy" appears twice ' \
         'in the header; give each column once'
+
+
+def test_integers_too_long_for_python_are_named(tools, tmp_path, capsys):
+    """Python's own message for over 4300 digits names neither the input
+    nor the value."""
+    digits = '1' * 5000
+    spec = f'{{"attn_removed": [{digits}]}}'
+    message = f'the integer 111111111111... has 5000 digits; no value ' \
+        'here has more than 100'
+    checkpoint = tmp_path / 'in.pth'
+    checkpoint.write_bytes(b'never read')
+    assert run_tool(tools, capsys, 'merge_ckpt', checkpoint,
+                    tmp_path / 'o.pth', '--spec', spec) == (
+        2, f'error: --spec: {message}\n')
+    assert run_tool(tools, capsys, 'benchmark', 'backbone', '--arch',
+                    TINY_ARCH, '--spec', spec) == (
+        2, f'error: --spec: {message}\n')
+    with pytest.raises(ValueError) as error:
+        PruneSpec.coerce(spec.replace('{', '{"depth": 12, ', 1))
+    assert str(error.value) == f'prune spec: {message}'

@@ -39,6 +39,7 @@ from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 from hetdpt_mm.fileio import atomic_path, check_input_file, check_output_path
 from hetdpt_mm.merge import merge_checkpoint
+from hetdpt_mm.spec import loads_json
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -80,7 +81,7 @@ def read_spec(value: Optional[str]):
         text = check_input_file(value, '--spec file').read_text(
             encoding='utf-8')
     try:
-        spec = json.loads(text)
+        spec = loads_json(text, '--spec')
     except json.JSONDecodeError as err:
         raise ValueError(f'--spec is not valid JSON ({err})') from None
     if not isinstance(spec, dict):

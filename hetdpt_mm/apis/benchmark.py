@@ -55,7 +55,7 @@ from ..models.family import HetDPTBackbone
 from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
 from ..models.hetdpt_swin import resolve_swin_arch
 from ..models.hetdpt_vit import resolve_arch
-from ..spec import PruneSpec
+from ..spec import PruneSpec, loads_json
 
 __all__ = ['TASKS', 'BenchmarkOptions', 'resolve_options', 'run_benchmark',
            'format_markdown', 'run_and_write']
@@ -168,17 +168,20 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
             raise UsageError('--distilled is for ViT backbones')
     elif options.distilled is None:
         options.distilled = options.task != 'backbone'
-    options.arch = parse_json_or_text(options.arch or
-                                      DEFAULT_ARCHS[options.family])
+    options.arch = parse_json_or_text(
+        options.arch or DEFAULT_ARCHS[options.family], '--arch')
     try:
         depth = arch_depth(options.family, options.arch)
     except ValueError as err:
         raise UsageError(f'--arch: {err}') from None
     if options.spec is not None:
         try:
-            options.spec = PruneSpec.coerce(json.loads(options.spec),
-                                         depth).to_dict()
-        except (json.JSONDecodeError, TypeError, ValueError) as err:
+            spec = loads_json(options.spec, '--spec')
+        except json.JSONDecodeError as err:
+            raise UsageError(f'--spec: {err}') from None
+        try:
+            options.spec = PruneSpec.coerce(spec, depth).to_dict()
+        except (TypeError, ValueError) as err:
             raise UsageError(f'--spec: {err}') from None
     elif options.checkpoint is None:
         if depth != AUTHORS_SPEC.depth:
@@ -255,10 +258,10 @@ def check_runtimes(options: BenchmarkOptions) -> None:
                          'call compiles)')
 
 
-def parse_json_or_text(value: str) -> Any:
+def parse_json_or_text(value: str, source: str) -> Any:
     """A command-line value: JSON when it parses, else the text."""
     try:
-        return json.loads(value)
+        return loads_json(value, source)
     except json.JSONDecodeError:
         return value
 
