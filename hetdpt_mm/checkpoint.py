@@ -36,6 +36,8 @@ from mmengine.dist import get_dist_info
 from mmengine.logging import print_log
 from mmengine.runner import checkpoint as mmengine_checkpoint
 
+from .fileio import check_input_file
+
 #: Setting this environment variable to 1 trusts every checkpoint file.
 TRUST_ENV = 'HETDPT_TRUST_CHECKPOINTS'
 #: Name torch gives a module's extra state in its state dict.
@@ -107,18 +109,15 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
     remote storage); ``source`` names the checkpoint in messages instead of
     ``path`` (the URL it came from, with its cache file if it has one).
 
-    Raises :class:`FileNotFoundError` for a missing file and
+    Raises :class:`FileNotFoundError` for a missing file,
+    :class:`~hetdpt_mm.fileio.NotARegularFileError` for a directory, FIFO
+    or device (before reading: /dev/zero would fill the memory), and
     :class:`CheckpointError` naming the problem for anything that is not a
     readable checkpoint (random bytes, truncated files, unsafe objects).
     """
     is_file_object = hasattr(path, 'read')
     if not is_file_object:
-        path = osp.expanduser(os.fspath(path))
-        if not osp.exists(path):
-            raise FileNotFoundError(f'checkpoint {path} does not exist')
-        if osp.isdir(path):
-            raise CheckpointError(
-                f'checkpoint {path} is a directory, not a file')
+        path = os.fspath(check_input_file(path, 'checkpoint'))
     name = path if source is None else source
     if trusted is None:
         trusted = trust_from_env()

@@ -3,10 +3,13 @@ reported as ``error: <message>`` on stderr with exit status 2, no
 traceback."""
 import argparse
 import importlib
+import math
 import signal
 import sys
 import threading
-from typing import Callable, Tuple, Type
+from typing import Callable, Tuple, Type, TypeVar
+
+T = TypeVar('T')
 
 EXIT_USAGE = 2
 #: What a tool reports as bad input rather than as a crash.
@@ -22,6 +25,32 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(message)
+
+
+def argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse ``type`` from a parser that raises ``ValueError``: its
+    message is the error (argparse's own says "invalid parse value")."""
+
+    def convert(text: str) -> T:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+@argument_type
+def positive_float(text: str) -> float:
+    """A finite number above 0 (``float`` takes ``nan`` and ``inf`` too)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f'must be a positive number, got {text!r}')
+    return value
 
 
 def require_extra(module: str, extra: str):

@@ -1,21 +1,76 @@
-"""Atomic outputs and output-path checks shared by every tool and hook."""
+"""Atomic outputs, and the checks of input and output paths shared by every
+tool and hook."""
 import contextlib
 import errno
 import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator, Union
+from typing import Callable, Dict, Iterable, Iterator, Mapping, Union
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
 
 PathLike = Union[str, os.PathLike]
 
+#: An output's content: text, bytes, or a function writing a given path.
+Content = Union[str, bytes, Callable[[Path], None]]
+
 #: Less free space than this after a failed write: the disk is full.
 FULL_DISK_BYTES = 1 << 20
+
+
+class NotARegularFileError(OSError):
+    """A path that names a directory, FIFO, device or socket where a
+    regular file is needed."""
+
+
+_KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'),
+          (stat.S_ISCHR, 'a character device'),
+          (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
+
+
+def _special_kind(path: Path) -> Union[str, None]:
+    """What ``path`` (links followed) is when it exists and is not a
+    regular file: ``'a FIFO'``, ``'a character device'``, ..."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return next((kind for is_kind, kind in _KINDS if is_kind(mode)),
+                'a special file')
+
+
+def check_input_file(path: PathLike, what: str) -> Path:
+    """``path`` if it is a regular file (or a link to one), before anything
+    reads it: a FIFO blocks its reader forever, and a device such as
+    /dev/zero never ends (a memory-mapped load takes all memory).
+
+    Raises ``FileNotFoundError`` or :class:`NotARegularFileError`, naming
+    the file as ``what``."""
+    path = Path(os.path.expanduser(os.fspath(path)))
+    if not path.exists():
+        raise FileNotFoundError(f'{what} {path} does not exist')
+    kind = _special_kind(path)
+    if kind is not None:
+        raise NotARegularFileError(f'{what} {path} is not a regular file '
+                                   f'({kind})')
+    return path
+
+
+def _check_replaceable(out: Path) -> None:
+    """Only regular files are replaced: not a directory, and never a FIFO
+    or device (as root, replacing /dev/null would break the system)."""
+    kind = _special_kind(out)
+    if kind is not None:
+        raise NotARegularFileError(
+            f'output {out} is not a regular file ({kind}); it is never '
+            'replaced, even with --force: choose a file path')
 
 
 def check_output_path(out: PathLike, inputs: Iterable[PathLike] = (),
@@ -23,26 +78,48 @@ def check_output_path(out: PathLike, inputs: Iterable[PathLike] = (),
     """Validate an output path before anything is computed or written.
 
     Raises ``ValueError`` if ``out`` is one of ``inputs`` (never write over an
-    input, even with ``force``) and ``FileExistsError`` if it exists and
-    ``force`` is not set.
+    input, even with ``force``), :class:`NotARegularFileError` if it is
+    anything but a regular file, ``FileExistsError`` if it exists and
+    ``force`` is not set, and ``PermissionError`` or ``NotADirectoryError``
+    if its directory cannot take it.
     """
     out = Path(out)
     for inp in map(Path, inputs):
         if same_file(out, inp):
             raise ValueError(f'output {out} is the same file as input {inp}; '
                              'choose another output path')
+    _check_replaceable(out)
     if out.exists() and not force:
         raise FileExistsError(
             f'output {out} already exists; pass --force to replace it')
-    if out.exists() and out.is_dir():
-        raise IsADirectoryError(f'output {out} is a directory')
+    # The nearest existing folder: atomic_path creates the missing ones.
+    folder = next(p for p in out.absolute().parents if p.exists())
+    if not folder.is_dir():
+        raise NotADirectoryError(f'output {out}: {folder} is not a directory')
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise PermissionError(f'output {out}: directory {folder} is not '
+                              'writable')
     return out
+
+
+def check_output_paths(outputs: Iterable[PathLike],
+                       inputs: Iterable[PathLike] = (),
+                       force: bool = False) -> None:
+    """:func:`check_output_path` for every output of one run, and no two of
+    them the same file (one path twice, or links to one another)."""
+    outputs, inputs = [Path(p) for p in outputs], list(inputs)
+    for index, out in enumerate(outputs):
+        for other in outputs[index + 1:]:
+            if same_file(out, other):
+                raise ValueError(f'outputs {out} and {other} are the same '
+                                 'file; give each output its own path')
+        check_output_path(out, inputs, force)
 
 
 def same_file(a: PathLike, b: PathLike) -> bool:
     """The same path, or the same file through a symlink or hard link."""
     a, b = Path(a), Path(b)
-    return a.absolute() == b.absolute() or (
+    return a.resolve() == b.resolve() or (
         a.exists() and b.exists() and os.path.samefile(a, b))
 
 
@@ -85,6 +162,71 @@ def remove_stale_temps(path: PathLike) -> None:
                           level=logging.WARNING)
 
 
+def _new_temp(path: Path) -> Path:
+    """An empty temporary file beside ``path``, with the mode ``open(path,
+    'w')`` would give (that of the file it replaces, else the default under
+    the umask; ``mkstemp`` makes it 0600)."""
+    _check_replaceable(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.{os.getpid()}.',
+                                   suffix='.tmp', dir=path.parent)
+    except OSError as err:  # it names the temporary file
+        raise OSError(err.errno, f'{err.strerror} while writing {path}'
+                      ) from None
+    os.close(fd)
+    tmp = Path(tmp)
+    tmp.chmod(path.stat().st_mode & 0o7777 if path.exists() else
+              0o666 & ~current_umask())
+    return tmp
+
+
+@contextlib.contextmanager
+def _errors_naming(path: Path, tmp: Path) -> Iterator[None]:
+    """Errors of a write of ``path`` into ``tmp`` name ``path``: an
+    ``OSError`` names the temporary file or nothing, and torch.save on a
+    full disk says only "unexpected pos 576 vs 534"."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None or err.filename not in (None, str(tmp)):
+            raise
+        raise OSError(err.errno,
+                      f'{err.strerror} while writing {path}') from None
+    except Exception as err:
+        if shutil.disk_usage(path.parent).free >= FULL_DISK_BYTES:
+            raise
+        raise OSError(errno.ENOSPC, 'no space left on the device while '
+                      f'writing {path} ({err})') from None
+
+
+def _move_in_place(temps: Mapping[Path, Path], exclusive: bool) -> None:
+    """Rename every temporary file to its output.  ``exclusive``: fail, and
+    take back the outputs already linked, if an output appeared meanwhile
+    (a concurrent writer) instead of replacing it."""
+    if not exclusive:
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
+        return
+    linked = []
+    try:
+        for path, tmp in temps.items():
+            os.link(tmp, path)
+            linked.append(path)
+    except FileExistsError:
+        for path in linked:
+            path.unlink()
+        raise FileExistsError(
+            f'output {path} was created by another process while this one '
+            'was writing it; pass --force to replace it') from None
+
+
+def _remove(tmp: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+
+
 @contextlib.contextmanager
 def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; move it to ``path`` on
@@ -92,43 +234,43 @@ def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
 
     With ``exclusive`` the final step fails with ``FileExistsError`` if
     ``path`` appeared meanwhile (a concurrent writer), instead of replacing
-    it.  The file gets the mode ``open(path, 'w')`` would give it: that of
-    the file it replaces, else the default under the user's umask
-    (``mkstemp`` makes it 0600).  Temporary files of writers that were
-    killed are removed first (:func:`remove_stale_temps`).
+    it.  ``path`` must not be anything but a regular file.  Temporary files
+    of writers that were killed are removed first
+    (:func:`remove_stale_temps`).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.{os.getpid()}.',
-                               suffix='.tmp', dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp)
-    tmp.chmod(path.stat().st_mode & 0o7777 if path.exists() else
-              0o666 & ~current_umask())
+    tmp = _new_temp(path)
     try:
-        try:
+        with _errors_naming(path, tmp):
             yield tmp
-        except Exception as err:
-            # torch.save on a full disk says "unexpected pos 576 vs 534".
-            if not isinstance(err, OSError) and \
-                    shutil.disk_usage(path.parent).free < FULL_DISK_BYTES:
-                raise OSError(errno.ENOSPC, 'no space left on the device '
-                              f'while writing {path} ({err})') from None
-            raise
-        if exclusive:
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                raise FileExistsError(
-                    f'output {path} was created by another process while '
-                    'this one was writing it; pass --force to replace '
-                    'it') from None
-        else:
-            os.replace(tmp, path)
+        _move_in_place({path: tmp}, exclusive)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        _remove(tmp)
+
+
+def write_outputs(outputs: Mapping[PathLike, Content],
+                  exclusive: bool = False) -> None:
+    """Write the outputs of one run all or nothing: each (text, bytes, or a
+    function that writes the path it is given, e.g. ``torch.save``) into a
+    temporary file, and only when all succeeded are they moved in place; a
+    failure leaves none of them created or replaced, and its message names
+    the output (:func:`atomic_path` for one file)."""
+    temps: Dict[Path, Path] = {}
+    try:
+        for path, content in outputs.items():
+            path = Path(path)
+            tmp = temps[path] = _new_temp(path)
+            with _errors_naming(path, tmp):
+                if isinstance(content, str):
+                    tmp.write_text(content)
+                elif isinstance(content, bytes):
+                    tmp.write_bytes(content)
+                else:
+                    content(tmp)
+        _move_in_place(temps, exclusive)
+    finally:
+        for tmp in temps.values():
+            _remove(tmp)
 
 
 def atomic_write_text(path: PathLike, text: str,

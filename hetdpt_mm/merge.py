@@ -30,7 +30,7 @@ import torch
 from .checkpoint import StateDictMismatch
 from .record import (EXTRA_STATE_KEY, HetDPTRecord, read_backbone_checkpoint,
                      with_record)
-from .spec import META_KEY, PruneSpec
+from .spec import META_KEY, PruneSpec, loads_json
 
 
 @dataclass
@@ -86,7 +86,7 @@ def parse_arch(value: Union[None, str, Mapping]) -> Union[None, str, Dict]:
     """``--arch``: a preset name, a JSON object, or a dict (or None)."""
     if isinstance(value, str) and value.lstrip().startswith('{'):
         try:
-            return json.loads(value)
+            return loads_json(value, 'arch')
         except json.JSONDecodeError as err:
             raise ValueError(f'arch is not valid JSON ({err})') from None
     return value

@@ -10,8 +10,11 @@ tool can rebuild the exact network.
 import json
 import numbers
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+from .fileio import check_input_file
 
 #: Key of the HetDPT record in a checkpoint's ``meta`` (written by the hooks
 #: for people and tools that read meta; loaders read the record itself).
@@ -24,6 +27,26 @@ LAYER_KINDS = (ATTN, ACT)
 
 #: Forms in which the weights of a pruned network can be stored.
 FORMS = ('gated', 'pruned', 'merged')
+
+#: Digits of the longest integer read from JSON: no index, depth or width
+#: comes near, and Python refuses to convert more than 4300 digits with a
+#: message that names neither the input nor the value.
+MAX_JSON_INT_DIGITS = 100
+
+
+def loads_json(text: str, source: str) -> Any:
+    """``json.loads`` of a spec or arch, refusing integers of more than
+    :data:`MAX_JSON_INT_DIGITS` digits with a message naming ``source``;
+    invalid JSON raises ``json.JSONDecodeError`` as usual."""
+
+    def bounded_int(digits: str) -> int:
+        if len(digits.lstrip('-')) > MAX_JSON_INT_DIGITS:
+            raise ValueError(
+                f'{source}: the integer {digits[:12]}... has {len(digits)} '
+                f'digits; no value here has more than {MAX_JSON_INT_DIGITS}')
+        return int(digits)
+
+    return json.loads(text, parse_int=bounded_int)
 
 
 def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
@@ -42,7 +65,7 @@ def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
             raise ValueError(f'{name} index {value} is out of range for '
                              f'depth {depth} (valid: 0..{depth - 1})')
         indices.append(value)
-    duplicates = sorted({i for i in indices if indices.count(i) > 1})
+    duplicates = sorted(i for i, n in Counter(indices).items() if n > 1)
     if duplicates:
         raise ValueError(f'{name} has duplicated indices {duplicates}')
     return tuple(sorted(indices))
@@ -245,16 +268,17 @@ class PruneSpec:
 
     @classmethod
     def from_json(cls, text: str) -> 'PruneSpec':
-        return cls.from_dict(json.loads(text))
+        return cls.from_dict(loads_json(text, 'prune spec'))
 
     @classmethod
     def coerce(cls, value, depth: Optional[int] = None) -> 'PruneSpec':
         """Accept a PruneSpec, a dict, a JSON string, the path of a JSON
         file (e.g. the spec a search run wrote) or ``None`` (dense)."""
         if isinstance(value, str):
-            value = value if value.lstrip().startswith('{') else \
-                _read_spec_file(value)
-            value = json.loads(value)
+            inline = value.lstrip().startswith('{')
+            value = loads_json(
+                value if inline else _read_spec_file(value),
+                'prune spec' if inline else f'prune spec file {value}')
         if isinstance(value, cls):
             spec = value
         elif value is None:
@@ -282,9 +306,9 @@ class PruneSpec:
 
 def _read_spec_file(path: str) -> str:
     path = os.path.expanduser(path)
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise FileNotFoundError(
             f'prune spec file {path} does not exist (a search run writes it: '
             "HetDPTPruneHook's spec_file)")
-    with open(path, encoding='utf-8') as file:
-        return file.read()
+    return check_input_file(path, 'prune spec file').read_text(
+        encoding='utf-8')

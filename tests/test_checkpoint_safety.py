@@ -26,6 +26,7 @@ from torch.utils.data import Dataset
 import hetdpt_mm.checkpoint
 from hetdpt_mm.checkpoint import (TRUST_ENV, CheckpointError,
                                   load_checkpoint_file)
+from hetdpt_mm.fileio import NotARegularFileError
 
 
 class ToyModel(BaseModel):
@@ -116,7 +117,8 @@ def test_full_objects_need_an_explicit_opt_in(tmp_path, monkeypatch,
 def test_unreadable_files_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match='does not exist'):
         load_checkpoint_file(tmp_path / 'missing.pth')
-    with pytest.raises(CheckpointError, match='is a directory'):
+    with pytest.raises(NotARegularFileError,
+                       match=r'is not a regular file \(a directory\)'):
         load_checkpoint_file(tmp_path)
     noise = tmp_path / 'noise.pth'
     noise.write_bytes(os.urandom(4096))

@@ -22,7 +22,7 @@ from typing import List, Optional, Sequence
 
 from mmengine.config import DictAction
 
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
+from hetdpt_mm.cli import ArgumentParser, positive_float, run_reporting_errors
 from hetdpt_mm.deploy.export import ExportOptions, VerificationError, \
     run_export
 from hetdpt_mm.deploy.networks import TASKS
@@ -58,7 +58,7 @@ def parse_args(argv: List[str]) -> ExportOptions:
     parser.add_argument('--runtimes', nargs='+', default=['onnxruntime'],
                         choices=RUNTIMES,
                         help='runtimes to verify in (default onnxruntime)')
-    parser.add_argument('--tolerance', type=float, default=1e-4,
+    parser.add_argument('--tolerance', type=positive_float, default=1e-4,
                         help='largest absolute difference allowed '
                         '(default 1e-4)')
     parser.add_argument('--seed', type=int, default=0,

@@ -37,8 +37,9 @@ import torch
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
-from hetdpt_mm.fileio import atomic_path, check_output_path
+from hetdpt_mm.fileio import atomic_path, check_input_file, check_output_path
 from hetdpt_mm.merge import merge_checkpoint
+from hetdpt_mm.spec import loads_json
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -74,13 +75,13 @@ def read_spec(value: Optional[str]):
         return None
     text = value
     if not value.lstrip().startswith('{'):
-        path = Path(value)
-        if not path.is_file():
+        if not Path(value).exists():
             raise ValueError(f'--spec {value!r} is neither JSON nor an '
                              'existing file')
-        text = path.read_text(encoding='utf-8')
+        text = check_input_file(value, '--spec file').read_text(
+            encoding='utf-8')
     try:
-        spec = json.loads(text)
+        spec = loads_json(text, '--spec')
     except json.JSONDecodeError as err:
         raise ValueError(f'--spec is not valid JSON ({err})') from None
     if not isinstance(spec, dict):

@@ -33,8 +33,9 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hetdpt_mm.apis.prune_width import PruneWidthOptions, run_prune_width
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
+from hetdpt_mm.apis.prune_width import (PruneWidthOptions, parse_macs,
+                                        run_prune_width)
+from hetdpt_mm.cli import ArgumentParser, argument_type, run_reporting_errors
 from hetdpt_mm.pruning.width import IMPORTANCES
 
 
@@ -45,7 +46,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> PruneWidthOptions:
     parser.add_argument('input', type=Path, help='checkpoint to prune')
     parser.add_argument('output', type=Path, help='checkpoint to write')
     target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument('--target-macs',
+    target.add_argument('--target-macs', type=argument_type(parse_macs),
                         help='MACs of the pruned classifier on one image, '
                         'e.g. 2.4G')
     target.add_argument('--ratio', type=float,

@@ -50,12 +50,12 @@ from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, TensorForward,
 from ..cli import UsageError
 from ..deploy.runtimes import (BENCHMARK_RUNTIMES, RUNTIME_DTYPES,
                                benchmark_runner)
-from ..fileio import atomic_write_text, check_output_path
+from ..fileio import check_input_file, check_output_paths, write_outputs
 from ..models.family import HetDPTBackbone
 from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
 from ..models.hetdpt_swin import resolve_swin_arch
 from ..models.hetdpt_vit import resolve_arch
-from ..spec import PruneSpec
+from ..spec import PruneSpec, loads_json
 
 __all__ = ['TASKS', 'BenchmarkOptions', 'resolve_options', 'run_benchmark',
            'format_markdown', 'run_and_write']
@@ -168,17 +168,20 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
             raise UsageError('--distilled is for ViT backbones')
     elif options.distilled is None:
         options.distilled = options.task != 'backbone'
-    options.arch = parse_json_or_text(options.arch or
-                                      DEFAULT_ARCHS[options.family])
+    options.arch = parse_json_or_text(
+        options.arch or DEFAULT_ARCHS[options.family], '--arch')
     try:
         depth = arch_depth(options.family, options.arch)
     except ValueError as err:
         raise UsageError(f'--arch: {err}') from None
     if options.spec is not None:
         try:
-            options.spec = PruneSpec.coerce(json.loads(options.spec),
-                                         depth).to_dict()
-        except (json.JSONDecodeError, TypeError, ValueError) as err:
+            spec = loads_json(options.spec, '--spec')
+        except json.JSONDecodeError as err:
+            raise UsageError(f'--spec: {err}') from None
+        try:
+            options.spec = PruneSpec.coerce(spec, depth).to_dict()
+        except (TypeError, ValueError) as err:
             raise UsageError(f'--spec: {err}') from None
     elif options.checkpoint is None:
         if depth != AUTHORS_SPEC.depth:
@@ -255,10 +258,10 @@ def check_runtimes(options: BenchmarkOptions) -> None:
                          'call compiles)')
 
 
-def parse_json_or_text(value: str) -> Any:
+def parse_json_or_text(value: str, source: str) -> Any:
     """A command-line value: JSON when it parses, else the text."""
     try:
-        return json.loads(value)
+        return loads_json(value, source)
     except json.JSONDecodeError:
         return value
 
@@ -267,8 +270,9 @@ def parse_named_path(item: str):
     name, sep, path = item.partition('=')
     if not sep or not name or not path:
         raise UsageError(f'--config takes NAME=PATH, got {item!r}')
-    if not Path(path).is_file():
+    if not Path(path).exists():
         raise UsageError(f'--config {name}: no such file {path}')
+    check_input_file(path, f'--config {name}')
     return name, path
 
 
@@ -302,13 +306,10 @@ def check_outputs(options: BenchmarkOptions) -> None:
     """Fail before any work if an output path is unusable."""
     outputs = [p for p in (options.json_path, options.md_path)
                if p is not None]
-    if len(outputs) == 2 and outputs[0].absolute() == outputs[1].absolute():
-        raise UsageError(f'--json and --md are the same file {outputs[0]}')
     inputs = [path for _, path in options.config]
     if options.checkpoint:
         inputs.append(options.checkpoint)
-    for out in outputs:
-        check_output_path(out, inputs=inputs, force=options.force)
+    check_output_paths(outputs, inputs, options.force)
 
 
 # ------------------------------------------------------------------ models
@@ -727,11 +728,10 @@ def run_and_write(options: BenchmarkOptions) -> Dict[str, Any]:
     result = run_benchmark(options)
     markdown = format_markdown(result)
     print(markdown)
+    outputs = {}
     if options.json_path is not None:
-        atomic_write_text(options.json_path,
-                          json.dumps(result, indent=2) + '\n',
-                          exclusive=not options.force)
+        outputs[options.json_path] = json.dumps(result, indent=2) + '\n'
     if options.md_path is not None:
-        atomic_write_text(options.md_path, markdown,
-                          exclusive=not options.force)
+        outputs[options.md_path] = markdown
+    write_outputs(outputs, exclusive=not options.force)
     return result

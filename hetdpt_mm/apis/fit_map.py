@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ..cli import UsageError
-from ..fileio import atomic_write_text, check_output_path
+from ..fileio import check_output_paths, write_outputs
 from ..pruning import (ARCH_PRESETS, Allocation, AnalyticCost, Candidate,
                        CostModel, MAPFit, MeasuredCost, allocate,
                        allocate_for_accuracy, allocate_for_speedup, fit_map,
                        format_candidates, load_points, resolve_bounds,
                        smallest_budget_reaching)
-from ..visualization import figure_formats, plot_map_fit, write_image
+from ..visualization import figure_formats, plot_map_fit
 
 __all__ = ['FitMapOptions', 'run_fit_map', 'load_allocation']
 
@@ -79,14 +79,7 @@ def check_outputs(options: FitMapOptions) -> None:
     inputs = [options.points]
     if options.cost not in (None, 'analytic'):
         inputs.append(Path(options.cost))
-    outputs = list(options.outputs.items())
-    for index, (name, path) in enumerate(outputs):
-        for other_name, other in outputs[index + 1:]:
-            if path.absolute() == other.absolute():
-                raise ValueError(f'{name} and {other_name} are the same '
-                                 f'file {path}')
-    for _, path in outputs:
-        check_output_path(path, inputs=inputs, force=options.force)
+    check_output_paths(options.outputs.values(), inputs, options.force)
     if options.plot is not None:
         plot_format = options.plot.suffix.lstrip('.').lower()
         supported = figure_formats()
@@ -212,28 +205,23 @@ def run_fit_map(options: FitMapOptions) -> None:
                                          options.min_accuracy))
 
     # Everything is validated and computed; only now produce the outputs.
-    plot_bytes = None
-    if options.plot is not None:
-        plot_bytes = plot_map_fit(fit, options.depth, allocations,
-                                  options.budget,
-                                  options.plot.suffix.lstrip('.').lower())
-    print('\n\n'.join(sections))
+    contents = {}
     if options.save_fit is not None:
-        atomic_write_text(options.save_fit,
-                          json.dumps(fit.to_dict(), indent=2,
-                                     allow_nan=False) + '\n',
-                          exclusive=not options.force)
-        print(f'\nwrote fit: {options.save_fit}')
+        contents[options.save_fit] = json.dumps(
+            fit.to_dict(), indent=2, allow_nan=False) + '\n'
     if options.save_allocation is not None:
-        atomic_write_text(options.save_allocation, json.dumps(
+        contents[options.save_allocation] = json.dumps(
             {bounds: allocation.to_dict()
              for bounds, allocation in allocations.items()}, indent=2,
-            allow_nan=False) + '\n',
-            exclusive=not options.force)
-        print(f'wrote allocation: {options.save_allocation}')
-    if plot_bytes is not None:
-        write_image(options.plot, plot_bytes, exclusive=not options.force)
-        print(f'wrote plot: {options.plot}')
+            allow_nan=False) + '\n'
+    if options.plot is not None:
+        contents[options.plot] = plot_map_fit(
+            fit, options.depth, allocations, options.budget,
+            options.plot.suffix.lstrip('.').lower())
+    print('\n\n'.join(sections))
+    write_outputs(contents, exclusive=not options.force)
+    for name, path in options.outputs.items():
+        print(f'wrote {path} ({name})')
 
 
 def load_allocation(path, bounds: str) -> Allocation:

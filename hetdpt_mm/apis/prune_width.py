@@ -2,19 +2,20 @@
 or the width-only baseline from dense weights) to a MACs target or by a
 ratio, and write the result with its record and report."""
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Optional, Union
 
 import torch
 from mmengine.logging import print_log
 
 from ..checkpoint import load_checkpoint_file
-from ..fileio import atomic_path, atomic_write_text, check_output_path
+from ..fileio import check_output_paths, write_outputs
 from ..merge import parse_arch
 from ..pruning.width import IMPORTANCES, prune_width_checkpoint
-from ..visualization import figure_formats, plot_widths, write_image
+from ..visualization import figure_formats, plot_widths
 
 _MACS = re.compile(r'^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$')
 _SCALE = {'': 1, 'k': 1e3, 'm': 1e6, 'g': 1e9}
@@ -24,23 +25,26 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-def parse_macs(value: str) -> float:
-    """``2.4G``, ``2400M``, ``2.4e9`` -> multiply-accumulates."""
+def parse_macs(value: Union[str, float]) -> float:
+    """``2.4G``, ``2400M``, ``2.4e9`` -> multiply-accumulates (> 0)."""
     match = _MACS.match(str(value))
-    if match is None:
-        try:
-            return float(value)
-        except ValueError:
-            raise ValueError(f'--target-macs {value!r} is not a MACs count '
-                             '(e.g. 2.4G, 2400M)') from None
-    return float(match.group(1)) * _SCALE[match.group(2).lower()]
+    try:
+        macs = float(value) if match is None else \
+            float(match.group(1)) * _SCALE[match.group(2).lower()]
+    except ValueError:
+        macs = math.nan
+    # 0 and nan would be searched for before failing.
+    if not (math.isfinite(macs) and macs > 0):
+        raise ValueError(f'the MACs target {value!r} is not a positive '
+                         'count (e.g. 2.4G, 2400M)')
+    return macs
 
 
 @dataclass
 class PruneWidthOptions:
     input: Path
     output: Path
-    target_macs: Optional[str] = None
+    target_macs: Union[None, str, float] = None
     ratio: Optional[float] = None
     importance: str = 'taylor'
     calib_dir: Optional[Path] = None
@@ -87,12 +91,9 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         raise ValueError('--importance taylor needs calibration images: '
                          '--calib-dir DIR (an ImageFolder); or use '
                          '--importance magnitude')
-    inputs = [options.input]
-    check_output_path(options.output, inputs, options.force)
-    for extra in (options.report, options.plot):
-        if extra is not None:
-            check_output_path(extra, inputs + [options.output],
-                              options.force)
+    check_output_paths([path for path in (options.output, options.report,
+                                          options.plot) if path is not None],
+                       [options.input], options.force)
     if options.plot is not None and options.plot.suffix.lstrip(
             '.').lower() not in figure_formats():
         raise ValueError(f'--plot {options.plot}: unsupported image format; '
@@ -115,15 +116,13 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         importance=options.importance, calibration=calibration,
         max_ratio=options.max_ratio, search_steps=options.search_steps,
         logger=lambda line: print_log(line, logger='current'))
-    with atomic_path(options.output, exclusive=not options.force) as tmp:
-        torch.save(pruned, tmp)
+    outputs = {options.output: lambda tmp: torch.save(pruned, tmp)}
     if options.report is not None:
-        atomic_write_text(options.report, json.dumps(dict(
+        outputs[options.report] = json.dumps(dict(
             input=str(options.input), output=str(options.output),
-            spec=result.record.spec.to_dict(), **result.report()), indent=2),
-            exclusive=not options.force)
+            spec=result.record.spec.to_dict(), **result.report()), indent=2)
     if options.plot is not None:
-        write_image(options.plot, plot_widths(
-            result.record.spec, options.plot.suffix.lstrip('.').lower()),
-            exclusive=not options.force)
+        outputs[options.plot] = plot_widths(
+            result.record.spec, options.plot.suffix.lstrip('.').lower())
+    write_outputs(outputs, exclusive=not options.force)
     print(f'{options.input} -> {options.output}\n{result.format()}')

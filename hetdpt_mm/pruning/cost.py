@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
+from ..fileio import check_input_file
 from ..presets import ARCH_PRESETS
 from .map import (Bounds, Candidate, MAPFit, allocate, evaluate_candidates,
                   resolve_bounds)
@@ -216,7 +217,8 @@ class MeasuredCost(CostModel):
         if not path.exists():
             raise FileNotFoundError(f'measured cost file not found: {path}')
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(
+                check_input_file(path, 'measured cost file').read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f'{path}: not valid JSON ({err})') from None
         if not isinstance(data, dict):

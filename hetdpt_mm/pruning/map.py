@@ -18,6 +18,7 @@ import io
 import json
 import math
 import numbers
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
+from ..fileio import check_input_file
 from ..spec import ACT, LAYER_KINDS
 from .validation import as_int, check_depth
 
@@ -76,7 +78,8 @@ def load_points(path: Union[str, Path],
     if not path.exists():
         raise FileNotFoundError(f'MAP points file not found: {path}')
     try:
-        text = path.read_text(encoding='utf-8-sig')
+        text = check_input_file(path, 'MAP points file').read_text(
+            encoding='utf-8-sig')
     except UnicodeDecodeError as err:
         raise ValueError(f'{path}: not UTF-8 text ({err.reason})') from None
     if not text.strip():
@@ -114,6 +117,13 @@ def _parse_json_points(text: str, path: Path,
 def _parse_csv_points(text: str, path: Path,
                       depth: Optional[int]) -> List[MAPPoint]:
     reader = csv.DictReader(io.StringIO(text))
+    # DictReader keeps the last of two columns of one name.
+    counts = Counter(map(_normalise_key, reader.fieldnames or ()))
+    for name in (*ACCURACY_COLUMNS, *COUNT_COLUMNS, *RATIO_COLUMNS):
+        if counts[name] > 1:
+            times = 'twice' if counts[name] == 2 else f'{counts[name]} times'
+            raise ValueError(f'{path}: column "{name}" appears {times} in '
+                             'the header; give each column once')
     records, locations = [], []
     for row in reader:
         records.append(row)

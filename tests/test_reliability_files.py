@@ -1,0 +1,270 @@
+"""Special files as inputs and outputs, the outputs of multi-output tools
+checked together and written all or nothing, and bad numbers that are
+`error:` lines at once (docs/reliability.md, *Bad inputs*)."""
+import errno
+import json
+import os
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO, load_tool
+
+from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.fileio import NotARegularFileError, atomic_path
+from hetdpt_mm.pruning import load_points
+from hetdpt_mm.spec import PruneSpec
+
+PAPER_POINTS = REPO / 'tests' / 'data' / 'map_points_paper.csv'
+SPEC = json.dumps(dict(attn_removed=[0, 2], act_removed=[2, 3]))
+TINY_ARCH = '{"embed_dims": 48, "num_layers": 4, "num_heads": 3}'
+
+
+@pytest.fixture(scope='module')
+def tools():
+    return {name: load_tool(name) for name in
+            ('merge_ckpt', 'prune_width', 'benchmark', 'fit_map', 'export')}
+
+
+def run_tool(tools, capsys, name, *args):
+    code = tools[name].main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+class Fifo:
+    """A FIFO in ``folder``.  A reader that opens it (the defect: open
+    blocks until a writer comes) is recorded in ``opened`` and released
+    with an end of file, so that a regression fails instead of hanging."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / 'fifo.pth'
+        os.mkfifo(self.path)
+        self.opened = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._release, daemon=True)
+        self._thread.start()
+
+    def _release(self):
+        while not self._done.wait(0.05):
+            try:  # succeeds only while a reader has it open
+                fd = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            self.opened += 1
+            os.close(fd)
+
+    def close(self):
+        self._done.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def fifo(tmp_path):
+    made = Fifo(tmp_path)
+    yield made
+    made.close()
+
+
+def test_checkpoints_that_are_fifos_are_refused_unread(tools, tmp_path,
+                                                       capsys, fifo):
+    out = tmp_path / 'out.pth'
+    message = f'error: checkpoint {fifo.path} is not a regular file (a FIFO)\n'
+    runs = [('merge_ckpt', fifo.path, out),
+            ('prune_width', fifo.path, out, '--ratio', '0.3',
+             '--importance', 'magnitude'),
+            ('benchmark', 'backbone', '--checkpoint', fifo.path)]
+    for name, *args in runs:
+        assert run_tool(tools, capsys, name, *args) == (2, message), name
+    with pytest.raises(NotARegularFileError):
+        load_checkpoint_file(fifo.path, mmap=True)
+    assert fifo.opened == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['fifo.pth']
+
+
+def test_a_link_to_dev_zero_is_refused_before_reading(tmp_path, monkeypatch):
+    """A memory-mapped load of /dev/zero took all memory (19 GB)."""
+    link = tmp_path / 'zero.pth'
+    link.symlink_to('/dev/zero')
+
+    def unreachable(*args, **kwargs):
+        raise AssertionError('the file was read')
+
+    # zipfile.is_zipfile reads /dev/zero to its (missing) end.
+    monkeypatch.setattr(zipfile, 'is_zipfile', unreachable)
+    monkeypatch.setattr(torch, 'load', unreachable)
+    with pytest.raises(NotARegularFileError) as error:
+        load_checkpoint_file(link, mmap=True)
+    assert str(error.value) == \
+        f'checkpoint {link} is not a regular file (a character device)'
+
+
+def test_spec_points_and_cost_files_that_are_fifos_are_named(
+        tools, tmp_path, capsys, fifo):
+    with pytest.raises(NotARegularFileError) as error:
+        PruneSpec.coerce(str(fifo.path))
+    assert str(error.value) == \
+        f'prune spec file {fifo.path} is not a regular file (a FIFO)'
+    checkpoint = tmp_path / 'in.pth'
+    checkpoint.write_bytes(b'never read')
+    assert run_tool(tools, capsys, 'merge_ckpt', checkpoint,
+                    tmp_path / 'out.pth', '--spec', fifo.path) == (
+        2, f'error: --spec file {fifo.path} is not a regular file (a FIFO)\n')
+    assert run_tool(tools, capsys, 'fit_map', fifo.path, '--depth', '12') == (
+        2, f'error: MAP points file {fifo.path} is not a regular file '
+        '(a FIFO)\n')
+    assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth', '12',
+                    '--cost', fifo.path, '--speedup', '1.5') == (
+        2, f'error: measured cost file {fifo.path} is not a regular file '
+        '(a FIFO)\n')
+    assert fifo.opened == 0
+
+
+def test_outputs_that_are_not_regular_files_are_never_replaced(
+        tools, tmp_path, capsys, fifo):
+    """Even with --force (as root, the system's /dev/null would have been
+    replaced by a regular file)."""
+    null = tmp_path / 'null'
+    null.symlink_to('/dev/null')
+    folder = tmp_path / 'folder'
+    folder.mkdir()
+    for out, kind in ((null, 'a character device'), (fifo.path, 'a FIFO'),
+                      (folder, 'a directory')):
+        assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth',
+                        '12', '--save-fit', out, '--force') == (
+            2, f'error: output {out} is not a regular file ({kind}); it is '
+            'never replaced, even with --force: choose a file path\n')
+    with pytest.raises(NotARegularFileError):  # MMEngine's saves
+        with atomic_path(null) as tmp:
+            tmp.write_bytes(b'checkpoint')
+    assert os.readlink(null) == '/dev/null' and fifo.path.is_fifo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        'fifo.pth', 'folder', 'null']
+
+
+def test_aliased_outputs_of_one_run_are_refused_before_any_work(
+        tools, tmp_path, capsys):
+    fit, link = tmp_path / 'fit.json', tmp_path / 'link.json'
+    link.symlink_to(fit.name)
+    assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth', '12',
+                    '--budget', '8', '--save-fit', fit, '--save-allocation',
+                    link) == (
+        2, f'error: outputs {fit} and {link} are the same file; give each '
+        'output its own path\n')
+    md, hard = tmp_path / 'bench.md', tmp_path / 'bench.json'
+    md.write_text('old')
+    os.link(md, hard)
+    assert run_tool(tools, capsys, 'benchmark', 'backbone', '--arch',
+                    TINY_ARCH, '--spec', SPEC, '--json', hard, '--md', md,
+                    '--force') == (
+        2, f'error: outputs {hard} and {md} are the same file; give each '
+        'output its own path\n')
+    assert md.read_text() == 'old'
+    source = tmp_path / 'in.pth'
+    source.write_bytes(b'never read')
+    same = tmp_path / 'widths.png'
+    assert run_tool(tools, capsys, 'prune_width', source, tmp_path / 'o.pth',
+                    '--ratio', '0.3', '--importance', 'magnitude', '--report',
+                    same, '--plot', same) == (
+        2, f'error: outputs {same} and {same} are the same file; give each '
+        'output its own path\n')
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        'bench.json', 'bench.md', 'in.pth', 'link.json']
+
+
+def test_an_output_folder_that_cannot_take_it_is_found_first(
+        tools, tmp_path, capsys):
+    """On main the fit was written, then the allocation failed."""
+    fit = tmp_path / 'fit.json'
+    blocker = tmp_path / 'file'
+    blocker.write_text('')
+    args = [PAPER_POINTS, '--depth', '12', '--budget', '8', '--save-fit',
+            fit, '--save-allocation']
+    allocation = blocker / 'allocation.json'
+    assert run_tool(tools, capsys, 'fit_map', *args, allocation) == (
+        2, f'error: output {allocation}: {blocker} is not a directory\n')
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / 'locked'
+        locked.mkdir(mode=0o500)
+        allocation = locked / 'allocation.json'
+        assert run_tool(tools, capsys, 'fit_map', *args, allocation) == (
+            2, f'error: output {allocation}: directory {locked} is not '
+            'writable\n')
+    assert not fit.exists()
+
+
+def test_a_full_disk_leaves_none_of_the_outputs_and_names_the_file(
+        tools, tmp_path, capsys, monkeypatch):
+    fit, allocation = tmp_path / 'fit.json', tmp_path / 'allocation.json'
+    fit.write_text('old fit')
+    written = []
+
+    def write_text(path, text, *args, **kwargs):
+        if written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(path)
+        return Path.write_bytes(path, text.encode())
+
+    monkeypatch.setattr(Path, 'write_text', write_text)
+    assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth', '12',
+                    '--budget', '8', '--save-fit', fit, '--save-allocation',
+                    allocation, '--force') == (
+        2, f'error: [Errno 28] No space left on device while writing '
+        f'{allocation}\n')
+    monkeypatch.undo()
+    assert fit.read_text() == 'old fit'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['fit.json']
+
+
+def test_zero_and_nan_targets_are_argument_errors(tools, tmp_path, capsys):
+    absent = tmp_path / 'absent.pth'
+    for value in ('0', 'nan', '-2G'):
+        assert run_tool(tools, capsys, 'prune_width', absent, 'o.pth',
+                        f'--target-macs={value}') == (
+            2, f"error: argument --target-macs: the MACs target '{value}' "
+            'is not a positive count (e.g. 2.4G, 2400M)\n')
+    assert run_tool(tools, capsys, 'export', 'detr', 'absent.py', absent,
+                    '--out', tmp_path / 'o.onnx', '--tolerance', 'nan') == (
+        2, "error: argument --tolerance: must be a positive number, got "
+        "'nan'\n")
+
+
+def test_duplicate_indices_are_found_in_linear_time():
+    """200,000 indices took 39 s (a count per index)."""
+    start = time.perf_counter()
+    with pytest.raises(ValueError) as error:
+        PruneSpec(200_000, [*range(200_000), 7, 7])
+    assert time.perf_counter() - start < 5
+    assert str(error.value) == 'attn_removed has duplicated indices [7]'
+
+
+def test_a_repeated_points_column_is_refused(tmp_path):
+    """csv.DictReader used the last of the two silently."""
+    points = tmp_path / 'points.csv'
+    points.write_text('a,t,accuracy,Accuracy\n1,1,81.8,0.5\n')
+    with pytest.raises(ValueError) as error:
+        load_points(points)
+    assert str(error.value) == f'{points}: column "accuracy" appears twice ' \
+        'in the header; give each column once'
+
+
+def test_integers_too_long_for_python_are_named(tools, tmp_path, capsys):
+    """Python's own message for over 4300 digits names neither the input
+    nor the value."""
+    digits = '1' * 5000
+    spec = f'{{"attn_removed": [{digits}]}}'
+    message = f'the integer 111111111111... has 5000 digits; no value ' \
+        'here has more than 100'
+    checkpoint = tmp_path / 'in.pth'
+    checkpoint.write_bytes(b'never read')
+    assert run_tool(tools, capsys, 'merge_ckpt', checkpoint,
+                    tmp_path / 'o.pth', '--spec', spec) == (
+        2, f'error: --spec: {message}\n')
+    assert run_tool(tools, capsys, 'benchmark', 'backbone', '--arch',
+                    TINY_ARCH, '--spec', spec) == (
+        2, f'error: --spec: {message}\n')
+    with pytest.raises(ValueError) as error:
+        PruneSpec.coerce(spec.replace('{', '{"depth": 12, ', 1))
+    assert str(error.value) == f'prune spec: {message}'
