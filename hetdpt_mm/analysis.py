@@ -56,9 +56,10 @@ def count_macs(model: nn.Module, inputs: Union[torch.Tensor, Tuple]
     """MACs of ``model(*inputs)`` traced by mmengine's FlopAnalyzer, plus
     the attention products (``scaled_dot_product_attention``, ``baddbmm``)
     it leaves out by default. ``matmul`` sums the matrix products only
-    (what :class:`~hetdpt_mm.pruning.AnalyticCost` models); ``total`` adds mmengine's counts
-    for norms, upsampling and pooling. ``uncounted_ops`` lists operators
-    that were traced but have no count (elementwise ones, and any gap)."""
+    (what :class:`~hetdpt_mm.pruning.AnalyticCost` models); ``total`` adds
+    mmengine's counts for norms, upsampling and pooling. ``uncounted_ops``
+    lists operators that were traced but have no count (elementwise ones,
+    and any gap)."""
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs, )
     analyzer = FlopAnalyzer(model, inputs)

@@ -13,8 +13,17 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch
 import torch.nn as nn
@@ -24,10 +33,10 @@ from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
 from .models.family import HetDPTBackbone
-from .registry import get_family
 from .models.hetdpt_vit import resolve_arch
-from .record import load_backbone_checkpoint
 from .models.layers import StraightThroughGate
+from .record import load_backbone_checkpoint
+from .registry import get_family
 from .spec import ACT, ATTN, PruneSpec
 
 #: The authors' reference DeiT-B model ("10 layers", METHOD.md section 1).

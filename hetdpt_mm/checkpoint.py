@@ -259,7 +259,8 @@ def load_from_pavi(filename, map_location=None):
         from pavi import modelcloud
     except ImportError:
         raise ImportError(
-            'Please install pavi to load checkpoint from modelcloud.')
+            'Please install pavi to load checkpoint from modelcloud.'
+        ) from None
     model = modelcloud.get(filename.split('://', 1)[1])
     with TemporaryDirectory() as tmp_dir:
         downloaded = osp.join(tmp_dir, model.name)

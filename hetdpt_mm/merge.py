@@ -28,8 +28,12 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import torch
 
 from .checkpoint import StateDictMismatch
-from .record import (EXTRA_STATE_KEY, HetDPTRecord, read_backbone_checkpoint,
-                     with_record)
+from .record import (
+    EXTRA_STATE_KEY,
+    HetDPTRecord,
+    read_backbone_checkpoint,
+    with_record,
+)
 from .spec import META_KEY, PruneSpec, loads_json
 
 

@@ -15,8 +15,9 @@ knows its depth).
 from functools import partial
 
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
-from mmpretrain.engine.optimizers import \
-    LearningRateDecayOptimWrapperConstructor
+from mmpretrain.engine.optimizers import (
+    LearningRateDecayOptimWrapperConstructor,
+)
 
 from .models.lookup import find_hetdpt_backbones
 

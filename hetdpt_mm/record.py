@@ -31,10 +31,21 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-from .checkpoint import EXTRA_STATE_KEY, CheckpointError, StateDictMismatch, \
-    load_checkpoint_file, source_of
-from .record_schema import (MAX_DEPTH, MAX_RECORD_BYTES, MAX_RECORD_NESTING,
-                            RECORD_FIELDS, RecordError, check_plain)
+from .checkpoint import (
+    EXTRA_STATE_KEY,
+    CheckpointError,
+    StateDictMismatch,
+    load_checkpoint_file,
+    source_of,
+)
+from .record_schema import (
+    MAX_DEPTH,
+    MAX_RECORD_BYTES,
+    MAX_RECORD_NESTING,
+    RECORD_FIELDS,
+    RecordError,
+    check_plain,
+)
 from .registry import FAMILIES, get_family, recognising_family
 from .spec import FORMS, META_KEY, PruneSpec
 

@@ -12,8 +12,8 @@ from typing import Iterator, List, Optional, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
-from mmengine.registry import RUNNERS
 from mmengine.logging import print_log
+from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint
 
@@ -21,8 +21,8 @@ from .checkpoint import TRUST_ENV, CheckpointError
 from .cli import INPUT_ERRORS
 from .fileio import same_file
 from .hooks import EpochSeedHook
-from .registry import FAMILIES
 from .record import load_backbone_checkpoint
+from .registry import FAMILIES
 
 #: Files a run writes into its work dir besides the config dump and the
 #: timestamped log folder (MMEngine's CheckpointHook, our merge hook).

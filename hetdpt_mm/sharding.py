@@ -177,13 +177,13 @@ if FSDPStrategy is not None:
 
     @STRATEGIES.register_module()
     class HetDPTFSDPStrategy(FSDPStrategy):
-        """MMEngine's ``FSDPStrategy`` with :class:`HetDPTFullyShardedDataParallel`
-        as its default wrapper, and the optimizer state loaded as current
-        PyTorch expects: MMEngine 0.10.7 calls
-        ``FSDP.optim_state_dict_to_load(state_dict, model, optimizer)``, the
-        argument order of PyTorch 2.0, and a resume then fails with
-        ``TypeError: unhashable type: 'dict'`` (PyTorch >= 2.1 takes
-        ``(model, optim, optim_state_dict)``)."""
+        """MMEngine's ``FSDPStrategy`` with
+        :class:`HetDPTFullyShardedDataParallel` as its default wrapper, and the
+        optimizer state loaded as current PyTorch expects: MMEngine 0.10.7
+        calls ``FSDP.optim_state_dict_to_load(state_dict, model,
+        optimizer)``, the argument order of PyTorch 2.0, and a resume then
+        fails with ``TypeError: unhashable type: 'dict'`` (PyTorch >= 2.1
+        takes ``(model, optim, optim_state_dict)``)."""
 
         def __init__(self, *, model_wrapper=None, **kwargs):
             if model_wrapper is None:
@@ -218,8 +218,9 @@ if FSDPStrategy is not None:
             return self.model.clip_grad_norm_(max_norm, norm_type)
 
         def _optim_options(self):
-            from torch.distributed.checkpoint.state_dict import \
-                StateDictOptions
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+            )
             full = self._is_full_state_dict()
             # Not cpu_offload when FSDP computes on the CPU: PyTorch's FSDP1
             # gathers every optimizer state of a flat parameter into one
@@ -232,15 +233,17 @@ if FSDPStrategy is not None:
                 cpu_offload=full and torch.cuda.is_available())
 
         def optim_state_dict(self) -> dict:
-            from torch.distributed.checkpoint.state_dict import \
-                get_optimizer_state_dict
+            from torch.distributed.checkpoint.state_dict import (
+                get_optimizer_state_dict,
+            )
             return get_optimizer_state_dict(
                 self.model, self.optim_wrapper.optimizer,
                 options=self._optim_options())
 
         def load_optim_state_dict(self, state_dict: dict) -> None:
-            from torch.distributed.checkpoint.state_dict import \
-                set_optimizer_state_dict
+            from torch.distributed.checkpoint.state_dict import (
+                set_optimizer_state_dict,
+            )
             set_optimizer_state_dict(
                 self.model, self.optim_wrapper.optimizer, state_dict,
                 options=self._optim_options())

@@ -26,8 +26,8 @@ def load_tool(name: str) -> ModuleType:
     fresh interpreter per case would cost seconds each).  For a tool's
     command-line surface only (exit status, ``error:`` messages): its logic
     is in the package, where the tests import it."""
-    spec = importlib.util.spec_from_file_location(f'{name}_tool',
-                                                  REPO / 'tools' / f'{name}.py')
+    spec = importlib.util.spec_from_file_location(
+        f'{name}_tool', REPO / 'tools' / f'{name}.py')
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -14,15 +14,28 @@ import torch.nn.functional as F
 from helpers import MIXED_SPEC, REPO, load_tool, randomize_
 from timm.layers import Attention, Mlp
 
-from hetdpt_mm.apis.benchmark import (BenchmarkOptions, format_markdown,
-                                      resolve_options, run_benchmark)
 from hetdpt_mm.analysis import count_macs, count_params
-from hetdpt_mm.benchmark import (AUTHORS_SPEC, amdahl_bound,
-                                 build_backbone_variants, gate_modules,
-                                 glibc_malloc, rotations, time_runs)
+from hetdpt_mm.apis.benchmark import (
+    BenchmarkOptions,
+    format_markdown,
+    resolve_options,
+    run_benchmark,
+)
+from hetdpt_mm.benchmark import (
+    AUTHORS_SPEC,
+    amdahl_bound,
+    build_backbone_variants,
+    gate_modules,
+    glibc_malloc,
+    rotations,
+    time_runs,
+)
 from hetdpt_mm.models.hetdpt_vit import HetDPTViT
-from hetdpt_mm.models.layers import (AttentionBypass, MergedFFN,
-                                     StraightThroughGate)
+from hetdpt_mm.models.layers import (
+    AttentionBypass,
+    MergedFFN,
+    StraightThroughGate,
+)
 
 TINY_ARCH = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
 TINY_SPEC = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'

@@ -24,8 +24,11 @@ from mmengine.runner import checkpoint as mmengine_checkpoint
 from torch.utils.data import Dataset
 
 import hetdpt_mm.checkpoint
-from hetdpt_mm.checkpoint import (TRUST_ENV, CheckpointError,
-                                  load_checkpoint_file)
+from hetdpt_mm.checkpoint import (
+    TRUST_ENV,
+    CheckpointError,
+    load_checkpoint_file,
+)
 from hetdpt_mm.fileio import NotARegularFileError
 
 

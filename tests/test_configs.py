@@ -2,10 +2,10 @@
 every file under configs/_base_/ is a base of some config (issue 15).
 
 The configs name checkpoints that a test machine does not have (or has from
-some earlier run).  Each backbone checkpoint is replaced by a stand-in file holding only
-what the backbone reads while it is built (key names and ``meta``), so the
-configs build exactly as written and the structure a pruned checkpoint's
-``meta`` describes is checked too:
+some earlier run).  Each backbone checkpoint is replaced by a stand-in file
+holding only what the backbone reads while it is built (key names and
+``meta``), so the configs build exactly as written and the structure a
+pruned checkpoint's ``meta`` describes is checked too:
 
 * a config's ``hetdpt_checkpoint`` stands for a merged HetDPT checkpoint with a
   mixed spec in its meta -> the built backbone must be merged with that spec;

@@ -13,10 +13,10 @@ from helpers import REPO, load_tool
 
 from hetdpt_mm.apis.demo import Demo, DemoOptions
 from hetdpt_mm.apis.demo_report import all_numbers
-from hetdpt_mm.visualization import plot_split_comparison
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.record import read_backbone_checkpoint
+from hetdpt_mm.visualization import plot_split_comparison
 
 
 @pytest.fixture(scope='module')

@@ -18,8 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import (MIXED_SPEC, build_model, detection_batch, randomize_,
-                     segmentation_batch)
+from helpers import (
+    MIXED_SPEC,
+    build_model,
+    detection_batch,
+    randomize_,
+    segmentation_batch,
+)
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
@@ -89,7 +94,7 @@ def test_detr_full_config_trains_and_predicts():
         pred = result.pred_instances
         assert pred.bboxes.shape == (100, 4)  # one per query
         assert pred.scores.shape == pred.labels.shape == (100, )
-        assert 0 <= int(pred.labels.min()) and int(pred.labels.max()) < 80
+        assert int(pred.labels.min()) >= 0 and int(pred.labels.max()) < 80
         assert (pred.bboxes >= 0).all()
         assert (pred.bboxes[:, 0::2] <= w).all()
         assert (pred.bboxes[:, 1::2] <= h).all()

@@ -7,8 +7,12 @@ import torch
 from helpers import randomize_
 
 from hetdpt_mm.checkpoint import StateDictMismatch
-from hetdpt_mm.record import (EXTRA_STATE_KEY, HetDPTRecord, decode_record,
-                              encode_record)
+from hetdpt_mm.record import (
+    EXTRA_STATE_KEY,
+    HetDPTRecord,
+    decode_record,
+    encode_record,
+)
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec
 

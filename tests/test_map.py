@@ -9,12 +9,23 @@ import pytest
 from helpers import REPO, load_tool
 
 from hetdpt_mm.apis.fit_map import load_allocation
-from hetdpt_mm.pruning import (Allocation, AnalyticCost, MAPFit, MAPPoint,
-                               MeasuredCost, allocate, allocate_for_accuracy,
-                               allocate_for_speedup, evaluate_cost_candidates,
-                               fit_map, load_points, pareto_front,
-                               polynomial_terms, rank_across_types,
-                               smallest_budget_reaching)
+from hetdpt_mm.pruning import (
+    Allocation,
+    AnalyticCost,
+    MAPFit,
+    MAPPoint,
+    MeasuredCost,
+    allocate,
+    allocate_for_accuracy,
+    allocate_for_speedup,
+    evaluate_cost_candidates,
+    fit_map,
+    load_points,
+    pareto_front,
+    polynomial_terms,
+    rank_across_types,
+    smallest_budget_reaching,
+)
 
 PAPER_POINTS = REPO / 'tests' / 'data' / 'map_points_paper.csv'
 TOOL = REPO / 'tools' / 'fit_map.py'
@@ -229,7 +240,8 @@ def test_paper_allocations(paper_fit, budget, bounds, expected, best):
     (dict(budget=23, bounds='paper'), 'between 2 and 22'),
     (dict(budget=4, bounds=(3, 2)), r'bounds \(3, 2\) must satisfy'),
     (dict(budget=4, bounds='wide'), 'bounds must be "full", "paper"'),
-    (dict(budget=4, depth=0), 'depth must be a number of blocks from 1 to 1024'),
+    (dict(budget=4, depth=0),
+     'depth must be a number of blocks from 1 to 1024'),
 ])
 def test_allocate_rejects_bad_requests(paper_fit, kwargs, message):
     kwargs = {'depth': 12, **kwargs}

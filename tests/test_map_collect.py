@@ -12,14 +12,17 @@ from mmengine.runner import Runner
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.datasets import make_classification
-from hetdpt_mm.hooks.map_collect_hook import (POINT_COLUMNS, STATE_KEY,
-                                              MAPCollectHook, SubsetSampler,
-                                              select_subset)
+from hetdpt_mm.hooks.map_collect_hook import (
+    POINT_COLUMNS,
+    STATE_KEY,
+    MAPCollectHook,
+    SubsetSampler,
+    select_subset,
+)
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning import load_points
 from hetdpt_mm.pruning.schedules import build_collect_schedule
-from hetdpt_mm.pruning.te import (class_features, gaussian_entropy,
-                                  te_select)
+from hetdpt_mm.pruning.te import class_features, gaussian_entropy, te_select
 
 TINY_ARCH = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_ratio=2)
 DEPTH = TINY_ARCH['num_layers']

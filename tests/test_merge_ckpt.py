@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import (MIXED_SPEC, REPO, load_tool, randomize_,
-                     timm_state_dict)
+from helpers import MIXED_SPEC, REPO, load_tool, randomize_, timm_state_dict
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import StateDictMismatch, load_checkpoint_file

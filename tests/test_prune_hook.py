@@ -24,8 +24,12 @@ from hetdpt_mm.datasets.demo_data import make_classification
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
 from hetdpt_mm.hooks.prune_hook import STATE_KEY
 from hetdpt_mm.pruning import allocate, fit_map, load_points
-from hetdpt_mm.pruning.schedules import (EpochSchedule, ProgressiveSchedule,
-                                         authors_stages, removal_order)
+from hetdpt_mm.pruning.schedules import (
+    EpochSchedule,
+    ProgressiveSchedule,
+    authors_stages,
+    removal_order,
+)
 from hetdpt_mm.record import decode_record
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
@@ -321,9 +325,9 @@ def test_resume_after_the_first_removal_continues_identically(map_run):
     work.mkdir()
     shutil.copy(map_run.work / 'epoch_1.pth', work / 'epoch_1.pth')
     config = shutil.copy(map_run.config, map_run.root / 'prune_resume.py')
-    assert 0 == load_tool('train').main([
+    assert load_tool('train').main([
         str(config), '--work-dir', str(work), '--resume',
-        str(work / 'epoch_1.pth')])
+        str(work / 'epoch_1.pth')]) == 0
 
     log = next(work.glob('*/*.log')).read_text()
     assert 'HetDPT prune state restored: PruneSpec(depth=4, attn_removed=[]' \
@@ -425,9 +429,9 @@ def test_resume_from_a_version_1_checkpoint(map_run):
     del state['version'], state['selection']
     torch.save(checkpoint, work / 'epoch_1.pth')
     config = shutil.copy(map_run.config, map_run.root / 'prune_resume_v1.py')
-    assert 0 == load_tool('train').main([
+    assert load_tool('train').main([
         str(config), '--work-dir', str(work), '--resume',
-        str(work / 'epoch_1.pth')])
+        str(work / 'epoch_1.pth')]) == 0
 
     first = load_checkpoint_file(map_run.work / 'epoch_4.pth')['meta']
     second = load_checkpoint_file(work / 'epoch_4.pth')['meta']

@@ -18,8 +18,13 @@ from mmengine.registry import MODELS, DefaultScope
 from hetdpt_mm.checkpoint import CheckpointError, StateDictMismatch
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width import prune_width_checkpoint
-from hetdpt_mm.record import (EXTRA_STATE_KEY, RecordError, decode_record,
-                              encode_record, load_backbone_checkpoint)
+from hetdpt_mm.record import (
+    EXTRA_STATE_KEY,
+    RecordError,
+    decode_record,
+    encode_record,
+    load_backbone_checkpoint,
+)
 from hetdpt_mm.runner import RunError, build_runner
 
 ROOT = Path(__file__).resolve().parents[1]

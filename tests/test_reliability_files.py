@@ -136,9 +136,9 @@ def test_outputs_that_are_not_regular_files_are_never_replaced(
                         '12', '--save-fit', out, '--force') == (
             2, f'error: output {out} is not a regular file ({kind}); it is '
             'never replaced, even with --force: choose a file path\n')
-    with pytest.raises(NotARegularFileError):  # MMEngine's saves
-        with atomic_path(null) as tmp:
-            tmp.write_bytes(b'checkpoint')
+    with pytest.raises(NotARegularFileError), \
+            atomic_path(null) as tmp:  # MMEngine's saves
+        tmp.write_bytes(b'checkpoint')
     assert os.readlink(null) == '/dev/null' and fifo.path.is_fifo()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         'fifo.pth', 'folder', 'null']
@@ -255,7 +255,7 @@ def test_integers_too_long_for_python_are_named(tools, tmp_path, capsys):
     nor the value."""
     digits = '1' * 5000
     spec = f'{{"attn_removed": [{digits}]}}'
-    message = f'the integer 111111111111... has 5000 digits; no value ' \
+    message = 'the integer 111111111111... has 5000 digits; no value ' \
         'here has more than 100'
     checkpoint = tmp_path / 'in.pth'
     checkpoint.write_bytes(b'never read')

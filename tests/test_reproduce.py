@@ -8,9 +8,17 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import (MIXED_SPEC, REPO, TINY_DEIT_ARCH, TINY_DEIT_CLASSES,
-                     TINY_DEIT_DIMS, TINY_DEIT_PATCH, load_tool,
-                     write_tiny_config, write_tiny_deit_inputs)
+from helpers import (
+    MIXED_SPEC,
+    REPO,
+    TINY_DEIT_ARCH,
+    TINY_DEIT_CLASSES,
+    TINY_DEIT_DIMS,
+    TINY_DEIT_PATCH,
+    load_tool,
+    write_tiny_config,
+    write_tiny_deit_inputs,
+)
 from mmengine.config import Config
 
 from hetdpt_mm.checkpoint import load_checkpoint_file

@@ -264,10 +264,10 @@ def test_temp_files_of_killed_writers_are_removed(tmp_path):
 def test_exclusive_output_is_not_replaced_by_a_concurrent_writer(tmp_path):
     from hetdpt_mm.fileio import atomic_path
     out = tmp_path / 'merged.pth'
-    with pytest.raises(FileExistsError, match='created by another process'):
-        with atomic_path(out, exclusive=True) as tmp:
-            tmp.write_text('mine')
-            out.write_text('theirs')  # the other run finished first
+    with pytest.raises(FileExistsError, match='created by another process'), \
+            atomic_path(out, exclusive=True) as tmp:
+        tmp.write_text('mine')
+        out.write_text('theirs')  # the other run finished first
     assert out.read_text() == 'theirs'
     assert [p.name for p in tmp_path.iterdir()] == ['merged.pth']
 

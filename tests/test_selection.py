@@ -14,12 +14,19 @@ from hetdpt_mm.datasets import select_subset
 from hetdpt_mm.hooks import HetDPTPruneHook, MAPCollectHook
 from hetdpt_mm.hooks.map_collect_hook import STATE_KEY as MAP_STATE_KEY
 from hetdpt_mm.hooks.prune_hook import STATE_KEY
-from hetdpt_mm.pruning.schedules import (CyclicSchedule, ProgressiveSchedule,
-                                         build_collect_schedule,
-                                         build_prune_schedule)
-from hetdpt_mm.pruning.selection import (Decision, LowestGateScore,
-                                         SelectionPolicy, TransferEntropy,
-                                         build_selection)
+from hetdpt_mm.pruning.schedules import (
+    CyclicSchedule,
+    ProgressiveSchedule,
+    build_collect_schedule,
+    build_prune_schedule,
+)
+from hetdpt_mm.pruning.selection import (
+    Decision,
+    LowestGateScore,
+    SelectionPolicy,
+    TransferEntropy,
+    build_selection,
+)
 from hetdpt_mm.pruning.te import te_select
 from hetdpt_mm.registry import SELECTION_POLICIES
 from hetdpt_mm.spec import PruneSpec

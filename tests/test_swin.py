@@ -11,16 +11,20 @@ from helpers import fake_runner, randomize_, timm_state_dict
 from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
-from hetdpt_mm.apis.benchmark import (BenchmarkOptions, resolve_options,
-                                      run_benchmark)
 from hetdpt_mm.analysis import analytic_macs
+from hetdpt_mm.apis.benchmark import (
+    BenchmarkOptions,
+    resolve_options,
+    run_benchmark,
+)
 from hetdpt_mm.benchmark import build_from_config, make_test_batch
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin
-from hetdpt_mm.models.swin_state_dict import \
-    resize_relative_position_bias_table
+from hetdpt_mm.models.swin_state_dict import (
+    resize_relative_position_bias_table,
+)
 from hetdpt_mm.record import load_backbone_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -304,6 +308,7 @@ def test_relative_position_bias_table_resizing(tmp_path):
 @pytest.mark.parametrize('scope', ['mmdet', 'mmseg', 'mmpretrain'])
 def test_builds_from_toolbox_registries(scope):
     import importlib
+
     from mmengine.registry import DefaultScope
     registry = importlib.import_module(f'{scope}.registry').MODELS
     with DefaultScope.overwrite_default_scope(scope):

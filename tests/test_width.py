@@ -10,11 +10,21 @@ from dataclasses import replace
 
 import pytest
 import torch
-from helpers import (MIXED_SPEC, REPO, TINY_DEIT_ARCH, TINY_DEIT_CLASSES,
-                     TINY_DEIT_DIMS, TINY_DEIT_PATCH, build_model,
-                     detection_batch, load_tool, randomize_,
-                     segmentation_batch, write_tiny_config,
-                     write_tiny_deit_inputs)
+from helpers import (
+    MIXED_SPEC,
+    REPO,
+    TINY_DEIT_ARCH,
+    TINY_DEIT_CLASSES,
+    TINY_DEIT_DIMS,
+    TINY_DEIT_PATCH,
+    build_model,
+    detection_batch,
+    load_tool,
+    randomize_,
+    segmentation_batch,
+    write_tiny_config,
+    write_tiny_deit_inputs,
+)
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
@@ -23,11 +33,19 @@ from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_macs, count_params
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.pruning.width import (LinearHeads, linear_heads, prune_width,
-                                     prune_width_checkpoint, read_widths)
-from hetdpt_mm.record import (load_backbone_checkpoint,
-                              read_backbone_checkpoint,
-                              read_classifier_heads, with_record)
+from hetdpt_mm.pruning.width import (
+    LinearHeads,
+    linear_heads,
+    prune_width,
+    prune_width_checkpoint,
+    read_widths,
+)
+from hetdpt_mm.record import (
+    load_backbone_checkpoint,
+    read_backbone_checkpoint,
+    read_classifier_heads,
+    with_record,
+)
 from hetdpt_mm.runner import follow_backbone_width
 from hetdpt_mm.spec import Widths
 

@@ -36,8 +36,12 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from hetdpt_mm.apis.benchmark import (TASKS, BenchmarkOptions,
-                                      resolve_options, run_and_write)
+from hetdpt_mm.apis.benchmark import (
+    TASKS,
+    BenchmarkOptions,
+    resolve_options,
+    run_and_write,
+)
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 
 

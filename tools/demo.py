@@ -21,8 +21,14 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a clone without installing
 
-from hetdpt_mm.apis.demo import (DEFAULT_DATA_ROOT, FULL, QUICK,  # noqa: E402
-                                 Demo, DemoError, DemoOptions)
+from hetdpt_mm.apis.demo import (  # noqa: E402
+    DEFAULT_DATA_ROOT,
+    FULL,
+    QUICK,
+    Demo,
+    DemoError,
+    DemoOptions,
+)
 from hetdpt_mm.apis.jobs import JobError, default_jobs  # noqa: E402
 
 

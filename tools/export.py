@@ -23,8 +23,11 @@ from typing import List, Optional, Sequence
 from mmengine.config import DictAction
 
 from hetdpt_mm.cli import ArgumentParser, positive_float, run_reporting_errors
-from hetdpt_mm.deploy.export import ExportOptions, VerificationError, \
-    run_export
+from hetdpt_mm.deploy.export import (
+    ExportOptions,
+    VerificationError,
+    run_export,
+)
 from hetdpt_mm.deploy.networks import TASKS
 from hetdpt_mm.deploy.runtimes import OPSET, RUNTIMES
 

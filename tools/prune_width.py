@@ -33,8 +33,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from hetdpt_mm.apis.prune_width import (PruneWidthOptions, parse_macs,
-                                        run_prune_width)
+from hetdpt_mm.apis.prune_width import (
+    PruneWidthOptions,
+    parse_macs,
+    run_prune_width,
+)
 from hetdpt_mm.cli import ArgumentParser, argument_type, run_reporting_errors
 from hetdpt_mm.pruning.width import IMPORTANCES
 

@@ -10,7 +10,6 @@ error unless ``--non-strict``.  ``--out`` is a pickle of raw predictions
 masks (mmseg's ``--out``).  Every option is checked before a model is built;
 bad input prints ``error: <message>`` and exits with status 2.
 """
-import argparse
 import sys
 
 from hetdpt_mm.apis.test import run_test

@@ -11,10 +11,16 @@ import argparse
 import sys
 
 from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
-from hetdpt_mm.runner import (RUN_ERRORS, add_runner_arguments, apply_resume,
-                              build_runner, check_pretrained_exist,
-                              check_work_dir, load_config,
-                              release_distributed)
+from hetdpt_mm.runner import (
+    RUN_ERRORS,
+    add_runner_arguments,
+    apply_resume,
+    build_runner,
+    check_pretrained_exist,
+    check_work_dir,
+    load_config,
+    release_distributed,
+)
 
 
 def parse_args(argv=None):

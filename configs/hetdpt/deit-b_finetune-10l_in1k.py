@@ -9,7 +9,7 @@
 #
 # The spec is the paper's; to fine-tune the spec of your own search run, the
 # one option is
-#   --cfg-options model.backbone.prune_spec=work_dirs/deit-b_search-10l_in1k/found_spec.json
+#   --cfg-options model.backbone.prune_spec=work_dirs/deit-b_search-10l_in1k/found_spec.json  # noqa: E501
 #
 #   bash tools/dist_train.sh configs/hetdpt/deit-b_finetune-10l_in1k.py 8
 _base_ = [

@@ -11,7 +11,7 @@
 #
 #   bash tools/dist_train.sh configs/hetdpt/deit-b_search-10l_in1k.py 8
 #   bash tools/dist_train.sh configs/hetdpt/deit-b_finetune-10l_in1k.py 8 \
-#       --cfg-options model.backbone.prune_spec=work_dirs/deit-b_search-10l_in1k/found_spec.json
+#       --cfg-options model.backbone.prune_spec=work_dirs/deit-b_search-10l_in1k/found_spec.json  # noqa: E501
 _base_ = [
     '../_base_/models/hetdpt_deit-b.py',
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',

@@ -15,7 +15,7 @@
 # clips by the norm of the whole gradient (FSDP.clip_grad_norm_), not of
 # each rank's shards as MMEngine's OptimWrapper would.
 #
-#   bash tools/dist_train.sh configs/hetdpt/dinov2-g_prune-15l_cifar100_fsdp.py 8
+#   bash tools/dist_train.sh configs/hetdpt/dinov2-g_prune-15l_cifar100_fsdp.py 8  # noqa: E501
 _base_ = ['./dinov2-g_prune-15l_cifar100.py']
 
 runner_type = 'FlexibleRunner'

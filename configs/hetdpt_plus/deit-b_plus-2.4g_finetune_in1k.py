@@ -3,12 +3,13 @@
 # with hard distillation.  Its input is the merged HetDPT checkpoint pruned
 # in width by Torch-Pruning's isomorphic pruning:
 #
-#   python tools/merge_ckpt.py work_dirs/deit-b_finetune-10l_in1k/epoch_400.pth \
+#   python tools/merge_ckpt.py \
+#       work_dirs/deit-b_finetune-10l_in1k/epoch_400.pth \
 #       checkpoints/hetdpt_deit-b_10l_merged.pth
 #   python tools/prune_width.py checkpoints/hetdpt_deit-b_10l_merged.pth \
 #       checkpoints/hetdpt-plus_deit-b_2.4g.pth --target-macs 2.4G \
 #       --importance taylor --calib-dir data/imagenet/train
-#   bash tools/dist_train.sh configs/hetdpt_plus/deit-b_plus-2.4g_finetune_in1k.py 8
+#   bash tools/dist_train.sh configs/hetdpt_plus/deit-b_plus-2.4g_finetune_in1k.py 8  # noqa: E501
 #
 # The backbone takes its structure (spec, merged form, per-block widths)
 # from the checkpoint's record; tools/train.py sets the head's in_channels

@@ -40,16 +40,32 @@ from mmengine.logging import print_log
 from torch.profiler import ProfilerActivity
 
 from ..analysis import MacCount, analytic_macs, count_macs, count_params
-from ..benchmark import (AUTHORS_SPEC, BACKBONE_VARIANTS, TensorForward,
-                         TimingStats, amdahl_bound, autocast,
-                         build_backbone_variants, build_from_config,
-                         glibc_malloc, hetdpt_config, keep_freed_memory,
-                         machine_info, make_test_batch,
-                         paired_speedups, spec_text, stock_config,
-                         synchronize, time_runs)
+from ..benchmark import (
+    AUTHORS_SPEC,
+    BACKBONE_VARIANTS,
+    TensorForward,
+    TimingStats,
+    amdahl_bound,
+    autocast,
+    build_backbone_variants,
+    build_from_config,
+    glibc_malloc,
+    hetdpt_config,
+    keep_freed_memory,
+    machine_info,
+    make_test_batch,
+    paired_speedups,
+    spec_text,
+    stock_config,
+    synchronize,
+    time_runs,
+)
 from ..cli import UsageError
-from ..deploy.runtimes import (BENCHMARK_RUNTIMES, RUNTIME_DTYPES,
-                               benchmark_runner)
+from ..deploy.runtimes import (
+    BENCHMARK_RUNTIMES,
+    RUNTIME_DTYPES,
+    benchmark_runner,
+)
 from ..fileio import check_input_file, check_output_paths, write_outputs
 from ..models.family import HetDPTBackbone
 from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch

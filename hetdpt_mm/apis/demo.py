@@ -67,6 +67,7 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 
+from .. import visualization as plots
 from ..benchmark import machine_info
 from ..checkpoint import load_checkpoint_file
 from ..datasets import SHAPE_PAIR_CLASSES, make_all
@@ -76,7 +77,6 @@ from ..hooks.prune_hook import STATE_KEY as PRUNE_STATE
 from ..pruning import AnalyticCost, MAPFit, load_points, rank_across_types
 from ..record import load_backbone_checkpoint, read_backbone_checkpoint
 from ..spec import ACT, ATTN, PruneSpec
-from .. import visualization as plots
 from . import demo_report
 from .fit_map import load_allocation
 from .jobs import Job, JobRunner, load_average

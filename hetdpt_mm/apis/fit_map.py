@@ -15,11 +15,23 @@ from typing import Dict, List, Optional, Sequence
 
 from ..cli import UsageError
 from ..fileio import check_output_paths, write_outputs
-from ..pruning import (ARCH_PRESETS, Allocation, AnalyticCost, Candidate,
-                       CostModel, MAPFit, MeasuredCost, allocate,
-                       allocate_for_accuracy, allocate_for_speedup, fit_map,
-                       format_candidates, load_points, resolve_bounds,
-                       smallest_budget_reaching)
+from ..pruning import (
+    ARCH_PRESETS,
+    Allocation,
+    AnalyticCost,
+    Candidate,
+    CostModel,
+    MAPFit,
+    MeasuredCost,
+    allocate,
+    allocate_for_accuracy,
+    allocate_for_speedup,
+    fit_map,
+    format_candidates,
+    load_points,
+    resolve_bounds,
+    smallest_budget_reaching,
+)
 from ..visualization import figure_formats, plot_map_fit
 
 __all__ = ['FitMapOptions', 'run_fit_map', 'load_allocation']

@@ -11,9 +11,15 @@ from mmengine.runner import Runner, load_checkpoint
 from ..checkpoint import CheckpointError
 from ..cli import UsageError
 from ..fileio import atomic_write_text, check_output_path, same_file
-from ..runner import (RunError, build_runner, check_work_dir,
-                      follow_backbone_width, input_files, load_config,
-                      release_distributed)
+from ..runner import (
+    RunError,
+    build_runner,
+    check_work_dir,
+    follow_backbone_width,
+    input_files,
+    load_config,
+    release_distributed,
+)
 
 #: mmdet's and mmpretrain's ``--out``: a pickle of raw predictions.
 PICKLE_SUFFIXES = ('.pkl', '.pickle')

@@ -79,7 +79,7 @@ def _build_atomically(target: Path, settings: Dict, build) -> bool:
     return True
 
 
-# --------------------------------------------------------------- classification
+# -------------------------------------------------------------- classification
 def make_classification(root, seed: int = 0, val_fraction: float = 0.2,
                         size: int = 32) -> bool:
     """Digits in ImageNet layout; returns False if it was already there."""

@@ -22,8 +22,13 @@ import torch
 
 from ..cli import UsageError
 from ..fileio import atomic_path, check_output_path
-from .networks import TASKS, build_network, exportable, load_model, \
-    output_names
+from .networks import (
+    TASKS,
+    build_network,
+    exportable,
+    load_model,
+    output_names,
+)
 from .runtimes import OPSET, RUNTIMES, export_onnx, make_session
 
 __all__ = ['ExportOptions', 'VerificationError', 'run_export']

@@ -6,21 +6,24 @@
 the selection policy and its rank-0 decision broadcast to every rank,
 closing the chosen gate, the hook's versioned state in
 ``checkpoint['meta'][STATE_KEY]`` and the checks of a resume.  Once found
-(:func:`~hetdpt_mm.models.lookup.find_hetdpt_backbones`), the backbone is used only
-through its family interface (``depth``, ``prune_spec``, ``gates``,
+(:func:`~hetdpt_mm.models.lookup.find_hetdpt_backbones`), the backbone is
+used only through its family interface (``depth``, ``prune_spec``, ``gates``,
 ``gate_scores``, ``set_spec``, ``form``).
 """
 import copy
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
-from mmengine.dist import (all_gather_object, broadcast_object_list,
-                           is_main_process)
+from mmengine.dist import (
+    all_gather_object,
+    broadcast_object_list,
+    is_main_process,
+)
 from torch.nn.parallel import DistributedDataParallel
 
+from ..models.lookup import find_hetdpt_backbones
 from ..pruning.selection import Decision, SelectionPolicy, build_selection
 from ..sharding import full_params, is_fsdp
 from ..spec import ACT, ATTN, PruneSpec
-from ..models.lookup import find_hetdpt_backbones
 from .spec_meta_hook import HetDPTMetaHook
 
 __all__ = ['KIND_NAMES', 'GatedBackboneError', 'GateHookBase']

@@ -139,7 +139,7 @@ class MAPCollectHook(GateHookBase):
         if self.max_removed is None:
             # As many steps as the epochs allow, until a kind runs out.
             steps = 0
-            removed = {kind: 0 for kind in LAYER_KINDS}
+            removed = dict.fromkeys(LAYER_KINDS, 0)
             for kind in self.schedule.kinds(max_epochs // self.interval):
                 removed[kind] += 1
                 if removed[kind] > present[kind]:

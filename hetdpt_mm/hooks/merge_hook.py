@@ -9,9 +9,9 @@ from mmengine.registry import HOOKS
 
 from ..fileio import atomic_path
 from ..merge import merge_checkpoint
+from ..models.lookup import hetdpt_record
 from ..sharding import full_state_dict, is_fsdp
 from ..spec import META_KEY
-from ..models.lookup import hetdpt_record
 
 #: Meta entries copied into the merged checkpoint besides the HetDPT record.
 KEPT_META = ('epoch', 'iter', 'dataset_meta', 'experiment_name')

@@ -44,10 +44,9 @@ from ..fileio import atomic_write_text
 from ..pruning import MAPFit, allocate, fit_map, load_points
 from ..pruning.schedules import build_prune_schedule
 from ..pruning.selection import SelectionPolicy
-from ..sharding import is_fsdp
+from ..sharding import is_fsdp, unwrap_model
 from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
 from .gate_hook import KIND_NAMES, GateHookBase
-from ..sharding import unwrap_model
 
 #: Key of the hook's schedule state in ``checkpoint['meta']``.
 STATE_KEY = 'hetdpt_prune'
@@ -199,7 +198,7 @@ class HetDPTPruneHook(GateHookBase):
                 continue
             # A spec removing exactly the candidates validates them as
             # block indices of this depth.
-            listed = {other: () for other in LAYER_KINDS}
+            listed = dict.fromkeys(LAYER_KINDS, ())
             listed[kind] = given
             try:
                 spec = PruneSpec(depth, listed[ATTN], listed[ACT])

@@ -13,6 +13,7 @@ from mmengine.registry import HOOKS
 from ..models.lookup import hetdpt_record
 from ..spec import META_KEY
 
+
 @HOOKS.register_module()
 class HetDPTMetaHook(Hook):
     """Write the model's HetDPT record into every checkpoint's meta."""

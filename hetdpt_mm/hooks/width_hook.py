@@ -7,8 +7,8 @@ import torch
 from mmengine.registry import HOOKS
 
 from ..pruning.width import IMPORTANCES, prune_width_checkpoint
-from .merge_hook import MergeCheckpointHook
 from ..sharding import unwrap_model
+from .merge_hook import MergeCheckpointHook
 
 
 @HOOKS.register_module()

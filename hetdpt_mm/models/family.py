@@ -25,14 +25,22 @@ family hooks             ``_build_structure(spec, form, semantics)``,
 =======================  ====================================================
 
 The structure travels with the weights: the backbone puts its record into
-every state dict (:class:`~hetdpt_mm.record.RecordInStateDict`), and loading such a state dict into
-a backbone of another structure rebuilds it first (through every loading
-path: ``load_state_dict``, MMEngine's ``load_checkpoint``, ``load_from``,
-``--resume``, the toolboxes' inference APIs).
+every state dict (:class:`~hetdpt_mm.record.RecordInStateDict`), and
+loading such a state dict into a backbone of another structure rebuilds it
+first (through every loading path: ``load_state_dict``, MMEngine's
+``load_checkpoint``, ``load_from``, ``--resume``, the toolboxes' inference
+APIs).
 """
 import os.path as osp
-from typing import (ClassVar, Dict, FrozenSet, List, Mapping, Optional, Tuple,
-                    Type)
+from typing import (
+    ClassVar,
+    Dict,
+    FrozenSet,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+)
 
 import torch
 import torch.nn as nn
@@ -40,14 +48,22 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
 from ..checkpoint import CheckpointError, StateDictMismatch
-from ..record import (EXTRA_STATE_KEY, HetDPTRecord, RecordError,
-                      RecordInStateDict, decode_record,
-                      load_backbone_checkpoint, record_source, with_record)
-from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
+from ..record import (
+    EXTRA_STATE_KEY,
+    HetDPTRecord,
+    RecordError,
+    RecordInStateDict,
+    decode_record,
+    load_backbone_checkpoint,
+    record_source,
+    with_record,
+)
 from ..registry import FAMILIES, get_family
+from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
 from .layers import SEMANTICS_CHOICES
 from .pretrained import PretrainedLoading
 from .record_check import check_arch_agrees, check_tensors_fit
+
 
 def absent_local_file(source: str) -> bool:
     return '://' not in source and not osp.exists(osp.expanduser(source))
@@ -141,8 +157,9 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
                           gated=record.form == 'gated',
                           merged=record.form == 'merged', **kwargs)
         except (TypeError, ValueError) as err:
-            raise RecordError(f'{record.source}: the HetDPT record\'s '
-                              f'architecture cannot be built ({err})') from None
+            raise RecordError(
+                f'{record.source}: the HetDPT record\'s architecture cannot '
+                f'be built ({err})') from None
 
     # ------------------------------------------------ the record, verified
     @classmethod

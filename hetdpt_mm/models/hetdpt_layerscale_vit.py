@@ -35,8 +35,13 @@ from ..spec import ACT, ATTN, PruneSpec
 from . import layerscale_state_dict as ls_state_dict
 from . import state_dict as vit_state_dict
 from .hetdpt_vit import RELEASED_SEMANTICS, HetDPTViT, resolve_arch
-from .layers import (GatedAttention, HetDPTBlock, MergedFFN, assemble_block,
-                     choose_block_layers)
+from .layers import (
+    GatedAttention,
+    HetDPTBlock,
+    MergedFFN,
+    assemble_block,
+    choose_block_layers,
+)
 
 #: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
 FFN_TYPES = ('mlp', 'swiglu')

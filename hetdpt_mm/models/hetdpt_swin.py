@@ -15,8 +15,12 @@ from ..spec import ACT, ATTN, PruneSpec
 from . import swin_state_dict
 from .family import HetDPTBackbone
 from .hetdpt_vit import HetDPTViT
-from .swin_layers import (PatchMerging, SwinPatchEmbed, SwinStage,
-                          build_swin_block)
+from .swin_layers import (
+    PatchMerging,
+    SwinPatchEmbed,
+    SwinStage,
+    build_swin_block,
+)
 
 SWIN_ARCH_PRESETS = {
     'tiny': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),

@@ -6,11 +6,15 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
-from torch.utils.checkpoint import checkpoint
 from mmengine.logging import print_log
-from timm.layers import (PatchEmbed, is_exporting, resample_abs_pos_embed,
-                         trunc_normal_)
+from timm.layers import (
+    PatchEmbed,
+    is_exporting,
+    resample_abs_pos_embed,
+    trunc_normal_,
+)
 from timm.models.vision_transformer import init_weights_vit_timm
+from torch.utils.checkpoint import checkpoint
 
 from ..checkpoint import StateDictMismatch
 from ..presets import ARCH_PRESETS

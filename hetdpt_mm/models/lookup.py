@@ -14,9 +14,9 @@ TEACHER_ATTR = 'teacher'
 
 def find_hetdpt_backbones(
         model: nn.Module) -> List[Tuple[str, HetDPTBackbone]]:
-    """``(state-dict prefix, backbone)`` of every HetDPT backbone of the trained
-    model (a distillation teacher's are left out), e.g. ``('backbone.', m)``.
-    """
+    """``(state-dict prefix, backbone)`` of every HetDPT backbone of the
+    trained model (a distillation teacher's are left out), e.g.
+    ``('backbone.', m)``."""
     model = unwrap_model(model)
     teacher = getattr(model, TEACHER_ATTR, None)
     skipped = {id(m) for m in teacher.modules()} if isinstance(

@@ -1,10 +1,10 @@
 """State-dict surgery for HetDPTViT, in one place.
 
-Every conversion between weight layouts goes through :func:`convert_state_dict`:
-dense timm/DeiT weights to a pruned structure, the gated search form to the
-pruned form, and pruned (activation-free, unmerged) FFNs to merged ones.  The
-backbone's ``init_weights``, its ``merged()`` method, the merge hook and
-``tools/merge_ckpt.py`` all use it.
+Every conversion between weight layouts goes through
+:func:`convert_state_dict`: dense timm/DeiT weights to a pruned structure,
+the gated search form to the pruned form, and pruned (activation-free,
+unmerged) FFNs to merged ones.  The backbone's ``init_weights``, its
+``merged()`` method, the merge hook and ``tools/merge_ckpt.py`` all use it.
 
 Keys follow timm's VisionTransformer layout, relative to the backbone
 (:func:`from_openmmlab_layout` first renames mmpretrain's and mmseg's ViT

@@ -25,8 +25,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 
-from .layers import (GatedResidualBranch, choose_block_layers,
-                     residual_gelu_applies, set_block_gates)
+from .layers import (
+    GatedResidualBranch,
+    choose_block_layers,
+    residual_gelu_applies,
+    set_block_gates,
+)
 
 #: What the attention logits of token pairs from different regions of a
 #: shifted window get (as the reference implementations: exp(-100) ~ 0).

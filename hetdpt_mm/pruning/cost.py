@@ -20,8 +20,14 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from ..fileio import check_input_file
 from ..presets import ARCH_PRESETS
-from .map import (Bounds, Candidate, MAPFit, allocate, evaluate_candidates,
-                  resolve_bounds)
+from .map import (
+    Bounds,
+    Candidate,
+    MAPFit,
+    allocate,
+    evaluate_candidates,
+    resolve_bounds,
+)
 from .validation import as_int, check_depth
 
 __all__ = [

@@ -22,8 +22,17 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
@@ -35,7 +44,8 @@ from .validation import as_int, check_depth
 __all__ = [
     'MAPPoint', 'DegreeScore', 'MAPFit', 'Candidate', 'Allocation',
     'load_points', 'parse_points', 'polynomial_terms', 'term_name',
-    'average_duplicates', 'fit_map', 'resolve_bounds', 'evaluate_candidates', 'format_candidates',
+    'average_duplicates', 'fit_map', 'resolve_bounds', 'evaluate_candidates',
+    'format_candidates',
     'allocate',
 ]
 
@@ -407,9 +417,10 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
     if len(points) > MAX_CV_POINTS:
         raise ValueError(
             f'{len(points)} distinct (a, t) points: leave-2-out CV is capped '
-            f'at {MAX_CV_POINTS} points ({len(points) * (len(points) - 1) // 2}'
-            ' folds here); MAP needs one point per split tried, so average '
-            'repeated measurements or subsample')
+            f'at {MAX_CV_POINTS} points '
+            f'({len(points) * (len(points) - 1) // 2} folds here); MAP needs '
+            'one point per split tried, so average repeated measurements or '
+            'subsample')
     values = np.array([(p.a, p.t, p.accuracy) for p in points], dtype=float)
     needed = len(polynomial_terms(degrees[0])) + 2
     if len(points) < needed:

@@ -16,8 +16,7 @@ schedules were objects) or as a config dict.
 """
 import inspect
 import math
-from typing import (Dict, List, Mapping, Optional, Sequence, Tuple, Type,
-                    Union)
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from ..registry import REMOVAL_SCHEDULES
 from ..spec import ACT, ATTN, LAYER_KINDS

@@ -26,8 +26,8 @@ from mmengine.registry import DATASETS
 from torch.utils.data import DataLoader, Subset
 
 from ..datasets.subset import select_subset
-from ..sharding import unwrap_model
 from ..registry import SELECTION_POLICIES
+from ..sharding import unwrap_model
 from ..spec import LAYER_KINDS
 from .te import te_select
 from .validation import positive_int

@@ -32,8 +32,16 @@ as ``tools/benchmark.py`` counts them
 from collections import OrderedDict
 from copy import deepcopy
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, \
-    Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+)
 
 import torch
 import torch.nn as nn
@@ -42,9 +50,14 @@ from timm.layers import Attention, Mlp
 
 from ..analysis import count_macs, count_params
 from ..cli import require_extra
-from ..record import (EXTRA_STATE_KEY, HetDPTRecord, classifier_head_prefixes,
-                      read_backbone_checkpoint, read_classifier_heads,
-                      with_record)
+from ..record import (
+    EXTRA_STATE_KEY,
+    HetDPTRecord,
+    classifier_head_prefixes,
+    read_backbone_checkpoint,
+    read_classifier_heads,
+    with_record,
+)
 from ..spec import ACT, ATTN, META_KEY, PruneSpec, Widths
 
 #: Importance criteria (Torch-Pruning's group importances).
@@ -439,8 +452,7 @@ def prune_width(backbone: nn.Module,
     state = {k: v.detach() for k, v in backbone.state_dict().items()
              if k != EXTRA_STATE_KEY}
     rebuilt.load_state_dict(with_record(state, new_record))
-    rebuilt_model = LinearHeads(rebuilt, {
-        name: head for name, head in model.heads.items()}).eval()
+    rebuilt_model = LinearHeads(rebuilt, dict(model.heads.items())).eval()
     with torch.no_grad():
         error = (model(check_input) - rebuilt_model(check_input)).abs().max()
     return WidthPruneResult(

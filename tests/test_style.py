@@ -1,0 +1,25 @@
+"""The repository keeps its layers and its style: `lint-imports` (the layer
+contract of .importlinter, docs/architecture.md), `ruff check` (ruff.toml)
+and `codespell` (.codespellrc), as .pre-commit-config.yaml runs them for
+contributors."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ['hetdpt_mm', 'tools', 'tests', 'configs']
+CHECKS = {
+    'lint-imports': ['--no-cache'],
+    'ruff': ['check', '--no-cache', *SOURCES],
+    'codespell': [*SOURCES, 'docs', 'README.md'],
+}
+
+
+@pytest.mark.parametrize('tool', list(CHECKS))
+def test_the_repository_passes(tool):
+    executable = Path(sys.executable).with_name(tool)
+    result = subprocess.run([str(executable), *CHECKS[tool]], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
