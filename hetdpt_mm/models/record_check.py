@@ -35,21 +35,21 @@ def check_tensors_fit(family, record: HetDPTRecord, state: Mapping) -> None:
 
 def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
     """A backbone configured with ``build_args`` loads weights of
-    ``record`` only if its architecture is the record's: shapes do not show
-    all of it (a ViT's number of heads)."""
-    if record.arch is None:
+    ``record`` only if its ``arch`` (width, depth, heads) is the record's:
+    shapes do not show all of it (a ViT's number of heads).  The other
+    arguments are the loader's to adapt (a position embedding resized to
+    another ``img_size``) or torch's to check (shapes, keys)."""
+    if record.arch is None or 'arch' not in record.arch:
         return
-    mine, theirs = _plain_json(build_args), _plain_json(record.arch)
-    differ = sorted(k for k in set(mine) | set(theirs)
-                    if mine.get(k) != theirs.get(k))
-    if differ:
+    mine = _plain_json(build_args.get('arch'))
+    theirs = _plain_json(record.arch['arch'])
+    if mine != theirs:
         raise StateDictMismatch(
             f'{record.source}: the loaded weights were saved by a network '
-            'with ' + ', '.join(f'{k}={theirs.get(k)!r}' for k in differ) +
-            ', this backbone is configured with ' +
-            ', '.join(f'{k}={mine.get(k)!r}' for k in differ) +
-            ': configure the architecture of the checkpoint (or leave '
-            'model.backbone as the checkpoint\'s config has it)')
+            f'with arch={theirs!r}, this backbone is configured with '
+            f'arch={mine!r}: configure the architecture of the checkpoint '
+            "(or leave model.backbone.arch as the checkpoint's config has "
+            'it)')
 
 
 def _plain_json(value) -> Dict:
