@@ -354,6 +354,8 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     teacher_prefix = teacher_prefix or _teacher_prefix_of(state_dict, source)
     if prefix is None:
         prefix = _choose_prefix(state_dict, extra, meta, teacher_prefix)
+    elif prefix and not prefix.endswith('.'):
+        prefix += '.'  # MMEngine's Pretrained reads prefix='backbone' so
     raw = {k[len(prefix):]: v for k, v in state_dict.items()
            if k.startswith(prefix) and k != prefix + EXTRA_STATE_KEY}
     if prefix and not raw:

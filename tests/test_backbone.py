@@ -249,16 +249,19 @@ def test_spec_round_trips_through_checkpoint_meta(tmp_path, form):
     checkpoint = torch.load(path, weights_only=True)
     assert PruneSpec.from_dict(
         checkpoint['meta'][META_KEY]['spec']) == source.prune_spec
-    model = HetDPTViT('deit-tiny', prune_spec=None, gated=form == 'gated',
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path),
-                                    prefix='backbone.'))
-    model.init_weights()
-    model.eval()
-    assert model.prune_spec == source.prune_spec
-    assert model.form == ('merged' if form == 'merged' else form)
-    x = torch.randn(1, 3, 224, 224)
-    with torch.no_grad():
-        assert (model(x)[0] - source(x)[0]).abs().max() <= 1e-5
+    # Stock configs write prefix='backbone' (MMEngine adds the dot).
+    for prefix in ('backbone.', 'backbone'):
+        model = HetDPTViT('deit-tiny', prune_spec=None,
+                          gated=form == 'gated',
+                          init_cfg=dict(type='Pretrained',
+                                        checkpoint=str(path), prefix=prefix))
+        model.init_weights()
+        model.eval()
+        assert model.prune_spec == source.prune_spec
+        assert model.form == ('merged' if form == 'merged' else form)
+        x = torch.randn(1, 3, 224, 224)
+        with torch.no_grad():
+            assert (model(x)[0] - source(x)[0]).abs().max() <= 1e-5
 
 
 def test_authors_stage2_checkpoint_loads_with_explicit_spec(tmp_path):
