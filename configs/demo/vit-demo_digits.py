@@ -32,13 +32,13 @@ train_pipeline = [
 ]
 test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
 train_dataloader = dict(
-    batch_size=16, num_workers=0,
+    batch_size=16, num_workers=0, persistent_workers=False,
     dataset=dict(type='CustomDataset', data_root=data_root,
                  ann_file='meta/train.txt', data_prefix='train',
                  pipeline=train_pipeline),
     sampler=dict(type='DefaultSampler', shuffle=True))
 val_dataloader = dict(
-    batch_size=128, num_workers=0,
+    batch_size=128, num_workers=0, persistent_workers=False,
     dataset=dict(type='CustomDataset', data_root=data_root,
                  ann_file='meta/val.txt', data_prefix='val',
                  pipeline=test_pipeline),

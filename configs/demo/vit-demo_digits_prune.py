@@ -15,9 +15,11 @@ _base_ = ['./vit-demo_digits.py']
 
 model = dict(backbone=dict(gated=True))
 
+# The paper's DeiT-B points, found from the config's folder.
+map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
 custom_hooks = [
     dict(type='HetDPTPruneHook',
-         map_points='tests/data/map_points_paper.csv', budget=5,
+         map_points=map_points, budget=5,
          schedule='progressive', stages=[2, 1, 1, 1, 1]),
     dict(type='MergeCheckpointHook'),
 ]

@@ -28,7 +28,7 @@ pretrained_checkpoint = 'checkpoints/swin_base_patch4_window7_224.pth'
 
 # The paper's DeiT-B points (see swin-s_prune-10l_in1k.py); Swin-B's own
 # come from swin-b_map-collect_in1k.py.
-map_points = 'tests/data/map_points_paper.csv'
+map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
 budget = 18
 
 model = dict(

@@ -33,7 +33,7 @@ pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
 # come from swin-s_map-collect_in1k.py (docs/swin.md), or give the split:
 #   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
 #       custom_hooks.0.counts.attn=5 custom_hooks.0.counts.act=5
-map_points = 'tests/data/map_points_paper.csv'
+map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
 budget = 10
 
 model = dict(

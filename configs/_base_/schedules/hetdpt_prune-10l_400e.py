@@ -9,7 +9,7 @@ _base_ = './imagenet_bs1024_adamw_400e.py'
 
 # MAP points: the paper's DeiT-B points (their fit allocates 5 attention + 5
 # GELU layers for a budget of 10); use your own from a MAP collection run.
-map_points = 'tests/data/map_points_paper.csv'
+map_points = '{{ fileDirname }}/../../../tests/data/map_points_paper.csv'
 budget = 10
 
 custom_hooks = [
