@@ -339,8 +339,10 @@ class Demo:
                    validate_first: bool = False) -> List[str]:
         """A training run; ``validate_first``: it also validates its
         starting point (``--validate-first``), so that no separate
-        ``tools/test.py`` run is needed for it."""
-        argv = ['tools/train.py', config, '--work-dir', work_dir]
+        ``tools/test.py`` run is needed for it.  ``--overwrite``: a stage
+        a resumed demo runs again starts its runs over."""
+        argv = ['tools/train.py', config, '--work-dir', work_dir,
+                '--overwrite']
         if validate_first:
             argv.append('--validate-first')
         return argv + (['--cfg-options', *options] if options else [])
