@@ -419,6 +419,22 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
                   f'width-pruned backbone in {source})', logger='current')
 
 
+def load_mismatch(err: RuntimeError, shown: int = 4) -> Optional[str]:
+    """What MMEngine's strict ``load_checkpoint`` found not to fit (key
+    lists cut to ``shown`` keys), or ``None`` for another error."""
+    problems = []
+    for line in str(err).splitlines():
+        line = line.strip()
+        if line.startswith(('unexpected key', 'missing keys')):
+            what, _, keys = line.partition(': ')
+            keys = keys.split(', ')
+            more = f', ... ({len(keys)} in all)' if len(keys) > shown else ''
+            problems.append(f'{what}: {", ".join(keys[:shown])}{more}')
+        elif line.startswith('size mismatch'):
+            problems.append(line.rstrip('.'))
+    return '; '.join(problems) or None
+
+
 #: Runners built by this process so far (see :func:`experiment_name`).
 _RUNNERS_BUILT = itertools.count(1)
 
