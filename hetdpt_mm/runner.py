@@ -1,12 +1,15 @@
 """Runner construction and command-line options shared by tools/train.py
 and tools/test.py."""
 import argparse
+import contextlib
+import fcntl
 import gc
 import itertools
 import logging
 import os
 import os.path as osp
 import re
+import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
@@ -28,6 +31,13 @@ from .registry import FAMILIES
 #: timestamped log folder (MMEngine's CheckpointHook, our merge hook).
 RUN_OUTPUT_NAMES = re.compile(
     r'^((epoch|iter)_\d+\.pth|best_.*\.pth|last_checkpoint|.*_merged\.pth)$')
+#: The file a training run holds locked in its work dir (see
+#: :func:`work_dir_lock`).
+TRAIN_LOCK_NAME = '.hetdpt_train.lock'
+#: The variable that gives a process its rank in its job, per launcher,
+#: before the process group exists (what MMEngine's ``init_dist`` reads).
+RANK_VARIABLES = dict(pytorch='RANK', slurm='SLURM_PROCID',
+                      mpi='OMPI_COMM_WORLD_RANK')
 
 
 class RunError(ValueError):
@@ -193,6 +203,80 @@ def check_work_dir(cfg, config_path: str, resume_from: Optional[str] = None
                 'choose another --work-dir')
 
 
+def job_rank(launcher: str) -> int:
+    """This process's rank in its job (0 without a launcher)."""
+    variable = RANK_VARIABLES.get(launcher)
+    return int(os.environ.get(variable, 0)) if variable else 0
+
+
+@contextlib.contextmanager
+def work_dir_lock(work_dir) -> Iterator[None]:
+    """Hold the training lock of ``work_dir`` (made if missing), or raise
+    ``RunError`` naming the run that holds it.  An advisory ``flock`` on
+    ``<work_dir>/.hetdpt_train.lock``: the OS drops it when its holder
+    ends, killed or not, so a lock is never stale."""
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with open(work_dir / TRAIN_LOCK_NAME, 'a+') as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read(200).strip() or 'its pid not written yet'
+            raise RunError(
+                f'work dir {work_dir} is in use by another training run '
+                f'({holder}); wait for it to end or choose another '
+                '--work-dir') from None
+        try:
+            lock.truncate(0)
+            lock.write(f'pid {os.getpid()}, since '
+                       f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
+            lock.flush()
+            yield
+        finally:
+            # Forked data-loader workers share the lock; unlocking drops it
+            # for them too.
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def run_checkpoints(work_dir) -> List[Path]:
+    """The checkpoints a run saved in ``work_dir`` (its logs do not count),
+    in the order of their names' numbers."""
+    work_dir = Path(work_dir)
+    if not work_dir.is_dir():
+        return []
+    return sorted((path for path in work_dir.iterdir()
+                   if RUN_OUTPUT_NAMES.match(path.name)),
+                  key=lambda path: [int(part) if part.isdigit() else part
+                                    for part in re.split(r'(\d+)',
+                                                         path.name)])
+
+
+@contextlib.contextmanager
+def claim_work_dir(cfg, resume: bool, overwrite: bool) -> Iterator[None]:
+    """Keep the work dir to this run while it trains: a run already training
+    there, or (without ``resume``) the checkpoints of an earlier run there,
+    which the new run would replace one by one and mix with its own, are a
+    ``RunError``; ``overwrite`` removes those checkpoints instead.  Rank 0
+    of a job holds the lock for all its ranks."""
+    rank = job_rank(cfg.get('launcher', 'none'))
+    with work_dir_lock(cfg.work_dir) if rank == 0 else \
+            contextlib.nullcontext():
+        previous = [] if resume else run_checkpoints(cfg.work_dir)
+        if previous and not overwrite:
+            names = ', '.join(path.name for path in previous[:3]) + (
+                f', ... ({len(previous)} in all)' if len(previous) > 3
+                else '')
+            raise RunError(
+                f'work dir {cfg.work_dir} already holds checkpoints of a run '
+                f'({names}); pass --resume to continue it, --overwrite to '
+                'start over, or choose another --work-dir')
+        if rank == 0:
+            for path in previous:
+                path.unlink()
+        yield
+
+
 def check_pretrained_exist(cfg) -> None:
     """Fail before the runner is built (and its log written) if the model's
     ``init_cfg`` names a local ``Pretrained`` checkpoint that does not
@@ -332,6 +416,22 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
         print_log(f'model.{key}.in_channels: {channels} -> '
                   f'{taker["in_channels"]} (the embedding width of the '
                   f'width-pruned backbone in {source})', logger='current')
+
+
+def load_mismatch(err: RuntimeError, shown: int = 4) -> Optional[str]:
+    """What MMEngine's strict ``load_checkpoint`` found not to fit (key
+    lists cut to ``shown`` keys), or ``None`` for another error."""
+    problems = []
+    for line in str(err).splitlines():
+        line = line.strip()
+        if line.startswith(('unexpected key', 'missing keys')):
+            what, _, keys = line.partition(': ')
+            keys = keys.split(', ')
+            more = f', ... ({len(keys)} in all)' if len(keys) > shown else ''
+            problems.append(f'{what}: {", ".join(keys[:shown])}{more}')
+        elif line.startswith('size mismatch'):
+            problems.append(line.rstrip('.'))
+    return '; '.join(problems) or None
 
 
 #: Runners built by this process so far (see :func:`experiment_name`).

@@ -33,6 +33,27 @@ def load_tool(name: str) -> ModuleType:
     return module
 
 
+#: The dense demo classifier's config (a 6-block ViT on 32 x 32 digits).
+DENSE_CONFIG = REPO / 'configs/demo/vit-demo_digits.py'
+
+
+def small_config(path, base, data_root, **overrides) -> str:
+    """A demo config on a few images of ``data_root``: two epochs of 16
+    images, a checkpoint after each."""
+    lines = [f'_base_ = [{str(base)!r}]',
+             f'data_root = {str(data_root)!r}',
+             'train_dataloader = dict(dataset=dict(data_root=data_root, '
+             'indices=16))',
+             'val_dataloader = dict(dataset=dict(data_root=data_root, '
+             'indices=16))',
+             'test_dataloader = val_dataloader',
+             'train_cfg = dict(max_epochs=2, val_interval=2)',
+             'default_hooks = dict(checkpoint=dict(interval=1))']
+    lines += [f'{key} = {value}' for key, value in overrides.items()]
+    path.write_text('\n'.join(lines) + '\n')
+    return str(path)
+
+
 def timm_state_dict(module: torch.nn.Module) -> dict:
     """The tensors as timm, DeiT and the authors' release save them: without
     the HetDPT record our backbones add to their state dicts."""

@@ -190,14 +190,54 @@ def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):
     foreign = tmp_path / 'foreign'
     foreign.mkdir()
     (foreign / 'notes.txt').write_text('mine')
-    assert demo.main(['--quick', '--work-dir', str(foreign)]) == 1
+    assert demo.main(['--quick', '--work-dir', str(foreign)]) == 2
     assert 'holds no earlier demo run' in capsys.readouterr().err
     assert sorted(p.name for p in foreign.iterdir()) == ['notes.txt']
 
     assert demo.main(['--quick', '--work-dir', str(tmp_path / 'none'),
-                      '--resume']) == 1
+                      '--resume']) == 2
     assert 'no earlier demo run' in capsys.readouterr().err
     assert not (tmp_path / 'none').exists()
+
+
+@pytest.mark.parametrize('case, problem', [
+    ('truncated', 'Unterminated string starting at: line 1 column 24 '
+     '(char 23)'),
+    ('not UTF-8', "'utf-8' codec can't decode byte 0xff in position 0: "
+     'invalid start byte'),
+    ('an array', 'it holds an array, not an object'),
+    ('no results', 'it has no "results" entry'),
+    ('finished a string', '"finished" is a string, not an array'),
+    ('unknown stage', '"finished" names an unknown stage, \'nap\''),
+    ('seconds a string', '"seconds" holds "long" for dense, not a number'),
+])
+def test_a_malformed_state_is_named_on_resume(tmp_path, capsys, case,
+                                              problem):
+    work_dir, data_root = tmp_path / 'demo', tmp_path / 'data'
+    work_dir.mkdir()
+    state = Demo(DemoOptions(repo=REPO, work_dir=work_dir,
+                             data_root=data_root, quick=True)).state
+    state.update(finished=['data', 'dense'], seconds=dict(data=1, dense=2.5))
+    text = {
+        'truncated': '{"version": 5, "mode": "qu',
+        'not UTF-8': b'\xff\xfe{}'.decode('latin-1'),
+        'an array': '[1, 2]',
+        'no results': json.dumps({k: v for k, v in state.items()
+                                  if k != 'results'}),
+        'finished a string': json.dumps(dict(state, finished='dense')),
+        'unknown stage': json.dumps(dict(state, finished=['dense', 'nap'])),
+        'seconds a string': json.dumps(dict(state, seconds=dict(
+            dense='long'))),
+    }[case]
+    state_file = work_dir / 'demo_state.json'
+    state_file.write_bytes(text.encode('latin-1'))
+    code = load_tool('demo').main(['--quick', '--work-dir', str(work_dir),
+                                   '--data-root', str(data_root), '--resume'])
+    assert (code, capsys.readouterr().err) == (
+        2, f'error: demo state {state_file} is malformed: {problem}; delete '
+        'it to start over\n')
+    assert [path.name for path in work_dir.iterdir()] == ['demo_state.json']
+    assert not data_root.exists()
 
 
 def test_in_process_jobs_run_in_the_repository_and_log_their_output(

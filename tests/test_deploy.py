@@ -218,6 +218,43 @@ def test_wrong_toolbox_and_existing_output(export_tool, classifier,
     assert existing.read_text() == 'keep'
 
 
+def test_a_width_pruned_checkpoint_exports_with_the_dense_config(
+        export_tool, classifier, tmp_path, capsys):
+    """A HetDPT+ checkpoint and the config it was pruned from: the head
+    takes the embedding width the checkpoint records, as in tools/test.py."""
+    from hetdpt_mm.checkpoint import load_checkpoint_file
+    from hetdpt_mm.pruning.width import prune_width_checkpoint
+    config, merged = classifier
+    plus, result = prune_width_checkpoint(load_checkpoint_file(merged),
+                                          ratio=0.3, importance='magnitude')
+    path = str(tmp_path / 'plus.pth')
+    torch.save(plus, path)
+    out = tmp_path / 'plus.onnx'
+    assert export_tool.main([
+        'classifier', str(config), path, '--out', str(out), '--img-size',
+        '32', '32', '--static-hw', '--verify-batch-sizes', '1']) == 0
+    checked_rows(capsys.readouterr().out, ['onnxruntime'], ['1x3x32x32'])
+    head = networks.load_model(config, path)[0].head.layers.head
+    assert head.in_features == result.record.spec.widths.embed_dims < 192
+
+
+def test_a_checkpoint_that_does_not_fit_is_named(export_tool, classifier,
+                                                 tmp_path, capsys):
+    config, checkpoint = classifier
+    out = tmp_path / 'model.onnx'
+    assert export_tool.main([
+        'classifier', str(config), str(checkpoint), '--out', str(out),
+        '--cfg-options', 'model.head.num_classes=5']) == 2
+    assert capsys.readouterr().err == (
+        f'error: checkpoint {checkpoint} does not fit the model of {config} '
+        '(size mismatch for head.layers.head.weight: copying a param with '
+        'shape torch.Size([10, 192]) from checkpoint, the shape in current '
+        'model is torch.Size([5, 192]); size mismatch for '
+        'head.layers.head.bias: copying a param with shape torch.Size([10]) '
+        'from checkpoint, the shape in current model is torch.Size([5]))\n')
+    assert not out.exists()
+
+
 @pytest.mark.parametrize('size', [(1, 1), (2, 3), (5, 7), (13, 18), (24, 16)])
 def test_exportable_adaptive_pool_is_torchs(size):
     inputs = torch.randn(2, 4, *size)

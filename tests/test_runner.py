@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO, load_tool
+from helpers import DENSE_CONFIG, REPO, load_tool, small_config
 from mmengine.config import Config
 
 from hetdpt_mm.fileio import atomic_write_text
@@ -66,24 +66,7 @@ def test_merge_tool_never_writes_over_its_spec(tmp_path, capsys):
 
 
 # ------------------------------------------ tools/train.py, tools/test.py
-DENSE_CONFIG = REPO / 'configs/demo/vit-demo_digits.py'
 PRUNE_CONFIG = REPO / 'configs/demo/vit-demo_digits_prune.py'
-
-
-def small_config(path, base, data_root, **overrides) -> str:
-    """A demo config on a few images of ``data_root``."""
-    lines = [f'_base_ = [{str(base)!r}]',
-             f'data_root = {str(data_root)!r}',
-             'train_dataloader = dict(dataset=dict(data_root=data_root, '
-             'indices=16))',
-             'val_dataloader = dict(dataset=dict(data_root=data_root, '
-             'indices=16))',
-             'test_dataloader = val_dataloader',
-             'train_cfg = dict(max_epochs=2, val_interval=2)',
-             'default_hooks = dict(checkpoint=dict(interval=1))']
-    lines += [f'{key} = {value}' for key, value in overrides.items()]
-    path.write_text('\n'.join(lines) + '\n')
-    return str(path)
 
 
 @pytest.fixture(scope='module')

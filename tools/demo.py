@@ -10,6 +10,9 @@ transfer, benchmark and a report, each stage running the project's own
 tools; the stages and their outputs are described in
 :mod:`hetdpt_mm.apis.demo` and docs/demo.md.  ``--quick`` is the CI
 variant (minutes; its accuracies mean nothing).
+
+Exit status: 0 done, 1 a stage failed, 2 bad input (a work dir or saved
+state that cannot be used; ``error: ...``, nothing run).
 """
 import argparse
 import shlex
@@ -27,6 +30,7 @@ from hetdpt_mm.apis.demo import (  # noqa: E402
     QUICK,
     Demo,
     DemoError,
+    DemoInputError,
     DemoOptions,
 )
 from hetdpt_mm.apis.jobs import JobError, default_jobs  # noqa: E402
@@ -74,6 +78,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         Demo(parse_args(argv)).run()
+    except DemoInputError as err:
+        print(f'error: {err}', file=sys.stderr)
+        return 2
     except (DemoError, JobError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 1

@@ -1,11 +1,13 @@
 """Train any mmpretrain / mmdet / mmseg config (HetDPT modules registered).
 
-    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
-        [--cfg-options k=v ...] [--launcher pytorch]
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT] |
+        --overwrite] [--amp] [--cfg-options k=v ...] [--launcher pytorch]
 
 Bad input (a missing or broken config, a missing pretrained checkpoint, a
-work dir where the run would write over an input, a checkpoint that cannot
-be resumed) prints ``error: <message>`` and exits with status 2.
+work dir where the run would write over an input, a work dir another run is
+training in or whose earlier run's checkpoints a fresh run would replace, a
+checkpoint that cannot be resumed) prints ``error: <message>`` and exits
+with status 2.
 """
 import argparse
 import sys
@@ -18,6 +20,7 @@ from hetdpt_mm.runner import (
     build_runner,
     check_pretrained_exist,
     check_work_dir,
+    claim_work_dir,
     load_config,
     release_distributed,
 )
@@ -30,10 +33,15 @@ def parse_args(argv=None):
                         help='enable automatic mixed precision training')
     parser.add_argument('--auto-scale-lr', action='store_true',
                         help='scale the learning rate by the batch size')
-    parser.add_argument(
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument(
         '--resume', nargs='?', type=str, const='auto',
         help='resume from this checkpoint, or without a value from the '
         'latest checkpoint in the work directory')
+    start.add_argument(
+        '--overwrite', action='store_true',
+        help='start over in a work dir that holds the checkpoints of an '
+        'earlier run (they are removed)')
     parser.add_argument('--no-validate', action='store_true',
                         help='skip validation during training')
     parser.add_argument('--validate-first', action='store_true',
@@ -66,7 +74,9 @@ def train(args: argparse.Namespace) -> None:
     if not cfg.get('load_from'):  # loaded weights replace init_cfg's
         check_pretrained_exist(cfg)
     try:
-        build_runner(cfg).train()
+        with claim_work_dir(cfg, resume=args.resume is not None,
+                            overwrite=args.overwrite):
+            build_runner(cfg).train()
     finally:
         release_distributed()  # after the runner is gone: see its docstring
 

@@ -124,6 +124,21 @@ class DemoError(Exception):
     """A stage failed or the inputs are unusable; the message says which."""
 
 
+class DemoInputError(DemoError):
+    """The work dir or the saved state of an earlier run is unusable: bad
+    input, found before anything runs."""
+
+
+def json_type(value: Any) -> str:
+    """How JSON names the type of a decoded ``value``."""
+    if isinstance(value, bool):
+        return 'a boolean'
+    if isinstance(value, (int, float)):
+        return 'a number'
+    return {dict: 'an object', list: 'an array', str: 'a string'}.get(
+        type(value), 'null')
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Sizes of one demo variant.  ``None`` keeps the config's value."""
@@ -340,8 +355,10 @@ class Demo:
                    validate_first: bool = False) -> List[str]:
         """A training run; ``validate_first``: it also validates its
         starting point (``--validate-first``), so that no separate
-        ``tools/test.py`` run is needed for it."""
-        argv = ['tools/train.py', config, '--work-dir', work_dir]
+        ``tools/test.py`` run is needed for it.  ``--overwrite``: a stage
+        a resumed demo runs again starts its runs over."""
+        argv = ['tools/train.py', config, '--work-dir', work_dir,
+                '--overwrite']
         if validate_first:
             argv.append('--validate-first')
         return argv + (['--cfg-options', *options] if options else [])
@@ -366,6 +383,56 @@ class Demo:
                           unset)
         return self.rel(path)
 
+    def state_problem(self, state: Any) -> Optional[str]:
+        """What is wrong with a state read back from its file (``None``:
+        nothing): every entry of a new run's state with its JSON type, the
+        stage bookkeeping in its form.  Stage results are checked by the
+        stages that read them."""
+        if not isinstance(state, dict):
+            return f'it holds {json_type(state)}, not an object'
+        for key, value in self.state.items():
+            if key not in state:
+                return f'it has no "{key}" entry'
+            if json_type(state[key]) != json_type(value):
+                return (f'"{key}" is {json_type(state[key])}, not '
+                        f'{json_type(value)}')
+        for key in ('finished', 'commands'):
+            wrong = [item for item in state[key] if not isinstance(item, str)]
+            if wrong:
+                return f'"{key}" holds {json.dumps(wrong[0])}, not a string'
+        stages = {name for name, _ in self.STAGES}
+        unknown = [name for name in state['finished'] if name not in stages]
+        if unknown:
+            return f'"finished" names an unknown stage, {unknown[0]!r}'
+        for key in ('seconds', 'cpu_seconds', 'job_seconds', 'job_threads'):
+            times = state.get(key, {})
+            if not isinstance(times, dict):
+                return f'"{key}" is {json_type(times)}, not an object'
+            wrong = [(name, value) for name, value in times.items()
+                     if json_type(value) != 'a number']
+            if wrong:
+                return (f'"{key}" holds {json.dumps(wrong[0][1])} for '
+                        f'{wrong[0][0]}, not a number')
+        if json_type(state.get('load_before', 0)) != 'a number':
+            return '"load_before" is not a number'
+        return None
+
+    def read_state(self, path: Path) -> Dict[str, Any]:
+        """The state an earlier run saved at ``path``."""
+        try:
+            state = json.loads(path.read_text())
+        except OSError as err:
+            raise DemoInputError(f'demo state {path} cannot be read: '
+                                 f'{err}') from None
+        except (ValueError, RecursionError) as err:  # JSON, UTF-8, depth
+            problem = err
+        else:
+            problem = self.state_problem(state)
+        if problem is not None:
+            raise DemoInputError(f'demo state {path} is malformed: '
+                                 f'{problem}; delete it to start over')
+        return state
+
     def save_state(self) -> None:
         self.state['commands'] = self.jobs.commands
         self.state['job_seconds'] = self.jobs.durations
@@ -380,12 +447,13 @@ class Demo:
         state_path = self.out(STATE_FILE)
         if self.options.resume:
             if not state_path.is_file():
-                raise DemoError(f'--resume: {state_path} does not exist (no '
-                                'earlier demo run in this work dir)')
-            state = json.loads(state_path.read_text())
-            if any(state.get(key) != self.state[key]
+                raise DemoInputError(
+                    f'--resume: {state_path} does not exist (no earlier demo '
+                    'run in this work dir)')
+            state = self.read_state(state_path)
+            if any(state[key] != self.state[key]
                    for key in ('version', 'settings', 'data_root')):
-                raise DemoError(
+                raise DemoInputError(
                     f'--resume: the run in {self.work_dir} used other '
                     f'settings (mode {state.get("mode")!r}, data root '
                     f'{state.get("data_root")}); start it again without '
@@ -395,10 +463,10 @@ class Demo:
             return
         if self.work_dir.exists():
             if not self.work_dir.is_dir():
-                raise DemoError(f'--work-dir {self.work_dir} is not a '
-                                'directory')
+                raise DemoInputError(f'--work-dir {self.work_dir} is not a '
+                                     'directory')
             if any(self.work_dir.iterdir()) and not state_path.is_file():
-                raise DemoError(
+                raise DemoInputError(
                     f'--work-dir {self.work_dir} is not empty and holds no '
                     'earlier demo run: choose another --work-dir')
             for name in OUTPUTS:

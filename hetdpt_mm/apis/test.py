@@ -18,6 +18,7 @@ from ..runner import (
     follow_backbone_width,
     input_files,
     load_config,
+    load_mismatch,
     release_distributed,
 )
 
@@ -95,22 +96,12 @@ def load_for_test(runner: Runner, checkpoint: str, strict: bool) -> None:
         load_checkpoint(model, checkpoint, map_location='cpu', strict=strict,
                         logger='current')
     except RuntimeError as err:
-        problems = [line.strip() for line in str(err).splitlines()
-                    if line.strip().startswith(('unexpected key',
-                                                'missing keys'))]
-        if not problems:
+        summary = load_mismatch(err)
+        if summary is None:
             raise
-        summary = '; '.join(_shorten_key_list(line) for line in problems)
         raise CheckpointError(
             f'checkpoint {checkpoint} does not fit the model of this config '
             f'({summary}); pass --non-strict to test it anyway') from None
-
-
-def _shorten_key_list(line: str, shown: int = 4) -> str:
-    what, _, keys = line.partition(': ')
-    keys = keys.split(', ')
-    more = f', ... ({len(keys)} in all)' if len(keys) > shown else ''
-    return f'{what}: {", ".join(keys[:shown])}{more}'
 
 
 def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:

@@ -11,7 +11,8 @@ post-processing, no data samples).
 
 Each network is built from a config and a checkpoint: the checkpoint's
 HetDPT record rebuilds the backbone's exact structure as it loads
-(:mod:`hetdpt_mm.record`), as in ``tools/test.py``.
+(:mod:`hetdpt_mm.record`), and the neck or heads take the embedding width
+it records (a width-pruned, HetDPT+, backbone), as in ``tools/test.py``.
 """
 import copy
 from typing import Optional, Sequence, Tuple
@@ -22,6 +23,7 @@ from mmengine.config import Config
 from mmengine.runner import load_checkpoint
 
 from ..benchmark import build_from_config
+from ..runner import follow_backbone_width, load_mismatch
 
 TASKS = ('classifier', 'backbone', 'detr', 'upernet')
 #: The toolbox each task's config must belong to.
@@ -138,9 +140,17 @@ def load_model(config: str, checkpoint: str,
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
+    follow_backbone_width(cfg, checkpoint)
     model = build_from_config(cfg)
-    load_checkpoint(model, checkpoint, map_location='cpu', strict=True,
-                    logger='silent')
+    try:
+        load_checkpoint(model, checkpoint, map_location='cpu', strict=True,
+                        logger='silent')
+    except RuntimeError as err:
+        summary = load_mismatch(err)
+        if summary is None:
+            raise
+        raise ValueError(f'checkpoint {checkpoint} does not fit the model '
+                         f'of {config} ({summary})') from None
     return model.eval(), cfg.get('default_scope')
 
 
