@@ -106,6 +106,11 @@ def run_tool(capsys, tool, argv):
      r'\(was it saved by another config\?'),
     ('resume without message hub', r"error: cannot resume from .*no_hub.pth: "
      r"it has no 'message_hub' entry"),
+    ('resume from a link to /dev/zero', r'error: cannot resume from '
+     r'.*zero.pth: checkpoint .*zero.pth is not a regular file \(a '
+     r'character device\)'),
+    ('load_from a FIFO', r'error: .*fifo.pth is not a regular file \(a '
+     r'FIFO\)'),
     ('config in its work dir', r'error: .*dense.py is an input of this run, '
      'and MMEngine writes the config it runs to'),
     ('load_from in the work dir', r'error: .*epoch_1.pth is an input of this '
@@ -138,12 +143,18 @@ def test_train_reports_bad_input_as_errors(dense_run, tmp_path, capsys, case,
         'resume another config': [prune, '--resume', epoch_1],
         'resume without message hub': [dense, '--resume',
                                        tmp_path / 'no_hub.pth'],
+        'resume from a link to /dev/zero': [dense, '--resume',
+                                            tmp_path / 'zero.pth'],
+        'load_from a FIFO': [dense, '--cfg-options',
+                             f'load_from={tmp_path}/fifo.pth'],
         'config in its work dir': [tmp_path / 'dense.py', '--work-dir',
                                    tmp_path],
         'load_from in the work dir': [dense, '--work-dir', epoch_1.parent,
                                       '--cfg-options', f'load_from={epoch_1}'],
     }[case]
     (tmp_path / 'broken.py').write_text('x = (\n')
+    (tmp_path / 'zero.pth').symlink_to('/dev/zero')
+    os.mkfifo(tmp_path / 'fifo.pth')
     (tmp_path / 'truncated.pth').write_bytes(epoch_1.read_bytes()[:5000])
     checkpoint = torch.load(epoch_1, weights_only=False)
     del checkpoint['message_hub']
