@@ -154,7 +154,7 @@ def direct_leave_two_out(X, y):
 
 @pytest.mark.parametrize('degree', [1, 2, 3])
 def test_closed_form_leave_two_out_equals_one_fit_per_fold(degree):
-    from hetdpt_mm.pruning.map import _design_matrix, _leave_two_out
+    from hetdpt_mm.pruning.map.fit import _design_matrix, _leave_two_out
     points = load_points(PAPER_POINTS)
     a, t, y = np.array([(p.a, p.t, p.accuracy) for p in points]).T
     X = _design_matrix(a, t, polynomial_terms(degree))

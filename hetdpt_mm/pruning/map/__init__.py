@@ -1,0 +1,42 @@
+"""Model Accuracy Predictor (MAP), HetDPT stage 1 step 1 (METHOD.md section 2).
+
+MAP predicts the fine-tuned accuracy of a depth-pruned ViT from the retained
+ratios ``a`` (attention sublayers kept) and ``t`` (GELU activations kept)
+with a bivariate polynomial ``P(a, t) = sum_{i+j<=k} theta_ij a^i t^j``, and
+splits a budget of removed layers between the two types by maximising ``P``.
+
+Typical use::
+
+    points = load_points('map_points.csv', depth=12)
+    fit = fit_map(points)                  # degree by leave-2-out CV
+    print(fit.format_table())
+    allocation = allocate(fit, budget=8, depth=12, bounds='full')
+    print(allocation.format_table())
+"""
+from .allocation import (
+    Allocation,
+    Bounds,
+    Candidate,
+    allocate,
+    evaluate_candidates,
+    format_candidates,
+    rank_across_types,
+    resolve_bounds,
+)
+from .fit import (
+    DegreeScore,
+    MAPFit,
+    average_duplicates,
+    fit_map,
+    polynomial_terms,
+    term_name,
+)
+from .points import MAPPoint, load_points, parse_points
+
+__all__ = [
+    'MAPPoint', 'DegreeScore', 'MAPFit', 'Candidate', 'Allocation',
+    'load_points', 'parse_points', 'polynomial_terms', 'term_name',
+    'average_duplicates', 'fit_map', 'resolve_bounds', 'evaluate_candidates',
+    'format_candidates',
+    'allocate', 'rank_across_types', 'Bounds',
+]

@@ -1,0 +1,194 @@
+"""Splitting a budget of removed layers between attention and GELU layers
+by maximising the MAP fit."""
+from dataclasses import dataclass
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+import numpy as np
+
+from ...spec import ACT, LAYER_KINDS
+from ..validation import as_int, check_depth
+from .fit import MAPFit
+
+Bounds = Union[str, Tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One split of removed layers with MAP's prediction for it."""
+    n_attn: int
+    n_act: int
+    a: float
+    t: float
+    predicted_accuracy: float
+    extrapolated: bool
+
+    @property
+    def removed(self) -> int:
+        return self.n_attn + self.n_act
+
+
+def resolve_bounds(bounds: Bounds, depth: int) -> Tuple[int, int]:
+    """Per-type count bounds: ``'full'`` = ``0..depth``, ``'paper'`` =
+    ``1..depth-1`` (the authors' snippet), or an explicit ``(lo, hi)``."""
+    depth = check_depth(depth)
+    if isinstance(bounds, str):
+        named = {'full': (0, depth), 'paper': (1, depth - 1)}
+        if bounds not in named:
+            raise ValueError(f'bounds must be "full", "paper" or (lo, hi), '
+                             f'got {bounds!r}')
+        return named[bounds]
+    try:
+        lo, hi = bounds
+    except (TypeError, ValueError):
+        raise ValueError(f'bounds must be "full", "paper" or (lo, hi), '
+                         f'got {bounds!r}') from None
+    lo, hi = as_int(lo, 'lower bound'), as_int(hi, 'upper bound')
+    if not 0 <= lo <= hi <= depth:
+        raise ValueError(f'bounds ({lo}, {hi}) must satisfy '
+                         f'0 <= lo <= hi <= depth ({depth})')
+    return lo, hi
+
+
+def evaluate_candidates(fit: MAPFit, depth: int,
+                        pairs: Iterable[Tuple[int, int]]) -> List[Candidate]:
+    """MAP's prediction, and whether it extrapolates, for each
+    ``(n_attn, n_act)`` pair of removed counts."""
+    pairs = list(pairs)
+    counts = np.array(pairs, dtype=float).reshape(-1, 2)
+    a, t = ((depth - counts) / depth).T
+    predicted = np.atleast_1d(fit.predict(a, t))
+    inside = fit.in_data_hull(a, t)
+    return [Candidate(int(n_attn), int(n_act), float(ai), float(ti),
+                      float(p), not bool(ok))
+            for (n_attn, n_act), ai, ti, p, ok
+            in zip(pairs, a, t, predicted, inside)]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """MAP's split of a budget of removed layers: ``best`` is the argmax of
+    the predicted accuracy over ``candidates`` (first one on ties)."""
+    budget: int
+    depth: int
+    bounds: Tuple[int, int]
+    best: Candidate
+    candidates: Tuple[Candidate, ...]
+
+    @property
+    def n_attn(self) -> int:
+        return self.best.n_attn
+
+    @property
+    def n_act(self) -> int:
+        return self.best.n_act
+
+    def format_table(self) -> str:
+        """Every candidate, the argmax marked with ``*``."""
+        return format_candidates(self.candidates, self.best)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-serialisable form; :meth:`from_dict` restores it exactly."""
+        return dict(budget=self.budget, depth=self.depth,
+                    bounds=list(self.bounds), best=vars(self.best).copy(),
+                    candidates=[vars(c).copy() for c in self.candidates])
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> 'Allocation':
+        """Rebuild an allocation saved with :meth:`to_dict`; raises
+        ``ValueError`` on anything malformed."""
+        try:
+            lo, hi = data['bounds']
+            allocation = cls(
+                budget=as_int(data['budget'], 'budget'),
+                depth=as_int(data['depth'], 'depth'),
+                bounds=(as_int(lo, 'lower bound'),
+                        as_int(hi, 'upper bound')),
+                best=Candidate(**data['best']),
+                candidates=tuple(Candidate(**c) for c in data['candidates']))
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f'malformed MAP allocation: '
+                             f'{type(err).__name__}: {err}') from None
+        if allocation.best not in allocation.candidates:
+            raise ValueError('malformed MAP allocation: its best split is '
+                             'not among its candidates')
+        return allocation
+
+
+def format_candidates(candidates: Sequence[Candidate],
+                      best: Optional[Candidate] = None,
+                      extra: Optional[Mapping[str, Sequence[str]]] = None
+                      ) -> str:
+    """Fixed-width table of candidates; ``extra`` adds columns (header ->
+    pre-formatted cells)."""
+    extra = dict(extra or {})
+    header = (f'  {"n_attn":>6} {"n_act":>5} {"a":>6} {"t":>6} '
+              f'{"predicted":>9} {"extrapolated":>12}')
+    header += ''.join(f' {name:>{max(9, len(name))}}' for name in extra)
+    lines = [header]
+    for row, c in enumerate(candidates):
+        mark = '*' if c == best else ' '
+        line = (f'{mark} {c.n_attn:>6} {c.n_act:>5} {c.a:>6.3f} {c.t:>6.3f} '
+                f'{c.predicted_accuracy:>9.3f} '
+                f'{"yes" if c.extrapolated else "no":>12}')
+        line += ''.join(f' {cells[row]:>{max(9, len(name))}}'
+                        for name, cells in extra.items())
+        lines.append(line)
+    return '\n'.join(lines)
+
+
+def allocate(fit: MAPFit, budget: int, depth: int,
+             bounds: Bounds = 'full') -> Allocation:
+    """Split ``budget`` removed layers into ``(n_attn, n_act)``.
+
+    Searches ``{n_attn + n_act = budget, lo <= n_attn, n_act <= hi}`` (see
+    :func:`resolve_bounds`) and returns the maximiser of the predicted
+    accuracy together with the whole candidate table. Candidates outside the
+    fitted points' convex hull are flagged ``extrapolated`` but still count.
+    """
+    depth = check_depth(depth)
+    budget = as_int(budget, 'budget')
+    if budget < 0:
+        raise ValueError(f'budget must be >= 0 removed layers, got {budget}')
+    if budget > 2 * depth:
+        raise ValueError(f'budget {budget} exceeds the {2 * depth} removable '
+                         f'layers at depth {depth} (attention + GELU)')
+    lo, hi = resolve_bounds(bounds, depth)
+    n_attn_range = range(max(lo, budget - hi), min(hi, budget - lo) + 1)
+    if not n_attn_range:
+        raise ValueError(
+            f'no feasible allocation of budget {budget} with each count in '
+            f'[{lo}, {hi}] at depth {depth}: the budget must be between '
+            f'{2 * lo} and {2 * hi}')
+    candidates = evaluate_candidates(
+        fit, depth, [(n, budget - n) for n in n_attn_range])
+    best = max(candidates, key=lambda c: c.predicted_accuracy)
+    return Allocation(budget=budget, depth=depth, bounds=(lo, hi), best=best,
+                      candidates=tuple(candidates))
+
+
+def rank_across_types(scores: Mapping[str, Sequence[float]],
+                      budget: int) -> Dict[str, List[int]]:
+    """The naive allocation HetDPT argues against (METHOD.md §2): the
+    ``budget`` layers with the lowest raw importance scores, attention and
+    GELU layers ranked together as if their scales were comparable (ties:
+    GELU first, then the lower block).  ``scores`` maps each kind to the
+    scores of its layers by block; returns the removed blocks per kind."""
+    ranked = sorted((score, kind != ACT, index, kind)
+                    for kind in LAYER_KINDS
+                    for index, score in enumerate(scores.get(kind, ())))
+    if not 0 <= budget <= len(ranked):
+        raise ValueError(f'budget must be in 0..{len(ranked)}, got {budget}')
+    removed = {kind: [] for kind in LAYER_KINDS}
+    for *_, index, kind in ranked[:budget]:
+        removed[kind].append(index)
+    return {kind: sorted(blocks) for kind, blocks in removed.items()}

@@ -1,0 +1,356 @@
+"""The MAP polynomial fit, its degree chosen by leave-2-out CV."""
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import (
+    Any,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
+
+import numpy as np
+from scipy.spatial import ConvexHull, QhullError
+
+from ..validation import as_int
+from .points import MAPPoint
+
+# A candidate this close to the data's convex hull counts as inside it.
+HULL_TOLERANCE = 1e-9
+#: Leave-2-out CV fits n(n-1)/2 folds (in closed form, but still O(n^2)
+#: memory and time): 2,000 distinct points are about 2 million folds.
+MAX_CV_POINTS = 2000
+FIT_FORMAT = 'hetdpt_mm.map_fit'
+FIT_FORMAT_VERSION = 1
+
+
+def polynomial_terms(degree: int) -> List[Tuple[int, int]]:
+    """Exponents ``(i, j)`` of the terms ``a^i t^j`` with ``i + j <= degree``,
+    ordered by total degree, then by decreasing power of ``a``."""
+    return [(total - j, j) for total in range(degree + 1)
+            for j in range(total + 1)]
+
+
+def term_name(a_power: int, t_power: int) -> str:
+    """``'1'``, ``'a'``, ``'a^2*t'``, ..."""
+    factors = [name if power == 1 else f'{name}^{power}'
+               for name, power in (('a', a_power), ('t', t_power)) if power]
+    return '*'.join(factors) or '1'
+
+
+def _design_matrix(a: np.ndarray, t: np.ndarray,
+                   terms: Sequence[Tuple[int, int]]) -> np.ndarray:
+    return np.stack([a**i * t**j for i, j in terms], axis=-1)
+
+
+@dataclass(frozen=True)
+class DegreeScore:
+    """Leave-2-out cross-validation result for one polynomial degree.
+
+    ``rank_deficient_folds`` counts training folds whose least-squares
+    problem had no unique solution (numpy then returns the minimum-norm
+    one). A skipped degree has ``skipped`` set and no errors.
+    """
+    degree: int
+    n_terms: int
+    cv_mae: Optional[float] = None
+    cv_rmse: Optional[float] = None
+    train_rmse: Optional[float] = None
+    rank_deficient_folds: int = 0
+    skipped: Optional[str] = None
+
+
+def _leave_two_out(X: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, int]:
+    """Hold out every unordered pair once; return each point's mean
+    prediction over the ``n - 1`` folds that held it out, and the number
+    of rank-deficient folds.
+
+    In closed form: with the hat matrix ``H`` of the full fit and its
+    residuals ``e``, the errors on a held-out pair ``S`` are
+    ``(I - H_SS)^-1 e_S``.  A fold whose ``I - H_SS`` is (nearly) singular
+    is solved directly; one without a unique least-squares fit gets numpy's
+    minimum-norm solution."""
+    n = len(y)
+    basis = np.linalg.qr(X)[0]  # X has full column rank (_score_degree)
+    hat = basis @ basis.T
+    residual = y - hat @ y
+    first, second = np.triu_indices(n, 1)
+    h11 = 1 - hat[first, first]
+    h22 = 1 - hat[second, second]
+    h12 = -hat[first, second]
+    det = h11 * h22 - h12 * h12
+    # det is in [0, 1]; near 0 the closed form loses its precision (a fold
+    # of the paper's points at degree 3 has det 4e-10), so such folds are
+    # solved directly and lstsq's rank says whether they are deficient.
+    direct = np.abs(det) < 1e-6
+    det[direct] = 1.0
+    error_first = (h22 * residual[first] - h12 * residual[second]) / det
+    error_second = (h11 * residual[second] - h12 * residual[first]) / det
+    rank_deficient = 0
+    for fold in np.flatnonzero(direct):
+        held_out = [first[fold], second[fold]]
+        train = np.ones(n, dtype=bool)
+        train[held_out] = False
+        theta, _, rank, _ = np.linalg.lstsq(X[train], y[train], rcond=None)
+        rank_deficient += rank < X.shape[1]
+        error_first[fold], error_second[fold] = y[held_out] - X[held_out] @ \
+            theta
+    prediction_sum = np.zeros(n)
+    np.add.at(prediction_sum, first, y[first] - error_first)
+    np.add.at(prediction_sum, second, y[second] - error_second)
+    return prediction_sum / (n - 1), rank_deficient
+
+
+def average_duplicates(points: Sequence[MAPPoint]
+                       ) -> Tuple[Tuple[MAPPoint, ...], int]:
+    """One point per ``(a, t)``, with the mean accuracy of its repeats
+    (repeated runs of one split); and how many rows were merged away.
+    Repeats would otherwise weigh a split several times and make leave-2-out
+    folds hold out a point while training on its twin."""
+    groups: Dict[Tuple[float, float], List[float]] = {}
+    for point in points:
+        groups.setdefault((point.a, point.t), []).append(point.accuracy)
+    averaged = tuple(MAPPoint(a, t, float(np.mean(accuracies)))
+                     for (a, t), accuracies in groups.items())
+    return averaged, len(points) - len(averaged)
+
+
+def _score_degree(degree: int, a: np.ndarray, t: np.ndarray,
+                  y: np.ndarray) -> Tuple[DegreeScore, Optional[np.ndarray]]:
+    terms = polynomial_terms(degree)
+    n = len(y)
+    if len(terms) > n - 2:
+        return DegreeScore(degree, len(terms), skipped=(
+            f'{len(terms)} terms > {n - 2} points per training fold')), None
+    X = _design_matrix(a, t, terms)
+    theta, _, rank, _ = np.linalg.lstsq(X, y, rcond=None)
+    # Without full rank the points do not determine the polynomial: the
+    # coefficients, and predictions away from the points, would be arbitrary.
+    if rank < len(terms):
+        return DegreeScore(degree, len(terms), skipped=(
+            f'rank-deficient: the points determine only {rank} of '
+            f'{len(terms)} coefficients')), None
+    cv_prediction, rank_deficient_folds = _leave_two_out(X, y)
+    cv_error = cv_prediction - y
+    score = DegreeScore(
+        degree, len(terms),
+        cv_mae=float(np.mean(np.abs(cv_error))),
+        cv_rmse=float(np.sqrt(np.mean(cv_error**2))),
+        train_rmse=float(np.sqrt(np.mean((X @ theta - y)**2))),
+        rank_deficient_folds=int(rank_deficient_folds))
+    return score, theta
+
+
+def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
+            degrees: Iterable[int] = (1, 2, 3, 4)) -> 'MAPFit':
+    """Fit MAP by least squares, choosing the degree by leave-2-out CV.
+
+    Every degree in ``degrees`` is scored unless it has more terms than a
+    training fold has points (``n - 2``) or the points leave it
+    rank-deficient; the degree with the lowest CV RMSE wins (ties go to the
+    lower degree). ``points`` are :class:`MAPPoint` or ``(a, t, accuracy)``;
+    repeats of one ``(a, t)`` are averaged first (:func:`average_duplicates`).
+    """
+    points = tuple(p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
+                   for p in points)
+    degrees = _check_degrees(degrees)
+    values = np.array([(p.a, p.t, p.accuracy) for p in points],
+                      dtype=float).reshape(-1, 3)
+    if not np.isfinite(values).all():
+        raise ValueError('MAP points must be finite numbers')
+    points, _ = average_duplicates(points)
+    if len(points) > MAX_CV_POINTS:
+        raise ValueError(
+            f'{len(points)} distinct (a, t) points: leave-2-out CV is capped '
+            f'at {MAX_CV_POINTS} points '
+            f'({len(points) * (len(points) - 1) // 2} folds here); MAP needs '
+            'one point per split tried, so average repeated measurements or '
+            'subsample')
+    values = np.array([(p.a, p.t, p.accuracy) for p in points], dtype=float)
+    needed = len(polynomial_terms(degrees[0])) + 2
+    if len(points) < needed:
+        raise ValueError(
+            f'MAP needs at least {needed} points to fit degree {degrees[0]} '
+            f'({needed - 2} terms, and leave-2-out CV trains on n - 2 '
+            f'points); got {len(points)} distinct (a, t) points')
+    a, t, y = values.T
+    scores, coefficients = [], {}
+    for degree in degrees:
+        score, theta = _score_degree(degree, a, t, y)
+        scores.append(score)
+        if theta is not None:
+            coefficients[degree] = theta
+    if not coefficients:
+        reasons = '; '.join(f'degree {s.degree}: {s.skipped}' for s in scores)
+        raise ValueError(f'no degree could be fitted to {len(points)} '
+                         f'points ({reasons})')
+    chosen = min((s for s in scores if s.skipped is None),
+                 key=lambda s: s.cv_rmse)
+    return MAPFit(degree=chosen.degree,
+                  coefficients=tuple(map(float, coefficients[chosen.degree])),
+                  scores=tuple(scores), points=points)
+
+
+def _check_degrees(degrees: Iterable[int]) -> List[int]:
+    degrees = [as_int(d, 'degree') for d in degrees]
+    if not degrees:
+        raise ValueError('at least one polynomial degree is needed')
+    if any(d < 1 for d in degrees):
+        raise ValueError(f'degrees must be >= 1, got {degrees}')
+    if len(set(degrees)) != len(degrees):
+        raise ValueError(f'degrees must be distinct, got {degrees}')
+    return sorted(degrees)
+
+
+@dataclass(frozen=True)
+class MAPFit:
+    """A fitted Model Accuracy Predictor.
+
+    ``coefficients[i]`` multiplies ``terms[i]`` (see :func:`polynomial_terms`);
+    ``scores`` holds the CV table over all tried degrees; ``points`` are the
+    observations it was fitted to (kept to flag extrapolation).
+    """
+    degree: int
+    coefficients: Tuple[float, ...]
+    scores: Tuple[DegreeScore, ...]
+    points: Tuple[MAPPoint, ...]
+
+    @property
+    def terms(self) -> List[Tuple[int, int]]:
+        return polynomial_terms(self.degree)
+
+    @property
+    def term_names(self) -> List[str]:
+        return [term_name(i, j) for i, j in self.terms]
+
+    @property
+    def chosen(self) -> DegreeScore:
+        return next(s for s in self.scores if s.degree == self.degree)
+
+    @property
+    def cv_mae(self) -> float:
+        return self.chosen.cv_mae
+
+    @property
+    def cv_rmse(self) -> float:
+        return self.chosen.cv_rmse
+
+    def predict(self, a, t):
+        """Predicted accuracy at retained ratios ``(a, t)``; broadcasts like
+        numpy, returns a float for scalar inputs."""
+        a_arr, t_arr = np.broadcast_arrays(np.asarray(a, dtype=float),
+                                           np.asarray(t, dtype=float))
+        prediction = _design_matrix(a_arr, t_arr, self.terms) @ np.asarray(
+            self.coefficients)
+        return float(prediction) if prediction.ndim == 0 else prediction
+
+    def in_data_hull(self, a, t) -> np.ndarray:
+        """Whether ``(a, t)`` lies in the convex hull of the fitted points,
+        where the polynomial interpolates rather than extrapolates."""
+        query = np.stack(np.broadcast_arrays(np.asarray(a, dtype=float),
+                                             np.asarray(t, dtype=float)), -1)
+        # Rows of `equations` are unit outward normals n and offsets c of
+        # the hull's edges: inside <=> n.x + c <= 0 for every edge.
+        distances = (query @ self._hull.equations[:, :2].T
+                     + self._hull.equations[:, 2])
+        return np.all(distances <= HULL_TOLERANCE, axis=-1)
+
+    @property
+    def hull_vertices(self) -> np.ndarray:
+        """Corners ``(a, t)`` of the fitted points' convex hull, in
+        counter-clockwise order."""
+        return self._hull.points[self._hull.vertices]
+
+    @cached_property
+    def _hull(self) -> ConvexHull:
+        # A full-rank fit of degree >= 1 needs points spanning an area, so
+        # the hull is a proper polygon.
+        try:
+            return ConvexHull([(p.a, p.t) for p in self.points])
+        except QhullError:
+            raise ValueError('MAP points must not all lie on one line') \
+                from None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-serialisable form; :meth:`from_dict` restores it exactly."""
+        return {
+            'format': FIT_FORMAT,
+            'version': FIT_FORMAT_VERSION,
+            'degree': self.degree,
+            'terms': [{'name': term_name(i, j), 'a_power': i, 't_power': j,
+                       'coefficient': c}
+                      for (i, j), c in zip(self.terms, self.coefficients)],
+            'cv': [vars(score).copy() for score in self.scores],
+            'points': [vars(point).copy() for point in self.points],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> 'MAPFit':
+        """Rebuild a fit saved with :meth:`to_dict`; raises ``ValueError`` on
+        anything malformed."""
+        try:
+            if data.get('format') != FIT_FORMAT:
+                raise ValueError(f'format is {data.get("format")!r}, '
+                                 f'expected {FIT_FORMAT!r}')
+            if data.get('version') != FIT_FORMAT_VERSION:
+                raise ValueError(
+                    f'unsupported version {data.get("version")!r}')
+            degree = as_int(data['degree'], 'degree')
+            terms = [(t['a_power'], t['t_power']) for t in data['terms']]
+            if terms != polynomial_terms(degree):
+                raise ValueError(f'terms do not match degree {degree}')
+            coefficients = tuple(float(t['coefficient'])
+                                 for t in data['terms'])
+            if not all(map(math.isfinite, coefficients)):
+                raise ValueError('coefficients must be finite')
+            scores = tuple(DegreeScore(**s) for s in data['cv'])
+            if not any(s.degree == degree and s.skipped is None
+                       for s in scores):
+                raise ValueError(f'the CV table has no fitted degree {degree}')
+            points = tuple(MAPPoint(**p) for p in data['points'])
+            fit = cls(degree=degree, coefficients=coefficients, scores=scores,
+                      points=points)
+            fit.hull_vertices  # noqa: B018  fails unless points span an area
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f'malformed MAP fit: {type(err).__name__}: '
+                             f'{err}') from None
+        except ValueError as err:
+            raise ValueError(f'malformed MAP fit: {err}') from None
+        return fit
+
+    def format_table(self) -> str:
+        """The CV table over degrees, the chosen one marked with ``*``."""
+        lines = [f'{"degree":>7} {"terms":>5} {"cv_mae":>8} {"cv_rmse":>8} '
+                 f'{"train_rmse":>10}  note']
+        for s in self.scores:
+            mark = '*' if s.degree == self.degree else ' '
+            if s.skipped:
+                lines.append(f'{mark}{s.degree:>6} {s.n_terms:>5} '
+                             f'{"-":>8} {"-":>8} {"-":>10}  '
+                             f'skipped: {s.skipped}')
+                continue
+            note = ('chosen (lowest CV RMSE)' if s.degree == self.degree
+                    else '')
+            if s.rank_deficient_folds:
+                n_folds = len(self.points) * (len(self.points) - 1) // 2
+                note = ', '.join(filter(None, [
+                    note, f'{s.rank_deficient_folds} of {n_folds} folds '
+                    'rank-deficient']))
+            lines.append(f'{mark}{s.degree:>6} {s.n_terms:>5} '
+                         f'{s.cv_mae:>8.4f} {s.cv_rmse:>8.4f} '
+                         f'{s.train_rmse:>10.4f}  {note}'.rstrip())
+        return '\n'.join(lines)
+
+    def format_polynomial(self) -> str:
+        """``P(a, t) = c0 + c1*a + ...`` with the fitted coefficients."""
+        parts = [f'{c:+.6g}' + ('' if name == '1' else f'*{name}')
+                 for c, name in zip(self.coefficients, self.term_names)]
+        return 'P(a, t) = ' + ' '.join(parts).lstrip('+')
+
+
+# ------------------------------------------------------------- allocation --

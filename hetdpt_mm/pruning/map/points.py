@@ -1,0 +1,242 @@
+"""MAP points: ``(a, t, accuracy)`` read from CSV or JSON files and checked
+(docs/map.md, *Points*)."""
+import csv
+import io
+import json
+import math
+import numbers
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import (
+    Any,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Union,
+)
+
+from ...fileio import check_input_file
+from ..validation import check_depth
+
+ACCURACY_COLUMNS = ('accuracy', 'acc')
+COUNT_COLUMNS = ('n_attn', 'n_act')
+RATIO_COLUMNS = ('a', 't')
+# Ratios stored next to counts may be rounded to two decimals, as in the
+# paper's table (11/12 -> 0.92); one layer at depth <= 50 differs by >= 0.02.
+RATIO_TOLERANCE = 0.01
+
+
+@dataclass(frozen=True)
+class MAPPoint:
+    """One observation: retained ratios and the accuracy after fine-tuning."""
+    a: float
+    t: float
+    accuracy: float
+
+
+# ---------------------------------------------------------------- loading --
+
+def load_points(path: Union[str, Path],
+                depth: Optional[int] = None) -> List[MAPPoint]:
+    """Read MAP points from a CSV file or a JSON file.
+
+    JSON holds a list of objects or ``{"points": [...]}``; a file whose first
+    non-blank character is ``[`` or ``{`` is read as JSON, anything else as
+    CSV with a header row. See :func:`parse_points` for the columns.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f'MAP points file not found: {path}')
+    try:
+        text = check_input_file(path, 'MAP points file').read_text(
+            encoding='utf-8-sig')
+    except UnicodeDecodeError as err:
+        raise ValueError(f'{path}: not UTF-8 text ({err.reason})') from None
+    if not text.strip():
+        raise ValueError(f'{path}: file is empty')
+    if text.lstrip()[0] in '[{':
+        return _parse_json_points(text, path, depth)
+    return _parse_csv_points(text, path, depth)
+
+
+def _parse_json_points(text: str, path: Path,
+                       depth: Optional[int]) -> List[MAPPoint]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f'{path}: not valid JSON ({err})') from None
+    if isinstance(data, dict):
+        if 'points' not in data:
+            raise ValueError(f'{path}: a JSON object must have a "points" '
+                             f'list; found keys {sorted(data)}')
+        data = data['points']
+    if not isinstance(data, list):
+        raise ValueError(f'{path}: expected a list of points, '
+                         f'got {type(data).__name__}')
+    if not data:
+        raise ValueError(f'{path}: contains no points')
+    for index, record in enumerate(data, start=1):
+        if not isinstance(record, dict):
+            raise ValueError(f'{path}, point {index}: expected an object, '
+                             f'got {type(record).__name__}')
+    return parse_points(data, depth=depth, source=str(path),
+                        locations=[f'{path}, point {index}'
+                                   for index in range(1, len(data) + 1)])
+
+
+def _parse_csv_points(text: str, path: Path,
+                      depth: Optional[int]) -> List[MAPPoint]:
+    reader = csv.DictReader(io.StringIO(text))
+    # DictReader keeps the last of two columns of one name.
+    counts = Counter(map(_normalise_key, reader.fieldnames or ()))
+    for name in (*ACCURACY_COLUMNS, *COUNT_COLUMNS, *RATIO_COLUMNS):
+        if counts[name] > 1:
+            times = 'twice' if counts[name] == 2 else f'{counts[name]} times'
+            raise ValueError(f'{path}: column "{name}" appears {times} in '
+                             'the header; give each column once')
+    records, locations = [], []
+    for row in reader:
+        records.append(row)
+        locations.append(f'{path}, row {len(records)} '
+                         f'(line {reader.line_num})')
+    if not records:
+        raise ValueError(f'{path}: no data rows (only a header)')
+    return parse_points(records, depth=depth, source=str(path),
+                        locations=locations)
+
+
+def parse_points(records: Sequence[Mapping[str, Any]],
+                 depth: Optional[int] = None, source: str = 'points',
+                 locations: Optional[Sequence[str]] = None
+                 ) -> List[MAPPoint]:
+    """Turn records (dicts, e.g. CSV rows) into :class:`MAPPoint` objects.
+
+    Each record gives ``accuracy`` (or ``acc``) and either removed counts
+    ``n_attn, n_act`` (converted with ``depth``) or retained ratios ``a, t``.
+    With ``depth`` given, counts win and ratios in the same record must
+    agree with them to ``RATIO_TOLERANCE``; without it, ratios are used.
+    Column names are case-insensitive; other columns are ignored. Errors
+    name ``source`` and the record (``locations[i]``, default ``row i``).
+    """
+    if depth is not None:
+        depth = check_depth(depth)
+    if not records:
+        raise ValueError(f'{source}: contains no points')
+    if locations is None:
+        locations = [f'{source}, row {index}'
+                     for index in range(1, len(records) + 1)]
+    columns = {_normalise_key(key) for record in records for key in record
+               if key is not None}
+    has_accuracy = any(name in columns for name in ACCURACY_COLUMNS)
+    has_counts = set(COUNT_COLUMNS) <= columns
+    has_ratios = set(RATIO_COLUMNS) <= columns
+    if not has_accuracy or not (has_counts or has_ratios):
+        raise ValueError(
+            f'{source}: no usable columns: need "accuracy" (or "acc") and '
+            'either "a" and "t" (retained ratios) or "n_attn" and "n_act" '
+            f'(removed counts, with depth); found {sorted(columns)}')
+    if has_counts and not has_ratios and depth is None:
+        raise ValueError(
+            f'{source}: points give removed counts (n_attn, n_act) but no '
+            'depth was given to convert them into retained ratios; pass '
+            'the number of blocks as depth')
+    use_counts = has_counts and depth is not None
+    points = [_point_from_record(record, depth if use_counts else None, where)
+              for record, where in zip(records, locations)]
+    _check_accuracy_units(points, locations)
+    return points
+
+
+def _check_accuracy_units(points: Sequence[MAPPoint],
+                          locations: Sequence[str]) -> None:
+    """Accuracies are all percentages or all fractions: a file mixing 81.8
+    and 0.818 would fit a surface through both."""
+    fractions = [where for point, where in zip(points, locations)
+                 if point.accuracy <= 1]
+    if fractions and len(fractions) < len(points):
+        percent = next(where for point, where in zip(points, locations)
+                       if point.accuracy > 1)
+        raise ValueError(
+            f'accuracies mix fractions (<= 1, e.g. {fractions[0]}) and '
+            f'percentages (> 1, e.g. {percent}); give all in one unit')
+
+
+def _normalise_key(key: Any) -> str:
+    return str(key).strip().lower()
+
+
+def _point_from_record(record: Mapping[str, Any], depth: Optional[int],
+                       where: str) -> MAPPoint:
+    fields = {_normalise_key(key): value for key, value in record.items()
+              if key is not None}
+    values = {name: _as_number(fields[name], name, where)
+              for name in (*ACCURACY_COLUMNS, *COUNT_COLUMNS, *RATIO_COLUMNS)
+              if _is_given(fields.get(name))}
+
+    accuracy = next((values[name] for name in ACCURACY_COLUMNS
+                     if name in values), None)
+    if accuracy is None:
+        raise ValueError(f'{where}: no accuracy value')
+    if not (math.isfinite(accuracy) and 0 <= accuracy <= 100):
+        raise ValueError(f'{where}: accuracy is {accuracy:g}; it must be a '
+                         'percentage (0 to 100) or a fraction (0 to 1)')
+
+    if depth is not None:
+        a, t = (_ratio_from_count(values, name, depth, where)
+                for name in COUNT_COLUMNS)
+        for name, derived in zip(RATIO_COLUMNS, (a, t)):
+            given = values.get(name)
+            if given is not None and abs(given - derived) > RATIO_TOLERANCE:
+                count_name = COUNT_COLUMNS[RATIO_COLUMNS.index(name)]
+                raise ValueError(
+                    f'{where}: {name}={given:g} disagrees with '
+                    f'{count_name}={values[count_name]:g} at depth {depth} '
+                    f'(which gives {name}={derived:.4f})')
+    else:
+        a, t = (_checked_ratio(values, name, where) for name in RATIO_COLUMNS)
+    return MAPPoint(a=a, t=t, accuracy=accuracy)
+
+
+def _is_given(value: Any) -> bool:
+    return value is not None and not (isinstance(value, str)
+                                      and not value.strip())
+
+
+def _as_number(value: Any, name: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
+        raise ValueError(f'{where}: column "{name}" value {value!r} is not a '
+                         'number')
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f'{where}: column "{name}" value {value!r} is not '
+                         'a number') from None
+
+
+def _ratio_from_count(values: Mapping[str, float], name: str, depth: int,
+                      where: str) -> float:
+    if name not in values:
+        raise ValueError(f'{where}: missing value for "{name}"')
+    count = values[name]
+    if not (math.isfinite(count) and count.is_integer()):
+        raise ValueError(f'{where}: {name}={count:g} is not a whole number '
+                         'of removed layers')
+    if not 0 <= count <= depth:
+        raise ValueError(f'{where}: {name}={count:g} is outside [0, {depth}] '
+                         f'(depth {depth})')
+    return (depth - count) / depth
+
+
+def _checked_ratio(values: Mapping[str, float], name: str,
+                   where: str) -> float:
+    if name not in values:
+        raise ValueError(f'{where}: missing value for "{name}"')
+    ratio = values[name]
+    if not 0.0 <= ratio <= 1.0:  # also rejects NaN
+        raise ValueError(f'{where}: ratio {name}={ratio:g} is outside [0, 1]')
+    return ratio
+
+
+# ---------------------------------------------------------------- fitting --
