@@ -15,12 +15,9 @@ from helpers import MIXED_SPEC, REPO, load_tool, randomize_
 from timm.layers import Attention, Mlp
 
 from hetdpt_mm.analysis import count_macs, count_params
-from hetdpt_mm.apis.benchmark import (
-    BenchmarkOptions,
-    format_markdown,
-    resolve_options,
-    run_benchmark,
-)
+from hetdpt_mm.apis.benchmark import run_benchmark
+from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
+from hetdpt_mm.apis.benchmark_report import format_markdown
 from hetdpt_mm.benchmark import (
     AUTHORS_SPEC,
     amdahl_bound,

@@ -16,11 +16,8 @@ from mmengine.config import Config
 from timm.models.vision_transformer import checkpoint_filter_fn
 
 from hetdpt_mm import PruneSpec
-from hetdpt_mm.apis.benchmark import (
-    BenchmarkOptions,
-    resolve_options,
-    run_benchmark,
-)
+from hetdpt_mm.apis.benchmark import run_benchmark
+from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
 from hetdpt_mm.benchmark import build_from_config, make_test_batch
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.hooks import HetDPTPruneHook

@@ -12,11 +12,8 @@ from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import analytic_macs
-from hetdpt_mm.apis.benchmark import (
-    BenchmarkOptions,
-    resolve_options,
-    run_benchmark,
-)
+from hetdpt_mm.apis.benchmark import run_benchmark
+from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
 from hetdpt_mm.benchmark import build_from_config, make_test_batch
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook

@@ -36,11 +36,11 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from hetdpt_mm.apis.benchmark import (
+from hetdpt_mm.apis.benchmark import run_and_write
+from hetdpt_mm.apis.benchmark_options import (
     TASKS,
     BenchmarkOptions,
     resolve_options,
-    run_and_write,
 )
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 

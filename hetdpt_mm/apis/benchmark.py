@@ -18,8 +18,10 @@ real configs with ``--config NAME=PATH`` (repeatable; the first is the
 baseline). End to end means ``model.test_step`` on a batch of uint8 images:
 normalisation, backbone, neck, heads and post-processing, no data loading.
 
-The options are those of ``tools/benchmark.py`` (:class:`BenchmarkOptions`,
-checked by :func:`resolve_options`); outputs are written atomically, only
+The options are those of ``tools/benchmark.py``
+(:class:`~.benchmark_options.BenchmarkOptions`, checked by
+:func:`~.benchmark_options.resolve_options`; the report:
+:mod:`.benchmark_report`); outputs are written atomically, only
 after every input has been validated, and an existing output is kept unless
 ``force``.  The building blocks (timing loop, MAC counts, model builders)
 are in :mod:`hetdpt_mm.benchmark`.
@@ -29,27 +31,23 @@ import os
 import shlex
 import statistics
 import tempfile
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.logging import print_log
 from torch.profiler import ProfilerActivity
 
 from ..analysis import MacCount, analytic_macs, count_macs, count_params
 from ..benchmark import (
-    AUTHORS_SPEC,
-    BACKBONE_VARIANTS,
     TensorForward,
     TimingStats,
     amdahl_bound,
     autocast,
     build_backbone_variants,
     build_from_config,
-    glibc_malloc,
     hetdpt_config,
     keep_freed_memory,
     machine_info,
@@ -60,275 +58,21 @@ from ..benchmark import (
     synchronize,
     time_runs,
 )
-from ..cli import UsageError
 from ..deploy.runtimes import (
-    BENCHMARK_RUNTIMES,
-    RUNTIME_DTYPES,
     benchmark_runner,
 )
-from ..fileio import check_input_file, check_output_paths, write_outputs
+from ..fileio import write_outputs
 from ..models.family import HetDPTBackbone
-from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
-from ..models.hetdpt_swin import resolve_swin_arch
-from ..models.hetdpt_vit import resolve_arch
-from ..spec import PruneSpec, loads_json
+from .benchmark_options import (
+    BACKBONE_IMG_SIZE,
+    BenchmarkOptions,
+    check_outputs,
+    parse_cfg_options,
+)
+from .benchmark_report import format_markdown
 
-__all__ = ['TASKS', 'BenchmarkOptions', 'resolve_options', 'run_benchmark',
-           'format_markdown', 'run_and_write']
+__all__ = ['run_benchmark', 'run_and_write']
 
-TASKS = ('backbone', 'detr', 'upernet')
-#: Models the dense-prediction tasks build without --config.
-BUILTIN_MODELS = {'detr': BACKBONE_VARIANTS,
-                  'upernet': ('stock', ) + BACKBONE_VARIANTS}
-DEFAULTS = {
-    # task: (img_size, batch_size, repeats, models, split_backbone)
-    'backbone': ((224, 224), 16, 5, BACKBONE_VARIANTS, False),
-    'detr': ((800, 1216), 1, 3, ('dense', 'merged'), False),
-    'upernet': ((512, 512), 1, 3, ('stock', 'merged'), True),
-}
-#: The arch each family's backbone benchmark takes without --arch.
-DEFAULT_ARCHS = {'vit': 'deit-base', 'swin': 'base',
-                 'layerscale_vit': 'dinov2-base'}
-#: The size the built-in backbones store their position embedding at, as in
-#: configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
-BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
-
-
-@dataclass
-class BenchmarkOptions:
-    """What to benchmark and how, as ``tools/benchmark.py`` takes it (see
-    its help); ``None`` means the task's default, which
-    :func:`resolve_options` fills in."""
-    task: str  # one of TASKS
-    family: str = 'vit'  # backbone: a key of DEFAULT_ARCHS
-    #: a preset of the family or a JSON dict (text or parsed); None: the
-    #: family's DEFAULT_ARCHS
-    arch: Union[None, str, Dict[str, Any]] = None
-    spec: Union[None, str, Dict[str, Any]] = None  # JSON prune spec
-    checkpoint: Optional[str] = None  # backbone: structure and weights
-    prefix: Optional[str] = None  # backbone: key prefix in checkpoint
-    distilled: Optional[bool] = None  # with the distillation token
-    models: Optional[Sequence[str]] = None  # first = baseline
-    config: Sequence = ()  # NAME=PATH configs (detr/upernet)
-    cfg_options: Sequence[str] = ()  # [NAME:]KEY=VALUE
-    img_size: Optional[Sequence[int]] = None  # H or H W
-    batch_size: Optional[int] = None
-    dtype: str = 'fp32'  # fp32, bf16, fp16
-    device: str = 'cpu'
-    threads: Optional[int] = None  # torch.set_num_threads
-    clock: str = 'wall'  # wall or process
-    keep_freed_memory: bool = False  # glibc malloc keeps its heap
-    warmup: int = 1
-    repeats: Optional[int] = None
-    iters: int = 1
-    split_backbone: Optional[bool] = None  # also time backbones alone
-    macs: bool = True
-    profile: int = 0  # operators to report per model (0: no profile)
-    json_path: Optional[Path] = None
-    md_path: Optional[Path] = None
-    force: bool = False  # replace existing outputs
-    #: backbone: what runs each model (hetdpt_mm.deploy BENCHMARK_RUNTIMES)
-    runtimes: Sequence[str] = ('torch', )
-    argv: Sequence[str] = ()  # the command line, for the result
-
-
-def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
-    """A copy of ``given`` with the task's defaults filled in; raises
-    ``UsageError`` for combinations that cannot work."""
-    options = replace(given)
-    if options.task not in TASKS:
-        raise UsageError(f'unknown task {options.task!r}; choose from '
-                         f'{list(TASKS)}')
-    img_size, batch_size, repeats, models, split = DEFAULTS[options.task]
-    if options.img_size is None:
-        options.img_size = img_size
-    elif len(options.img_size) == 1:
-        options.img_size = (options.img_size[0], ) * 2
-    elif len(options.img_size) != 2:
-        raise UsageError('--img-size takes H or H W')
-    options.img_size = tuple(options.img_size)
-    options.batch_size = options.batch_size or batch_size
-    options.repeats = options.repeats or repeats
-    for name in ('batch_size', 'repeats', 'iters'):
-        if getattr(options, name) < 1:
-            raise UsageError(f'--{name.replace("_", "-")} must be >= 1')
-    if options.warmup < 0:
-        raise UsageError('--warmup must be >= 0')
-    if min(options.img_size) < 1:
-        raise UsageError(f'--img-size must be positive, got '
-                         f'{options.img_size}')
-    if options.threads is not None and options.threads < 1:
-        raise UsageError('--threads must be >= 1')
-    if (options.clock == 'process'
-            and torch.device(options.device).type != 'cpu'):
-        raise UsageError('--clock process measures CPU work; use the wall '
-                         f'clock on {options.device}')
-    if options.keep_freed_memory and not glibc_malloc():
-        raise UsageError('--keep-freed-memory needs glibc\'s malloc (Linux '
-                         'with glibc)')
-    check_runtimes(options)
-    if options.split_backbone is None:
-        options.split_backbone = split
-    elif options.split_backbone and options.task == 'backbone':
-        raise UsageError('--split-backbone is for detr and upernet: the '
-                         'backbone task times backbones only')
-    if options.family not in DEFAULT_ARCHS:
-        raise UsageError(f'unknown --family {options.family!r}; choose from '
-                         f'{list(DEFAULT_ARCHS)}')
-    if options.family != 'vit':
-        if options.task != 'backbone':
-            raise UsageError(f'--family {options.family} is for the backbone '
-                             'task (detr and upernet build DeiT models; '
-                             'give other models with --config)')
-        if options.distilled:
-            raise UsageError('--distilled is for ViT backbones')
-    elif options.distilled is None:
-        options.distilled = options.task != 'backbone'
-    options.arch = parse_json_or_text(
-        options.arch or DEFAULT_ARCHS[options.family], '--arch')
-    try:
-        depth = arch_depth(options.family, options.arch)
-    except ValueError as err:
-        raise UsageError(f'--arch: {err}') from None
-    if options.spec is not None:
-        try:
-            spec = loads_json(options.spec, '--spec')
-        except json.JSONDecodeError as err:
-            raise UsageError(f'--spec: {err}') from None
-        try:
-            options.spec = PruneSpec.coerce(spec, depth).to_dict()
-        except (TypeError, ValueError) as err:
-            raise UsageError(f'--spec: {err}') from None
-    elif options.checkpoint is None:
-        if depth != AUTHORS_SPEC.depth:
-            raise UsageError(f'--arch has {depth} blocks: give its --spec '
-                             '(the default is the authors\' 12-block DeiT-B '
-                             'spec)')
-        options.spec = AUTHORS_SPEC.to_dict()
-    if options.task == 'backbone':
-        if options.config or options.cfg_options:
-            raise UsageError('--config and --cfg-options are for detr and '
-                             'upernet; backbone takes --arch/--spec or '
-                             '--checkpoint')
-        allowed = BACKBONE_VARIANTS
-    else:
-        if options.checkpoint or options.prefix:
-            raise UsageError('--checkpoint is for the backbone task; for '
-                             'detr/upernet give the checkpoint in the config '
-                             '(or --cfg-options)')
-        allowed = BUILTIN_MODELS[options.task]
-        options.config = [parse_named_path(item) for item in options.config]
-        if options.config and options.models:
-            raise UsageError('--models selects built-in models; with '
-                             '--config, the configs are the models')
-        if options.cfg_options and not options.config:
-            raise UsageError('--cfg-options applies to --config models')
-    if options.config:
-        options.models = [name for name, _ in options.config]
-        if len(set(options.models)) != len(options.models):
-            raise UsageError(f'--config names must be unique, got '
-                             f'{options.models}')
-    else:
-        options.models = list(options.models or models)
-        unknown = [m for m in options.models if m not in allowed]
-        if unknown:
-            raise UsageError(f'unknown models {unknown} for {options.task}; '
-                             f'choose from {list(allowed)}')
-        if len(set(options.models)) != len(options.models):
-            raise UsageError(f'--models has duplicates: {options.models}')
-    return options
-
-
-def arch_depth(family: str, arch: Union[str, Dict[str, Any]]) -> int:
-    """Blocks of ``arch`` (over all stages), which specs index."""
-    if family == 'swin':
-        return sum(resolve_swin_arch(arch)['depths'])
-    if family == 'layerscale_vit':
-        return resolve_layerscale_arch(arch)['num_layers']
-    return resolve_arch(arch)['num_layers']
-
-
-def check_runtimes(options: BenchmarkOptions) -> None:
-    runtimes = list(dict.fromkeys(options.runtimes))
-    unknown = [r for r in runtimes if r not in BENCHMARK_RUNTIMES]
-    if unknown:
-        raise UsageError(f'unknown runtimes {unknown}; choose from '
-                         f'{list(BENCHMARK_RUNTIMES)}')
-    options.runtimes = runtimes
-    if runtimes == ['torch']:
-        return
-    if options.task != 'backbone':
-        raise UsageError('--runtime other than torch is for the backbone '
-                         'task (detr/upernet time post-processing too)')
-    exported = [r for r in runtimes if r in RUNTIME_DTYPES]
-    for runtime in exported:
-        if options.dtype not in RUNTIME_DTYPES[runtime]:
-            raise UsageError(f'{runtime} runs the exported graph in '
-                             f'{" or ".join(RUNTIME_DTYPES[runtime])} '
-                             f'here, not --dtype {options.dtype}')
-    if exported and torch.device(options.device).type != 'cpu':
-        raise UsageError(f'{", ".join(exported)} run on the CPU here; use '
-                         '--device cpu')
-    if 'compile' in runtimes and options.warmup < 1:
-        raise UsageError('--runtime compile needs --warmup >= 1 (the first '
-                         'call compiles)')
-
-
-def parse_json_or_text(value: str, source: str) -> Any:
-    """A command-line value: JSON when it parses, else the text."""
-    try:
-        return loads_json(value, source)
-    except json.JSONDecodeError:
-        return value
-
-
-def parse_named_path(item: str):
-    name, sep, path = item.partition('=')
-    if not sep or not name or not path:
-        raise UsageError(f'--config takes NAME=PATH, got {item!r}')
-    if not Path(path).exists():
-        raise UsageError(f'--config {name}: no such file {path}')
-    check_input_file(path, f'--config {name}')
-    return name, path
-
-
-def parse_cfg_options(items: Sequence[str], names: Sequence[str]
-                      ) -> Dict[Optional[str], Dict[str, Any]]:
-    """``KEY=VALUE`` (all configs) and ``NAME:KEY=VALUE`` (one config), by
-    config name (``None``: all)."""
-    parsed: Dict[Optional[str], Dict[str, Any]] = {}
-    for option in items:
-        key, sep, value = option.partition('=')
-        if not sep or not key:
-            raise UsageError(f'--cfg-options takes [NAME:]KEY=VALUE, got '
-                             f'{option!r}')
-        name, colon, rest = key.partition(':')
-        if colon:
-            if name not in names:
-                raise UsageError(f'--cfg-options {option!r}: no --config '
-                                 f'named {name!r} (have {list(names)})')
-            key = rest
-        else:
-            name = None
-        try:
-            parsed_value = json.loads(value)
-        except json.JSONDecodeError:
-            parsed_value = DictAction._parse_iterable(value)
-        parsed.setdefault(name, {})[key] = parsed_value
-    return parsed
-
-
-def check_outputs(options: BenchmarkOptions) -> None:
-    """Fail before any work if an output path is unusable."""
-    outputs = [p for p in (options.json_path, options.md_path)
-               if p is not None]
-    inputs = [path for _, path in options.config]
-    if options.checkpoint:
-        inputs.append(options.checkpoint)
-    check_output_paths(outputs, inputs, options.force)
-
-
-# ------------------------------------------------------------------ models
 @dataclass
 class Entry:
     """One model under test: how to run a batch, and what to count."""
@@ -619,124 +363,6 @@ def amdahl_section(timings, entries: List[Entry]) -> List[Dict[str, Any]]:
 
 
 # --------------------------------------------------------------- markdown
-def format_markdown(result: Dict[str, Any]) -> str:
-    settings = result['settings']
-    height, width = settings['img_size']
-    clock = ('' if settings['clock'] == 'wall' else
-             ', process CPU time (not elapsed)')
-    if settings.get('keep_freed_memory'):
-        clock += ', freed memory kept (no page faults per batch)'
-    lines = [f'### {result["task"]}: {height}x{width}, batch '
-             f'{settings["batch_size"]}, {settings["dtype"]}, '
-             f'{settings["device"]}, {settings["threads"]} threads{clock}',
-             '',
-             f'`{result["command"]}`', '']
-    split = 'amdahl' in result
-    lines += model_table(result, 'timing', 'speedup', 'macs', 'params',
-                         'end to end' if split else None)
-    if split:
-        lines += [''] + model_table(result, 'backbone_timing',
-                                    'backbone_speedup', 'backbone_macs',
-                                    'backbone_params', 'backbone only')
-        lines += ['', 'Amdahl\'s law: the backbone\'s share of the '
-                  'baseline\'s end-to-end time and its backbone speedup '
-                  'bound the end-to-end speedup.', '',
-                  '| baseline -> model | backbone share | backbone speedup | '
-                  'Amdahl bound | end-to-end speedup | % of bound |',
-                  '| --- | ---: | ---: | ---: | ---: | ---: |']
-        for row in result['amdahl']:
-            lines.append(f'| {row["baseline"]} -> {row["model"]} | '
-                         f'{100 * row["backbone_share"]:.1f} % | '
-                         f'{row["backbone_speedup"]:.3f}x | '
-                         f'{row["bound"]:.3f}x | '
-                         f'{row["end_to_end_speedup"]:.3f}x | '
-                         f'{100 * row["fraction_of_bound"]:.1f} % |')
-    if 'runtimes' in result:
-        lines += ['', 'By runtime (paired speedups, median [min-max] over '
-                  'repeats; the largest difference of either model\'s '
-                  'outputs from PyTorch eager in fp32):', '',
-                  '| runtime | baseline ms | model ms | model vs baseline | '
-                  'model vs PyTorch eager model | max abs diff |',
-                  '| --- | ---: | ---: | ---: | ---: | ---: |']
-        for row in result['runtimes']:
-            gain, eager = row['speedup'], row['vs_torch']
-            lines.append(
-                f'| {row["runtime"]} ({row["model"]} vs {row["baseline"]}) '
-                f'| {row["baseline_ms"]:.1f} | {row["ms"]:.1f} | '
-                f'{gain["paired_median"]:.3f}x [{gain["paired_min"]:.2f}-'
-                f'{gain["paired_max"]:.2f}] | {eager["paired_median"]:.3f}x '
-                f'[{eager["paired_min"]:.2f}-{eager["paired_max"]:.2f}] | '
-                f'{row["max_abs_diff"]:.2g} |')
-    analytic = [m for m in result['models']
-                if 'backbone_analytic_macs' in m]
-    if analytic:
-        lines += ['', 'Backbone MACs, mmengine FlopAnalyzer (matrix '
-                  'products) vs AnalyticCost: ' + '; '.join(
-                      f'{m["name"]} {backbone_matmul(m):,} vs '
-                      f'{m["backbone_analytic_macs"]:,}'
-                      for m in analytic)]
-    machine = result['machine']
-    lines += ['', f'Machine: {machine["cpu"]}, {machine["logical_cores"]} '
-              f'logical cores, torch {machine["torch"]}, '
-              f'{machine["threads"]} threads'
-              + (f', {machine["gpu"]}' if 'gpu' in machine else '')
-              + (f'; load average {machine["loadavg"][0]} before, '
-                 f'{machine["loadavg_after"][0]} after'
-                 if 'loadavg_after' in machine else '') + '.']
-    for model in result['models']:
-        for key, label in (('profile', 'end to end'),
-                           ('backbone_profile', 'backbone')):
-            if key in model:
-                lines += ['', f'Profile of {model["name"]} ({label}), one '
-                          'batch:', '', '| operator | calls | self ms | '
-                          'share |', '| --- | ---: | ---: | ---: |']
-                lines += [f'| `{row["op"]}` | {row["calls"]} | '
-                          f'{row["self_ms"]:.1f} | '
-                          f'{100 * row["share"]:.1f} % |'
-                          for row in model[key]]
-    return '\n'.join(lines) + '\n'
-
-
-def si(count: float) -> str:
-    """``17.56 G``, ``3.10 M``: a count with a unit prefix."""
-    for factor, prefix in ((1e12, 'T'), (1e9, 'G'), (1e6, 'M'), (1e3, 'k')):
-        if count >= factor:
-            return f'{count / factor:.2f} {prefix}'
-    return f'{count:.0f}'
-
-
-def backbone_matmul(model: Dict[str, Any]) -> int:
-    macs = model.get('backbone_macs') or model['macs']
-    return macs['matmul']
-
-
-def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
-                macs_key: str, params_key: str,
-                title: Optional[str]) -> List[str]:
-    lines = [f'{title}:', ''] if title else []
-    lines += ['| model | backbone | params (M) | MACs/img | ms/batch, '
-              'median [min-max] | img/s | speedup (of medians) | '
-              'paired speedup, median [min-max] | speedup of best times | '
-              'MACs ratio |',
-              '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: '
-              '| ---: |']
-    for model in result['models']:
-        timing = model[timing_key]
-        gain = model[speedup_key]
-        params = model.get(params_key, model['params'])
-        macs = model.get(macs_key)
-        macs_ratio = f'{gain["macs"]:.3f}x' if 'macs' in gain else '-'
-        lines.append(
-            f'| {model["name"]} | {model["description"]} | '
-            f'{params / 1e6:.2f} | {si(macs["total"]) if macs else "-"} | '
-            f'{timing["median_ms"]:.1f} [{timing["min_ms"]:.1f}-'
-            f'{timing["max_ms"]:.1f}] | {timing["throughput"]:.2f} | '
-            f'{gain["median"]:.3f}x | {gain["paired_median"]:.3f}x '
-            f'[{gain["paired_min"]:.2f}-{gain["paired_max"]:.2f}] | '
-            f'{gain["best"]:.3f}x | {macs_ratio} |')
-    return lines
-
-
 def run_and_write(options: BenchmarkOptions) -> Dict[str, Any]:
     """Check the outputs, benchmark, print the markdown tables and write
     the requested files; returns the result."""
