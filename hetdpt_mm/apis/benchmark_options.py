@@ -21,7 +21,7 @@ from ..deploy.runtimes import (
 from ..fileio import check_input_file, check_output_paths
 from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
 from ..models.hetdpt_swin import resolve_swin_arch
-from ..models.hetdpt_vit import resolve_arch
+from ..models.vit_codec import resolve_arch
 from ..spec import PruneSpec, loads_json
 
 TASKS = ('backbone', 'detr', 'upernet')

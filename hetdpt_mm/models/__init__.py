@@ -1,9 +1,10 @@
+from ..presets import ARCH_PRESETS
 from ..registry import FAMILIES, TOOLBOX_MODULES, get_family
 from . import heads  # noqa: F401  registers PretrainedHeads
 from .family import HetDPTBackbone
 from .hetdpt_layerscale_vit import LAYERSCALE_ARCH_PRESETS, HetDPTLayerScaleViT
 from .hetdpt_swin import SWIN_ARCH_PRESETS, HetDPTSwin
-from .hetdpt_vit import ARCH_PRESETS, HetDPTViT
+from .hetdpt_vit import HetDPTViT
 from .state_dict import convert_state_dict, merge_ffn_weights
 
 __all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone',

@@ -34,7 +34,7 @@ from ..pruning.cost import AnalyticCost
 from ..spec import ACT, ATTN, PruneSpec
 from . import layerscale_state_dict as ls_state_dict
 from . import state_dict as vit_state_dict
-from .hetdpt_vit import RELEASED_SEMANTICS, HetDPTViT, resolve_arch
+from .hetdpt_vit import HetDPTViT
 from .layers import (
     GatedAttention,
     HetDPTBlock,
@@ -42,6 +42,7 @@ from .layers import (
     assemble_block,
     choose_block_layers,
 )
+from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 
 #: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
 FFN_TYPES = ('mlp', 'swiglu')

@@ -12,9 +12,8 @@ from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, PruneSpec
-from . import swin_state_dict
+from . import swin_state_dict, vit_codec
 from .family import HetDPTBackbone
-from .hetdpt_vit import HetDPTViT
 from .swin_layers import (
     PatchMerging,
     SwinPatchEmbed,
@@ -209,12 +208,12 @@ class HetDPTSwin(HetDPTBackbone):
     def record_from_tensors(cls, state: Mapping,
                             source: str) -> HetDPTRecord:
         flat = swin_state_dict.to_global_blocks(state)[0]
-        return replace(HetDPTViT.record_from_tensors(flat, source),
+        return replace(vit_codec.record_from_tensors(flat, source),
                        family=cls.family, semantics=dict(SWIN_SEMANTICS))
 
     @classmethod
     def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
-        HetDPTViT.check_record(
+        vit_codec.check_record(
             record, swin_state_dict.to_global_blocks(state)[0])
 
     @classmethod

@@ -1,6 +1,5 @@
 """HetDPTViT: a DeiT/ViT backbone whose attention sublayers and FFN GELUs can
 be removed (HetDPT), for mmpretrain, mmdet and mmseg."""
-import math
 from functools import partial
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -16,40 +15,14 @@ from timm.layers import (
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch.utils.checkpoint import checkpoint
 
-from ..checkpoint import StateDictMismatch
-from ..presets import ARCH_PRESETS
-from ..pruning.cost import AnalyticCost
 from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, PruneSpec
 from . import state_dict as vit_state_dict
+from . import vit_codec
 from .family import HetDPTBackbone
 from .layers import build_block
 from .layerscale_state_dict import has_layer_scale
-
-#: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
-RELEASED_SEMANTICS = dict(removed_attn_output='norm',
-                          residual_gelu='both_removed')
-
-
-def resolve_arch(arch: Union[str, Mapping]) -> Dict:
-    if isinstance(arch, str):
-        if arch not in ARCH_PRESETS:
-            raise ValueError(f'unknown arch {arch!r}; choose one of '
-                             f'{sorted(ARCH_PRESETS)} or pass a dict')
-        return dict(ARCH_PRESETS[arch])
-    arch = dict(arch)
-    missing = {'embed_dims', 'num_layers', 'num_heads'} - set(arch)
-    if missing:
-        raise ValueError(f'arch dict is missing {sorted(missing)}')
-    if 'feedforward_channels' in arch:  # mmpretrain's spelling
-        arch['mlp_ratio'] = arch.pop('feedforward_channels') / \
-            arch['embed_dims']
-    arch.setdefault('mlp_ratio', 4.)
-    unknown = set(arch) - {'embed_dims', 'num_layers', 'num_heads',
-                           'mlp_ratio'}
-    if unknown:
-        raise ValueError(f'unknown arch keys {sorted(unknown)}')
-    return arch
+from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 
 
 class HetDPTViT(HetDPTBackbone):
@@ -228,51 +201,11 @@ class HetDPTViT(HetDPTBackbone):
     @classmethod
     def record_from_tensors(cls, state: Mapping,
                             source: str) -> HetDPTRecord:
-        layout = vit_state_dict.infer_layout(state)
-        depth = layout['depth']
-        common = dict(family=cls.family, source=source, origin='tensors',
-                      semantics=dict(RELEASED_SEMANTICS))
-        if layout['gated']:
-            return HetDPTRecord(spec=vit_state_dict.gate_spec(state, depth),
-                                form='gated', **common)
-        if layout['merged']:
-            return HetDPTRecord(spec=PruneSpec(depth, layout['attn_missing'],
-                                               layout['merged']),
-                                form='merged', **common)
-        return HetDPTRecord(spec=PruneSpec(depth, layout['attn_missing']),
-                            form='pruned',
-                            act_unknown=bool(layout['attn_missing']),
-                            **common)
+        return vit_codec.record_from_tensors(state, source, cls.family)
 
     @classmethod
     def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
-        layout = vit_state_dict.infer_layout(state)
-        spec = record.spec
-        problems = []
-        if layout['depth'] != spec.depth:
-            problems.append(f'{layout["depth"]} blocks of weights for a '
-                            f'{spec.depth}-block spec')
-        elif record.form == 'gated':
-            gates = vit_state_dict.gate_spec(state, spec.depth)
-            if not layout['gated']:
-                problems.append('no gate tensors in a gated record')
-            elif gates != spec:
-                problems.append(f'its closed gates say {gates}')
-        else:
-            merged = list(spec.act_removed) if record.form == 'merged' else []
-            if layout['attn_missing'] != list(spec.attn_removed):
-                problems.append(
-                    f'attention weights are missing for blocks '
-                    f'{layout["attn_missing"]}, the record removes '
-                    f'{list(spec.attn_removed)}')
-            if layout['merged'] != merged:
-                problems.append(
-                    f'merged FFNs are in blocks {layout["merged"]}, the '
-                    f'record expects {merged}')
-        if problems:
-            raise StateDictMismatch(
-                f'{record.source}: the HetDPT record ({record.describe()}) '
-                f'does not match the tensors: ' + '; '.join(problems))
+        vit_codec.check_record(record, state)
 
     @classmethod
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
@@ -282,65 +215,11 @@ class HetDPTViT(HetDPTBackbone):
     @classmethod
     def build_args_from_tensors(cls, state: Mapping,
                                 arch: Optional[Mapping] = None) -> Dict:
-        """Everything is read from tensor shapes except the number of heads,
-        which comes from ``arch`` (a preset, an arch dict, or a record's
-        build args) or from the preset with the same width, depth and MLP
-        ratio."""
-        if isinstance(arch, Mapping) and 'arch' in arch:
-            arch = arch['arch']
-        pos_embed = state['pos_embed']
-        proj = state['patch_embed.proj.weight']
-        dim = int(pos_embed.shape[-1])
-        depth = vit_state_dict.infer_layout(state)['depth']
-        fc1 = [v for k, v in state.items() if k.endswith('mlp.fc1.weight')]
-        mlp_ratio = fc1[0].shape[0] / dim if fc1 else None
-        with_cls = 'cls_token' in state
-        distilled = 'dist_token' in state
-        num_patches = pos_embed.shape[1] - int(with_cls) - int(distilled)
-        side = math.isqrt(num_patches)
-        if side * side != num_patches:
-            raise StateDictMismatch(f'pos_embed has {num_patches} patch '
-                                    'positions, not a square grid')
-        if not arch:
-            matches = [dict(p) for p in ARCH_PRESETS.values()
-                       if p['embed_dims'] == dim and p['num_layers'] == depth
-                       and mlp_ratio in (None, p['mlp_ratio'])]
-            if not matches:
-                raise ValueError(
-                    f'the checkpoint has no HetDPT record and its shape '
-                    f'(width {dim}, {depth} blocks) matches no preset in '
-                    f'{sorted(ARCH_PRESETS)}: give the architecture (number '
-                    'of heads) with --arch')
-            arch = matches[0]
-        arch = resolve_arch(arch)
-        if arch['embed_dims'] != dim or arch['num_layers'] != depth:
-            raise StateDictMismatch(
-                f'arch {arch} does not match the checkpoint (width {dim}, '
-                f'{depth} blocks)')
-        if mlp_ratio is not None:
-            arch['mlp_ratio'] = mlp_ratio
-        patch = int(proj.shape[-1])
-        return dict(arch=arch, img_size=(side * patch, side * patch),
-                    patch_size=patch, in_channels=int(proj.shape[1]),
-                    distilled=distilled, with_cls_token=with_cls,
-                    qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
-                    final_norm='norm.weight' in state)
+        return vit_codec.build_args_from_tensors(state, arch)
 
     @classmethod
     def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
-        settings = resolve_arch(arch['arch'])
-        cost = AnalyticCost(
-            embed_dim=settings['embed_dims'],
-            num_heads=settings['num_heads'], mlp_ratio=settings['mlp_ratio'],
-            depth=settings['num_layers'], img_size=tuple(img_size),
-            patch_size=arch['patch_size'], in_chans=arch['in_channels'],
-            num_prefix_tokens=int(arch['with_cls_token']) +
-            int(arch['distilled']))
-        depth = settings['num_layers']
-        return dict(attn=[cost.attention_macs] * depth,
-                    ffn=[cost.ffn_macs] * depth,
-                    merged_ffn=[cost.merged_ffn_macs] * depth,
-                    rest=cost.patch_embed_macs)
+        return vit_codec.layer_macs(arch, img_size)
 
     # --------------------------------------------------------- structure
     def _build_embedding(self, dim: int) -> None:
