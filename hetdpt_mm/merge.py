@@ -20,7 +20,6 @@ the backbone rebuilds it from the file alone.  Checkpoint parsing is
 :func:`~hetdpt_mm.record.read_backbone_checkpoint`'s, all surgery the
 family's ``convert_state_dict``.
 """
-import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple, Union
@@ -34,7 +33,7 @@ from .record import (
     read_backbone_checkpoint,
     with_record,
 )
-from .spec import META_KEY, PruneSpec, loads_json
+from .spec import META_KEY, PruneSpec, read_json_value
 
 
 @dataclass
@@ -88,12 +87,8 @@ def _numel(state: Mapping) -> int:
 
 def parse_arch(value: Union[None, str, Mapping]) -> Union[None, str, Dict]:
     """``--arch``: a preset name, a JSON object, or a dict (or None)."""
-    if isinstance(value, str) and value.lstrip().startswith('{'):
-        try:
-            return loads_json(value, 'arch')
-        except json.JSONDecodeError as err:
-            raise ValueError(f'arch is not valid JSON ({err})') from None
-    return value
+    return read_json_value(value, 'arch') if isinstance(value, str) \
+        else value
 
 
 def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:

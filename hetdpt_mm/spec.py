@@ -49,6 +49,29 @@ def loads_json(text: str, source: str) -> Any:
     return json.loads(text, parse_int=bounded_int)
 
 
+def read_json_value(value: str, what: str, file: bool = False,
+                    hint: str = '') -> Any:
+    """The one reading of an option that is inline JSON (an object or a
+    list), else with ``file`` the path of a JSON file (``hint`` says who
+    writes it), else a name, returned as it is."""
+    if value.lstrip().startswith(('{', '[')):
+        source, text = what, value
+    elif file:
+        path = os.path.expanduser(value)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f'{what} file {path} does not exist'
+                                    f'{hint}')
+        source = f'{what} file {path}'
+        text = check_input_file(path, f'{what} file').read_text(
+            encoding='utf-8')
+    else:
+        return value
+    try:
+        return loads_json(text, source)
+    except json.JSONDecodeError as err:
+        raise ValueError(f'{source} is not valid JSON ({err})') from None
+
+
 def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise TypeError(f'{name} must be a list of block indices, '
@@ -275,10 +298,9 @@ class PruneSpec:
         """Accept a PruneSpec, a dict, a JSON string, the path of a JSON
         file (e.g. the spec a search run wrote) or ``None`` (dense)."""
         if isinstance(value, str):
-            inline = value.lstrip().startswith('{')
-            value = loads_json(
-                value if inline else _read_spec_file(value),
-                'prune spec' if inline else f'prune spec file {value}')
+            value = read_json_value(
+                value, 'prune spec', file=True,
+                hint=" (a search run writes it: HetDPTPruneHook's spec_file)")
         if isinstance(value, cls):
             spec = value
         elif value is None:
@@ -302,13 +324,3 @@ class PruneSpec:
         return (f'PruneSpec(depth={self.depth}, '
                 f'attn_removed={list(self.attn_removed)}, '
                 f'act_removed={list(self.act_removed)}{widths})')
-
-
-def _read_spec_file(path: str) -> str:
-    path = os.path.expanduser(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f'prune spec file {path} does not exist (a search run writes it: '
-            "HetDPTPruneHook's spec_file)")
-    return check_input_file(path, 'prune spec file').read_text(
-        encoding='utf-8')

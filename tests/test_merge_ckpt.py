@@ -257,7 +257,8 @@ BAD_SPECS = [
     ('{"attn_removed": [0, 2], "act_removed": [1], "depth": 6}',
      'prune spec is for depth 6 but the network has 4 blocks'),
     ('{"attn_removed": [0, 2]', 'not valid JSON'),
-    ('[0, 2]', 'neither JSON nor an existing file'),
+    ('[0, 2]', '--spec must be a JSON object, got [0, 2]'),
+    ('absent.json', '--spec file absent.json does not exist'),
 ]
 
 

@@ -264,7 +264,7 @@ def test_integers_too_long_for_python_are_named(tools, tmp_path, capsys):
         2, f'error: --spec: {message}\n')
     assert run_tool(tools, capsys, 'benchmark', 'backbone', '--arch',
                     TINY_ARCH, '--spec', spec) == (
-        2, f'error: --spec: {message}\n')
+        2, f'error: --spec: prune spec: {message}\n')
     with pytest.raises(ValueError) as error:
         PruneSpec.coerce(spec.replace('{', '{"depth": 12, ', 1))
     assert str(error.value) == f'prune spec: {message}'

@@ -27,7 +27,6 @@ existing OUT is kept unless ``--force``.  Errors print ``error: <message>``
 and exit with status 2.
 """
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
@@ -37,9 +36,9 @@ import torch
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
-from hetdpt_mm.fileio import atomic_path, check_input_file, check_output_path
+from hetdpt_mm.fileio import atomic_path, check_output_path
 from hetdpt_mm.merge import merge_checkpoint
-from hetdpt_mm.spec import loads_json
+from hetdpt_mm.spec import read_json_value
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -73,17 +72,7 @@ def read_spec(value: Optional[str]):
     """``--spec``: inline JSON, or the path of a JSON file."""
     if value is None:
         return None
-    text = value
-    if not value.lstrip().startswith('{'):
-        if not Path(value).exists():
-            raise ValueError(f'--spec {value!r} is neither JSON nor an '
-                             'existing file')
-        text = check_input_file(value, '--spec file').read_text(
-            encoding='utf-8')
-    try:
-        spec = loads_json(text, '--spec')
-    except json.JSONDecodeError as err:
-        raise ValueError(f'--spec is not valid JSON ({err})') from None
+    spec = read_json_value(value, '--spec', file=True)
     if not isinstance(spec, dict):
         raise ValueError(f'--spec must be a JSON object, got {spec!r}')
     return spec

@@ -22,7 +22,7 @@ from ..fileio import check_input_file, check_output_paths
 from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
 from ..models.hetdpt_swin import resolve_swin_arch
 from ..models.vit_codec import resolve_arch
-from ..spec import PruneSpec, loads_json
+from ..spec import PruneSpec, read_json_value
 
 TASKS = ('backbone', 'detr', 'upernet')
 #: Models the dense-prediction tasks build without --config.
@@ -132,7 +132,7 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
             raise UsageError('--distilled is for ViT backbones')
     elif options.distilled is None:
         options.distilled = options.task != 'backbone'
-    options.arch = parse_json_or_text(
+    options.arch = read_json_value(
         options.arch or DEFAULT_ARCHS[options.family], '--arch')
     try:
         depth = arch_depth(options.family, options.arch)
@@ -140,12 +140,8 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         raise UsageError(f'--arch: {err}') from None
     if options.spec is not None:
         try:
-            spec = loads_json(options.spec, '--spec')
-        except json.JSONDecodeError as err:
-            raise UsageError(f'--spec: {err}') from None
-        try:
-            options.spec = PruneSpec.coerce(spec, depth).to_dict()
-        except (TypeError, ValueError) as err:
+            options.spec = PruneSpec.coerce(options.spec, depth).to_dict()
+        except (OSError, TypeError, ValueError) as err:
             raise UsageError(f'--spec: {err}') from None
     elif options.checkpoint is None:
         if depth != AUTHORS_SPEC.depth:
@@ -220,14 +216,6 @@ def check_runtimes(options: BenchmarkOptions) -> None:
     if 'compile' in runtimes and options.warmup < 1:
         raise UsageError('--runtime compile needs --warmup >= 1 (the first '
                          'call compiles)')
-
-
-def parse_json_or_text(value: str, source: str) -> Any:
-    """A command-line value: JSON when it parses, else the text."""
-    try:
-        return loads_json(value, source)
-    except json.JSONDecodeError:
-        return value
 
 
 def parse_named_path(item: str):
