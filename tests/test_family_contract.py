@@ -44,10 +44,13 @@ def family(request, one_thread):
 
 
 def test_small_args_build_and_arch_keys_are_the_build_args(family):
+    cls = FAMILIES[family]
     network = small(family)
-    assert set(network.build_args()) == FAMILIES[family].RECORD_ARCH_KEYS
+    assert set(network.build_args()) == cls.RECORD_ARCH_KEYS
     assert network.family == family
     assert network.prune_spec == PruneSpec(network.depth)
+    assert cls.arch_depth(network.build_args()['arch']) == network.depth
+    assert cls.arch_depth(cls.DEFAULT_ARCH) >= 1
 
 
 def test_gated_pruned_and_merged_compute_the_same_function(family):

@@ -43,6 +43,7 @@ from hetdpt_mm.apis.benchmark_options import (
     resolve_options,
 )
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
+from hetdpt_mm.registry import FAMILIES
 
 
 def parse_args(argv: List[str]) -> BenchmarkOptions:
@@ -52,7 +53,7 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
     parser.add_argument('task', choices=TASKS,
                         help='backbone variants, DETR, or UperNet')
     model = parser.add_argument_group('models')
-    model.add_argument('--family', choices=('vit', 'swin', 'layerscale_vit'),
+    model.add_argument('--family', choices=sorted(FAMILIES),
                        help='backbone: HetDPTViT (default), HetDPTSwin '
                        '(specs index the blocks of all stages) or '
                        'HetDPTLayerScaleViT (DeiT-III, DINOv2)')

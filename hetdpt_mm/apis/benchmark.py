@@ -63,6 +63,7 @@ from ..deploy.runtimes import (
 )
 from ..fileio import write_outputs
 from ..models.family import HetDPTBackbone
+from ..registry import get_family
 from .benchmark_options import (
     BACKBONE_IMG_SIZE,
     BenchmarkOptions,
@@ -89,16 +90,13 @@ class Entry:
 
 
 def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
-    # A ViT stores its position embedding at the input size; a Swin's
-    # relative position biases serve any size.
-    vit_args = {'vit': dict(img_size=options.img_size,
-                            distilled=options.distilled),
-                'layerscale_vit': dict(img_size=options.img_size)
-                }.get(options.family, {})
+    sized = get_family(options.family).sized_args(options.img_size)
+    if options.distilled is not None:
+        sized['distilled'] = options.distilled
     variants = build_backbone_variants(
         arch=options.arch, spec=options.spec, variants=options.models,
         checkpoint=options.checkpoint, prefix=options.prefix,
-        family=options.family, **vit_args)
+        family=options.family, **sized)
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(options.batch_size, 3, *options.img_size,
                          generator=generator).to(options.device)

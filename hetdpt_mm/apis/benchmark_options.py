@@ -19,9 +19,7 @@ from ..deploy.runtimes import (
     RUNTIME_DTYPES,
 )
 from ..fileio import check_input_file, check_output_paths
-from ..models.hetdpt_layerscale_vit import resolve_layerscale_arch
-from ..models.hetdpt_swin import resolve_swin_arch
-from ..models.vit_codec import resolve_arch
+from ..registry import FAMILIES
 from ..spec import PruneSpec, read_json_value
 
 TASKS = ('backbone', 'detr', 'upernet')
@@ -35,8 +33,6 @@ DEFAULTS = {
     'upernet': ((512, 512), 1, 3, ('stock', 'merged'), True),
 }
 #: The arch each family's backbone benchmark takes without --arch.
-DEFAULT_ARCHS = {'vit': 'deit-base', 'swin': 'base',
-                 'layerscale_vit': 'dinov2-base'}
 #: The size the built-in backbones store their position embedding at, as in
 #: configs/detr_hetdpt_deit_b.py and configs/upernet_hetdpt_deit_b_ade20k.py.
 BACKBONE_IMG_SIZE = {'detr': (224, 224), 'upernet': (512, 512)}
@@ -48,9 +44,9 @@ class BenchmarkOptions:
     its help); ``None`` means the task's default, which
     :func:`resolve_options` fills in."""
     task: str  # one of TASKS
-    family: str = 'vit'  # backbone: a key of DEFAULT_ARCHS
+    family: str = 'vit'  # backbone: a family of the family table
     #: a preset of the family or a JSON dict (text or parsed); None: the
-    #: family's DEFAULT_ARCHS
+    #: family's DEFAULT_ARCH
     arch: Union[None, str, Dict[str, Any]] = None
     spec: Union[None, str, Dict[str, Any]] = None  # JSON prune spec
     checkpoint: Optional[str] = None  # backbone: structure and weights
@@ -120,9 +116,10 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     elif options.split_backbone and options.task == 'backbone':
         raise UsageError('--split-backbone is for detr and upernet: the '
                          'backbone task times backbones only')
-    if options.family not in DEFAULT_ARCHS:
+    if options.family not in FAMILIES:
         raise UsageError(f'unknown --family {options.family!r}; choose from '
-                         f'{list(DEFAULT_ARCHS)}')
+                         f'{sorted(FAMILIES)}')
+    family = FAMILIES[options.family]
     if options.family != 'vit':
         if options.task != 'backbone':
             raise UsageError(f'--family {options.family} is for the backbone '
@@ -133,9 +130,9 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     elif options.distilled is None:
         options.distilled = options.task != 'backbone'
     options.arch = read_json_value(
-        options.arch or DEFAULT_ARCHS[options.family], '--arch')
+        options.arch or family.DEFAULT_ARCH, '--arch')
     try:
-        depth = arch_depth(options.family, options.arch)
+        depth = family.arch_depth(options.arch)
     except ValueError as err:
         raise UsageError(f'--arch: {err}') from None
     if options.spec is not None:
@@ -181,15 +178,6 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         if len(set(options.models)) != len(options.models):
             raise UsageError(f'--models has duplicates: {options.models}')
     return options
-
-
-def arch_depth(family: str, arch: Union[str, Dict[str, Any]]) -> int:
-    """Blocks of ``arch`` (over all stages), which specs index."""
-    if family == 'swin':
-        return sum(resolve_swin_arch(arch)['depths'])
-    if family == 'layerscale_vit':
-        return resolve_layerscale_arch(arch)['num_layers']
-    return resolve_arch(arch)['num_layers']
 
 
 def check_runtimes(options: BenchmarkOptions) -> None:

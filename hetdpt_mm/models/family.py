@@ -80,6 +80,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     #: Constructor arguments of a small network of the family (the CPU
     #: demo's size), which the family contract test builds.
     SMALL_ARGS: ClassVar[Mapping] = {}
+    #: The ``arch`` tools build when none is given (``tools/benchmark.py``).
+    DEFAULT_ARCH: ClassVar = None
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training
@@ -141,6 +143,17 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         and merged FFN (``'merged_ffn'``), and the number for everything
         else (``'rest'``).  Blocks of a family may differ (Swin's stages)."""
         raise NotImplementedError
+
+    @classmethod
+    def arch_depth(cls, arch) -> int:
+        """Blocks of ``arch`` (over all stages), which specs index."""
+        raise NotImplementedError
+
+    @classmethod
+    def sized_args(cls, img_size) -> Dict:
+        """Constructor arguments that size the network for inputs of
+        ``img_size``; the default: none (any size works)."""
+        return {}
 
     @classmethod
     def from_record(cls, record: HetDPTRecord, **kwargs) -> 'HetDPTBackbone':

@@ -176,6 +176,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
         'reg_tokens', 'no_embed_class'}
     SMALL_ARGS = dict(HetDPTViT.SMALL_ARGS, layer_scale_init_value=1e-5,
                       no_embed_class=False)
+    DEFAULT_ARCH = 'dinov2-base'
     POS_EMBED_ANTIALIAS = True
 
     def __init__(self,
@@ -297,6 +298,10 @@ class HetDPTLayerScaleViT(HetDPTViT):
                     distilled=False, with_cls_token='cls_token' in state,
                     qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
                     final_norm='norm.weight' in state)
+
+    @classmethod
+    def arch_depth(cls, arch) -> int:
+        return resolve_layerscale_arch(arch)['num_layers']
 
     @classmethod
     def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:

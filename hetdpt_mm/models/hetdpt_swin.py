@@ -106,6 +106,7 @@ class HetDPTSwin(HetDPTBackbone):
         'patch_norm', 'out_indices'})
     SMALL_ARGS = dict(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
                                 num_heads=[1, 2, 4, 8]), window_size=4)
+    DEFAULT_ARCH = 'base'
 
     def __init__(self,
                  arch: Union[str, Mapping] = 'tiny',
@@ -268,6 +269,10 @@ class HetDPTSwin(HetDPTBackbone):
             patch_norm='patch_embed.norm.weight' in state,
             out_indices=[s for s in range(len(depths))
                          if f'norm{s}.weight' in state])
+
+    @classmethod
+    def arch_depth(cls, arch) -> int:
+        return sum(resolve_swin_arch(arch)['depths'])
 
     @classmethod
     def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:

@@ -76,6 +76,7 @@ class HetDPTViT(HetDPTBackbone):
         'with_cls_token', 'qkv_bias', 'final_norm'})
     SMALL_ARGS = dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3),
                       img_size=32, patch_size=4)
+    DEFAULT_ARCH = 'deit-base'
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Whether position embeddings are resampled with antialiasing (timm
     #: does for LayerScale ViTs; DeiT's weights were trained without).
@@ -216,6 +217,14 @@ class HetDPTViT(HetDPTBackbone):
     def build_args_from_tensors(cls, state: Mapping,
                                 arch: Optional[Mapping] = None) -> Dict:
         return vit_codec.build_args_from_tensors(state, arch)
+
+    @classmethod
+    def arch_depth(cls, arch) -> int:
+        return resolve_arch(arch)['num_layers']
+
+    @classmethod
+    def sized_args(cls, img_size) -> Dict:
+        return dict(img_size=img_size)  # the position embedding's size
 
     @classmethod
     def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
