@@ -140,13 +140,7 @@ def build_args_from_tensors(state: Mapping,
 def layer_macs(arch: Mapping, img_size) -> Dict[str, object]:
     """MACs per block of a ViT of build arguments ``arch``."""
     settings = resolve_arch(arch['arch'])
-    cost = AnalyticCost(
-        embed_dim=settings['embed_dims'],
-        num_heads=settings['num_heads'], mlp_ratio=settings['mlp_ratio'],
-        depth=settings['num_layers'], img_size=tuple(img_size),
-        patch_size=arch['patch_size'], in_chans=arch['in_channels'],
-        num_prefix_tokens=int(arch['with_cls_token']) +
-        int(arch['distilled']))
+    cost = AnalyticCost.from_build_args(dict(arch, arch=settings), img_size)
     depth = settings['num_layers']
     return dict(attn=[cost.attention_macs] * depth,
                 ffn=[cost.ffn_macs] * depth,

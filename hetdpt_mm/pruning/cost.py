@@ -16,7 +16,7 @@ import math
 import numbers
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..fileio import check_input_file
 from ..presets import ARCH_PRESETS
@@ -113,6 +113,23 @@ class AnalyticCost(CostModel):
                              f'one {self.patch_size}px patch')
         object.__setattr__(self, 'img_size', (height, width))
         object.__setattr__(self, 'depth', check_depth(self.depth))
+
+    @classmethod
+    def from_build_args(cls, build_args: Mapping[str, Any],
+                        img_size=None) -> 'AnalyticCost':
+        """The cost of a ViT of these build arguments (a record's ``arch``,
+        its ``arch`` entry a resolved dict), at its own ``img_size``
+        unless another is given."""
+        dims = build_args['arch']
+        return cls(embed_dim=dims['embed_dims'], num_heads=dims['num_heads'],
+                   mlp_ratio=dims.get('mlp_ratio', 4.0),
+                   depth=dims['num_layers'],
+                   img_size=tuple(img_size or build_args['img_size']),
+                   patch_size=build_args['patch_size'],
+                   in_chans=build_args.get('in_channels', 3),
+                   num_prefix_tokens=int(build_args.get('with_cls_token',
+                                                        True)) +
+                   int(build_args.get('distilled', False)))
 
     @classmethod
     def from_arch(cls, arch: str, img_size=(224, 224),

@@ -59,13 +59,7 @@ class DemoSummary:
     def analytic_cost(self) -> AnalyticCost:
         """MACs of the demo ViT (from the dense checkpoint's meta) at its
         input size, by removed counts."""
-        build_args = self.results['dense']['arch']
-        dims = build_args['arch']
-        return AnalyticCost(
-            embed_dim=dims['embed_dims'], num_heads=dims['num_heads'],
-            mlp_ratio=dims.get('mlp_ratio', 4), depth=dims['num_layers'],
-            img_size=build_args['img_size'],
-            patch_size=build_args['patch_size'])
+        return AnalyticCost.from_build_args(self.results['dense']['arch'])
 
     def summary(self) -> Dict[str, Any]:
         r = self.results
