@@ -46,6 +46,7 @@ from hetdpt_mm.record import (
     read_classifier_heads,
     with_record,
 )
+from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import follow_backbone_width
 from hetdpt_mm.spec import Widths
 
@@ -212,6 +213,23 @@ def test_prune_width_tool(tmp_path, capsys):
     assert tool.main([str(source), str(out), '--ratio', '0.3',
                       '--importance', 'magnitude']) == 2  # exists
     assert 'already exists' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('family', ['swin', 'layerscale_vit'])
+def test_families_without_width_pruning_are_named(family, tmp_path, capsys):
+    """A Swin or DINOv2 checkpoint is an ``error:`` line, not a TypeError
+    from deep in Torch-Pruning."""
+    cls = FAMILIES[family]
+    source = tmp_path / 'merged.pth'
+    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in cls(
+        **cls.SMALL_ARGS).state_dict().items()}), source)
+    code = load_tool('prune_width').main(
+        [str(source), str(tmp_path / 'plus.pth'), '--ratio', '0.3',
+         '--importance', 'magnitude'])
+    assert (code, capsys.readouterr().err) == (
+        2, f"error: {source} holds a {family} backbone; HetDPT+ width "
+        "pruning supports ['vit'] backbones only (docs/hetdpt_plus.md)\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['merged.pth']
 
 
 @pytest.fixture(scope='module')

@@ -82,6 +82,9 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     SMALL_ARGS: ClassVar[Mapping] = {}
     #: The ``arch`` tools build when none is given (``tools/benchmark.py``).
     DEFAULT_ARCH: ClassVar = None
+    #: Whether HetDPT+ width pruning (``tools/prune_width.py``) supports
+    #: the family.
+    WIDTH_PRUNABLE: ClassVar[bool] = False
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training

@@ -177,6 +177,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
     SMALL_ARGS = dict(HetDPTViT.SMALL_ARGS, layer_scale_init_value=1e-5,
                       no_embed_class=False)
     DEFAULT_ARCH = 'dinov2-base'
+    # Torch-Pruning does not follow the LayerScale gammas.
+    WIDTH_PRUNABLE = False
     POS_EMBED_ANTIALIAS = True
 
     def __init__(self,

@@ -77,6 +77,7 @@ class HetDPTViT(HetDPTBackbone):
     SMALL_ARGS = dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3),
                       img_size=32, patch_size=4)
     DEFAULT_ARCH = 'deit-base'
+    WIDTH_PRUNABLE = True
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Whether position embeddings are resampled with antialiasing (timm
     #: does for LayerScale ViTs; DeiT's weights were trained without).

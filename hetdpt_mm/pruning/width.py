@@ -56,6 +56,7 @@ from ..record import (
     read_classifier_heads,
     with_record,
 )
+from ..registry import FAMILIES
 from ..spec import META_KEY, PruneSpec, Widths
 from .width_result import StageCost, WidthPruneResult, WidthTrial
 
@@ -392,6 +393,13 @@ def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
                          'record, so its removed GELUs are unknown: merge it '
                          'with --spec first (tools/merge_ckpt.py)')
     family = loaded.family
+    if not family.WIDTH_PRUNABLE:
+        supported = sorted(name for name, cls in FAMILIES.items()
+                           if cls.WIDTH_PRUNABLE)
+        raise ValueError(
+            f'{source} holds a {record.family} backbone; HetDPT+ width '
+            f'pruning supports {supported} backbones only '
+            '(docs/hetdpt_plus.md)')
     if record.arch is None or arch is not None:
         build_args = family.build_args_from_tensors(
             loaded.state, parse_arch(arch) if arch is not None else None)
