@@ -3,6 +3,7 @@ outputs' file modes."""
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,23 @@ def test_train_reports_bad_input_as_errors(dense_run, tmp_path, capsys, case,
     assert code == 2 and re.search(message, err), err
     assert 'Traceback' not in err
     assert not list(work.glob('*.pth'))
+
+
+def test_resume_needs_no_starting_checkpoint(dense_run, tmp_path, capsys):
+    """``--resume`` (the latest checkpoint of the work dir) takes the
+    structure and weights from that checkpoint, as ``--resume PATH`` does:
+    a config's ``init_cfg`` file that is gone does not matter."""
+    work = tmp_path / 'work'
+    shutil.copytree(dense_run / 'work', work)
+    (work / 'last_checkpoint').write_text(str(work / 'epoch_2.pth'))
+    config = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
+                          dense_run / 'cls')
+    code, err = run_tool(capsys, 'train', [
+        config, '--work-dir', work, '--resume', '--cfg-options',
+        'train_cfg.max_epochs=3', 'model.backbone.init_cfg.type=Pretrained',
+        f'model.backbone.init_cfg.checkpoint={tmp_path}/gone.pth'])
+    assert code == 0, err
+    assert (work / 'epoch_3.pth').is_file()
 
 
 def test_test_loads_strictly_and_checks_options_first(dense_run, tmp_path,

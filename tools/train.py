@@ -71,8 +71,8 @@ def train(args: argparse.Namespace) -> None:
     apply_resume(cfg, args.resume)
     check_work_dir(cfg, args.config,
                    resume_from=cfg.load_from if cfg.get('resume') else None)
-    if not cfg.get('load_from'):  # loaded weights replace init_cfg's
-        check_pretrained_exist(cfg)
+    if not cfg.get('load_from') and not cfg.get('resume'):
+        check_pretrained_exist(cfg)  # loaded weights replace init_cfg's
     try:
         with claim_work_dir(cfg, resume=args.resume is not None,
                             overwrite=args.overwrite):
