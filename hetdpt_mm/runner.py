@@ -18,7 +18,7 @@ from mmengine.config import Config, DictAction
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
-from mmengine.runner.checkpoint import find_latest_checkpoint
+from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
 from .checkpoint import TRUST_ENV, CheckpointError
 from .cli import INPUT_ERRORS
@@ -416,6 +416,22 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
         print_log(f'model.{key}.in_channels: {channels} -> '
                   f'{taker["in_channels"]} (the embedding width of the '
                   f'width-pruned backbone in {source})', logger='current')
+
+
+def load_fitting(model, checkpoint: str, where: str, strict: bool = True,
+                 logger: str = 'current') -> None:
+    """MMEngine's ``load_checkpoint``, with weights that do not fit the
+    model (of ``where``) as a :class:`CheckpointError` naming the keys and
+    shapes."""
+    try:
+        load_checkpoint(model, checkpoint, map_location='cpu', strict=strict,
+                        logger=logger)
+    except RuntimeError as err:
+        summary = load_mismatch(err)
+        if summary is None:
+            raise
+        raise CheckpointError(f'checkpoint {checkpoint} does not fit the '
+                              f'model of {where} ({summary})') from None
 
 
 def load_mismatch(err: RuntimeError, shown: int = 4) -> Optional[str]:

@@ -6,7 +6,7 @@ import os.path as osp
 
 from mmengine.config import Config
 from mmengine.model import BaseTTAModel, is_model_wrapper
-from mmengine.runner import Runner, load_checkpoint
+from mmengine.runner import Runner
 
 from ..checkpoint import CheckpointError
 from ..cli import UsageError
@@ -18,7 +18,7 @@ from ..runner import (
     follow_backbone_width,
     input_files,
     load_config,
-    load_mismatch,
+    load_fitting,
     release_distributed,
 )
 
@@ -93,15 +93,10 @@ def load_for_test(runner: Runner, checkpoint: str, strict: bool) -> None:
     if isinstance(model, BaseTTAModel):
         model = model.module
     try:
-        load_checkpoint(model, checkpoint, map_location='cpu', strict=strict,
-                        logger='current')
-    except RuntimeError as err:
-        summary = load_mismatch(err)
-        if summary is None:
-            raise
-        raise CheckpointError(
-            f'checkpoint {checkpoint} does not fit the model of this config '
-            f'({summary}); pass --non-strict to test it anyway') from None
+        load_fitting(model, checkpoint, 'this config', strict)
+    except CheckpointError as err:
+        raise CheckpointError(f'{err}; pass --non-strict to test it anyway'
+                              ) from None
 
 
 def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:

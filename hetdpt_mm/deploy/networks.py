@@ -20,10 +20,9 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 from mmengine.config import Config
-from mmengine.runner import load_checkpoint
 
 from ..benchmark import build_from_config
-from ..runner import follow_backbone_width, load_mismatch
+from ..runner import follow_backbone_width, load_fitting
 
 TASKS = ('classifier', 'backbone', 'detr', 'upernet')
 #: The toolbox each task's config must belong to.
@@ -142,15 +141,7 @@ def load_model(config: str, checkpoint: str,
         cfg.merge_from_dict(cfg_options)
     follow_backbone_width(cfg, checkpoint)
     model = build_from_config(cfg)
-    try:
-        load_checkpoint(model, checkpoint, map_location='cpu', strict=True,
-                        logger='silent')
-    except RuntimeError as err:
-        summary = load_mismatch(err)
-        if summary is None:
-            raise
-        raise ValueError(f'checkpoint {checkpoint} does not fit the model '
-                         f'of {config} ({summary})') from None
+    load_fitting(model, checkpoint, config, logger='silent')
     return model.eval(), cfg.get('default_scope')
 
 
