@@ -183,7 +183,9 @@ def decode_record(value: Any, where: str = 'a state dict entry'
                   ) -> Optional[Dict[str, Any]]:
     """The record in a state-dict entry, or ``None`` if it holds none (not
     a byte tensor or a dict).  A byte tensor that is not a readable record
-    within the bounds is a :class:`RecordError` naming ``where``."""
+    (or over :data:`MAX_RECORD_BYTES`) is a :class:`RecordError` naming
+    ``where``; :meth:`HetDPTRecord.from_dict` checks the rest of the
+    schema."""
     if isinstance(value, torch.Tensor):
         if value.dtype != torch.uint8 or value.dim() != 1:
             return None
@@ -203,7 +205,6 @@ def decode_record(value: Any, where: str = 'a state dict entry'
                               f'{type(value).__name__}, not a dict)')
     if not isinstance(value, Mapping):
         return None
-    check_plain(value, where)
     return dict(value)
 
 

@@ -410,11 +410,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     def state_record(self) -> Dict:
         return self.record().to_dict(with_prefix=False)
 
-    def load_state_record(self, record: Mapping) -> None:
-        # A module loads before its children: the rebuilt modules then
-        # receive the weights.
-        self._adopt(HetDPTRecord.from_dict(record, 'the loaded state dict',
-                                           origin='extra_state'))
+    def set_extra_state(self, state) -> None:
+        # _load_from_state_dict has verified and adopted the record before
+        # torch hands it over here.
+        pass
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         key = prefix + EXTRA_STATE_KEY
