@@ -155,9 +155,11 @@ class ToyNet(HetDPTBackbone):
                     in_features=weight.shape[1])
 
     @classmethod
-    def layer_macs(cls, arch, img_size) -> Dict[str, object]:
+    def layer_macs(cls, arch, img_size,
+                   attention_products=True) -> Dict[str, object]:
         tokens, dim, depth = img_size[0], arch['dim'], arch['depth']
-        return dict(attn=[4 * tokens * dim**2 + 2 * tokens**2 * dim] * depth,
+        products = 2 * tokens**2 * dim if attention_products else 0
+        return dict(attn=[4 * tokens * dim**2 + products] * depth,
                     ffn=[4 * tokens * dim**2] * depth,
                     merged_ffn=[tokens * dim**2] * depth,
                     rest=tokens * arch['in_features'] * dim)

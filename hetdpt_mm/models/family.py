@@ -14,7 +14,7 @@ class level (no model)   ``recognizes(state)``, ``describe_keys()``,
                          ``check_record(record, state)``,
                          ``convert_state_dict(state, spec, form)``,
                          ``build_args_from_tensors(state, arch)``,
-                         ``layer_macs(arch, img_size)``
+                         ``layer_macs(arch, img_size, attention_products)``
 instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
                          ``gates(kind)``, ``gate_scores(kind)``,
                          ``class_feature(inputs)``,
@@ -140,11 +140,14 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         raise NotImplementedError
 
     @classmethod
-    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
+    def layer_macs(cls, arch: Mapping, img_size,
+                   attention_products: bool = True) -> Dict[str, object]:
         """Multiply-accumulates of the network at ``img_size``: lists by
-        block index of its attention sublayer (``'attn'``), FFN (``'ffn'``)
-        and merged FFN (``'merged_ffn'``), and the number for everything
-        else (``'rest'``).  Blocks of a family may differ (Swin's stages)."""
+        block index of its attention sublayer (``'attn'``; with its two
+        token x token products unless ``attention_products`` is false),
+        FFN (``'ffn'``) and merged FFN (``'merged_ffn'``), and the number
+        for everything else (``'rest'``).  Blocks of a family may differ
+        (Swin's stages)."""
         raise NotImplementedError
 
     @classmethod

@@ -306,7 +306,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
         return resolve_layerscale_arch(arch)['num_layers']
 
     @classmethod
-    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
+    def layer_macs(cls, arch: Mapping, img_size,
+                   attention_products: bool = True) -> Dict[str, object]:
         """The ViT's count over the class and register tokens; a packed
         SwiGLU FFN (``D -> 2H``, ``H -> D``) costs 3/4 of a GELU FFN of
         hidden width ``2H``."""
@@ -317,7 +318,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
             img_size=tuple(img_size), patch_size=arch['patch_size'],
             in_chans=arch['in_channels'],
             num_prefix_tokens=int(arch['with_cls_token']) +
-            arch['reg_tokens'])
+            arch['reg_tokens'], attention_products=attention_products)
         ffn_macs = cost.ffn_macs * (0.75 if settings['ffn'] == 'swiglu'
                                     else 1.)
         depth = settings['num_layers']

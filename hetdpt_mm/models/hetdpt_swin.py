@@ -275,10 +275,12 @@ class HetDPTSwin(HetDPTBackbone):
         return sum(resolve_swin_arch(arch)['depths'])
 
     @classmethod
-    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
+    def layer_macs(cls, arch: Mapping, img_size,
+                   attention_products: bool = True) -> Dict[str, object]:
         """Per block (global index): attention (qkv, both attention
-        products over the padded windows, proj), FFN and merged FFN; the
-        rest: patch embedding and patch merging."""
+        products over the padded windows unless ``attention_products`` is
+        false, proj), FFN and merged FFN; the rest: patch embedding and
+        patch merging."""
         settings = resolve_swin_arch(arch['arch'])
         window = arch['window_size']
         patch = arch['patch_size']
@@ -293,8 +295,8 @@ class HetDPTSwin(HetDPTBackbone):
             side = min(height, width, window)
             padded = (-(-height // side) * side) * (-(-width // side) * side)
             hidden = int(dim * settings['mlp_ratio'])
-            macs['attn'] += [padded * (4 * dim * dim + 2 * side * side * dim)
-                             ] * count
+            products = 2 * side * side * dim if attention_products else 0
+            macs['attn'] += [padded * (4 * dim * dim + products)] * count
             macs['ffn'] += [2 * tokens * dim * hidden] * count
             macs['merged_ffn'] += [tokens * dim * dim] * count
             if stage < stages - 1:

@@ -228,8 +228,9 @@ class HetDPTViT(HetDPTBackbone):
         return dict(img_size=img_size)  # the position embedding's size
 
     @classmethod
-    def layer_macs(cls, arch: Mapping, img_size) -> Dict[str, object]:
-        return vit_codec.layer_macs(arch, img_size)
+    def layer_macs(cls, arch: Mapping, img_size,
+                   attention_products: bool = True) -> Dict[str, object]:
+        return vit_codec.layer_macs(arch, img_size, attention_products)
 
     # --------------------------------------------------------- structure
     def _build_embedding(self, dim: int) -> None:

@@ -137,10 +137,12 @@ def build_args_from_tensors(state: Mapping,
                 final_norm='norm.weight' in state)
 
 
-def layer_macs(arch: Mapping, img_size) -> Dict[str, object]:
+def layer_macs(arch: Mapping, img_size,
+               attention_products: bool = True) -> Dict[str, object]:
     """MACs per block of a ViT of build arguments ``arch``."""
     settings = resolve_arch(arch['arch'])
-    cost = AnalyticCost.from_build_args(dict(arch, arch=settings), img_size)
+    cost = AnalyticCost.from_build_args(dict(arch, arch=settings), img_size,
+                                        attention_products)
     depth = settings['num_layers']
     return dict(attn=[cost.attention_macs] * depth,
                 ffn=[cost.ffn_macs] * depth,

@@ -76,6 +76,8 @@ class AnalyticCost(CostModel):
     removed GELU turns into ``N D^2`` after merging. Patch embedding adds
     ``patches * in_chans * patch^2 * D``; norms, softmax, GELU and heads are
     left out. ``num_heads`` does not change MACs (heads split ``D``).
+    Without ``attention_products`` the two ``N^2 D`` products are left out
+    (the paper's convention for pruned rows, docs/reproduce.md).
     """
     embed_dim: int
     num_heads: int
@@ -85,6 +87,7 @@ class AnalyticCost(CostModel):
     patch_size: int = 16
     num_prefix_tokens: int = 1
     in_chans: int = 3
+    attention_products: bool = True
 
     def __post_init__(self):
         img_size = self.img_size
@@ -116,12 +119,14 @@ class AnalyticCost(CostModel):
 
     @classmethod
     def from_build_args(cls, build_args: Mapping[str, Any],
-                        img_size=None) -> 'AnalyticCost':
+                        img_size=None,
+                        attention_products: bool = True) -> 'AnalyticCost':
         """The cost of a ViT of these build arguments (a record's ``arch``,
         its ``arch`` entry a resolved dict), at its own ``img_size``
         unless another is given."""
         dims = build_args['arch']
-        return cls(embed_dim=dims['embed_dims'], num_heads=dims['num_heads'],
+        return cls(attention_products=attention_products,
+                   embed_dim=dims['embed_dims'], num_heads=dims['num_heads'],
                    mlp_ratio=dims.get('mlp_ratio', 4.0),
                    depth=dims['num_layers'],
                    img_size=tuple(img_size or build_args['img_size']),
@@ -157,7 +162,8 @@ class AnalyticCost(CostModel):
     @property
     def attention_macs(self) -> float:
         n, d = self.num_tokens, self.embed_dim
-        return 3 * n * d * d + 2 * n * n * d + n * d * d
+        products = 2 * n * n * d if self.attention_products else 0
+        return 3 * n * d * d + products + n * d * d
 
     @property
     def ffn_macs(self) -> float:
@@ -187,8 +193,10 @@ class AnalyticCost(CostModel):
 
     def describe(self) -> str:
         height, width = self.img_size
-        return (f'analytic MACs: D={self.embed_dim}, depth {self.depth}, '
-                f'{height}x{width} / patch {self.patch_size} -> '
+        products = '' if self.attention_products else \
+            ' (attention products left out)'
+        return (f'analytic MACs{products}: D={self.embed_dim}, depth '
+                f'{self.depth}, {height}x{width} / patch {self.patch_size} -> '
                 f'{self.num_tokens} tokens; dense '
                 f'{self.total(0, 0) / 1e9:.2f} GMACs; attention '
                 f'{100 * self.attention_share:.1f}% of block MACs')
