@@ -202,6 +202,30 @@ def test_amdahl_bound():
         amdahl_bound(1.2, 2.0)
 
 
+def test_backbone_benchmark_names_its_macs_convention(tool, capsys):
+    """Every MACs figure of a run is of one convention, named in the JSON
+    and the markdown; the analytic cross-check follows it."""
+    counts = {}
+    for convention in ('with-attention-products',
+                       'without-attention-products'):
+        result, markdown = benchmark(
+            'backbone', arch=TINY_ARCH, spec=TINY_SPEC, img_size=[32],
+            batch_size=1, threads=1, models=['dense'],
+            macs_convention=convention)
+        assert result['settings']['macs_convention'] == convention
+        assert f'MACs {convention} (' in markdown
+        dense, = result['models']
+        assert dense['macs']['convention'] == convention
+        assert dense['macs']['matmul'] == dense['backbone_analytic_macs']
+        counts[convention] = dense['macs']['matmul']
+    # Four attentions over 5 tokens (4 patches of 16 px, the class token)
+    # of width 96: 2 N^2 D each.
+    assert counts['with-attention-products'] - \
+        counts['without-attention-products'] == 4 * 2 * 5**2 * 96
+    assert tool.main(['backbone', '--macs-convention', 'paper']) == 2
+    assert 'invalid choice' in capsys.readouterr().err
+
+
 def test_backbone_benchmark_tables_and_json():
     result, markdown = benchmark('backbone', arch=TINY_ARCH, spec=TINY_SPEC,
                                  img_size=[32], batch_size=2, threads=1)

@@ -200,8 +200,12 @@ def test_prune_width_tool(tmp_path, capsys):
     plot, report = tmp_path / 'widths.png', tmp_path / 'report.json'
     assert tool.main([str(source), str(out), '--ratio', '0.3',
                       '--importance', 'magnitude', '--plot', str(plot),
-                      '--report', str(report)]) == 0
+                      '--report', str(report), '--macs-convention',
+                      'without-attention-products']) == 0
     printed = capsys.readouterr().out
+    assert 'MACs without-attention-products:' in printed
+    assert json.loads(report.read_text())['macs_convention'] == \
+        'without-attention-products'
     assert '| block | attention | heads x dim | FFN |' in printed
     assert '| depth-pruned (merged) |' in printed
     assert plot.read_bytes().startswith(b'\x89PNG')

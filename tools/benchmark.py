@@ -36,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from hetdpt_mm.analysis import MACS_CONVENTIONS
 from hetdpt_mm.apis.benchmark import run_and_write
 from hetdpt_mm.apis.benchmark_options import (
     TASKS,
@@ -132,6 +133,12 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
     run.add_argument('--no-macs', dest='macs', action='store_false',
                      default=None,
                      help='skip counting MACs (saves one traced forward)')
+    run.add_argument('--macs-convention', choices=list(MACS_CONVENTIONS),
+                     help='count the two token x token products of every '
+                     'attention (with-attention-products, default) or '
+                     'leave them out (without-attention-products: what '
+                     'counters blind to fused attention report, the '
+                     'paper\'s pruned rows)')
     run.add_argument('--profile', type=int, metavar='N',
                      help='profile one batch of each model with '
                      'torch.profiler and report its N costliest operators')

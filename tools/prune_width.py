@@ -4,6 +4,7 @@ pruning (HetDPT+ from a merged HetDPT checkpoint; the width-only baseline
 from dense weights).
 
     python tools/prune_width.py IN OUT (--target-macs 2.4G | --ratio R)
+        [--macs-convention with-attention-products|without-attention-products]
         [--importance taylor --calib-dir DIR | --importance magnitude]
         [--calib-batches N] [--calib-batch-size B] [--max-ratio R]
         [--search-steps N] [--prefix PREFIX] [--arch NAME|JSON] [--report JSON]
@@ -15,7 +16,10 @@ classifier heads' inputs with them; the per-block widths go into the
 checkpoint's HetDPT record, so ``HetDPTViT`` (and the classification, DETR
 and UperNet configs) rebuild the network from OUT alone.  A MACs target is
 met by the smallest one-shot channel ratio (up to ``--max-ratio``, found by
-bisection in ``--search-steps`` trials) whose MACs are at or below it.  Taylor
+bisection in ``--search-steps`` trials) whose MACs are at or below it, counted
+with the two token x token products of every attention (the default) or
+without them (``--macs-convention without-attention-products``, the paper's
+HetDPT+ targets; docs/reproduce.md).  Taylor
 importance needs calibration images (an ImageFolder); magnitude none.
 
 It prints the MACs and parameters per stage (the dense network of the
@@ -33,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from hetdpt_mm.analysis import MACS_CONVENTIONS
 from hetdpt_mm.apis.prune_width import (
     PruneWidthOptions,
     parse_macs,
@@ -54,6 +59,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> PruneWidthOptions:
                         'e.g. 2.4G')
     target.add_argument('--ratio', type=float,
                         help='channel pruning ratio in one step, e.g. 0.5')
+    parser.add_argument('--macs-convention', choices=list(MACS_CONVENTIONS),
+                        help='count the two token x token products of every '
+                        'attention (with-attention-products, default) or '
+                        'leave them out (without-attention-products: the '
+                        'paper\'s HetDPT+ targets)')
     parser.add_argument('--importance', choices=IMPORTANCES,
                         help='Torch-Pruning group importance (default '
                         'taylor: needs --calib-dir)')

@@ -40,7 +40,13 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 from torch.profiler import ProfilerActivity
 
-from ..analysis import MacCount, analytic_macs, count_macs, count_params
+from ..analysis import (
+    MACS_CONVENTIONS,
+    MacCount,
+    analytic_macs,
+    count_macs,
+    count_params,
+)
 from ..benchmark import (
     TensorForward,
     TimingStats,
@@ -187,18 +193,20 @@ def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
         counts['backbone_params'] = count_params(entry.backbone)
     if not options.macs:
         return counts
-    macs: MacCount = count_macs(entry.macs_module, entry.macs_inputs)
+    products = MACS_CONVENTIONS[options.macs_convention]
+    macs: MacCount = count_macs(entry.macs_module, entry.macs_inputs,
+                                products)
     counts['macs'] = macs.to_dict()
     backbone = entry.backbone
     if backbone is not entry.model:
         counts['backbone_macs'] = count_macs(
-            backbone, entry.backbone_inputs[:1]).to_dict()
+            backbone, entry.backbone_inputs[:1], products).to_dict()
     # The analytic model knows uniform widths only (not HetDPT+'s).
     if isinstance(backbone, HetDPTBackbone) and all(
             s % backbone.build_args()['patch_size'] == 0
             for s in options.img_size) and backbone.prune_spec.widths is None:
-        counts['backbone_analytic_macs'] = analytic_macs(backbone,
-                                                         options.img_size)
+        counts['backbone_analytic_macs'] = analytic_macs(
+            backbone, options.img_size, products)
     return counts
 
 
@@ -285,6 +293,8 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
                       keep_freed_memory=options.keep_freed_memory,
                       warmup=options.warmup,
                       repeats=options.repeats, iters=options.iters,
+                      macs_convention=options.macs_convention
+                      if options.macs else None,
                       # --config models take all of these from configs.
                       family=None if options.config else options.family,
                       arch=None if options.config else options.arch,

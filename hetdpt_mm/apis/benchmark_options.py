@@ -8,6 +8,7 @@ from typing import Any, Dict, Optional, Sequence, Union
 import torch
 from mmengine.config import DictAction
 
+from ..analysis import MACS_CONVENTIONS
 from ..benchmark import (
     AUTHORS_SPEC,
     BACKBONE_VARIANTS,
@@ -67,6 +68,8 @@ class BenchmarkOptions:
     iters: int = 1
     split_backbone: Optional[bool] = None  # also time backbones alone
     macs: bool = True
+    #: a key of MACS_CONVENTIONS: whether MACs count attention's products
+    macs_convention: str = 'with-attention-products'
     profile: int = 0  # operators to report per model (0: no profile)
     json_path: Optional[Path] = None
     md_path: Optional[Path] = None
@@ -111,6 +114,10 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         raise UsageError('--keep-freed-memory needs glibc\'s malloc (Linux '
                          'with glibc)')
     check_runtimes(options)
+    if options.macs_convention not in MACS_CONVENTIONS:
+        raise UsageError(f'unknown --macs-convention '
+                         f'{options.macs_convention!r}; choose from '
+                         f'{list(MACS_CONVENTIONS)}')
     if options.split_backbone is None:
         options.split_backbone = split
     elif options.split_backbone and options.task == 'backbone':

@@ -14,6 +14,10 @@ def format_markdown(result: Dict[str, Any]) -> str:
              f'{settings["device"]}, {settings["threads"]} threads{clock}',
              '',
              f'`{result["command"]}`', '']
+    if settings.get('macs_convention'):
+        lines += [f'MACs {settings["macs_convention"]} (the two token x '
+                  'token products of every attention; docs/reproduce.md).',
+                  '']
     split = 'amdahl' in result
     lines += model_table(result, 'timing', 'speedup', 'macs', 'params',
                          'end to end' if split else None)

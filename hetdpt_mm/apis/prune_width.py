@@ -11,6 +11,7 @@ from typing import Iterator, List, Optional, Union
 import torch
 from mmengine.logging import print_log
 
+from ..analysis import MACS_CONVENTIONS
 from ..checkpoint import load_checkpoint_file
 from ..fileio import check_output_paths, write_outputs
 from ..merge import parse_arch
@@ -46,6 +47,8 @@ class PruneWidthOptions:
     output: Path
     target_macs: Union[None, str, float] = None
     ratio: Optional[float] = None
+    #: a key of MACS_CONVENTIONS: whether MACs count attention's products
+    macs_convention: str = 'with-attention-products'
     importance: str = 'taylor'
     calib_dir: Optional[Path] = None
     calib_batches: int = 50
@@ -87,6 +90,9 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         raise ValueError('give either --target-macs (e.g. 2.4G) or --ratio')
     if options.importance not in IMPORTANCES:
         raise ValueError(f'--importance must be one of {IMPORTANCES}')
+    if options.macs_convention not in MACS_CONVENTIONS:
+        raise ValueError(f'--macs-convention must be one of '
+                         f'{list(MACS_CONVENTIONS)}')
     if options.importance == 'taylor' and options.calib_dir is None:
         raise ValueError('--importance taylor needs calibration images: '
                          '--calib-dir DIR (an ImageFolder); or use '
@@ -115,6 +121,7 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         source=str(options.input), target_macs=target, ratio=options.ratio,
         importance=options.importance, calibration=calibration,
         max_ratio=options.max_ratio, search_steps=options.search_steps,
+        attention_products=MACS_CONVENTIONS[options.macs_convention],
         logger=lambda line: print_log(line, logger='current'))
     outputs = {options.output: lambda tmp: torch.save(pruned, tmp)}
     if options.report is not None:

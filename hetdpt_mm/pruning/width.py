@@ -27,7 +27,8 @@ channels rounded to multiples of 2, and the classifier heads' outputs kept.
 Pruning is one-shot, as theirs; a MACs target is met by the smallest ratio
 (found by bisection) whose model's MACs are at or below the target, counted
 as ``tools/benchmark.py`` counts them
-(:func:`hetdpt_mm.analysis.count_macs`).
+(:func:`hetdpt_mm.analysis.count_macs`), with or without the attention
+products (the paper's HetDPT+ targets leave them out, docs/reproduce.md).
 """
 from collections import OrderedDict
 from copy import deepcopy
@@ -219,8 +220,10 @@ def _copy_with_gradients(model: nn.Module) -> nn.Module:
     return copy
 
 
-def _cost(model: nn.Module, example: torch.Tensor) -> Tuple[int, int]:
-    return count_macs(model, example).total, count_params(model)
+def _cost(model: nn.Module, example: torch.Tensor,
+          attention_products: bool = True) -> Tuple[int, int]:
+    return (count_macs(model, example, attention_products).total,
+            count_params(model))
 
 
 def _input_stage(spec: PruneSpec, form: str) -> Optional[str]:
@@ -232,8 +235,8 @@ def _input_stage(spec: PruneSpec, form: str) -> Optional[str]:
 
 
 def pipeline_stages(backbone: nn.Module, heads: Mapping[str, nn.Linear],
-                    cost: Tuple[int, int], example: torch.Tensor
-                    ) -> List[StageCost]:
+                    cost: Tuple[int, int], example: torch.Tensor,
+                    attention_products: bool = True) -> List[StageCost]:
     """The cost of ``backbone`` with its ``heads`` (``cost``: MACs and
     parameters, before width pruning), preceded, unless it is dense, by
     that of the dense network of its architecture with heads of the same
@@ -249,7 +252,7 @@ def pipeline_stages(backbone: nn.Module, heads: Mapping[str, nn.Linear],
                                   bias=head.bias is not None)
                    for key, head in heads.items()}
     return [StageCost('dense', *_cost(LinearHeads(dense, dense_heads).eval(),
-                                      example)),
+                                      example, attention_products)),
             StageCost(name, *cost)]
 
 
@@ -263,6 +266,7 @@ def prune_width(backbone: nn.Module,
                 search_steps: int = 10,
                 round_to: int = ROUND_TO,
                 check_batch: int = 2,
+                attention_products: bool = True,
                 logger: Optional[Callable[[str], None]] = None
                 ) -> WidthPruneResult:
     """Width-prune ``backbone`` (a pruned or merged HetDPTViT built with
@@ -273,7 +277,8 @@ def prune_width(backbone: nn.Module,
     Pruning is one-shot at one channel ratio, as Isomorphic Pruning's; for
     a MACs target that ratio is the smallest one found (by bisection over
     ``search_steps`` one-shot trials on copies, up to ``max_ratio``) whose
-    MACs are at or below the target.  Returns the network rebuilt from its
+    MACs are at or below the target; every MACs figure is counted with or
+    without the ``attention_products``.  Returns the network rebuilt from its
     new record (the structure a checkpoint carries) with the pruned
     weights; its outputs are checked against the pruned model's
     (``rebuild_error``).  Raises ``ValueError`` for settings that cannot be
@@ -295,9 +300,10 @@ def prune_width(backbone: nn.Module,
     model = LinearHeads(backbone, heads).eval()
     example = torch.randn(1, backbone._build_args['in_channels'],
                           *backbone.img_size)
-    macs_before, params_before = _cost(model, example)
+    macs_before, params_before = _cost(model, example, attention_products)
     stages = pipeline_stages(backbone, dict(model.heads.items()),
-                             (macs_before, params_before), example)
+                             (macs_before, params_before), example,
+                             attention_products)
     if target_macs is not None and target_macs >= macs_before:
         raise ValueError(f'the model has {macs_before / 1e9:.3f} GMACs, '
                          f'already at or below the target '
@@ -324,7 +330,7 @@ def prune_width(backbone: nn.Module,
                 if logger is not None:
                     logger(f'width pruning at ratio {trial_ratio:.4f}: {err}')
                 return True
-            macs, params = _cost(trial, example)
+            macs, params = _cost(trial, example, attention_products)
             trials.append(WidthTrial(trial_ratio, macs, params))
             if logger is not None:
                 logger(f'width pruning at ratio {trial_ratio:.4f}: '
@@ -344,7 +350,7 @@ def prune_width(backbone: nn.Module,
             else:
                 low = middle
     _prune_once(tp, model, imp, ratio, round_to, example)
-    macs_after, params_after = _cost(model, example)
+    macs_after, params_after = _cost(model, example, attention_products)
     model.zero_grad(set_to_none=True)
     stages.append(StageCost('width-pruned', macs_after, params_after))
 
@@ -363,7 +369,8 @@ def prune_width(backbone: nn.Module,
         record=new_record, macs_before=macs_before,
         params_before=params_before, macs_after=macs_after,
         params_after=params_after, ratio=ratio, trials=trials,
-        rebuild_error=float(error), stages=stages)
+        rebuild_error=float(error), stages=stages,
+        attention_products=attention_products)
 
 
 def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,

@@ -9,6 +9,7 @@ from typing import (
 
 import torch.nn as nn
 
+from ..analysis import macs_convention
 from ..record import (
     HetDPTRecord,
 )
@@ -58,11 +59,18 @@ class WidthPruneResult:
     #: Cost per stage, from the dense network of the same architecture to
     #: the width-pruned one (:func:`pipeline_stages`).
     stages: List[StageCost] = field(default_factory=list)
+    #: Whether the MACs count attention's token x token products.
+    attention_products: bool = True
+
+    @property
+    def macs_convention(self) -> str:
+        return macs_convention(self.attention_products)
 
     def stage_table(self) -> str:
         """MACs and parameters per stage as a markdown table."""
         dense = self.stages[0]
-        lines = ['| stage | MACs | params | dense / stage MACs | '
+        lines = [f'MACs {self.macs_convention}:', '',
+                 '| stage | MACs | params | dense / stage MACs | '
                  'dense / stage params |',
                  '| --- | ---: | ---: | ---: | ---: |']
         for stage in self.stages:
@@ -94,7 +102,8 @@ class WidthPruneResult:
 
     def report(self) -> Dict[str, Any]:
         """Plain data for the checkpoint's meta and JSON reports."""
-        return dict(macs_before=self.macs_before, macs_after=self.macs_after,
+        return dict(macs_convention=self.macs_convention,
+                    macs_before=self.macs_before, macs_after=self.macs_after,
                     params_before=self.params_before,
                     params_after=self.params_after,
                     ratio=self.ratio,
