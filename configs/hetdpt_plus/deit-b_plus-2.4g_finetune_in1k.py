@@ -1,15 +1,21 @@
 # HetDPT+ (METHOD.md section 6; docs/hetdpt_plus.md): fine-tune the
 # width-pruned HetDPT DeiT-B ("2.4G", paper: 81.4 % top-1, 13.2 M params)
 # with hard distillation.  Its input is the merged HetDPT checkpoint pruned
-# in width by Torch-Pruning's isomorphic pruning:
+# in width by Torch-Pruning's isomorphic pruning, to 2.4 GMACs counted as the
+# paper counts HetDPT+ (without attention's token x token products;
+# docs/reproduce.md):
 #
 #   python tools/merge_ckpt.py \
 #       work_dirs/deit-b_finetune-10l_in1k/epoch_400.pth \
 #       checkpoints/hetdpt_deit-b_10l_merged.pth
 #   python tools/prune_width.py checkpoints/hetdpt_deit-b_10l_merged.pth \
 #       checkpoints/hetdpt-plus_deit-b_2.4g.pth --target-macs 2.4G \
+#       --macs-convention without-attention-products \
 #       --importance taylor --calib-dir data/imagenet/train
 #   bash tools/dist_train.sh configs/hetdpt_plus/deit-b_plus-2.4g_finetune_in1k.py 8  # noqa: E501
+#
+# ./deit-b_plus-3.7g_finetune_in1k.py and ./deit-b_plus-1.1g_finetune_in1k.py
+# are the paper's other two operating points.
 #
 # The backbone takes its structure (spec, merged form, per-block widths)
 # from the checkpoint's record; tools/train.py sets the head's in_channels

@@ -2,9 +2,11 @@
 # one-run HetDPT DeiT-B pruning of ../hetdpt/deit-b_prune-10l_in1k.py (MAP
 # split of 10 layers, progressive within-type removal, 400 epochs with the
 # dense DeiT-B teacher, <work_dir>/<name>_merged.pth at the end), then
-# WidthPruneHook prunes the merged model in width to 2.4 GMACs with
-# Torch-Pruning's isomorphic pruning (Taylor importance on 3200 training
-# images, Isomorphic Pruning's amount) and writes <work_dir>/<name>_plus.pth,
+# WidthPruneHook prunes the merged model in width to 2.4 GMACs (counted
+# without attention's token x token products, as the paper counts HetDPT+;
+# docs/reproduce.md) with Torch-Pruning's isomorphic pruning (Taylor
+# importance on 3200 training images, Isomorphic Pruning's amount) and
+# writes <work_dir>/<name>_plus.pth,
 # which ./deit-b_plus-2.4g_finetune_in1k.py fine-tunes
 # (--cfg-options model.backbone.init_cfg.checkpoint=... and
 # model.head.init_cfg.checkpoint=... to that file).  docs/hetdpt_plus.md.
@@ -15,5 +17,5 @@ custom_hooks = [
          budget={{_base_.budget}}, schedule='progressive'),
     dict(type='MergeCheckpointHook'),
     dict(type='WidthPruneHook', target_macs=2.4e9, importance='taylor',
-         calib_images=3200),
+         calib_images=3200, attention_products=False),
 ]

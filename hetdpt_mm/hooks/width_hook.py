@@ -34,7 +34,9 @@ class WidthPruneHook(MergeCheckpointHook):
             50 batches of 64).  The pruning runs on the CPU.
         plot: also write the widths plot.
         width_options: more of :func:`~hetdpt_mm.pruning.width.prune_width`'s
-            options (``max_ratio``, ``search_steps``).
+            options (``max_ratio``, ``search_steps``, ``attention_products``:
+            whether ``target_macs`` counts attention's token x token
+            products; the paper's HetDPT+ targets do not).
         name, out_dir, at_each_save: as :class:`MergeCheckpointHook`.
     """
 
