@@ -131,3 +131,28 @@ def test_flop_counter_on_hetdpt_plus_and_fused_attention(one_thread):
     kept = [h * d for h, d in zip(PLUS_WIDTHS.num_heads,
                                   PLUS_WIDTHS.head_dims) if h]
     assert with_products - without == 2 * tokens**2 * sum(kept)
+
+
+def test_unfused_multihead_attention_products_are_left_out():
+    """mmcv's attention (DETR, mmseg's ViT) runs ``nn.MultiheadAttention``
+    with its weights: the products are ``bmm`` / ``baddbmm`` there."""
+
+    class WithWeights(torch.nn.Module):
+
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, query, key, mask):
+            unmasked = self.attn(query, key, key)[0]
+            return unmasked, self.attn(query, key, key, attn_mask=mask)[0]
+
+    query, key = torch.randn(1, 5, 16), torch.randn(1, 7, 16)
+    mask = torch.zeros(5, 7)
+    with_products, without = (
+        count_macs(WithWeights().eval(), (query, key, mask), products)
+        for products in (True, False))
+    projections = (5 + 2 * 7 + 5) * 16 * 16  # q, k, v and output
+    assert without.matmul == 2 * projections
+    assert with_products.matmul == 2 * (projections + 2 * 5 * 7 * 16)
+    assert {'bmm', 'baddbmm'} <= set(with_products.by_operator)
