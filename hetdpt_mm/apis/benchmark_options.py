@@ -170,7 +170,7 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         if options.cfg_options and not options.config:
             raise UsageError('--cfg-options applies to --config models')
     if options.checkpoints:
-        side_by_side_models(options)
+        side_by_side_names(options)
     elif options.config:
         options.models = [name for name, _ in options.config]
         if len(set(options.models)) != len(options.models):
@@ -247,7 +247,7 @@ def resolve_checkpoints(options: BenchmarkOptions) -> None:
         for item in items]
 
 
-def side_by_side_models(options: BenchmarkOptions) -> None:
+def side_by_side_names(options: BenchmarkOptions) -> None:
     """The models of several checkpoints: ``dense`` first if
     ``--models`` asks for it (the first checkpoint's architecture, dense),
     then each checkpoint in its deployable (merged) form."""
