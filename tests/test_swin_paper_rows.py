@@ -37,7 +37,11 @@ def meta_swin(arch: str, **kwargs) -> HetDPTSwin:
 
 
 def head_params(backbone: HetDPTSwin) -> int:
-    return backbone.num_features[-1] * CLASSES + CLASSES
+    return head_macs(backbone) + CLASSES
+
+
+def head_macs(backbone: HetDPTSwin) -> int:
+    return backbone.num_features[-1] * CLASSES
 
 
 def attention_products(backbone: HetDPTSwin):
@@ -61,7 +65,7 @@ def attention_products(backbone: HetDPTSwin):
 def classifier_counts(backbone: HetDPTSwin, attn_products: bool):
     """(params, MACs) of the classifier with this (merged) backbone."""
     params = count_params(backbone) + head_params(backbone)
-    macs = analytic_macs(backbone, IMG_SIZE) + head_params(backbone) - CLASSES
+    macs = analytic_macs(backbone, IMG_SIZE) + head_macs(backbone)
     if not attn_products:
         spec = backbone.prune_spec
         macs -= sum(p for index, p in enumerate(attention_products(backbone))
@@ -153,9 +157,9 @@ def test_config_spec_gives_the_paper_row(config, arch, params,
     cfg = Config.fromfile(ROOT / 'configs/hetdpt' / config)
     backbone_cfg = cfg.model.backbone
     assert (backbone_cfg.arch, backbone_cfg.gated) == (arch, False)
-    assert cfg.model.head.in_channels == 768 if arch == 'small' else 1024
     spec = PruneSpec.coerce(backbone_cfg.prune_spec, 24)
     merged = meta_swin(arch, merged=True, prune_spec=spec)
+    assert cfg.model.head.in_channels == merged.num_features[-1]
     count, macs = classifier_counts(merged, True)
     _, macs_without = classifier_counts(merged, False)
     paper_params, paper_macs, _ = PAPER[arch]
