@@ -174,3 +174,16 @@ def test_config_spec_gives_the_paper_row(config, arch, params,
                             for i in getattr(spec, f'{kind}_removed'))
                         for s in range(4)) for kind in KINDS)
     assert split in [(a, g) for a, g, *_ in fitting_specs(arch, True)]
+
+
+@pytest.mark.parametrize('arch, params, with_products, without', [
+    ('small', 49.61, 8.74, 8.51),
+    ('base', 87.77, 15.43, 15.13),
+])
+def test_dense_rows(arch, params, with_products, without):
+    """The dense rows (paper 49.6 M / 8.7 G, 87.8 M / 15.4 G): the
+    attention products are counted there."""
+    _, base, _ = stage_savings(arch)
+    assert round(base[True][0] / 1e6, 2) == params
+    assert (round(base[True][1] / 1e9, 2),
+            round(base[False][1] / 1e9, 2)) == (with_products, without)
