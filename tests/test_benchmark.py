@@ -364,3 +364,92 @@ def test_existing_output_is_kept_without_force(tool, tmp_path, capsys):
 def test_bad_arguments_are_rejected(tool, capsys, args, message):
     assert tool.main(args) == 2
     assert message in capsys.readouterr().err
+
+
+#: Blocks of all four kinds in TINY_ARCH's 4 blocks.
+MIXED_SPEC_4 = {'attn_removed': [0, 3], 'act_removed': [1, 3]}
+
+
+def write_backbone_checkpoint(path, spec, form):
+    """A tiny ViT backbone checkpoint of ``form`` with its HetDPT record
+    (random weights)."""
+    model = build_backbone_variants(json.loads(TINY_ARCH), spec,
+                                    variants=(form, ), img_size=32)[form]
+    randomize_(model)
+    torch.save(dict(state_dict={f'backbone.{k}': v
+                                for k, v in model.state_dict().items()},
+                    meta=dict(hetdpt=model.record().to_dict())), path)
+    return model
+
+
+def test_checkpoints_side_by_side(tmp_path):
+    """Several checkpoints in one run: each in its deployable form (a
+    pruned file merged), after the first one's dense form, all timed in
+    the same rotation; the report gives each model's ratio to the dense
+    baseline and to its MACs ratio."""
+    deep = write_backbone_checkpoint(tmp_path / 'deep.pth', MIXED_SPEC_4,
+                                     'merged')
+    light = write_backbone_checkpoint(
+        tmp_path / 'light.pth', {'attn_removed': [2], 'act_removed': [0]},
+        'pruned')
+    result, markdown = benchmark(
+        'backbone', models=['dense'], img_size=[32], batch_size=2,
+        threads=1, checkpoints=[f'deep={tmp_path / "deep.pth"}',
+                                str(tmp_path / 'light.pth')])
+    assert result['baseline'] == 'dense'
+    assert result['settings']['checkpoints'] == {
+        'deep': str(tmp_path / 'deep.pth'),
+        'light': str(tmp_path / 'light.pth')}
+    dense, first, second = result['models']
+    assert [m['name'] for m in result['models']] == ['dense', 'deep',
+                                                    'light']
+    assert dense['description'] == 'HetDPTViT dense'
+    assert first['description'] == ('HetDPTViT pruned and merged '
+                                     '(attn 0,3 / act 1,3)')
+    assert second['description'] == ('HetDPTViT pruned and merged '
+                                      '(attn 2 / act 0)')
+    assert first['params'] == count_params(deep)
+    assert second['params'] == count_params(light.to_merged())
+    assert dense['params'] == count_params(HetDPTViT(
+        arch=json.loads(TINY_ARCH), img_size=32))
+    for model in result['models']:
+        assert len(model['timing']['seconds']) == 2
+        gain = model['speedup']
+        assert gain['of_macs'] == pytest.approx(gain['median'] /
+                                                gain['macs'])
+        assert model['macs']['matmul'] == model['backbone_analytic_macs']
+    assert dense['speedup']['macs'] == 1.0
+    assert first['speedup']['macs'] > second['speedup']['macs'] > 1.0
+    assert 'speedup / MACs ratio |' in markdown
+    row = next(line for line in markdown.splitlines()
+               if line.startswith('| deep |'))
+    assert row.endswith(f'| {first["speedup"]["macs"]:.3f}x | '
+                        f'{100 * first["speedup"]["of_macs"]:.1f} % |')
+
+
+def test_one_unnamed_checkpoint_keeps_its_forms(tmp_path):
+    write_backbone_checkpoint(tmp_path / 'one.pth', MIXED_SPEC_4, 'pruned')
+    options = resolve_options(BenchmarkOptions(
+        'backbone', checkpoints=[str(tmp_path / 'one.pth')]))
+    assert options.checkpoint == str(tmp_path / 'one.pth')
+    assert options.checkpoints == ()
+    assert options.models == ['dense', 'pruned', 'merged']
+    named = resolve_options(BenchmarkOptions(
+        'backbone', checkpoints=[f'mine={tmp_path / "one.pth"}']))
+    assert named.checkpoints == [('mine', str(tmp_path / 'one.pth'))]
+    assert named.models == ['mine'] and named.spec is None
+
+
+@pytest.mark.parametrize('args, message', [
+    (['--checkpoint', '{0}', '--checkpoint', '{0}'],
+     'names must be unique'),
+    (['--checkpoint', 'a={0}', '--checkpoint', 'b={0}', '--models',
+      'merged'], 'takes only dense'),
+    (['--checkpoint', 'a={0}', '--checkpoint', 'b=missing.pth'],
+     'no such file'),
+])
+def test_bad_side_by_side_arguments(tool, capsys, tmp_path, args, message):
+    write_backbone_checkpoint(tmp_path / 'one.pth', MIXED_SPEC_4, 'merged')
+    args = [arg.format(tmp_path / 'one.pth') for arg in args]
+    assert tool.main(['backbone'] + args) == 2
+    assert message in capsys.readouterr().err

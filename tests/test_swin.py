@@ -523,7 +523,7 @@ def run_on_a_narrow_swin(cfg: Config, tmp_path: Path, monkeypatch) -> dict:
 
 @pytest.mark.parametrize('name, arch, drop_path, width, counts, last', [
     ('swin-s_prune-10l_in1k.py', 'small', 0.3, 768, (6, 4), 120),
-    ('swin-b_prune-18l_in1k.py', 'base', 0.5, 1024, (8, 10), 144),
+    ('swin-b_prune-17l_in1k.py', 'base', 0.5, 1024, (8, 9), 136),
 ])
 def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
                                       last, tmp_path, monkeypatch):
@@ -572,9 +572,42 @@ def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
     assert merged.record.form == 'merged' and merged.record.spec == spec
 
 
+FINETUNE_CONFIGS = {'swin-s_finetune-10l_in1k.py': 'swin-s_prune-10l_in1k.py',
+                    'swin-b_finetune-17l_in1k.py': 'swin-b_prune-17l_in1k.py'}
+
+
+def test_imagenet_finetune_configs_train(tmp_path, monkeypatch):
+    """The fixed-spec Swin configs (the paper's rows as guessed specs,
+    tests/test_swin_paper_rows.py): the prune config's recipe without
+    gates or prune hook; with a narrow 24-block Swin in official layout,
+    one training step of Swin-B's pruned form (Swin-S's config differs in
+    its spec only), and the merged checkpoint has the config's spec."""
+    from hetdpt_mm.runner import build_runner
+    for name, prune_config in FINETUNE_CONFIGS.items():
+        cfg = Config.fromfile(ROOT / 'configs/hetdpt' / name)
+        prune_cfg = Config.fromfile(ROOT / 'configs/hetdpt' / prune_config)
+        assert cfg.optim_wrapper == prune_cfg.optim_wrapper
+        assert cfg.train_cfg == prune_cfg.train_cfg
+        assert cfg.model.head == prune_cfg.model.head
+        backbone = dict(prune_cfg.model.backbone, gated=False,
+                        prune_spec=cfg.model.backbone.prune_spec)
+        assert cfg.model.backbone == backbone
+        assert [hook.type for hook in cfg.custom_hooks] == [
+            'MergeCheckpointHook']
+        assert 'find_unused_parameters' not in cfg.model_wrapper_cfg
+    spec = PruneSpec.coerce(cfg.model.backbone.prune_spec, 24)
+    run_on_a_narrow_swin(cfg, tmp_path, monkeypatch)
+    runner = build_runner(cfg)
+    runner.train()
+    assert runner.model.backbone.form == 'pruned'
+    merged = load_backbone_checkpoint(
+        str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth')))
+    assert merged.record.form == 'merged' and merged.record.spec == spec
+
+
 @pytest.mark.parametrize('name, arch, width, prune_config', [
     ('swin-s_map-collect_in1k.py', 'small', 768, 'swin-s_prune-10l_in1k.py'),
-    ('swin-b_map-collect_in1k.py', 'base', 1024, 'swin-b_prune-18l_in1k.py'),
+    ('swin-b_map-collect_in1k.py', 'base', 1024, 'swin-b_prune-17l_in1k.py'),
 ])
 def test_map_collect_configs_collect(name, arch, width, prune_config,
                                      tmp_path, monkeypatch):

@@ -21,6 +21,9 @@ Examples (from the repository root)::
         --spec '{"attn_removed": [10, 12, 14, 16, 18, 20],
                  "act_removed": [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
                                  19]}'
+    python tools/benchmark.py backbone --models dense \\
+        --checkpoint plus-2.4g=work_dirs/plus_2.4g.pth \\
+        --checkpoint width-2.6g=work_dirs/width_2.6g.pth
     python tools/benchmark.py detr --img-size 800 1216
     python tools/benchmark.py upernet --img-size 512 512 --profile 10
     python tools/benchmark.py detr \\
@@ -70,9 +73,14 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
                        help='JSON prune spec, e.g. \'{"attn_removed": [0, 3],'
                        ' "act_removed": [2]}\' (default: the authors\' '
                        'DeiT-B spec, unless a --checkpoint says)')
-    model.add_argument('--checkpoint',
+    model.add_argument('--checkpoint', dest='checkpoints', action='append',
+                       metavar='[NAME=]PATH',
                        help='backbone: a checkpoint whose HetDPT meta (or '
-                       'keys) gives the structure; its weights are loaded')
+                       'keys) gives the structure; its weights are loaded. '
+                       'Repeat it (or name it) to time several models side '
+                       'by side, each in its deployable form, the first as '
+                       'baseline (--models dense: the first one\'s dense '
+                       'form before them)')
     model.add_argument('--prefix',
                        help='backbone: key prefix of the backbone in '
                        '--checkpoint (e.g. backbone.)')

@@ -1,6 +1,6 @@
 # MAP data collection for Swin-B on ImageNet-1k (METHOD.md §2, docs/map.md):
 # Swin's own (a, t, accuracy) points, in place of the paper's DeiT-B points
-# that swin-b_prune-18l_in1k.py reads until these exist.  From the official
+# that swin-b_prune-17l_in1k.py reads until these exist.  From the official
 # dense Swin-B classifier (backbone and head, as the prune config), every
 # `interval` epochs MAPCollectHook removes one more layer of the 24 blocks'
 # 48 (chosen by the transfer-entropy score, which reads the normed last stage
@@ -18,13 +18,13 @@
 #
 # The recipe is the DeiT one's (deit-b_map-collect_in1k.py): a constant
 # learning rate of 1e-4, so that later steps recover as much as earlier ones,
-# and 10 epochs of the subset per step.  Steps: as many as the budget (18),
+# and 10 epochs of the subset per step.  Steps: as many as the budget (17),
 # so that the points of every schedule reach the depth MAP allocates at and
-# its split lies inside them (8 attention + 10 GELU on the paper's points).
-_base_ = './swin-b_prune-18l_in1k.py'
+# its split lies inside them (8 attention + 9 GELU on the paper's points).
+_base_ = './swin-b_prune-17l_in1k.py'
 
 interval = 10  # fine-tuning epochs per removed layer
-num_steps = 18  # points after the dense one: the prune config's budget
+num_steps = 17  # points after the dense one: the prune config's budget
 
 optim_wrapper = dict(optimizer=dict(lr=1e-4))
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=True)]

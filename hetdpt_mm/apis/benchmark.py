@@ -7,7 +7,9 @@ as a ratio of medians and per repeat (paired):
 
 * ``backbone``: a HetDPTViT, HetDPTSwin or HetDPTLayerScaleViT
   (``--family``) in its dense, pruned (unmerged) and merged forms, given by
-  ``--arch`` + ``--spec`` or by a ``--checkpoint`` with HetDPT meta;
+  ``--arch`` + ``--spec`` or by a ``--checkpoint`` with HetDPT meta; or
+  several checkpoints side by side (``--checkpoint NAME=PATH`` repeated),
+  each in its deployable form, with or without their dense baseline;
 * ``detr``: DETR (mmdet's config) with the dense vs the merged HetDPT DeiT-B;
 * ``upernet``: mmseg's stock DeiT-B UperNet vs the same UperNet with the
   merged HetDPT DeiT-B, with the backbone also timed alone (Amdahl's law).
@@ -99,10 +101,13 @@ def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
     sized = get_family(options.family).sized_args(options.img_size)
     if options.distilled is not None:
         sized['distilled'] = options.distilled
-    variants = build_backbone_variants(
-        arch=options.arch, spec=options.spec, variants=options.models,
-        checkpoint=options.checkpoint, prefix=options.prefix,
-        family=options.family, **sized)
+    if options.checkpoints:
+        variants = side_by_side_models(options, sized)
+    else:
+        variants = build_backbone_variants(
+            arch=options.arch, spec=options.spec, variants=options.models,
+            checkpoint=options.checkpoint, prefix=options.prefix,
+            family=options.family, **sized)
     generator = torch.Generator().manual_seed(0)
     images = torch.randn(options.batch_size, 3, *options.img_size,
                          generator=generator).to(options.device)
@@ -124,6 +129,25 @@ def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
                     backbone=model, backbone_inputs=images,
                     runtime=runtime, max_abs_diff=diff))
     return entries
+
+
+def side_by_side_models(options: BenchmarkOptions,
+                        sized: Dict[str, Any]) -> Dict[str, nn.Module]:
+    """Several checkpoints' models: each in its deployable form (a merged
+    file as stored, a pruned or gated one merged from its weights), after
+    the dense form of the first one's architecture if asked for."""
+    def build(path, variant):
+        return build_backbone_variants(
+            arch=options.arch, spec=options.spec, variants=(variant, ),
+            checkpoint=path, prefix=options.prefix, family=options.family,
+            **sized)[variant]
+
+    models = {}
+    if 'dense' in options.models:
+        models['dense'] = build(options.checkpoints[0][1], 'dense')
+    for name, path in options.checkpoints:
+        models[name] = build(path, 'merged')
+    return models
 
 
 def runtime_name(variant: str, runtime: str) -> str:
@@ -299,6 +323,7 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
                       family=None if options.config else options.family,
                       arch=None if options.config else options.arch,
                       spec=None if options.config else options.spec,
+                      checkpoints=dict(options.checkpoints) or None,
                       distilled=None if options.config else options.distilled,
                       configs=dict(options.config) or None),
         machine=machine, baseline=baseline, models=models)
@@ -336,7 +361,8 @@ def speedup(base: TimingStats, other: TimingStats,
             other_macs: Optional[Dict] = None) -> Dict[str, Any]:
     """Speedup of ``other`` over ``base``: ratio of medians, per-repeat
     (paired) ratios, ratio of the fastest repeats (the least disturbed on a
-    shared machine), and the MACs ratio when both were counted."""
+    shared machine), and the MACs ratio when both were counted, with the
+    speedup of medians as a fraction of it (``of_macs``)."""
     paired = paired_speedups(base, other)
     result = dict(
         median=base.median / other.median,
@@ -345,6 +371,7 @@ def speedup(base: TimingStats, other: TimingStats,
         best=min(base.seconds) / min(other.seconds))
     if base_macs and other_macs:
         result['macs'] = base_macs['total'] / other_macs['total']
+        result['of_macs'] = result['median'] / result['macs']
     return result
 
 

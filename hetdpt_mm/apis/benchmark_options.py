@@ -51,6 +51,9 @@ class BenchmarkOptions:
     arch: Union[None, str, Dict[str, Any]] = None
     spec: Union[None, str, Dict[str, Any]] = None  # JSON prune spec
     checkpoint: Optional[str] = None  # backbone: structure and weights
+    #: backbone: several models side by side, ``[NAME=]PATH`` each (one
+    #: unnamed PATH is ``checkpoint``); resolved to ``(name, path)`` pairs
+    checkpoints: Sequence = ()
     prefix: Optional[str] = None  # backbone: key prefix in checkpoint
     distilled: Optional[bool] = None  # with the distillation token
     models: Optional[Sequence[str]] = None  # first = baseline
@@ -142,12 +145,14 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         depth = family.arch_depth(options.arch)
     except ValueError as err:
         raise UsageError(f'--arch: {err}') from None
+    if options.task == 'backbone':
+        resolve_checkpoints(options)
     if options.spec is not None:
         try:
             options.spec = PruneSpec.coerce(options.spec, depth).to_dict()
         except (OSError, TypeError, ValueError) as err:
             raise UsageError(f'--spec: {err}') from None
-    elif options.checkpoint is None:
+    elif options.checkpoint is None and not options.checkpoints:
         if depth != AUTHORS_SPEC.depth:
             raise UsageError(f'--arch has {depth} blocks: give its --spec '
                              '(the default is the authors\' 12-block DeiT-B '
@@ -160,7 +165,7 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
                              '--checkpoint')
         allowed = BACKBONE_VARIANTS
     else:
-        if options.checkpoint or options.prefix:
+        if options.checkpoint or options.checkpoints or options.prefix:
             raise UsageError('--checkpoint is for the backbone task; for '
                              'detr/upernet give the checkpoint in the config '
                              '(or --cfg-options)')
@@ -171,7 +176,9 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
                              '--config, the configs are the models')
         if options.cfg_options and not options.config:
             raise UsageError('--cfg-options applies to --config models')
-    if options.config:
+    if options.checkpoints:
+        side_by_side_names(options)
+    elif options.config:
         options.models = [name for name, _ in options.config]
         if len(set(options.models)) != len(options.models):
             raise UsageError(f'--config names must be unique, got '
@@ -213,14 +220,54 @@ def check_runtimes(options: BenchmarkOptions) -> None:
                          'call compiles)')
 
 
-def parse_named_path(item: str):
+def parse_named_path(item: str, option: str = '--config',
+                     named: bool = True):
+    """``NAME=PATH`` as ``(name, path)``; with ``named=False`` a bare
+    PATH (an existing file, or no ``=``) is named by its file's stem."""
     name, sep, path = item.partition('=')
+    if not named and (Path(item).is_file() or not sep):
+        name, sep, path = Path(item).stem, '=', item
     if not sep or not name or not path:
-        raise UsageError(f'--config takes NAME=PATH, got {item!r}')
+        raise UsageError(f'{option} takes NAME=PATH, got {item!r}')
     if not Path(path).exists():
-        raise UsageError(f'--config {name}: no such file {path}')
-    check_input_file(path, f'--config {name}')
+        raise UsageError(f'{option} {name}: no such file {path}')
+    check_input_file(path, f'{option} {name}')
     return name, path
+
+
+def resolve_checkpoints(options: BenchmarkOptions) -> None:
+    """One unnamed ``--checkpoint`` is the checkpoint of the dense /
+    pruned / merged comparison; several (or a named one) are models timed
+    side by side, as ``(name, path)`` pairs."""
+    items = list(options.checkpoints)
+    if not items:
+        return
+    if options.checkpoint is not None:
+        raise UsageError('give checkpoint or checkpoints, not both')
+    if len(items) == 1 and not isinstance(items[0], tuple) and (
+            Path(items[0]).is_file() or '=' not in items[0]):
+        options.checkpoint, options.checkpoints = items[0], ()
+        return
+    options.checkpoints = [
+        tuple(item) if isinstance(item, tuple) else
+        parse_named_path(item, '--checkpoint', named=False)
+        for item in items]
+
+
+def side_by_side_names(options: BenchmarkOptions) -> None:
+    """The models of several checkpoints: ``dense`` first if
+    ``--models`` asks for it (the first checkpoint's architecture, dense),
+    then each checkpoint in its deployable (merged) form."""
+    extra = list(options.models or ())
+    if any(m != 'dense' for m in extra):
+        raise UsageError(f'with several --checkpoint, --models takes only '
+                         f'dense (the first checkpoint\'s dense form), got '
+                         f'{extra}')
+    names = extra[:1] + [name for name, _ in options.checkpoints]
+    if len(set(names)) != len(names):
+        raise UsageError(f'--checkpoint names must be unique (name them '
+                         f'NAME=PATH), got {names}')
+    options.models = names
 
 
 def parse_cfg_options(items: Sequence[str], names: Sequence[str]
@@ -256,6 +303,7 @@ def check_outputs(options: BenchmarkOptions) -> None:
     inputs = [path for _, path in options.config]
     if options.checkpoint:
         inputs.append(options.checkpoint)
+    inputs += [path for _, path in options.checkpoints]
     check_output_paths(outputs, inputs, options.force)
 
 

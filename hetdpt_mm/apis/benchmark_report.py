@@ -104,15 +104,17 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
     lines += ['| model | backbone | params (M) | MACs/img | ms/batch, '
               'median [min-max] | img/s | speedup (of medians) | '
               'paired speedup, median [min-max] | speedup of best times | '
-              'MACs ratio |',
+              'MACs ratio | speedup / MACs ratio |',
               '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: '
-              '| ---: |']
+              '| ---: | ---: |']
     for model in result['models']:
         timing = model[timing_key]
         gain = model[speedup_key]
         params = model.get(params_key, model['params'])
         macs = model.get(macs_key)
         macs_ratio = f'{gain["macs"]:.3f}x' if 'macs' in gain else '-'
+        of_macs = (f'{100 * gain["of_macs"]:.1f} %' if 'of_macs' in gain
+                   else '-')
         lines.append(
             f'| {model["name"]} | {model["description"]} | '
             f'{params / 1e6:.2f} | {si(macs["total"]) if macs else "-"} | '
@@ -120,5 +122,5 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
             f'{timing["max_ms"]:.1f}] | {timing["throughput"]:.2f} | '
             f'{gain["median"]:.3f}x | {gain["paired_median"]:.3f}x '
             f'[{gain["paired_min"]:.2f}-{gain["paired_max"]:.2f}] | '
-            f'{gain["best"]:.3f}x | {macs_ratio} |')
+            f'{gain["best"]:.3f}x | {macs_ratio} | {of_macs} |')
     return lines
