@@ -12,7 +12,7 @@ class level (no model)   ``recognizes(state)``, ``describe_keys()``,
                          ``canonical_state(state)``,
                          ``record_from_tensors(state, source)``,
                          ``check_record(record, state)``,
-                         ``convert_state_dict(state, spec, form)``,
+                         ``convert_state_dict(state, spec, form, sem.)``,
                          ``build_args_from_tensors(state, arch)``,
                          ``layer_macs(arch, img_size)``
 instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
@@ -59,7 +59,7 @@ from ..record import (
     with_record,
 )
 from ..registry import FAMILIES, get_family
-from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .layers import SEMANTICS_CHOICES
 from .pretrained import PretrainedLoading
 from .record_check import check_arch_agrees, check_tensors_fit
@@ -129,8 +129,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
 
     @classmethod
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str) -> Dict:
-        """The one tensor surgery of the family (see ``state_dict.py``)."""
+                           form: str, semantics: Optional[Mapping] = None
+                           ) -> Dict:
+        """The one tensor surgery of the family (``state_dict.py``), to a
+        ``form`` network of ``spec`` and ``semantics``."""
         raise NotImplementedError
 
     @classmethod
@@ -337,7 +339,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         raise NotImplementedError
 
     def gates(self, kind: str) -> List[nn.Module]:
-        """The gated layers of one kind, by block index (gated form only)."""
+        """Gated layers of one kind by block (gated form; [] if ungated)."""
         raise NotImplementedError
 
     def build_args(self) -> Dict:
@@ -360,9 +362,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """The current structure (read from the gates in the gated form)."""
         if self.form != 'gated':
             return self._spec
-        return PruneSpec(self.depth, *[
-            [i for i, gate in enumerate(self.gates(kind)) if not gate.is_open]
-            for kind in (ATTN, ACT)])
+        closed = {kind: [i for i, gate in enumerate(self.gates(kind))
+                         if not gate.is_open] for kind in LAYER_KINDS}
+        return PruneSpec(self.depth, closed[ATTN], closed[ACT],
+                         ffn_removed=closed[FFN])
 
     def gate_scores(self, kind: str) -> torch.Tensor:
         """Learned importance ``m`` of every layer of ``kind`` (detached)."""
@@ -373,6 +376,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """Open and close the gates to match ``spec`` (gated form only)."""
         spec = PruneSpec.coerce(spec, self.depth)
         for kind in LAYER_KINDS:
+            if spec.removed(kind) and not self.gates(kind):
+                raise ValueError(f'no {kind} gates to close for {spec}')
             for index, gate in enumerate(self.gates(kind)):
                 gate.set_open(not spec.is_removed(kind, index))
 
@@ -388,7 +393,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         merged = self.from_record(self.record('merged'),
                                   **self._output_args())
         state = self.convert_state_dict(self.state_dict(), self.prune_spec,
-                                        'merged')
+                                        'merged', self.semantics)
         merged.load_state_dict(with_record(state, merged.record()))
         return merged.train(self.training)
 

@@ -11,9 +11,10 @@ from timm.layers import trunc_normal_
 from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
-from ..spec import ACT, ATTN, PruneSpec
+from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import swin_state_dict, vit_codec
 from .family import HetDPTBackbone
+from .layers import WHOLE_BRANCH
 from .swin_layers import (
     PatchMerging,
     SwinPatchEmbed,
@@ -219,7 +220,9 @@ class HetDPTSwin(HetDPTBackbone):
 
     @classmethod
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str) -> Dict:
+                           form: str, semantics: Optional[Mapping] = None
+                           ) -> Dict:
+        # Swin has no whole-branch removal (_build_structure refuses it).
         return swin_state_dict.convert_state_dict(state, spec, form)
 
     @classmethod
@@ -307,6 +310,12 @@ class HetDPTSwin(HetDPTBackbone):
     # --------------------------------------------------------- structure
     def _build_structure(self, spec: PruneSpec, form: str,
                          semantics: Mapping) -> None:
+        if semantics['removed_attn_output'] == WHOLE_BRANCH or \
+                spec.ffn_removed:
+            raise ValueError(
+                'whole-branch removal (removed_attn_output='
+                f"'{WHOLE_BRANCH}', ffn_removed) is for ViTs; a Swin block "
+                "removes its attention with 'norm' or 'zero'")
         self.form = form
         self.semantics = dict(semantics)
         self._spec = spec  # fixed for pruned/merged; gates own it if gated
@@ -397,6 +406,8 @@ class HetDPTSwin(HetDPTBackbone):
             return [block.attn for block in self.all_blocks()]
         if kind == ACT:
             return [block.mlp.act for block in self.all_blocks()]
+        if kind == FFN:
+            return []  # no whole-branch removal in Swin
         raise ValueError(f'unknown layer kind {kind!r}')
 
     def build_args(self) -> Dict:

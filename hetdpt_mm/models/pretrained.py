@@ -39,10 +39,12 @@ class PretrainedLoading:
         state = loaded.state
         if record.form == 'gated':
             # A search checkpoint's weights are those of its own spec.
-            state = self.convert_state_dict(state, record.spec, 'pruned')
+            state = self.convert_state_dict(state, record.spec, 'pruned',
+                                            record.semantics)
         # Gates follow this backbone's spec, never a pretrained file.
         state = {k: v for k, v in state.items() if not self._is_gate_key(k)}
-        state = self.convert_state_dict(state, self.prune_spec, self.form)
+        state = self.convert_state_dict(state, self.prune_spec, self.form,
+                                        self.semantics)
         self._load_checked(self._adapt_pretrained(state), source)
 
     @staticmethod
