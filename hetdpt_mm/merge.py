@@ -198,8 +198,8 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
         spec=final_spec, form=form, family=record.family,
         arch=build_args, semantics=dict(record.semantics), prefix=prefix)
     network = family.from_record(merged_record)
-    converted = family.convert_state_dict(backbone, final_spec, form,
-                                          record.semantics)
+    converted = family.convert_weights(backbone, final_spec, form,
+                                       record.semantics)
     own = network.state_dict()
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.

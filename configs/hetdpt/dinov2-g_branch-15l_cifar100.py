@@ -6,9 +6,10 @@
 # or timm); no SwiGLU activation is removed (it cannot merge).
 #
 # The block indices are a choice: the paper does not publish its spec.
-# Attention branches of the last 8 blocks go (deep attention is the most
-# redundant in large ViTs), FFN branches of the 7 blocks before them, so
-# that every block keeps one branch.  A search run picking its own indices
+# Attention branches of the last 8 blocks go (deep attention layers are
+# commonly the most removable in large pre-trained transformers; not
+# measured here), FFN branches of the 7 blocks before them, so that every
+# block keeps one branch.  A search run picking its own indices
 # is ./dinov2-g_prune-15l_cifar100.py with the gates of whole-branch removal
 # (removed_attn_output='identity', HetDPTPruneHook counts=dict(attn=8,
 # act=0, ffn=7)).

@@ -281,7 +281,7 @@ class HetDPTPruneHook(GateHookBase):
             raise ValueError('HetDPTPruneHook: log_score_grads reads each '
                              'gate score\'s gradient, which FSDP flattens '
                              'into shards; leave it off under FSDP')
-        for kind in LAYER_KINDS:
+        for kind in backbone.REMOVABLE_KINDS:
             for gate in backbone.gates(kind):
                 # A closed gate's score gets no gradient: only open ones
                 # report, so the mean is over the open layers.
@@ -372,7 +372,8 @@ class HetDPTPruneHook(GateHookBase):
             # record (e.g. to rank them across types, as HetDPT does not);
             # a type without gates (SwiGLU FFNs: no GELU) is left out.
             gate_scores={k: backbone.gate_scores(k).float().tolist()
-                         for k in LAYER_KINDS if backbone.gates(k)})
+                         for k in backbone.REMOVABLE_KINDS
+                         if backbone.gates(k)})
         self.decisions.append(record)
         epoch = f' (epoch {record["epoch"]})' if self.schedule.by_epoch \
             else ''

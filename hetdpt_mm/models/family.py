@@ -31,7 +31,6 @@ first (through every loading path: ``load_state_dict``, MMEngine's
 ``load_checkpoint``, ``load_from``, ``--resume``, the toolboxes' inference
 APIs).
 """
-import os.path as osp
 from typing import (
     ClassVar,
     Dict,
@@ -61,12 +60,8 @@ from ..record import (
 from ..registry import FAMILIES, get_family
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .layers import SEMANTICS_CHOICES
-from .pretrained import PretrainedLoading
+from .pretrained import PretrainedLoading, absent_local_file
 from .record_check import check_arch_agrees, check_tensors_fit
-
-
-def absent_local_file(source: str) -> bool:
-    return '://' not in source and not osp.exists(osp.expanduser(source))
 
 
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
@@ -85,6 +80,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     #: Whether HetDPT+ width pruning (``tools/prune_width.py``) supports
     #: the family.
     WIDTH_PRUNABLE: ClassVar[bool] = False
+    #: The layer kinds the family removes, which ``gates`` answers.
+    REMOVABLE_KINDS: ClassVar[Tuple[str, ...]] = (ATTN, ACT)
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training
@@ -131,8 +128,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
                            form: str, semantics: Optional[Mapping] = None
                            ) -> Dict:
-        """The one tensor surgery of the family (``state_dict.py``), to a
-        ``form`` network of ``spec`` and ``semantics``."""
+        """The one tensor surgery of the family (``state_dict.py``); only
+        families with whole-branch removal take ``semantics``."""
         raise NotImplementedError
 
     @classmethod
@@ -339,7 +336,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         raise NotImplementedError
 
     def gates(self, kind: str) -> List[nn.Module]:
-        """Gated layers of one kind by block (gated form; [] if ungated)."""
+        """The gated layers of one of :attr:`REMOVABLE_KINDS` by block
+        index (gated form only; none where the network gates none)."""
         raise NotImplementedError
 
     def build_args(self) -> Dict:
@@ -363,9 +361,9 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         if self.form != 'gated':
             return self._spec
         closed = {kind: [i for i, gate in enumerate(self.gates(kind))
-                         if not gate.is_open] for kind in LAYER_KINDS}
+                         if not gate.is_open] for kind in self.REMOVABLE_KINDS}
         return PruneSpec(self.depth, closed[ATTN], closed[ACT],
-                         ffn_removed=closed[FFN])
+                         ffn_removed=closed.get(FFN, ()))
 
     def gate_scores(self, kind: str) -> torch.Tensor:
         """Learned importance ``m`` of every layer of ``kind`` (detached)."""
@@ -376,9 +374,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """Open and close the gates to match ``spec`` (gated form only)."""
         spec = PruneSpec.coerce(spec, self.depth)
         for kind in LAYER_KINDS:
-            if spec.removed(kind) and not self.gates(kind):
+            gates = self.gates(kind) if kind in self.REMOVABLE_KINDS else []
+            if spec.removed(kind) and not gates:
                 raise ValueError(f'no {kind} gates to close for {spec}')
-            for index, gate in enumerate(self.gates(kind)):
+            for index, gate in enumerate(gates):
                 gate.set_open(not spec.is_removed(kind, index))
 
     def record(self, form: Optional[str] = None) -> HetDPTRecord:
@@ -392,8 +391,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """A new merged-form backbone computing the same function."""
         merged = self.from_record(self.record('merged'),
                                   **self._output_args())
-        state = self.convert_state_dict(self.state_dict(), self.prune_spec,
-                                        'merged', self.semantics)
+        state = self.convert_weights(self.state_dict(), self.prune_spec,
+                                     'merged', self.semantics)
         merged.load_state_dict(with_record(state, merged.record()))
         return merged.train(self.training)
 

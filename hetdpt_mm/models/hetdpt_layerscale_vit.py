@@ -104,7 +104,8 @@ DICT_ARCH_DEFAULTS = dict(patch_size=16, img_size=224,
 #: trainable, so fine-tuning can grow it, and ``gamma1 = 1`` is the plain
 #: ViT's rule.  It is also what timm's block computes with the attention
 #: replaced, so the gated, pruned and merged forms agree with no special
-#: case.  ``'zero'`` leaves ``x``.
+#: case.  ``'zero'`` leaves ``x``; ``'identity'`` (whole-branch removal)
+#: leaves ``x`` without ``LN1`` and ``gamma1``.
 LAYERSCALE_SEMANTICS = dict(RELEASED_SEMANTICS)
 
 

@@ -11,7 +11,7 @@ from timm.layers import trunc_normal_
 from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
-from ..spec import ACT, ATTN, FFN, PruneSpec
+from ..spec import ACT, ATTN, PruneSpec
 from . import swin_state_dict, vit_codec
 from .family import HetDPTBackbone
 from .layers import WHOLE_BRANCH
@@ -220,9 +220,7 @@ class HetDPTSwin(HetDPTBackbone):
 
     @classmethod
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str, semantics: Optional[Mapping] = None
-                           ) -> Dict:
-        # Swin has no whole-branch removal (_build_structure refuses it).
+                           form: str) -> Dict:
         return swin_state_dict.convert_state_dict(state, spec, form)
 
     @classmethod
@@ -406,8 +404,6 @@ class HetDPTSwin(HetDPTBackbone):
             return [block.attn for block in self.all_blocks()]
         if kind == ACT:
             return [block.mlp.act for block in self.all_blocks()]
-        if kind == FFN:
-            return []  # no whole-branch removal in Swin
         raise ValueError(f'unknown layer kind {kind!r}')
 
     def build_args(self) -> Dict:

@@ -183,7 +183,8 @@ def infer_layout(state_dict: Mapping) -> Dict[str, object]:
     merged = [i for i in range(depth)
               if f'blocks.{i}.mlp.fc.weight' in state_dict]
     ffn_missing = [i for i in range(depth)
-                   if f'blocks.{i}.norm2.weight' not in state_dict]
+                   if f'blocks.{i}.mlp.fc1.weight' not in state_dict and
+                   f'blocks.{i}.mlp.fc.weight' not in state_dict]
     gated = any(k.endswith(GATE_SUFFIXES) for k in state_dict)
     # Whole-branch removal: removed attention without its LayerNorm, or
     # gated FFN branches.
