@@ -233,12 +233,15 @@ def test_prune_hook_removes_ffn_branches_with_map_counts():
     assert hook.counts == dict(attn=1, act=0, ffn=2)
     assert hook.order == ['ffn', 'attn', 'ffn']
     with torch.no_grad():
+        # Block 1's attention scores lowest, but its FFN branch goes first:
+        # a block keeps one branch, so the attention of block 3 goes.
         for kind, index, score in (('ffn', 1, -1.), ('ffn', 2, -.5),
-                                   ('attn', 3, -1.)):
+                                   ('attn', 1, -2.), ('attn', 3, -1.)):
             backbone.gates(kind)[index].hetdpt_score.fill_(score)
     for runner.iter in range(12):
         hook.after_train_iter(runner, runner.iter)
     assert backbone.prune_spec == PruneSpec(4, [3], ffn_removed=[1, 2])
+    assert hook.decisions[1]['candidates'] == [0, 2, 3]
     merged = backbone.to_merged()
     assert isinstance(merged.blocks[1].norm2, nn.Identity)
     with torch.no_grad():

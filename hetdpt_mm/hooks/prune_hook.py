@@ -358,9 +358,13 @@ class HetDPTPruneHook(GateHookBase):
         backbone = self.backbone(runner)
         if number == 0:
             self._snapshot_teacher(runner)
-        closed_before = list(backbone.prune_spec.removed(kind))
+        spec = backbone.prune_spec
+        closed_before = list(spec.removed(kind))
+        # Whole-branch removal keeps one branch of every block.
+        other = {ATTN: spec.ffn_removed, FFN: spec.attn_removed}.get(
+            kind, ()) if FFN in self.counts else ()
         open_candidates = [i for i in self.candidates[kind]
-                           if i not in closed_before]
+                           if i not in closed_before and i not in other]
         decision, rank_choices = self.select_and_close(backbone, kind,
                                                        open_candidates)
         record = dict(
