@@ -18,7 +18,7 @@ import torch.nn as nn
 from mmengine.analysis import FlopAnalyzer, parameter_count
 from mmengine.analysis.jit_handles import get_shape
 
-from .spec import ACT, ATTN
+from .spec import ACT, ATTN, FFN
 
 #: mmengine operator names whose count is a matrix product (multiply-adds).
 MATMUL_OPS = ('linear', 'conv', 'matmul', 'mm', 'bmm', 'addmm', 'baddbmm',
@@ -132,6 +132,8 @@ def analytic_macs(backbone: nn.Module, img_size: Sequence[int],
     for index in range(backbone.depth):
         if not spec.is_removed(ATTN, index):
             total += macs['attn'][index]
+        if spec.is_removed(FFN, index):
+            continue  # a removed FFN branch computes nothing
         total += macs['merged_ffn'][index] if merged and spec.is_removed(
             ACT, index) else macs['ffn'][index]
     return int(total)

@@ -33,7 +33,7 @@ from .record import (
     read_backbone_checkpoint,
     with_record,
 )
-from .spec import META_KEY, PruneSpec, read_json_value
+from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
 
 
 @dataclass
@@ -118,12 +118,16 @@ def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
                 'to apply with --spec')
         return found
     lost = {kind: sorted(set(found.removed(kind)) - set(spec.removed(kind)))
-            for kind in ('attn', 'act')}
+            for kind in LAYER_KINDS}
     if lost['attn']:
         raise StateDictMismatch(
             f'the spec does not match the checkpoint\'s tensors: it keeps '
             f'attention in blocks {lost["attn"]}, but the checkpoint lacks '
             f'attention weights for blocks {list(found.attn_removed)}')
+    if lost[FFN]:
+        raise StateDictMismatch(
+            f'the spec keeps the FFN branches of blocks {lost[FFN]}, which '
+            f'the checkpoint lacks ({found})')
     if lost['act'] and not record.from_tensors:
         raise StateDictMismatch(
             f'the spec keeps the GELU of blocks {lost["act"]}, which the '
@@ -194,7 +198,8 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
         spec=final_spec, form=form, family=record.family,
         arch=build_args, semantics=dict(record.semantics), prefix=prefix)
     network = family.from_record(merged_record)
-    converted = family.convert_state_dict(backbone, final_spec, form)
+    converted = family.convert_weights(backbone, final_spec, form,
+                                       record.semantics)
     own = network.state_dict()
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.

@@ -1,7 +1,8 @@
 """The one description of a depth-pruned ViT structure.
 
-A :class:`PruneSpec` says which attention sublayers and which FFN GELUs of a
-``depth``-block ViT are removed, and, after width pruning (HetDPT+), the
+A :class:`PruneSpec` says which attention sublayers, which FFN GELUs and
+which whole FFN branches of a ``depth``-block ViT are removed, and, after
+width pruning (HetDPT+), the
 :class:`Widths` of every block.  It is small, validated, JSON-serialisable
 and travels with the weights inside a :class:`~hetdpt_mm.record.HetDPTRecord`
 (together with the form of the weights and the architecture), so that any
@@ -20,10 +21,13 @@ from .fileio import check_input_file
 #: for people and tools that read meta; loaders read the record itself).
 META_KEY = 'hetdpt'
 
-#: The two kinds of layers HetDPT removes (METHOD.md section 1).
+#: The kinds of layers HetDPT removes: attention sublayers and FFN GELUs
+#: (METHOD.md section 1), and whole FFN branches (LayerNorm, FFN and
+#: LayerScale; docs/layerscale.md, *Whole-branch removal*).
 ATTN = 'attn'
 ACT = 'act'
-LAYER_KINDS = (ATTN, ACT)
+FFN = 'ffn'
+LAYER_KINDS = (ATTN, ACT, FFN)
 
 #: Forms in which the weights of a pruned network can be stored.
 FORMS = ('gated', 'pruned', 'merged')
@@ -164,14 +168,16 @@ class Widths:
 
 @dataclass(frozen=True)
 class PruneSpec:
-    """Removed attention sublayers and GELUs of a ``depth``-block ViT, and
-    its per-block :class:`Widths` when it was width-pruned (``None``: the
-    architecture's uniform widths)."""
+    """Removed attention sublayers, GELUs and whole FFN branches of a
+    ``depth``-block ViT, and its per-block :class:`Widths` when it was
+    width-pruned (``None``: the architecture's uniform widths).  A block's
+    FFN goes either whole or by its GELU, not both."""
 
     depth: int
     attn_removed: Tuple[int, ...] = field(default=())
     act_removed: Tuple[int, ...] = field(default=())
     widths: Optional[Widths] = None
+    ffn_removed: Tuple[int, ...] = field(default=())
 
     def __post_init__(self):
         if isinstance(self.depth, bool) or not isinstance(
@@ -185,6 +191,14 @@ class PruneSpec:
         object.__setattr__(
             self, 'act_removed',
             _as_indices(self.act_removed, self.depth, 'act_removed'))
+        object.__setattr__(
+            self, 'ffn_removed',
+            _as_indices(self.ffn_removed, self.depth, 'ffn_removed'))
+        both = sorted(set(self.act_removed) & set(self.ffn_removed))
+        if both:
+            raise ValueError(f'blocks {both} are in act_removed and in '
+                             'ffn_removed: a removed FFN branch has no GELU '
+                             'left to remove')
         if self.widths is not None:
             self._check_widths()
 
@@ -192,6 +206,9 @@ class PruneSpec:
         widths = self.widths if isinstance(self.widths, Widths) else \
             Widths.from_dict(self.widths)
         object.__setattr__(self, 'widths', widths)
+        if self.ffn_removed:
+            raise ValueError('HetDPT+ width pruning is for networks without '
+                             'removed FFN branches (ffn_removed)')
         if len(widths.num_heads) != self.depth:
             raise ValueError(f'widths are given for {len(widths.num_heads)} '
                              f'blocks, the spec has {self.depth}')
@@ -222,8 +239,12 @@ class PruneSpec:
         return len(self.act_removed)
 
     @property
+    def n_ffn(self) -> int:
+        return len(self.ffn_removed)
+
+    @property
     def num_removed(self) -> int:
-        return self.n_attn + self.n_act
+        return self.n_attn + self.n_act + self.n_ffn
 
     @property
     def ratios(self) -> Tuple[float, float]:
@@ -236,6 +257,8 @@ class PruneSpec:
             return self.attn_removed
         if kind == ACT:
             return self.act_removed
+        if kind == FFN:
+            return self.ffn_removed
         raise ValueError(f'unknown layer kind {kind!r}; use one of '
                          f'{LAYER_KINDS}')
 
@@ -253,18 +276,23 @@ class PruneSpec:
         if self.widths is not None:
             raise ValueError('layers are removed before width pruning, not '
                              'from a width-pruned network')
-        removed = {ATTN: self.attn_removed, ACT: self.act_removed}
+        removed = {kind: self.removed(kind) for kind in LAYER_KINDS}
         removed[kind] = removed[kind] + (index, )
-        return PruneSpec(self.depth, removed[ATTN], removed[ACT])
+        return PruneSpec(self.depth, removed[ATTN], removed[ACT],
+                         ffn_removed=removed[FFN])
 
     # ---------------------------------------------------- serialisation
     def with_widths(self, widths: Optional[Widths]) -> 'PruneSpec':
         return PruneSpec(self.depth, self.attn_removed, self.act_removed,
-                         widths)
+                         widths, self.ffn_removed)
 
     def to_dict(self) -> Dict[str, Any]:
         data = dict(depth=self.depth, attn_removed=list(self.attn_removed),
                     act_removed=list(self.act_removed))
+        # Written only when used: a spec without removed FFN branches has
+        # the fields it always had.
+        if self.ffn_removed:
+            data['ffn_removed'] = list(self.ffn_removed)
         if self.widths is not None:
             data['widths'] = self.widths.to_dict()
         return data
@@ -274,17 +302,18 @@ class PruneSpec:
         if not isinstance(data, Mapping):
             raise TypeError(f'a prune spec must be a dict, got {data!r}')
         unknown = set(data) - {'depth', 'attn_removed', 'act_removed',
-                               'widths'}
+                               'ffn_removed', 'widths'}
         if unknown:
             raise ValueError(f'unknown prune spec fields {sorted(unknown)}; '
                              'expected depth, attn_removed, act_removed '
-                             '(and widths)')
+                             '(and ffn_removed, widths)')
         if 'depth' not in data:
             raise ValueError('a prune spec needs `depth`')
         widths = data.get('widths')
         return cls(data['depth'], data.get('attn_removed', ()),
                    data.get('act_removed', ()),
-                   None if widths is None else Widths.from_dict(widths))
+                   None if widths is None else Widths.from_dict(widths),
+                   data.get('ffn_removed', ()))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -321,6 +350,8 @@ class PruneSpec:
         widths = '' if self.widths is None else (
             f', embed_dims={self.widths.embed_dims}, '
             f'num_heads={list(self.widths.num_heads)}')
+        ffn = f', ffn_removed={list(self.ffn_removed)}' \
+            if self.ffn_removed else ''
         return (f'PruneSpec(depth={self.depth}, '
                 f'attn_removed={list(self.attn_removed)}, '
-                f'act_removed={list(self.act_removed)}{widths})')
+                f'act_removed={list(self.act_removed)}{ffn}{widths})')

@@ -113,7 +113,7 @@ def test_te_select_errors():
     backbone = tiny_gated_backbone()
     batches = calibration_batches()
     with pytest.raises(ValueError, match='unknown layer kind'):
-        te_select(backbone, batches, 'ffn')
+        te_select(backbone, batches, 'mlp')
     with pytest.raises(ValueError, match=r'\[2\] are not present'):
         backbone.set_spec(dict(attn_removed=[2]))
         te_select(backbone, batches, 'attn', candidates=[1, 2])

@@ -7,7 +7,9 @@
 #
 # All 15 are attention layers: DINOv2-g's FFNs are SwiGLU, whose activation
 # cannot be removed (docs/layerscale.md), so the budget cannot go to them;
-# the paper does not list its split.  A starting recipe, not tuned here.
+# the paper does not list its split.  Table 6's structure removes whole
+# branches instead: ./dinov2-g_branch-15l_cifar100.py.  A starting recipe,
+# not tuned here.
 # A 1.1 B-parameter model: plain DDP needs about 18 GB per GPU for the
 # weights, gradients and AdamW states before activations (with_cp=True
 # recomputes those); ./dinov2-g_prune-15l_cifar100_fsdp.py is this run

@@ -23,12 +23,12 @@ from torch.nn.parallel import DistributedDataParallel
 from ..models.lookup import find_hetdpt_backbones
 from ..pruning.selection import Decision, SelectionPolicy, build_selection
 from ..sharding import full_params, is_fsdp
-from ..spec import ACT, ATTN, PruneSpec
+from ..spec import ACT, ATTN, FFN, PruneSpec
 from .spec_meta_hook import HetDPTMetaHook
 
 __all__ = ['KIND_NAMES', 'GatedBackboneError', 'GateHookBase']
 
-KIND_NAMES = {ATTN: 'attention', ACT: 'GELU'}
+KIND_NAMES = {ATTN: 'attention', ACT: 'GELU', FFN: 'FFN branch'}
 
 
 class GatedBackboneError(TypeError, ValueError):

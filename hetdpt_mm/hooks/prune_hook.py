@@ -2,15 +2,17 @@
 an ordinary MMEngine training run.
 
 The backbone is a ``HetDPTViT(gated=True)``: every attention sublayer and
-every FFN GELU has a straight-through gate whose score ``m`` trains with the
-weights.  The hook decides how many layers of each type to remove (given
-counts, or MAP: a points file or a saved fit plus a budget), then closes gates
-one at a time on a schedule, each time the open candidate of that type that
-its selection policy picks: by default the lowest ``m``
-(:class:`~hetdpt_mm.pruning.selection.LowestGateScore`).  Attention layers
-are only ever compared with attention layers, GELUs with GELUs.  Closing a
-gate keeps every parameter, so the optimizer, its state and the DDP wrapper
-stay valid; the closed layer is no longer computed.  Training after the last
+every FFN GELU (with whole-branch removal, every FFN branch too) has a
+straight-through gate whose score ``m`` trains with the weights.  The hook
+decides how many layers of each type to remove (given counts, or MAP: a
+points file or a saved fit plus a budget), then closes gates one at a time
+on a schedule, each time the open candidate of that type that its selection
+policy picks: by default the lowest ``m``
+(:class:`~hetdpt_mm.pruning.selection.LowestGateScore`).  Layers are only
+ever compared with layers of their own type (attention with attention,
+GELUs with GELUs, FFN branches with FFN branches).  Closing a gate keeps
+every parameter, so the optimizer, its state and the DDP wrapper stay
+valid; the closed layer is no longer computed.  Training after the last
 removal is the fine-tune.
 
 Schedules (:mod:`hetdpt_mm.pruning.schedules`; positions are "after training
@@ -45,7 +47,7 @@ from ..pruning import MAPFit, allocate, fit_map, load_points
 from ..pruning.schedules import build_prune_schedule
 from ..pruning.selection import SelectionPolicy
 from ..sharding import is_fsdp, unwrap_model
-from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .gate_hook import KIND_NAMES, GateHookBase
 
 #: Key of the hook's schedule state in ``checkpoint['meta']``.
@@ -57,7 +59,8 @@ class HetDPTPruneHook(GateHookBase):
     """Progressive within-type depth pruning of a gated HetDPTViT.
 
     Args:
-        counts: ``dict(attn=n_attn, act=n_act)`` layers to remove.
+        counts: layers to remove per kind: ``dict(attn=n_attn,
+            act=n_act)``, with whole-branch removal also ``ffn=n_ffn``.
         map_points: a MAP points file (CSV/JSON, see
             :func:`hetdpt_mm.pruning.load_points`); the counts are MAP's
             allocation of ``budget``.
@@ -65,6 +68,9 @@ class HetDPTPruneHook(GateHookBase):
             dict itself), used with ``budget`` instead of ``map_points``.
         budget: total number of layers to remove (with ``map_points`` or
             ``map_fit``).
+        map_kinds: the two kinds MAP's retained ratios ``(a, t)`` count:
+            ``('attn', 'act')`` (the paper's) or ``('attn', 'ffn')``
+            (whole-branch removal: ``t`` counts the FFN branches kept).
         bounds: per-type count bounds for MAP: ``'full'`` (0..L), ``'paper'``
             (1..L-1) or ``(lo, hi)``.
         degrees: polynomial degrees MAP chooses from by leave-2-out CV.
@@ -103,6 +109,7 @@ class HetDPTPruneHook(GateHookBase):
                  map_points: Optional[str] = None,
                  map_fit: Union[None, str, Mapping] = None,
                  budget: Optional[int] = None,
+                 map_kinds: Sequence[str] = (ATTN, ACT),
                  bounds='full',
                  degrees: Sequence[int] = (1, 2, 3, 4),
                  schedule='progressive',
@@ -123,9 +130,9 @@ class HetDPTPruneHook(GateHookBase):
                              f'map_points or map_fit; got {sources or "none"}')
         if counts is not None:
             counts = dict(counts)
-            if set(counts) != set(LAYER_KINDS):
-                raise ValueError(f'counts must be dict(attn=..., act=...), '
-                                 f'got {counts}')
+            if not {ATTN, ACT} <= set(counts) <= set(LAYER_KINDS):
+                raise ValueError(f'counts must be dict(attn=..., act=...) '
+                                 f'(and ffn=...), got {counts}')
             if budget is not None:
                 raise ValueError('budget is for MAP; with explicit counts '
                                  'leave it out')
@@ -135,8 +142,12 @@ class HetDPTPruneHook(GateHookBase):
         if candidates is not None:
             unknown = set(candidates) - set(LAYER_KINDS)
             if unknown:
-                raise ValueError(f'candidates keys must be attn and/or act, '
-                                 f'got {sorted(unknown)}')
+                raise ValueError(f'candidates keys must be some of '
+                                 f'{LAYER_KINDS}, got {sorted(unknown)}')
+        map_kinds = tuple(map_kinds)
+        if map_kinds not in ((ATTN, ACT), (ATTN, FFN)):
+            raise ValueError(f"map_kinds must be ('attn', 'act') or "
+                             f"('attn', 'ffn'), got {map_kinds}")
         super().__init__(selection)
         self.schedule = build_prune_schedule(
             schedule, stages=stages, by_epoch=by_epoch,
@@ -145,6 +156,7 @@ class HetDPTPruneHook(GateHookBase):
         self.map_points = map_points
         self.map_fit = map_fit
         self.budget = budget
+        self.map_kinds = map_kinds
         self.bounds = bounds
         self.degrees = tuple(degrees)
         self.candidates_cfg = candidates
@@ -163,10 +175,11 @@ class HetDPTPruneHook(GateHookBase):
     # ------------------------------------------------------------ helpers
     def _resolve_counts(self, depth: int, logger) -> Dict[str, int]:
         if self.counts_cfg is not None:
-            counts = {kind: self.counts_cfg[kind] for kind in LAYER_KINDS}
+            counts = {kind: self.counts_cfg[kind] for kind in LAYER_KINDS
+                      if kind in self.counts_cfg}
             _check_count_values(counts, depth)
-            logger.info(f'HetDPT prune counts (given): attn={counts[ATTN]} '
-                        f'act={counts[ACT]}')
+            logger.info('HetDPT prune counts (given): ' + ' '.join(
+                f'{kind}={value}' for kind, value in counts.items()))
             return counts
         if self.map_points is not None:
             fit = fit_map(load_points(self.map_points, depth=depth),
@@ -186,8 +199,10 @@ class HetDPTPruneHook(GateHookBase):
             f'allocation of budget {self.budget} at depth {depth} (bounds '
             f'{allocation.bounds}):\n{allocation.format_table()}\n'
             f'HetDPT prune counts (MAP): attn={allocation.n_attn} '
-            f'act={allocation.n_act}')
-        return {ATTN: allocation.n_attn, ACT: allocation.n_act}
+            f'{self.map_kinds[1]}={allocation.n_act}')
+        counts = {ATTN: allocation.n_attn, ACT: 0}
+        counts[self.map_kinds[1]] = allocation.n_act
+        return counts
 
     def _resolve_candidates(self, depth: int) -> Dict[str, List[int]]:
         resolved = {}
@@ -201,11 +216,12 @@ class HetDPTPruneHook(GateHookBase):
             listed = dict.fromkeys(LAYER_KINDS, ())
             listed[kind] = given
             try:
-                spec = PruneSpec(depth, listed[ATTN], listed[ACT])
+                spec = PruneSpec(depth, listed[ATTN], listed[ACT],
+                                 ffn_removed=listed[FFN])
             except (TypeError, ValueError) as error:
                 raise type(error)(f'candidates[{kind!r}]: {error}') from error
             resolved[kind] = list(spec.removed(kind))
-            if len(resolved[kind]) < self.counts[kind]:
+            if len(resolved[kind]) < self.counts.get(kind, 0):
                 raise ValueError(
                     f'{self.counts[kind]} {kind} layers are to be removed '
                     f'but candidates[{kind!r}] lists only '
@@ -265,7 +281,7 @@ class HetDPTPruneHook(GateHookBase):
             raise ValueError('HetDPTPruneHook: log_score_grads reads each '
                              'gate score\'s gradient, which FSDP flattens '
                              'into shards; leave it off under FSDP')
-        for kind in LAYER_KINDS:
+        for kind in backbone.REMOVABLE_KINDS:
             for gate in backbone.gates(kind):
                 # A closed gate's score gets no gradient: only open ones
                 # report, so the mean is over the open layers.
@@ -342,9 +358,13 @@ class HetDPTPruneHook(GateHookBase):
         backbone = self.backbone(runner)
         if number == 0:
             self._snapshot_teacher(runner)
-        closed_before = list(backbone.prune_spec.removed(kind))
+        spec = backbone.prune_spec
+        closed_before = list(spec.removed(kind))
+        # Whole-branch removal keeps one branch of every block.
+        other = {ATTN: spec.ffn_removed, FFN: spec.attn_removed}.get(
+            kind, ()) if FFN in self.counts else ()
         open_candidates = [i for i in self.candidates[kind]
-                           if i not in closed_before]
+                           if i not in closed_before and i not in other]
         decision, rank_choices = self.select_and_close(backbone, kind,
                                                        open_candidates)
         record = dict(
@@ -356,7 +376,8 @@ class HetDPTPruneHook(GateHookBase):
             # record (e.g. to rank them across types, as HetDPT does not);
             # a type without gates (SwiGLU FFNs: no GELU) is left out.
             gate_scores={k: backbone.gate_scores(k).float().tolist()
-                         for k in LAYER_KINDS if backbone.gates(k)})
+                         for k in backbone.REMOVABLE_KINDS
+                         if backbone.gates(k)})
         self.decisions.append(record)
         epoch = f' (epoch {record["epoch"]})' if self.schedule.by_epoch \
             else ''

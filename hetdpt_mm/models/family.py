@@ -12,7 +12,7 @@ class level (no model)   ``recognizes(state)``, ``describe_keys()``,
                          ``canonical_state(state)``,
                          ``record_from_tensors(state, source)``,
                          ``check_record(record, state)``,
-                         ``convert_state_dict(state, spec, form)``,
+                         ``convert_state_dict(state, spec, form, sem.)``,
                          ``build_args_from_tensors(state, arch)``,
                          ``layer_macs(arch, img_size, attention_products)``
 instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
@@ -31,7 +31,6 @@ first (through every loading path: ``load_state_dict``, MMEngine's
 ``load_checkpoint``, ``load_from``, ``--resume``, the toolboxes' inference
 APIs).
 """
-import os.path as osp
 from typing import (
     ClassVar,
     Dict,
@@ -59,14 +58,10 @@ from ..record import (
     with_record,
 )
 from ..registry import FAMILIES, get_family
-from ..spec import ACT, ATTN, LAYER_KINDS, PruneSpec
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .layers import SEMANTICS_CHOICES
-from .pretrained import PretrainedLoading
+from .pretrained import PretrainedLoading, absent_local_file
 from .record_check import check_arch_agrees, check_tensors_fit
-
-
-def absent_local_file(source: str) -> bool:
-    return '://' not in source and not osp.exists(osp.expanduser(source))
 
 
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
@@ -85,6 +80,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     #: Whether HetDPT+ width pruning (``tools/prune_width.py``) supports
     #: the family.
     WIDTH_PRUNABLE: ClassVar[bool] = False
+    #: The layer kinds the family removes, which ``gates`` answers.
+    REMOVABLE_KINDS: ClassVar[Tuple[str, ...]] = (ATTN, ACT)
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training
@@ -129,8 +126,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
 
     @classmethod
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str) -> Dict:
-        """The one tensor surgery of the family (see ``state_dict.py``)."""
+                           form: str, semantics: Optional[Mapping] = None
+                           ) -> Dict:
+        """The one tensor surgery of the family (``state_dict.py``); only
+        families with whole-branch removal take ``semantics``."""
         raise NotImplementedError
 
     @classmethod
@@ -340,7 +339,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         raise NotImplementedError
 
     def gates(self, kind: str) -> List[nn.Module]:
-        """The gated layers of one kind, by block index (gated form only)."""
+        """The gated layers of one of :attr:`REMOVABLE_KINDS` by block
+        index (gated form only; none where the network gates none)."""
         raise NotImplementedError
 
     def build_args(self) -> Dict:
@@ -363,9 +363,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """The current structure (read from the gates in the gated form)."""
         if self.form != 'gated':
             return self._spec
-        return PruneSpec(self.depth, *[
-            [i for i, gate in enumerate(self.gates(kind)) if not gate.is_open]
-            for kind in (ATTN, ACT)])
+        closed = {kind: [i for i, gate in enumerate(self.gates(kind))
+                         if not gate.is_open] for kind in self.REMOVABLE_KINDS}
+        return PruneSpec(self.depth, closed[ATTN], closed[ACT],
+                         ffn_removed=closed.get(FFN, ()))
 
     def gate_scores(self, kind: str) -> torch.Tensor:
         """Learned importance ``m`` of every layer of ``kind`` (detached)."""
@@ -376,7 +377,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """Open and close the gates to match ``spec`` (gated form only)."""
         spec = PruneSpec.coerce(spec, self.depth)
         for kind in LAYER_KINDS:
-            for index, gate in enumerate(self.gates(kind)):
+            gates = self.gates(kind) if kind in self.REMOVABLE_KINDS else []
+            if spec.removed(kind) and not gates:
+                raise ValueError(f'no {kind} gates to close for {spec}')
+            for index, gate in enumerate(gates):
                 gate.set_open(not spec.is_removed(kind, index))
 
     def record(self, form: Optional[str] = None) -> HetDPTRecord:
@@ -390,8 +394,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """A new merged-form backbone computing the same function."""
         merged = self.from_record(self.record('merged'),
                                   **self._output_args())
-        state = self.convert_state_dict(self.state_dict(), self.prune_spec,
-                                        'merged')
+        state = self.convert_weights(self.state_dict(), self.prune_spec,
+                                     'merged', self.semantics)
         merged.load_state_dict(with_record(state, merged.record()))
         return merged.train(self.training)
 

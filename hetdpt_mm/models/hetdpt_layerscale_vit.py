@@ -19,7 +19,10 @@ What the forms leave (with the default ``removed_attn_output='norm'``):
 * a SwiGLU FFN (``fc2(SiLU(x1) * x2)``) without its SiLU still multiplies
   two linear maps of its input: it is not linear and cannot merge, so its
   activation cannot be removed (an error names the blocks); its attention
-  can.
+  can, and under whole-branch removal so can the whole FFN branch;
+* with ``removed_attn_output='identity'`` (whole-branch removal) a removed
+  attention branch or FFN branch (``ffn_removed``) goes with its LayerNorm
+  and LayerScale and leaves ``x`` (DINOv2-g's Table 6 rows).
 """
 import math
 from functools import partial
@@ -31,16 +34,21 @@ from timm.layers import Attention, SwiGLUPacked
 
 from ..checkpoint import StateDictMismatch
 from ..pruning.cost import AnalyticCost
-from ..spec import ACT, ATTN, PruneSpec
+from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import layerscale_state_dict as ls_state_dict
 from . import state_dict as vit_state_dict
 from .hetdpt_vit import HetDPTViT
 from .layers import (
+    WHOLE_BRANCH,
     GatedAttention,
+    GatedSwiGLU,
     HetDPTBlock,
     MergedFFN,
     assemble_block,
+    check_branch_removal,
     choose_block_layers,
+    remove_branches,
+    set_block_gates,
 )
 from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 
@@ -96,7 +104,8 @@ DICT_ARCH_DEFAULTS = dict(patch_size=16, img_size=224,
 #: trainable, so fine-tuning can grow it, and ``gamma1 = 1`` is the plain
 #: ViT's rule.  It is also what timm's block computes with the attention
 #: replaced, so the gated, pruned and merged forms agree with no special
-#: case.  ``'zero'`` leaves ``x``.
+#: case.  ``'zero'`` leaves ``x``; ``'identity'`` (whole-branch removal)
+#: leaves ``x`` without ``LN1`` and ``gamma1``.
 LAYERSCALE_SEMANTICS = dict(RELEASED_SEMANTICS)
 
 
@@ -121,7 +130,8 @@ def build_layerscale_block(dim: int, num_heads: int, mlp_ratio: float,
                            attn_removed: bool, act_removed: bool,
                            removed_attn_output: str, residual_gelu: str,
                            norm_layer, ffn: str, layer_scale_init_value: float,
-                           drop_rate: float = 0., attn_drop_rate: float = 0.):
+                           drop_rate: float = 0., attn_drop_rate: float = 0.,
+                           ffn_removed: bool = False):
     """One LayerScale ViT block of the given form (layer types from
     :func:`choose_block_layers`; a SwiGLU FFN always keeps its SiLU)."""
     common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
@@ -132,16 +142,23 @@ def build_layerscale_block(dim: int, num_heads: int, mlp_ratio: float,
                                  removed_attn_output, residual_gelu,
                                  Attention, GatedAttention)
     if ffn == 'swiglu':
+        check_branch_removal(attn_removed, ffn_removed,
+                             removed_attn_output)
+        whole = removed_attn_output == WHOLE_BRANCH
+        gated = form == 'gated'
         # No activation is ever removed, so no residual GELU either.
         block = HetDPTBlock(attn_layer=layers.attn_layer, act_layer=nn.SiLU,
-                            mlp_layer=SwiGLUPacked, residual_gelu=False,
-                            **common)
-        if form == 'gated':
-            block.attn.passthrough = removed_attn_output == 'norm'
-            block.attn.set_open(not attn_removed)
+                            mlp_layer=GatedSwiGLU if gated and whole
+                            else SwiGLUPacked, residual_gelu=False, **common)
+        if gated:
+            set_block_gates(block.attn, None, attn_removed, False,
+                            removed_attn_output,
+                            block.mlp if whole else None, ffn_removed)
+        else:
+            remove_branches(block, attn_removed and whole, ffn_removed)
         return block
     block = assemble_block(layers, form, attn_removed, act_removed,
-                           removed_attn_output, **common)
+                           removed_attn_output, ffn_removed, **common)
     if layers.mlp_layer is MergedFFN:
         block.ls2 = nn.Identity()  # folded into the merged linear
     return block
@@ -353,6 +370,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
                 drop_path=drop_path[i], form=form,
                 attn_removed=spec.is_removed(ATTN, i),
                 act_removed=spec.is_removed(ACT, i),
+                ffn_removed=spec.is_removed(FFN, i),
                 norm_layer=partial(nn.LayerNorm, eps=1e-6), ffn=self.ffn,
                 layer_scale_init_value=self.layer_scale_init_value,
                 **args, **self.semantics)

@@ -14,6 +14,7 @@ from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, PruneSpec
 from . import swin_state_dict, vit_codec
 from .family import HetDPTBackbone
+from .layers import WHOLE_BRANCH
 from .swin_layers import (
     PatchMerging,
     SwinPatchEmbed,
@@ -309,6 +310,12 @@ class HetDPTSwin(HetDPTBackbone):
     # --------------------------------------------------------- structure
     def _build_structure(self, spec: PruneSpec, form: str,
                          semantics: Mapping) -> None:
+        if semantics['removed_attn_output'] == WHOLE_BRANCH or \
+                spec.ffn_removed:
+            raise ValueError(
+                'whole-branch removal (removed_attn_output='
+                f"'{WHOLE_BRANCH}', ffn_removed) is for ViTs; a Swin block "
+                "removes its attention with 'norm' or 'zero'")
         self.form = form
         self.semantics = dict(semantics)
         self._spec = spec  # fixed for pruned/merged; gates own it if gated

@@ -16,11 +16,11 @@ from timm.models.vision_transformer import init_weights_vit_timm
 from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
-from ..spec import ACT, ATTN, PruneSpec
+from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import state_dict as vit_state_dict
 from . import vit_codec
 from .family import HetDPTBackbone
-from .layers import build_block
+from .layers import build_block, gated_ffn
 from .layerscale_state_dict import has_layer_scale
 from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 
@@ -40,8 +40,11 @@ class HetDPTViT(HetDPTBackbone):
             gates of the spec's removed layers start closed.
         merged: merge activation-free FFNs into one linear each; ``None``
             follows the checkpoint in ``init_cfg`` (``False`` without one).
-        removed_attn_output: ``'norm'`` (released models: ``x + LN1(x)``) or
-            ``'zero'``; ``None`` follows the checkpoint, else ``'norm'``.
+        removed_attn_output: ``'norm'`` (released models: ``x + LN1(x)``),
+            ``'zero'`` or ``'identity'`` (whole-branch removal: removed
+            attention and FFN branches go with their LayerNorm and leave
+            ``x``; the spec's ``ffn_removed`` needs it; docs/layerscale.md);
+            ``None`` follows the checkpoint, else ``'norm'``.
         residual_gelu: when a GELU is applied to the residual stream after a
             block: ``'both_removed'`` (released models), ``'act_removed'``
             (the authors' search), ``'never'``; ``None`` follows the
@@ -78,6 +81,7 @@ class HetDPTViT(HetDPTBackbone):
                       img_size=32, patch_size=4)
     DEFAULT_ARCH = 'deit-base'
     WIDTH_PRUNABLE = True
+    REMOVABLE_KINDS = (ATTN, ACT, FFN)
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Whether position embeddings are resampled with antialiasing (timm
     #: does for LayerScale ViTs; DeiT's weights were trained without).
@@ -211,8 +215,10 @@ class HetDPTViT(HetDPTBackbone):
 
     @classmethod
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str) -> Dict:
-        return vit_state_dict.convert_state_dict(state, spec, form)
+                           form: str, semantics: Optional[Mapping] = None
+                           ) -> Dict:
+        return vit_state_dict.convert_state_dict(state, spec, form,
+                                                 semantics)
 
     @classmethod
     def build_args_from_tensors(cls, state: Mapping,
@@ -276,6 +282,7 @@ class HetDPTViT(HetDPTBackbone):
             build_block(drop_path=drop_path[i], form=form,
                         attn_removed=spec.is_removed(ATTN, i),
                         act_removed=spec.is_removed(ACT, i),
+                        ffn_removed=spec.is_removed(FFN, i),
                         norm_layer=partial(nn.LayerNorm, eps=1e-6),
                         widths=widths.block(i) if widths else None,
                         **args, **self.semantics)
@@ -340,6 +347,10 @@ class HetDPTViT(HetDPTBackbone):
             return [block.attn for block in self.blocks]
         if kind == ACT:
             return [block.mlp.act for block in self.blocks]
+        if kind == FFN:
+            # Gated only under whole-branch removal.
+            gates = [gated_ffn(block) for block in self.blocks]
+            return [] if None in gates else gates
         raise ValueError(f'unknown layer kind {kind!r}')
 
     def build_args(self) -> Dict:

@@ -14,6 +14,13 @@ pruned        AttentionBypass      Mlp with Identity act    + ResidualGELU
 merged        AttentionBypass      MergedFFN (one D x D)    + ResidualGELU
 ============  ===================  =======================  ===============
 
+With ``removed_attn_output='identity'`` (whole-branch removal,
+docs/layerscale.md) a removed attention branch and a removed FFN branch
+(``PruneSpec.ffn_removed``) lose their LayerNorm, sublayer and LayerScale
+and leave ``x``: the pruned and merged forms hold none of their tensors
+(:func:`remove_branches`), the gated form gates every FFN branch as well
+(:class:`GatedMlp`, :class:`GatedSwiGLU`).
+
 The pruned and merged forms have no gates and no per-block Python branches.
 After width pruning (HetDPT+) a block of either form may have its own number
 of heads, head dimension and FFN hidden width (``widths``); a merged FFN
@@ -24,13 +31,17 @@ from typing import Optional, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import Attention, Mlp
+from timm.layers import Attention, GluMlp, Mlp
 from timm.models.vision_transformer import Block
 
 #: Names of a gate's parameters (score ``m``) and buffers (gate ``b``).
 GATE_SUFFIXES = ('hetdpt_score', 'hetdpt_gate')
-#: What a removed attention sublayer leaves on its residual branch.
-REMOVED_ATTN_OUTPUTS = ('norm', 'zero')
+#: What a removed attention sublayer leaves on its residual branch;
+#: ``'identity'`` removes whole branches (attention and FFN, each with its
+#: LayerNorm and LayerScale) and makes FFN branches removable.
+REMOVED_ATTN_OUTPUTS = ('norm', 'zero', 'identity')
+#: The semantics value of whole-branch removal.
+WHOLE_BRANCH = 'identity'
 #: When the extra GELU is applied to the residual stream after a block.
 RESIDUAL_GELU_MODES = ('both_removed', 'act_removed', 'never')
 #: The semantics options of every family, with their allowed values.
@@ -94,6 +105,30 @@ class GatedAttention(GatedResidualBranch, Attention):
         self.init_gate()
 
 
+class GatedMlp(GatedResidualBranch, Mlp):
+    """A whole FFN branch behind a straight-through gate (search form of
+    whole-branch removal): a closed gate leaves nothing, so the block
+    leaves ``x``."""
+
+    passthrough = False
+
+    def __init__(self, *args, **kwargs):
+        Mlp.__init__(self, *args, **kwargs)
+        self.init_gate()
+
+
+class GatedSwiGLU(GatedResidualBranch, GluMlp):
+    """DINOv2-g's packed SwiGLU FFN (timm's ``SwiGLUPacked``) behind a
+    straight-through gate, as :class:`GatedMlp`."""
+
+    passthrough = False
+
+    def __init__(self, *args, **kwargs):
+        kwargs.update(act_layer=nn.SiLU, gate_last=False)
+        GluMlp.__init__(self, *args, **kwargs)
+        self.init_gate()
+
+
 class GatedGELU(StraightThroughGate, nn.GELU):
     """The FFN activation behind a straight-through gate (search form)."""
 
@@ -125,6 +160,28 @@ class AttentionZero(AttentionBypass):
 
     def forward(self, x, *args, **kwargs):
         return torch.zeros_like(x)
+
+
+class RemovedBranch(nn.Module):
+    """A removed residual branch (whole-branch removal): it holds no
+    tensors and adds nothing, so the block leaves ``x``."""
+
+    def forward(self, x, *args, **kwargs):
+        return torch.zeros_like(x)
+
+
+def remove_branches(block: nn.Module, attn: bool, ffn: bool) -> None:
+    """Take the attention branch (``attn``) and / or the FFN branch
+    (``ffn``) out of a pruned or merged block: LayerNorm, sublayer and
+    LayerScale go, the branch adds nothing."""
+    for removed, names in ((attn, ('norm1', 'attn', 'ls1')),
+                           (ffn, ('norm2', 'mlp', 'ls2'))):
+        if removed:
+            norm, sublayer, scale = names
+            setattr(block, norm, nn.Identity())
+            setattr(block, sublayer, RemovedBranch())
+            if hasattr(block, scale):
+                setattr(block, scale, nn.Identity())
 
 
 class MergedFFN(nn.Module):
@@ -206,7 +263,10 @@ def choose_block_layers(form: str, attn_removed: bool, act_removed: bool,
     (``attention`` / ``gated_attention``: the family's own attention and its
     gated variant)."""
     if form == 'gated':
-        return BlockLayers(gated_attention, GatedGELU, None, residual_gelu)
+        return BlockLayers(
+            gated_attention, GatedGELU,
+            GatedMlp if removed_attn_output == WHOLE_BRANCH else None,
+            residual_gelu)
     if attn_removed:
         attn_layer = AttentionBypass if removed_attn_output == 'norm' \
             else AttentionZero
@@ -220,34 +280,69 @@ def choose_block_layers(form: str, attn_removed: bool, act_removed: bool,
                                             act_removed))
 
 
-def set_block_gates(attn: GatedResidualBranch, act: GatedGELU,
+def set_block_gates(attn: GatedResidualBranch, act: Optional[GatedGELU],
                     attn_removed: bool, act_removed: bool,
-                    removed_attn_output: str) -> None:
-    """Open or close a gated block's two gates; a closed attention gate
-    leaves what ``removed_attn_output`` says."""
+                    removed_attn_output: str,
+                    ffn: Optional[GatedResidualBranch] = None,
+                    ffn_removed: bool = False) -> None:
+    """Open or close a gated block's gates (``act``: none for a SwiGLU FFN;
+    ``ffn``: its FFN branch's, with whole-branch removal); a closed
+    attention gate leaves what ``removed_attn_output`` says."""
     attn.passthrough = removed_attn_output == 'norm'
     attn.set_open(not attn_removed)
-    act.set_open(not act_removed)
+    if act is not None:
+        act.set_open(not act_removed)
+    if ffn is not None:
+        ffn.set_open(not ffn_removed)
+
+
+def check_branch_removal(attn_removed: bool, ffn_removed: bool,
+                         removed_attn_output: str) -> None:
+    """An FFN branch is removed only under whole-branch removal, and never
+    with the attention branch of its block: a block without tensors would
+    leave the network's depth unreadable from its weights."""
+    if not ffn_removed:
+        return
+    if removed_attn_output != WHOLE_BRANCH:
+        raise ValueError(
+            'the spec removes FFN branches (ffn_removed), which needs '
+            f"whole-branch removal: removed_attn_output='{WHOLE_BRANCH}' "
+            f'(got {removed_attn_output!r})')
+    if attn_removed:
+        raise ValueError(
+            'the spec removes both branches of a block (attn_removed and '
+            'ffn_removed): whole-branch removal keeps at least one branch '
+            'of every block')
 
 
 def assemble_block(layers: BlockLayers, form: str, attn_removed: bool,
                    act_removed: bool, removed_attn_output: str,
-                   **block_args) -> Block:
+                   ffn_removed: bool = False, **block_args) -> Block:
     """The timm block of the chosen layer types (``block_args``: timm
-    ``Block`` arguments); a gated block gets its gates set."""
+    ``Block`` arguments); a gated block gets its gates set, a pruned or
+    merged one loses its removed whole branches."""
+    check_branch_removal(attn_removed, ffn_removed, removed_attn_output)
+    if layers.mlp_layer is not None:
+        block_args['mlp_layer'] = layers.mlp_layer
     if form == 'gated':
         block = GatedHetDPTBlock(attn_layer=layers.attn_layer,
                                  act_layer=layers.act_layer,
                                  residual_gelu=layers.residual_gelu,
                                  **block_args)
         set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
-                        removed_attn_output)
+                        removed_attn_output, gated_ffn(block), ffn_removed)
         return block
-    if layers.mlp_layer is not None:
-        block_args['mlp_layer'] = layers.mlp_layer
-    return HetDPTBlock(attn_layer=layers.attn_layer,
-                       act_layer=layers.act_layer,
-                       residual_gelu=layers.residual_gelu, **block_args)
+    block = HetDPTBlock(attn_layer=layers.attn_layer,
+                        act_layer=layers.act_layer,
+                        residual_gelu=layers.residual_gelu, **block_args)
+    whole = removed_attn_output == WHOLE_BRANCH
+    remove_branches(block, attn_removed and whole, ffn_removed)
+    return block
+
+
+def gated_ffn(block: nn.Module) -> Optional[GatedResidualBranch]:
+    """The gated FFN branch of a gated block, if it has one."""
+    return block.mlp if isinstance(block.mlp, GatedResidualBranch) else None
 
 
 def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
@@ -255,8 +350,8 @@ def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
                 act_removed: bool, removed_attn_output: str,
                 residual_gelu: str, norm_layer, drop_rate: float = 0.,
                 attn_drop_rate: float = 0.,
-                widths: Optional[Tuple[int, int, Optional[int]]] = None
-                ) -> Block:
+                widths: Optional[Tuple[int, int, Optional[int]]] = None,
+                ffn_removed: bool = False) -> Block:
     """Build one ViT block of the given form (layer types from
     :func:`choose_block_layers`). ``widths`` are the block's
     ``(num_heads, head_dim, ffn_hidden)`` after width pruning (``None``:
@@ -274,7 +369,7 @@ def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
                                  removed_attn_output, residual_gelu,
                                  Attention, GatedAttention)
     block = assemble_block(layers, form, attn_removed, act_removed,
-                           removed_attn_output, **common)
+                           removed_attn_output, ffn_removed, **common)
     if widths is not None:
         _set_widths(block, *widths, qkv_bias=qkv_bias, drop_rate=drop_rate,
                     attn_drop_rate=attn_drop_rate,

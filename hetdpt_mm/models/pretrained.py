@@ -1,15 +1,20 @@
 """Loading a pretrained file into a backbone of a given structure: the
 file's weights converted to this backbone's form and spec (``init_cfg``'s
 ``Pretrained``; docs/transfer.md)."""
+import os.path as osp
 from contextlib import contextmanager
-from typing import Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from mmengine.logging import print_log
 
 from ..checkpoint import StateDictMismatch
 from ..record import EXTRA_STATE_KEY, load_backbone_checkpoint
 from ..spec import LAYER_KINDS, PruneSpec
-from .layers import GATE_SUFFIXES
+from .layers import GATE_SUFFIXES, WHOLE_BRANCH
+
+
+def absent_local_file(source: str) -> bool:
+    return '://' not in source and not osp.exists(osp.expanduser(source))
 
 
 class PretrainedLoading:
@@ -39,11 +44,24 @@ class PretrainedLoading:
         state = loaded.state
         if record.form == 'gated':
             # A search checkpoint's weights are those of its own spec.
-            state = self.convert_state_dict(state, record.spec, 'pruned')
+            state = self.convert_weights(state, record.spec, 'pruned',
+                                         record.semantics)
         # Gates follow this backbone's spec, never a pretrained file.
         state = {k: v for k, v in state.items() if not self._is_gate_key(k)}
-        state = self.convert_state_dict(state, self.prune_spec, self.form)
+        state = self.convert_weights(state, self.prune_spec, self.form,
+                                     self.semantics)
         self._load_checked(self._adapt_pretrained(state), source)
+
+    @classmethod
+    def convert_weights(cls, state: Mapping, spec: PruneSpec, form: str,
+                        semantics: Mapping) -> Dict:
+        """The family's ``convert_state_dict`` to a network of ``semantics``:
+        only whole-branch removal changes which tensors a network holds, so
+        only then are the semantics passed (families without it take
+        ``(state, spec, form)``)."""
+        if semantics.get('removed_attn_output') != WHOLE_BRANCH:
+            return cls.convert_state_dict(state, spec, form)
+        return cls.convert_state_dict(state, spec, form, semantics=semantics)
 
     @staticmethod
     def _is_gate_key(key: str) -> bool:
@@ -73,7 +91,7 @@ class PretrainedLoading:
             return set()
         names = {id(m): name for name, m in self.named_modules()}
         return {f'{names[id(gate)]}.{key}'
-                for kind in LAYER_KINDS for gate in self.gates(kind)
+                for kind in self.REMOVABLE_KINDS for gate in self.gates(kind)
                 if not gate.is_open for key in gate.state_dict()
                 if not self._is_gate_key(key)}
 

@@ -24,8 +24,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import torch
 
 from ..checkpoint import StateDictMismatch
-from ..spec import PruneSpec
-from .layers import GATE_SUFFIXES
+from ..spec import FFN, PruneSpec
+from .layers import GATE_SUFFIXES, WHOLE_BRANCH
 
 _BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
 #: Keys every ViT backbone checkpoint has; used to recognise one.
@@ -182,44 +182,71 @@ def infer_layout(state_dict: Mapping) -> Dict[str, object]:
         state_dict]
     merged = [i for i in range(depth)
               if f'blocks.{i}.mlp.fc.weight' in state_dict]
+    ffn_missing = [i for i in range(depth)
+                   if f'blocks.{i}.mlp.fc1.weight' not in state_dict and
+                   f'blocks.{i}.mlp.fc.weight' not in state_dict]
     gated = any(k.endswith(GATE_SUFFIXES) for k in state_dict)
+    # Whole-branch removal: removed attention without its LayerNorm, or
+    # gated FFN branches.
+    whole_branch = any(
+        f'blocks.{i}.norm1.weight' not in state_dict for i in attn_missing
+    ) or bool(ffn_missing) or any(
+        k.endswith('mlp.hetdpt_gate') for k in state_dict)
     return dict(depth=depth, attn_missing=attn_missing, merged=merged,
-                gated=gated)
+                gated=gated, ffn_missing=ffn_missing,
+                whole_branch=whole_branch)
 
 
 def gate_spec(state_dict: Mapping, depth: int) -> PruneSpec:
     """The spec encoded by the closed gates of a gated-form state dict."""
     closed = {}
-    for kind, path in (('attn', 'attn'), ('act', 'mlp.act')):
+    for kind, path in (('attn', 'attn'), ('act', 'mlp.act'), (FFN, 'mlp')):
         closed[kind] = [
             i for i in range(depth)
             if float(state_dict.get(f'blocks.{i}.{path}.hetdpt_gate', 1.)) <
             0.5
         ]
-    return PruneSpec(depth, closed['attn'], closed['act'])
+    return PruneSpec(depth, closed['attn'], closed['act'],
+                     ffn_removed=closed[FFN])
 
 
-def convert_state_dict(state_dict: Mapping, spec: PruneSpec,
-                       form: str) -> 'OrderedDict[str, torch.Tensor]':
+def _removed_key(rest: str, index: int, spec: PruneSpec,
+                 whole_branch: bool) -> bool:
+    """Whether block ``index``'s key ``rest`` belongs to a removed layer:
+    a removed attention (with its LayerNorm and LayerScale under
+    whole-branch removal) or a removed FFN branch."""
+    if index >= spec.depth:
+        return False
+    attn = ('attn.', 'norm1.', 'ls1.') if whole_branch else ('attn.', )
+    return (spec.is_removed('attn', index) and rest.startswith(attn)) or (
+        spec.is_removed(FFN, index) and
+        rest.startswith(('norm2.', 'mlp.', 'ls2.')))
+
+
+def convert_state_dict(state_dict: Mapping, spec: PruneSpec, form: str,
+                       semantics: Optional[Mapping] = None
+                       ) -> 'OrderedDict[str, torch.Tensor]':
     """Return ``state_dict`` in the layout of a ``form`` network with
-    ``spec``; the input is not modified.
+    ``spec`` and ``semantics``; the input is not modified.
 
     Handles: dropping the weights of removed attention sublayers (dense or
-    gated input), dropping gate parameters (gated input, non-gated output),
+    gated input; with whole-branch removal their LayerNorm and LayerScale
+    too) and of removed FFN branches, dropping gate parameters (gated
+    input, non-gated output),
     and merging ``fc1``/``fc2`` of GELU-removed blocks (``form='merged'``),
     with the block's LayerScale ``ls2.gamma`` folded in where it has one.
     Raises :class:`StateDictMismatch` when the weights cannot produce the
     requested layout (e.g. un-merging a merged FFN).
     """
+    whole_branch = (semantics or {}).get(
+        'removed_attn_output') == WHOLE_BRANCH
     out = OrderedDict()
     for key, value in state_dict.items():
         match = _BLOCK_KEY.match(key)
         if match and form != 'gated':
             index, rest = int(match.group(1)), match.group(2)
-            if rest.endswith(GATE_SUFFIXES):
-                continue
-            if index < spec.depth and spec.is_removed('attn', index) and \
-                    rest.startswith('attn.'):
+            if rest.endswith(GATE_SUFFIXES) or _removed_key(
+                    rest, index, spec, whole_branch):
                 continue
         out[key] = value
     for index in spec.act_removed:

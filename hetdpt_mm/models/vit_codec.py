@@ -11,6 +11,7 @@ from ..pruning.cost import AnalyticCost
 from ..record import HetDPTRecord
 from ..spec import PruneSpec
 from . import state_dict as vit_state_dict
+from .layers import WHOLE_BRANCH
 
 #: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
 RELEASED_SEMANTICS = dict(removed_attn_output='norm',
@@ -43,17 +44,20 @@ def record_from_tensors(state: Mapping, source: str,
     """The record that the key names of ``state`` imply."""
     layout = vit_state_dict.infer_layout(state)
     depth = layout['depth']
+    semantics = dict(RELEASED_SEMANTICS)
+    if layout['whole_branch']:
+        semantics['removed_attn_output'] = WHOLE_BRANCH
     common = dict(family=family, source=source, origin='tensors',
-                  semantics=dict(RELEASED_SEMANTICS))
+                  semantics=semantics)
     if layout['gated']:
         return HetDPTRecord(spec=vit_state_dict.gate_spec(state, depth),
                             form='gated', **common)
+    removed = dict(attn_removed=layout['attn_missing'],
+                   ffn_removed=layout['ffn_missing'])
     if layout['merged']:
-        return HetDPTRecord(spec=PruneSpec(depth, layout['attn_missing'],
-                                           layout['merged']),
-                            form='merged', **common)
-    return HetDPTRecord(spec=PruneSpec(depth, layout['attn_missing']),
-                        form='pruned',
+        return HetDPTRecord(spec=PruneSpec(depth, act_removed=layout[
+            'merged'], **removed), form='merged', **common)
+    return HetDPTRecord(spec=PruneSpec(depth, **removed), form='pruned',
                         act_unknown=bool(layout['attn_missing']),
                         **common)
 
@@ -84,6 +88,11 @@ def check_record(record: HetDPTRecord, state: Mapping) -> None:
             problems.append(
                 f'merged FFNs are in blocks {layout["merged"]}, the '
                 f'record expects {merged}')
+        if layout['ffn_missing'] != list(spec.ffn_removed):
+            problems.append(
+                f'FFN branches are missing in blocks '
+                f'{layout["ffn_missing"]}, the record removes '
+                f'{list(spec.ffn_removed)}')
     if problems:
         raise StateDictMismatch(
             f'{record.source}: the HetDPT record ({record.describe()}) '

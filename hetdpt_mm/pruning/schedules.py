@@ -19,7 +19,7 @@ import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from ..registry import REMOVAL_SCHEDULES
-from ..spec import ACT, ATTN, LAYER_KINDS
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS
 
 __all__ = ['authors_stages', 'removal_order', 'PruneSchedule',
            'ProgressiveSchedule', 'EpochSchedule', 'CollectSchedule',
@@ -33,13 +33,18 @@ def authors_stages(n: int) -> List[int]:
     return [3 + 2 * k for k in range(n)]
 
 
+#: Who goes first between kinds with equal counts (the authors: GELU).
+_TIE_ORDER = (ACT, FFN, ATTN)
+
+
 def removal_order(counts: Mapping[str, int]) -> List[str]:
-    """Interleave the two types, the one with the larger count first (ties
-    to GELU), then the rest of the larger one."""
-    first, second = (ATTN, ACT) if counts[ATTN] > counts[ACT] else (ACT, ATTN)
+    """Interleave the kinds, the one with the larger count first (ties to
+    GELU, then to FFN branches), then the rest of the larger ones."""
+    kinds = sorted((kind for kind in LAYER_KINDS if counts.get(kind)),
+                   key=lambda kind: (-counts[kind], _TIE_ORDER.index(kind)))
     order = []
-    for step in range(max(counts[ATTN], counts[ACT])):
-        order += [kind for kind in (first, second) if step < counts[kind]]
+    for step in range(max((counts[kind] for kind in kinds), default=0)):
+        order += [kind for kind in kinds if step < counts[kind]]
     return order
 
 

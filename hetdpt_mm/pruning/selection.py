@@ -28,7 +28,6 @@ from torch.utils.data import DataLoader, Subset
 from ..datasets.subset import select_subset
 from ..registry import SELECTION_POLICIES
 from ..sharding import unwrap_model
-from ..spec import LAYER_KINDS
 from .te import te_select
 from .validation import positive_int
 
@@ -93,7 +92,7 @@ class LowestGateScore(SelectionPolicy):
 
     def setup(self, runner, backbone) -> None:
         scores = {id(gate.hetdpt_score): f'blocks.{i}.{kind} score'
-                  for kind in LAYER_KINDS
+                  for kind in backbone.REMOVABLE_KINDS
                   for i, gate in enumerate(backbone.gates(kind))}
         optim_wrapper = runner.optim_wrapper
         wrappers = optim_wrapper.values() if isinstance(

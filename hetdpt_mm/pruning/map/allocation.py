@@ -15,7 +15,7 @@ from typing import (
 
 import numpy as np
 
-from ...spec import ACT, LAYER_KINDS
+from ...spec import ACT, ATTN
 from ..validation import as_int, check_depth
 from .fit import MAPFit
 
@@ -184,11 +184,11 @@ def rank_across_types(scores: Mapping[str, Sequence[float]],
     GELU first, then the lower block).  ``scores`` maps each kind to the
     scores of its layers by block; returns the removed blocks per kind."""
     ranked = sorted((score, kind != ACT, index, kind)
-                    for kind in LAYER_KINDS
+                    for kind in (ATTN, ACT)
                     for index, score in enumerate(scores.get(kind, ())))
     if not 0 <= budget <= len(ranked):
         raise ValueError(f'budget must be in 0..{len(ranked)}, got {budget}')
-    removed = {kind: [] for kind in LAYER_KINDS}
+    removed = {kind: [] for kind in (ATTN, ACT)}
     for *_, index, kind in ranked[:budget]:
         removed[kind].append(index)
     return {kind: sorted(blocks) for kind, blocks in removed.items()}
