@@ -7,6 +7,9 @@ import torch
 import torch.nn.functional as F
 from helpers import MIXED_SPEC, randomize_
 
+from hetdpt_mm.apis.benchmark import run_benchmark
+from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
+from hetdpt_mm.cli import UsageError
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
 from hetdpt_mm.models.token_merge import TokenMerge, bipartite_merge
 
@@ -226,3 +229,40 @@ def test_list_r_must_cover_every_block():
 def test_swin_refuses_token_merging():
     with pytest.raises(ValueError, match='window'):
         HetDPTSwin(**HetDPTSwin.SMALL_ARGS, token_merge=dict(r=4))
+
+
+# ------------------------------------------------------------ benchmark
+def short_benchmark(task, **options):
+    resolved = resolve_options(BenchmarkOptions(task, repeats=1, warmup=0,
+                                                **options))
+    return run_benchmark(resolved)
+
+
+def test_benchmark_merges_tokens_in_every_backbone():
+    arch = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
+    spec = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
+    runs = {r: short_benchmark('backbone', arch=arch, spec=spec,
+                               img_size=[64], batch_size=1, token_merge=r)
+            for r in (None, 16)}
+    for plain, merging in zip(runs[None]['models'], runs[16]['models']):
+        assert merging['description'] == plain['description'] + \
+            ', ToMe r=16'
+        assert merging['params'] == plain['params']
+        assert merging['macs']['matmul'] < 0.75 * plain['macs']['matmul']
+        assert 'backbone_analytic_macs' not in merging
+
+
+@pytest.mark.parametrize('options, message', [
+    (dict(family='swin', arch='tiny', spec=None), 'does not merge'),
+    (dict(models=['dense', 'pruned'], runtimes=['onnxruntime']),
+     'torch only'),
+    (dict(token_merge=-1), '>= 0')])
+def test_benchmark_refuses_what_cannot_merge(options, message):
+    options = dict(dict(token_merge=8), **options)
+    with pytest.raises(UsageError, match=message):
+        resolve_options(BenchmarkOptions('backbone', **options))
+
+
+def test_benchmark_refuses_the_stock_upernet():
+    with pytest.raises(UsageError, match='stock model'):
+        resolve_options(BenchmarkOptions('upernet', token_merge=8))

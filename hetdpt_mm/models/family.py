@@ -71,7 +71,6 @@ def absent_local_file(source: str) -> bool:
 
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
-
     family: ClassVar[Optional[str]] = None
     #: The constructor arguments a record's ``arch`` may give: those of
     #: :meth:`build_args`, which fix the structure.  A record never names
@@ -85,6 +84,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     #: Whether HetDPT+ width pruning (``tools/prune_width.py``) supports
     #: the family.
     WIDTH_PRUNABLE: ClassVar[bool] = False
+    #: Whether the family takes ``token_merge`` (ToMe, docs/token_merge.md).
+    MERGES_TOKENS: ClassVar[bool] = False
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training

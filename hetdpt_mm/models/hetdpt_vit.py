@@ -82,6 +82,7 @@ class HetDPTViT(HetDPTBackbone):
                       img_size=32, patch_size=4)
     DEFAULT_ARCH = 'deit-base'
     WIDTH_PRUNABLE = True
+    MERGES_TOKENS = True
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Whether position embeddings are resampled with antialiasing (timm
     #: does for LayerScale ViTs; DeiT's weights were trained without).
