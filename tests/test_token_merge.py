@@ -5,7 +5,16 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import MIXED_SPEC, randomize_
+from helpers import (
+    MIXED_SPEC,
+    REPO,
+    build_model,
+    detection_batch,
+    randomize_,
+    segmentation_batch,
+)
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
 
 from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
@@ -266,3 +275,43 @@ def test_benchmark_refuses_what_cannot_merge(options, message):
 def test_benchmark_refuses_the_stock_upernet():
     with pytest.raises(UsageError, match='stock model'):
         resolve_options(BenchmarkOptions('upernet', token_merge=8))
+
+
+# ------------------------------------------------------ dense prediction
+def tome_config(name):
+    cfg = Config.fromfile(REPO / 'configs' / 'tome' / name)
+    cfg.model.backbone.update(init_cfg=None, prune_spec=MIXED_SPEC,
+                              merged=True, arch='deit-tiny')
+    cfg.model.neck.in_channels = [192] * len(cfg.model.neck.in_channels)
+    return cfg
+
+
+def test_detr_config_trains_and_predicts_with_merging():
+    model = build_model(tome_config('detr_hetdpt_deit_b_tome-r8.py'))
+    assert model.backbone.token_merge == TokenMerge(r=8)
+    data = detection_batch([(64, 96), (80, 64)], num_classes=80)
+    optim_wrapper = build_optim_wrapper(model, dict(
+        optimizer=dict(type='AdamW', lr=1e-4)))
+    model.train()
+    log_vars = model.train_step(data, optim_wrapper)
+    assert torch.isfinite(log_vars['loss'])
+    model.eval()
+    with torch.no_grad():
+        results = model.test_step(data)
+    assert [r.pred_instances.bboxes.shape for r in results] == [(100, 4)] * 2
+
+
+def test_upernet_config_trains_and_predicts_with_merging():
+    cfg = tome_config('upernet_hetdpt_deit_b_tome-r8_ade20k.py')
+    cfg.model.data_preprocessor.size = (64, 64)
+    model = build_model(cfg)
+    assert model.backbone.token_merge == TokenMerge(r=8)
+    data = segmentation_batch([(64, 64), (64, 64)], num_classes=150)
+    optim_wrapper = build_optim_wrapper(model, dict(
+        optimizer=dict(type='AdamW', lr=1e-4)))
+    model.train()
+    assert torch.isfinite(model.train_step(data, optim_wrapper)['loss'])
+    model.eval()
+    with torch.no_grad():
+        (result, _) = model.test_step(data)
+    assert result.pred_sem_seg.data.shape == (1, 64, 64)
