@@ -260,9 +260,11 @@ def stock_config(task: str) -> Config:
 def hetdpt_config(task: str, arch: Union[str, Mapping] = 'deit-base',
                   spec=AUTHORS_SPEC, merged: bool = True,
                   img_size: Sequence[int] = (224, 224),
-                  distilled: bool = True) -> Config:
+                  distilled: bool = True,
+                  token_merge: Optional[int] = None) -> Config:
     """The stock config of ``task`` with its backbone replaced by
-    :class:`HetDPTViT` (``spec=None``: dense), random weights; what
+    :class:`HetDPTViT` (``spec=None``: dense; ``token_merge``: ToMe's r),
+    random weights; what
     ``configs/detr_hetdpt_deit_b.py`` and
     ``configs/upernet_hetdpt_deit_b_ade20k.py`` build, minus the checkpoint.
     """
@@ -275,6 +277,8 @@ def hetdpt_config(task: str, arch: Union[str, Mapping] = 'deit-base',
                     prune_spec=None if spec is None else
                     PruneSpec.coerce(spec, depth).to_dict(),
                     merged=merged and spec is not None)
+    if token_merge is not None:
+        backbone['token_merge'] = dict(r=token_merge)
     if task == 'detr':
         backbone.update(out_indices=(depth - 1, ))
         cfg.model.type = 'FusedAttentionDETR'

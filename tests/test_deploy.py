@@ -204,6 +204,17 @@ def test_bad_input_is_reported_before_anything_is_written(
     assert not out.exists()
 
 
+def test_a_token_merging_backbone_is_refused(export_tool, classifier,
+                                             tmp_path, capsys):
+    config, checkpoint = classifier
+    out = tmp_path / 'model.onnx'
+    assert export_tool.main(['classifier', str(config), str(checkpoint),
+                             '--out', str(out), '--cfg-options',
+                             'model.backbone.token_merge.r=4']) == 2
+    assert 'merges tokens' in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_wrong_toolbox_and_existing_output(export_tool, classifier,
                                            tmp_path, capsys):
     config, checkpoint = classifier

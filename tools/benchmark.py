@@ -138,6 +138,9 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
     run.add_argument('--split-backbone', action=argparse.BooleanOptionalAction,
                      help='also time each backbone alone and report the '
                      'Amdahl bound (default: on for upernet)')
+    run.add_argument('--token-merge', type=int, metavar='R',
+                     help='token merging (ToMe) with r=R per block in every '
+                     'HetDPT backbone, dense and pruned alike')
     run.add_argument('--no-macs', dest='macs', action='store_false',
                      default=None,
                      help='skip counting MACs (saves one traced forward)')

@@ -101,6 +101,8 @@ def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
     sized = get_family(options.family).sized_args(options.img_size)
     if options.distilled is not None:
         sized['distilled'] = options.distilled
+    if options.token_merge is not None:
+        sized['token_merge'] = dict(r=options.token_merge)
     if options.checkpoints:
         variants = side_by_side_models(options, sized)
     else:
@@ -165,11 +167,14 @@ def describe(model: nn.Module) -> str:
     spec = backbone.prune_spec
     width = '' if spec.widths is None else \
         f', width-pruned to {spec.widths.embed_dims} channels'
-    if spec.is_dense:
-        return f'{name} dense{width}'
     form = {'merged': 'pruned and merged', 'pruned': 'pruned, FFNs unmerged',
             'gated': 'gated'}[backbone.form]
-    return f'{name} {form} ({spec_text(spec)}){width}'
+    token_merge = getattr(backbone, 'token_merge', None)
+    merging = '' if token_merge is None else \
+        f', ToMe r={token_merge.r}'
+    if spec.is_dense:
+        return f'{name} dense{width}{merging}'
+    return f'{name} {form} ({spec_text(spec)}){width}{merging}'
 
 
 def config_entries(options: BenchmarkOptions) -> List[Entry]:
@@ -180,6 +185,8 @@ def config_entries(options: BenchmarkOptions) -> List[Entry]:
             cfg = Config.fromfile(path)
             cfg.merge_from_dict(overrides.get(None, {}))
             cfg.merge_from_dict(overrides.get(name, {}))
+            if options.token_merge is not None:
+                cfg.model.backbone.token_merge = dict(r=options.token_merge)
             configs.append((name, cfg))
     else:
         configs = [(name, builtin_config(options, name))
@@ -207,7 +214,8 @@ def builtin_config(options: BenchmarkOptions, name: str) -> Config:
                          spec=None if name == 'dense' else options.spec,
                          merged=name == 'merged',
                          img_size=BACKBONE_IMG_SIZE[options.task],
-                         distilled=options.distilled)
+                         distilled=options.distilled,
+                         token_merge=options.token_merge)
 
 
 # ------------------------------------------------------------ measurement
@@ -225,10 +233,12 @@ def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
     if backbone is not entry.model:
         counts['backbone_macs'] = count_macs(
             backbone, entry.backbone_inputs[:1], products).to_dict()
-    # The analytic model knows uniform widths only (not HetDPT+'s).
-    if isinstance(backbone, HetDPTBackbone) and all(
-            s % backbone.build_args()['patch_size'] == 0
-            for s in options.img_size) and backbone.prune_spec.widths is None:
+    # The analytic model knows uniform widths (not HetDPT+'s) and every
+    # token (not ToMe's).
+    analytic = isinstance(backbone, HetDPTBackbone) and \
+        backbone.prune_spec.widths is None and options.token_merge is None
+    if analytic and all(s % backbone.build_args()['patch_size'] == 0
+                        for s in options.img_size):
         counts['backbone_analytic_macs'] = analytic_macs(
             backbone, options.img_size, products)
     return counts

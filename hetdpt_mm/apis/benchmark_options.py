@@ -73,6 +73,7 @@ class BenchmarkOptions:
     macs: bool = True
     #: a key of MACS_CONVENTIONS: whether MACs count attention's products
     macs_convention: str = 'with-attention-products'
+    token_merge: Optional[int] = None  # ToMe r in every HetDPT backbone
     profile: int = 0  # operators to report per model (0: no profile)
     json_path: Optional[Path] = None
     md_path: Optional[Path] = None
@@ -191,7 +192,24 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
                              f'choose from {list(allowed)}')
         if len(set(options.models)) != len(options.models):
             raise UsageError(f'--models has duplicates: {options.models}')
+    check_token_merge(options, family)
     return options
+
+
+def check_token_merge(options: BenchmarkOptions, family) -> None:
+    if options.token_merge is None:
+        return
+    if options.token_merge < 0:
+        raise UsageError('--token-merge must be >= 0')
+    if not family.MERGES_TOKENS:
+        raise UsageError(f'--token-merge: {family.__name__} does not merge '
+                         'tokens (docs/token_merge.md)')
+    if 'stock' in options.models:
+        raise UsageError('--token-merge applies to HetDPT backbones; the '
+                         'stock model has none')
+    if options.runtimes != ['torch']:
+        raise UsageError('--token-merge is timed in torch only (the export '
+                         'of a merging model is checked by tools/export.py)')
 
 
 def check_runtimes(options: BenchmarkOptions) -> None:

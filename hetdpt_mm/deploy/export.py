@@ -163,6 +163,11 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
     check_options(options)
     model, scope = load_model(options.config, options.checkpoint,
                               options.cfg_options)
+    if getattr(model.backbone, 'token_merge', None) is not None:
+        raise UsageError('the backbone merges tokens (token_merge): its '
+                         'exported graph is not verified in ONNX Runtime, '
+                         'so tools/export.py refuses it; export without '
+                         'token_merge (docs/token_merge.md)')
     net = build_network(options.task, model, scope)
     img_size, sizes = resolve_sizes(options, model)
     cases = reference_outputs(net, sizes, options.verify_batch_sizes,

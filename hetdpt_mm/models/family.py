@@ -66,7 +66,6 @@ from .record_check import check_arch_agrees, check_tensors_fit
 
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
-
     family: ClassVar[Optional[str]] = None
     #: The constructor arguments a record's ``arch`` may give: those of
     #: :meth:`build_args`, which fix the structure.  A record never names
@@ -82,6 +81,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     WIDTH_PRUNABLE: ClassVar[bool] = False
     #: The layer kinds the family removes, which ``gates`` answers.
     REMOVABLE_KINDS: ClassVar[Tuple[str, ...]] = (ATTN, ACT)
+    #: Whether the family takes ``token_merge`` (ToMe, docs/token_merge.md).
+    MERGES_TOKENS: ClassVar[bool] = False
     #: Whether the constructor was given a structure (a spec, the gated or
     #: merged form): loaded weights must then fit it.  Otherwise the
     #: structure is the default or came from ``init_cfg`` (where training

@@ -93,6 +93,8 @@ class HetDPTSwin(HetDPTBackbone):
             shifted windows (mmdet's / mmseg's behaviour: detection and
             segmentation configs set it); ``False`` (the official code,
             timm, mmpretrain) shrinks the window to the map, unshifted.
+        token_merge: refused: window attention needs every window whole
+            (docs/token_merge.md).
         frozen_stages: as mmdet's Swin: ``>= 0`` freezes the patch
             embedding, ``N`` also stages ``0 .. N-1`` and their output norms.
         with_cp: gradient checkpointing of every block in training.
@@ -129,8 +131,15 @@ class HetDPTSwin(HetDPTBackbone):
                  pad_small_map: bool = False,
                  with_cp: bool = False,
                  frozen_stages: int = -1,
+                 token_merge: Optional[Mapping] = None,
                  pretrained: Optional[str] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
+        if token_merge is not None:
+            raise ValueError(
+                'token_merge: Swin attends within fixed windows of the '
+                'token grid and shifts them between blocks; merged tokens '
+                'leave no grid to partition, so ToMe does not apply to '
+                'Swin (use a ViT family)')
         if pretrained is not None:
             if init_cfg is not None:
                 raise ValueError('pass either pretrained or init_cfg, not '

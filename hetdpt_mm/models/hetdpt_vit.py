@@ -22,6 +22,7 @@ from . import vit_codec
 from .family import HetDPTBackbone
 from .layers import build_block, gated_ffn
 from .layerscale_state_dict import has_layer_scale
+from .token_merge import TokenMerge, merging_block_forward, unmerge_tokens
 from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 
 
@@ -60,6 +61,9 @@ class HetDPTViT(HetDPTBackbone):
         with_cp: gradient checkpointing of every block in training
             (``torch.utils.checkpoint``): activations are recomputed in the
             backward pass instead of kept.
+        token_merge: token merging (ToMe) in every block,
+            ``dict(r=8, schedule='constant', removed_attn='norm')``
+            (docs/token_merge.md); ``None``: none.
         frozen_stages: as mmpretrain's / mmseg's ViT: ``0`` or ``-1`` trains
             everything; ``N > 0`` freezes the patch embedding, position
             embedding and class / distillation tokens and blocks
@@ -82,6 +86,7 @@ class HetDPTViT(HetDPTBackbone):
     DEFAULT_ARCH = 'deit-base'
     WIDTH_PRUNABLE = True
     REMOVABLE_KINDS = (ATTN, ACT, FFN)
+    MERGES_TOKENS = True
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Whether position embeddings are resampled with antialiasing (timm
     #: does for LayerScale ViTs; DeiT's weights were trained without).
@@ -103,6 +108,7 @@ class HetDPTViT(HetDPTBackbone):
                  out_indices: Union[int, Sequence[int]] = -1,
                  final_norm: bool = True,
                  output_cls_token: bool = False,
+                 token_merge: Optional[Mapping] = None,
                  qkv_bias: bool = True,
                  drop_rate: float = 0.,
                  attn_drop_rate: float = 0.,
@@ -152,6 +158,9 @@ class HetDPTViT(HetDPTBackbone):
         self.final_norm = final_norm
         self.output_cls_token = output_cls_token
         self.interpolate_mode = interpolate_mode
+        self.token_merge = TokenMerge.coerce(token_merge)
+        if self.token_merge is not None:
+            self.token_merge.per_block(depth)  # a list r names every block
         self._build_args = dict(
             arch=dict(self.arch_settings), img_size=self.img_size,
             patch_size=patch_size, in_channels=in_channels,
@@ -359,7 +368,8 @@ class HetDPTViT(HetDPTBackbone):
     def _output_args(self) -> Dict:
         return dict(out_type=self.out_type, out_indices=self.out_indices,
                     output_cls_token=self.output_cls_token,
-                    interpolate_mode=self.interpolate_mode)
+                    interpolate_mode=self.interpolate_mode,
+                    token_merge=self.token_merge)
 
     # -------------------------------------------------------------- weights
     def init_weights(self):
@@ -412,18 +422,40 @@ class HetDPTViT(HetDPTBackbone):
                 f'input of {height}x{width} pixels is smaller than one '
                 f'{self.patch_size}x{self.patch_size} patch')
         x, grid = self._embed_tokens(x)
+        merging = self._merge_schedule()
+        size = source = None
         outs = []
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
-            if self.with_cp and self.training:
-                x = checkpoint(block, x, use_reentrant=False)
+            if merging:
+                run = partial(merging_block_forward, block, r=merging[index],
+                              num_prefix=self.num_prefix_tokens,
+                              removed_attn=self.token_merge.removed_attn)
+                args = (x, size, source)
             else:
-                x = block(x)
+                run, args = block, (x, )
+            if self.with_cp and self.training:
+                x = checkpoint(run, *args, use_reentrant=False)
+            else:
+                x = run(*args)
+            if merging:
+                x, size, source = x
             if index == last:
                 x = self.norm(x)
             if index in self.out_indices:
-                outs.append(self._format_output(x, grid))
+                # Class tokens are never merged; maps need every position.
+                tokens = x if self.out_type == 'cls_token' else \
+                    unmerge_tokens(x, source)
+                outs.append(self._format_output(tokens, grid))
         return tuple(outs)
+
+    def _merge_schedule(self) -> List[int]:
+        """Tokens merged per block; empty when nothing is merged (the
+        blocks then run as they are, so ``r=0`` is no merging at all)."""
+        if self.token_merge is None:
+            return []
+        schedule = self.token_merge.per_block(len(self.blocks))
+        return schedule if any(schedule) else []
 
     def _embed_tokens(self, x: torch.Tensor):
         """Patch tokens with the prefix tokens and positions added, and

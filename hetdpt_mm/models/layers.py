@@ -89,12 +89,18 @@ class GatedResidualBranch(StraightThroughGate):
     passthrough = True
 
     def forward(self, x, *args, **kwargs):
-        bypass = x if self.passthrough else torch.zeros_like(x)
         if not self.is_open:
-            return bypass
-        out = super().forward(x, *args, **kwargs)
+            return self.bypass(x)
+        return self.blend(super().forward(x, *args, **kwargs), x)
+
+    def bypass(self, x):
+        """What the closed layer leaves for input ``x``."""
+        return x if self.passthrough else torch.zeros_like(x)
+
+    def blend(self, out, x):
+        """The gated output for the open layer's output ``out``."""
         gate = self.gate_value()
-        return gate * out + (1 - gate) * bypass
+        return gate * out + (1 - gate) * self.bypass(x)
 
 
 class GatedAttention(GatedResidualBranch, Attention):
@@ -207,6 +213,9 @@ class HetDPTBlock(Block):
 
     def forward(self, x, attn_mask=None, is_causal=False):
         x = super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+        return self.residual_activation(x)
+
+    def residual_activation(self, x):
         return self.residual_act(x)
 
 
@@ -226,6 +235,9 @@ class GatedHetDPTBlock(Block):
 
     def forward(self, x, attn_mask=None, is_causal=False):
         x = super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+        return self.residual_activation(x)
+
+    def residual_activation(self, x):
         return self.residual_act(x) if self.residual_gelu_active() else x
 
 

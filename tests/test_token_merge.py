@@ -1,0 +1,317 @@
+"""Token merging (ToMe) in the HetDPT ViTs, against a plainly written
+reference of bipartite soft matching (issue 32)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import (
+    MIXED_SPEC,
+    REPO,
+    build_model,
+    detection_batch,
+    randomize_,
+    segmentation_batch,
+)
+from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
+
+from hetdpt_mm.apis.benchmark import run_benchmark
+from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
+from hetdpt_mm.cli import UsageError
+from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
+from hetdpt_mm.models.token_merge import TokenMerge, bipartite_merge
+
+torch.set_num_threads(2)
+
+ARCH = dict(embed_dims=96, num_layers=12, num_heads=3)
+SMALL = dict(arch=ARCH, img_size=32, patch_size=4)
+
+
+def build(token_merge=None, **kwargs):
+    kwargs = dict(SMALL, **dict(dict(prune_spec=MIXED_SPEC), **kwargs))
+    return HetDPTViT(token_merge=token_merge, **kwargs).eval()
+
+
+def images(batch=2, seed=1):
+    return torch.randn(batch, 3, 32, 32,
+                       generator=torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------ the plain reference
+def reference_matching(x, size, metric, r, num_prefix):
+    """Bipartite soft matching one image and one token at a time: patch
+    tokens alternate A, B; the r A tokens whose best cosine similarity to a
+    B token is highest are averaged (size-weighted) into that B token.
+    Returns tokens [prefix, kept A, B], their sizes and the output index of
+    every input token."""
+    out_x, out_size, out_dest = [], [], []
+    for image in range(x.shape[0]):
+        tokens = list(range(x.shape[1]))
+        set_a = tokens[num_prefix::2]
+        set_b = tokens[num_prefix + 1::2]
+        best = {}
+        for a in set_a:
+            sims = F.cosine_similarity(metric[image, a:a + 1],
+                                       metric[image, set_b], dim=-1)
+            best[a] = (sims.max().item(), set_b[int(sims.argmax())])
+        ranked = sorted(set_a, key=lambda a: -best[a][0])
+        merged = set(ranked[:r])
+        kept = [a for a in set_a if a not in merged]
+        order = tokens[:num_prefix] + kept + set_b
+        rows, sizes = [], []
+        for token in order:
+            group = [token] + [a for a in merged if best[a][1] == token]
+            weight = sum(size[image, t] for t in group)
+            rows.append(sum(x[image, t] * size[image, t]
+                            for t in group) / weight)
+            sizes.append(weight)
+        dest = [order.index(t) if t in order else order.index(best[t][1])
+                for t in tokens]
+        out_x.append(torch.stack(rows))
+        out_size.append(torch.stack(sizes))
+        out_dest.append(torch.tensor(dest))
+    return torch.stack(out_x), torch.stack(out_size), torch.stack(out_dest)
+
+
+def reference_forward(model, x, schedule, removed_attn='norm'):
+    """The backbone's featmap under ToMe, written out from its weights:
+    attention with log(size) on its logits, keys averaged over heads as
+    the metric, and every input patch given its merged token."""
+    spec = model.prune_spec
+    tokens = model._embed_tokens(x)[0]
+    batch, count, dim = tokens.shape
+    size = torch.ones(batch, count, 1)
+    where = torch.arange(count).expand(batch, -1)
+    prefix = model.num_prefix_tokens
+    for index, block in enumerate(model.blocks):
+        normed = block.norm1(tokens)
+        if spec.is_removed('attn', index):
+            out = normed
+            metric = normed if removed_attn == 'norm' else None
+        else:
+            attn = block.attn
+            heads, head_dim = attn.num_heads, attn.head_dim
+            q, k, v = attn.qkv(normed).reshape(
+                batch, -1, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+            logits = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
+            logits = logits + size.log().reshape(batch, 1, 1, -1)
+            mixed = logits.softmax(-1) @ v
+            out = attn.proj(mixed.transpose(1, 2).reshape(batch, -1, dim))
+            metric = k.mean(1)
+        tokens = tokens + out
+        if metric is not None:
+            r = min(schedule[index], (tokens.shape[1] - prefix) // 2)
+            if r > 0:
+                tokens, size, dest = reference_matching(
+                    tokens, size, metric, r, prefix)
+                where = dest.gather(1, where)
+        tokens = tokens + block.mlp(block.norm2(tokens))
+        tokens = block.residual_act(tokens)
+    tokens = model.norm(tokens)
+    full = tokens.gather(1, where[..., None].expand(-1, -1, dim))
+    grid = model.patch_grid
+    return full[:, prefix:].reshape(batch, *grid, dim).permute(0, 3, 1, 2)
+
+
+# ---------------------------------------------------------------- tests
+def test_matching_equals_the_reference():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 17, 8, generator=generator)
+    size = torch.randint(1, 4, (2, 17, 1), generator=generator).float()
+    metric = torch.randn(2, 17, 5, generator=generator)
+    for r in (1, 3, 8):
+        merged, sizes, dest = bipartite_merge(x, size, metric, r, 1)
+        ref_x, ref_size, ref_dest = reference_matching(x, size, metric, r, 1)
+        assert torch.equal(sizes, ref_size)
+        assert torch.equal(dest, ref_dest)
+        assert (merged - ref_x).abs().max() <= 1e-6
+        assert merged.shape == (2, 17 - r, 8)
+
+
+@pytest.mark.parametrize('token_merge', [
+    dict(r=4), dict(r=3, schedule='decreasing'),
+    dict(r=4, removed_attn='none'), dict(r=[5, 0, 3, 9, 0, 2] * 2)])
+def test_backbone_equals_the_reference(token_merge):
+    model = randomize_(build(token_merge, out_type='featmap'))
+    x = images()
+    options = TokenMerge.coerce(token_merge)
+    with torch.no_grad():
+        expected = reference_forward(model, x, options.per_block(12),
+                                     options.removed_attn)
+        (featmap, ) = model(x)
+        plain = build(out_type='featmap')
+        plain.load_state_dict(model.state_dict())
+        (unmerged, ) = plain(x)
+    assert featmap.shape == unmerged.shape == (2, 96, 8, 8)
+    assert (featmap - expected).abs().max() <= 1e-5
+    assert (featmap - unmerged).abs().max() > 1e-2  # merging did something
+
+
+def test_r0_is_no_merging_bit_for_bit():
+    model = randomize_(build(dict(r=0), out_type='featmap',
+                             out_indices=(3, 11)))
+    plain = build(out_type='featmap', out_indices=(3, 11))
+    plain.load_state_dict(model.state_dict())
+    x = images()
+    with torch.no_grad():
+        for merged, unmerged in zip(model(x), plain(x)):
+            assert torch.equal(merged, unmerged)
+
+
+def test_gated_pruned_merged_agree_with_merging():
+    token_merge = dict(r=4, schedule='decreasing')
+    gated = randomize_(build(token_merge, gated=True, distilled=True))
+    pruned = build(token_merge, distilled=True)
+    pruned.load_state_dict(gated.state_dict(), strict=False)
+    merged = pruned.to_merged().eval()
+    assert merged.token_merge == TokenMerge.coerce(token_merge)
+    x = images()
+    with torch.no_grad():
+        (ref_cls, ref_dist), = gated(x)
+        for model in (pruned, merged):
+            (cls, dist), = model(x)
+            assert (cls - ref_cls).abs().max() <= 1e-5 * ref_cls.abs().max()
+            assert (dist - ref_dist).abs().max() <= 1e-5 * ref_dist.abs().max()
+
+
+def test_removed_attention_merges_nothing_with_none():
+    spec = dict(attn_removed=list(range(12)), act_removed=[])
+    model = randomize_(build(dict(r=8, removed_attn='none'),
+                             prune_spec=spec, out_type='featmap'))
+    plain = build(prune_spec=spec, out_type='featmap')
+    plain.load_state_dict(model.state_dict())
+    x = images()
+    with torch.no_grad():
+        assert torch.equal(model(x)[0], plain(x)[0])
+
+
+def test_prefix_tokens_are_never_merged():
+    model = randomize_(HetDPTLayerScaleViT(
+        **HetDPTLayerScaleViT.SMALL_ARGS, reg_tokens=4, out_type='raw',
+        token_merge=dict(r=4)).eval())
+    plain = HetDPTLayerScaleViT(**HetDPTLayerScaleViT.SMALL_ARGS,
+                                reg_tokens=4, out_type='raw').eval()
+    plain.load_state_dict(model.state_dict())
+    x = images()
+    with torch.no_grad():
+        (tokens, ) = model(x)
+        (reference, ) = plain(x)
+    assert tokens.shape == reference.shape == (2, 5 + 64, 96)
+    # Outputs are unmerged: the 64 patches are copies of the 64 - 6 x 4
+    # merged ones, and the five prefix tokens are their own.
+    assert len(torch.unique(tokens[0, 5:], dim=0)) == 40
+    assert len(torch.unique(tokens[0], dim=0)) == 45
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    grads = []
+    for with_cp in (False, True):
+        model = build(dict(r=4), out_type='featmap', with_cp=with_cp)
+        torch.manual_seed(0)
+        randomize_(model)
+        model.train()
+        model(images())[0].square().mean().backward()
+        grads.append([p.grad for p in model.parameters()
+                      if p.grad is not None])
+    assert len(grads[0]) == len(grads[1]) > 0
+    for plain, checkpointed in zip(*grads):
+        assert torch.allclose(plain, checkpointed, atol=1e-6)
+
+
+@pytest.mark.parametrize('value, message', [
+    (dict(r=-1), 'non-negative'), (dict(r=1.5), 'non-negative'),
+    (dict(), 'needs r'), (dict(r=2, rate=3), 'unknown token_merge'),
+    (dict(r=2, schedule='cosine'), 'schedule'),
+    (dict(r=[1, 2], schedule='decreasing'), 'not both'),
+    (dict(r=2, removed_attn='keys'), 'removed_attn'), (8, 'dict')])
+def test_bad_options_are_named(value, message):
+    with pytest.raises(ValueError, match=message):
+        build(value)
+
+
+def test_list_r_must_cover_every_block():
+    with pytest.raises(ValueError, match='lists 2 blocks'):
+        build(dict(r=[1, 2]))
+
+
+def test_swin_refuses_token_merging():
+    with pytest.raises(ValueError, match='window'):
+        HetDPTSwin(**HetDPTSwin.SMALL_ARGS, token_merge=dict(r=4))
+
+
+# ------------------------------------------------------------ benchmark
+def short_benchmark(task, **options):
+    resolved = resolve_options(BenchmarkOptions(task, repeats=1, warmup=0,
+                                                **options))
+    return run_benchmark(resolved)
+
+
+def test_benchmark_merges_tokens_in_every_backbone():
+    arch = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
+    spec = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
+    runs = {r: short_benchmark('backbone', arch=arch, spec=spec,
+                               img_size=[64], batch_size=1, token_merge=r)
+            for r in (None, 16)}
+    for plain, merging in zip(runs[None]['models'], runs[16]['models']):
+        assert merging['description'] == plain['description'] + \
+            ', ToMe r=16'
+        assert merging['params'] == plain['params']
+        assert merging['macs']['matmul'] < 0.75 * plain['macs']['matmul']
+        assert 'backbone_analytic_macs' not in merging
+
+
+@pytest.mark.parametrize('options, message', [
+    (dict(family='swin', arch='tiny', spec=None), 'does not merge'),
+    (dict(models=['dense', 'pruned'], runtimes=['onnxruntime']),
+     'torch only'),
+    (dict(token_merge=-1), '>= 0')])
+def test_benchmark_refuses_what_cannot_merge(options, message):
+    options = dict(dict(token_merge=8), **options)
+    with pytest.raises(UsageError, match=message):
+        resolve_options(BenchmarkOptions('backbone', **options))
+
+
+def test_benchmark_refuses_the_stock_upernet():
+    with pytest.raises(UsageError, match='stock model'):
+        resolve_options(BenchmarkOptions('upernet', token_merge=8))
+
+
+# ------------------------------------------------------ dense prediction
+def tome_config(name):
+    cfg = Config.fromfile(REPO / 'configs' / 'tome' / name)
+    cfg.model.backbone.update(init_cfg=None, prune_spec=MIXED_SPEC,
+                              merged=True, arch='deit-tiny')
+    cfg.model.neck.in_channels = [192] * len(cfg.model.neck.in_channels)
+    return cfg
+
+
+def test_detr_config_trains_and_predicts_with_merging():
+    model = build_model(tome_config('detr_hetdpt_deit_b_tome-r8.py'))
+    assert model.backbone.token_merge == TokenMerge(r=8)
+    data = detection_batch([(64, 96), (80, 64)], num_classes=80)
+    optim_wrapper = build_optim_wrapper(model, dict(
+        optimizer=dict(type='AdamW', lr=1e-4)))
+    model.train()
+    log_vars = model.train_step(data, optim_wrapper)
+    assert torch.isfinite(log_vars['loss'])
+    model.eval()
+    with torch.no_grad():
+        results = model.test_step(data)
+    assert [r.pred_instances.bboxes.shape for r in results] == [(100, 4)] * 2
+
+
+def test_upernet_config_trains_and_predicts_with_merging():
+    cfg = tome_config('upernet_hetdpt_deit_b_tome-r8_ade20k.py')
+    cfg.model.data_preprocessor.size = (64, 64)
+    model = build_model(cfg)
+    assert model.backbone.token_merge == TokenMerge(r=8)
+    data = segmentation_batch([(64, 64), (64, 64)], num_classes=150)
+    optim_wrapper = build_optim_wrapper(model, dict(
+        optimizer=dict(type='AdamW', lr=1e-4)))
+    model.train()
+    assert torch.isfinite(model.train_step(data, optim_wrapper)['loss'])
+    model.eval()
+    with torch.no_grad():
+        (result, _) = model.test_step(data)
+    assert result.pred_sem_seg.data.shape == (1, 64, 64)
