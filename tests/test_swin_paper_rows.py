@@ -44,32 +44,11 @@ def head_macs(backbone: HetDPTSwin) -> int:
     return backbone.num_features[-1] * CLASSES
 
 
-def attention_products(backbone: HetDPTSwin):
-    """Per block: the two token x token products of its window attention
-    (``2 side^2 dim`` per padded token), which the paper's second MACs
-    convention leaves out.  A local stand-in for a shared
-    ``attention_products=False`` counting option."""
-    args = backbone.build_args()
-    height = -(-IMG_SIZE[0] // args['patch_size'])
-    width = -(-IMG_SIZE[1] // args['patch_size'])
-    products = []
-    for stage, count in enumerate(args['arch']['depths']):
-        side = min(height, width, args['window_size'])
-        padded = (-(-height // side) * side) * (-(-width // side) * side)
-        dim = backbone.num_features[stage]
-        products += [padded * 2 * side * side * dim] * count
-        height, width = -(-height // 2), -(-width // 2)
-    return products
-
-
 def classifier_counts(backbone: HetDPTSwin, attn_products: bool):
     """(params, MACs) of the classifier with this (merged) backbone."""
     params = count_params(backbone) + head_params(backbone)
-    macs = analytic_macs(backbone, IMG_SIZE) + head_macs(backbone)
-    if not attn_products:
-        spec = backbone.prune_spec
-        macs -= sum(p for index, p in enumerate(attention_products(backbone))
-                    if not spec.is_removed('attn', index))
+    macs = analytic_macs(backbone, IMG_SIZE, attention_products=attn_products
+                         ) + head_macs(backbone)
     return params, macs
 
 
