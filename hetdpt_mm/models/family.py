@@ -83,13 +83,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     REMOVABLE_KINDS: ClassVar[Tuple[str, ...]] = (ATTN, ACT)
     #: Whether the family takes ``token_merge`` (ToMe, docs/token_merge.md).
     MERGES_TOKENS: ClassVar[bool] = False
-    #: Whether the constructor was given a structure (a spec, the gated or
-    #: merged form): loaded weights must then fit it.  Otherwise the
-    #: structure is the default or came from ``init_cfg`` (where training
-    #: starts), and weights loaded later bring their own.
+    #: Whether the constructor was given a structure (spec, gated or merged
+    #: form) that loaded weights must fit; else weights bring their own.
     structure_given: bool = False
-    #: The ``init_cfg`` checkpoint that was absent at ``init_weights``: the
-    #: weights must come from a state dict loaded later.
+    #: The ``init_cfg`` checkpoint absent at ``init_weights`` (weights due).
     awaited_checkpoint: Optional[str] = None
 
     def __init_subclass__(cls, **kwargs):
