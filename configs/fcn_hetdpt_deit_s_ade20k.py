@@ -1,6 +1,6 @@
 # mmseg's FCN (ADE20K, 512x512 crops, 80k iterations) with a HetDPT-pruned
-# DeiT-S backbone: docs/transfer.md's recipe for heads that read one
-# feature map.  They take the ViT's stride-16 maps as they are (the stock
+# DeiT-S backbone: docs/user_guides/transfer.md's recipe for heads that read
+# one feature map.  They take the ViT's stride-16 maps as they are (the stock
 # FCN reads a dilated ResNet's stride-8 maps; the segmentor upsamples the
 # logits to the image either way): the head reads block 11, its auxiliary
 # head block 7, no neck.  Data and iterations are mmseg's; the optimizer

@@ -1,5 +1,6 @@
 # mmdet's Mask R-CNN (FPN, 1x schedule, COCO 2017) with a HetDPT-pruned
-# DeiT-S backbone: docs/transfer.md's recipe for two-stage detectors.
+# DeiT-S backbone: docs/user_guides/transfer.md's recipe for two-stage
+# detectors.
 #
 # A ViT gives stride-16 maps only.  mmseg's MultiLevelNeck resizes four of
 # them (blocks 3, 5, 7, 11) to strides 4, 8, 16 and 32, which the config's

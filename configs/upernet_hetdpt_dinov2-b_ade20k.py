@@ -1,6 +1,6 @@
 # UperNet on ADE20K (512x512 crops, 160k iterations) with a HetDPT
-# depth-pruned DINOv2-B backbone (docs/layerscale.md).  Neck, heads, data
-# and schedule are mmseg's DeiT-B UperNet config
+# depth-pruned DINOv2-B backbone (docs/user_guides/dinov2.md).  Neck, heads,
+# data and schedule are mmseg's DeiT-B UperNet config
 # (./_base_/models/upernet_hetdpt_vit.py: 768 channels, outputs of blocks
 # 2, 5, 8, 11); only the backbone changes.
 _base_ = './_base_/models/upernet_hetdpt_vit.py'

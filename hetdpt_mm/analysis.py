@@ -1,5 +1,6 @@
 """The one home of counting: multiply-accumulates, parameters, and the
-analytic MACs a backbone's family gives per block (docs/benchmarks.md).
+analytic MACs a backbone's family gives per block
+(docs/user_guides/benchmark.md).
 
 MACs come from :class:`mmengine.analysis.FlopAnalyzer` (one multiply-add
 counts as one, its convention), with handles added for the attention
@@ -8,7 +9,7 @@ products it does not count on its own (``scaled_dot_product_attention``,
 (:data:`MACS_CONVENTIONS`): with the two token x token products of each
 attention (the physical work, the default) or without them (what counters
 blind to fused attention report, and the paper's pruned rows;
-docs/reproduce.md).
+docs/user_guides/reproduce.md).
 """
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple, Union

@@ -107,7 +107,8 @@ def prepare_cpu_distributed(cfg) -> None:
     if isinstance(strategy, dict) and str(strategy.get('type', '')).split(
             '.')[-1] in ('FSDPStrategy', 'HetDPTFSDPStrategy'):
         # FSDPStrategy gives FSDP device_id=LOCAL_RANK (a CUDA device); on
-        # CPU, FSDP runs with device_id=cpu (docs/layerscale.md, Sharding).
+        # CPU, FSDP runs with device_id=cpu (docs/user_guides/dinov2.md,
+        # Sharding).
         wrapper = dict(strategy.get('model_wrapper') or
                        dict(type='HetDPTFullyShardedDataParallel'))
         wrapper['device_id'] = torch.device('cpu')
@@ -287,7 +288,7 @@ def check_pretrained_exist(cfg) -> None:
             raise RunError(
                 f'{key} = {value!r}: no such file. Make it first (a config '
                 'that starts from a pruned classifier needs its merged '
-                'checkpoint: docs/transfer.md) or give yours: '
+                'checkpoint: docs/user_guides/transfer.md) or give yours: '
                 f'--cfg-options {key}=PATH')
 
 

@@ -1,5 +1,5 @@
-"""Sharded (FSDP) training support for the HetDPT hooks (docs/layerscale.md,
-"Sharding").
+"""Sharded (FSDP) training support for the HetDPT hooks
+(docs/user_guides/dinov2.md, "Sharding").
 
 MMEngine's sharded training is ``FlexibleRunner`` with ``FSDPStrategy``,
 which wraps the model in ``MMFullyShardedDataParallel`` (PyTorch's FSDP1,

@@ -23,7 +23,7 @@ META_KEY = 'hetdpt'
 
 #: The kinds of layers HetDPT removes: attention sublayers and FFN GELUs
 #: (METHOD.md section 1), and whole FFN branches (LayerNorm, FFN and
-#: LayerScale; docs/layerscale.md, *Whole-branch removal*).
+#: LayerScale; docs/user_guides/dinov2.md, *Whole-branch removal*).
 ATTN = 'attn'
 ACT = 'act'
 FFN = 'ffn'

@@ -2,7 +2,7 @@
 the benchmark gives the promised fields, MACs and parameters match the
 analytic counts, the merged backbone is a plain dense network, the tool
 refuses bad input. No timing assertions: speed targets live in
-docs/benchmarks.md, measured with the tool."""
+docs/user_guides/benchmark.md, measured with the tool."""
 import json
 import subprocess
 import sys

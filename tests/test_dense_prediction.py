@@ -6,8 +6,8 @@
 * End to end on the demo COCO / ADE20K sets: tools/train.py fine-tunes from a
   pruned classification checkpoint, tools/merge_ckpt.py merges the result and
   tools/test.py reproduces the validation metrics of the training run.
-* The docs/transfer.md recipe swaps the backbone of stock mmdet and mmseg
-  configs.
+* The docs/user_guides/transfer.md recipe swaps the backbone of stock mmdet
+  and mmseg configs.
 """
 import json
 import os
@@ -316,9 +316,9 @@ def test_upernet_demo_train_merge_test(workspace):
 
 # ------------------------------------------------------------------ recipes
 def doc_recipes():
-    """The config code blocks of docs/transfer.md's "Any mmdet / mmseg
-    config", by their stock base."""
-    text = (ROOT / 'docs/transfer.md').read_text()
+    """The config code blocks of docs/user_guides/transfer.md's "Any mmdet /
+    mmseg config", by their stock base."""
+    text = (ROOT / 'docs/user_guides/transfer.md').read_text()
     section = text.split('## Any mmdet / mmseg config')[1].split('\n## ')[0]
     blocks = re.findall(r'```python\n(.*?)```', section, re.S)
     return {re.search(r"_base_ = '(.*?)'", block).group(1): block

@@ -14,7 +14,8 @@ users call.  Each must give the
 predictions of the model tools/test.py builds (our runner, ``load_from``).
 For a HetDPT+ backbone the stock config only gets the ``in_channels`` of the
 module taking the backbone's features set to the embedding width
-(docs/hetdpt_plus.md); the backbone's widths come from the checkpoint.
+(docs/user_guides/hetdpt_plus.md); the backbone's widths come from the
+checkpoint.
 """
 import copy
 import os
@@ -100,7 +101,7 @@ class Workspace:
     def config(self, task: str) -> Union[str, Config]:
         """The stock demo config of ``task``; for a HetDPT+ backbone with the
         feature taker's ``in_channels`` set to the embedding width, as a
-        user of the toolboxes' APIs does (docs/hetdpt_plus.md)."""
+        user of the toolboxes' APIs does (docs/user_guides/hetdpt_plus.md)."""
         if self.spec.widths is None:
             return str(self.configs[task])
         cfg = Config.fromfile(self.configs[task])

@@ -1,6 +1,6 @@
-"""The two MACs conventions (docs/reproduce.md): with the two token x token
-products of every attention (the default, the physical work) and without
-them (the paper's pruned rows, what counters blind to fused attention
+"""The two MACs conventions (docs/user_guides/reproduce.md): with the two token
+x token products of every attention (the default, the physical work) and
+without them (the paper's pruned rows, what counters blind to fused attention
 report).  The traced count and the analytic one agree under both, and an
 independent counter, torch's FlopCounterMode, agrees with the project's
 count with products when attention runs on the math backend."""
@@ -26,7 +26,7 @@ from hetdpt_mm.spec import PruneSpec, Widths
 #: The operators FlopCounterMode counts as matrix products (2 FLOPs per MAC).
 MATMUL_FLOP_OPS = ('convolution', 'addmm', 'mm', 'bmm', 'baddbmm')
 #: Per-block widths of a HetDPT+ DeiT-B on the authors' spec
-#: (docs/hetdpt_plus.md's example record).
+#: (docs/user_guides/hetdpt_plus.md's example record).
 PLUS_WIDTHS = Widths(
     368, [0, 6, 5, 0, 4, 5, 6, 0, 0, 7, 7, 0],
     [0, 46, 44, 0, 44, 50, 46, 0, 0, 46, 50, 0],

@@ -1,4 +1,4 @@
-"""The rows of the paper's Tables 1, 2 and 9 that docs/reproduce.md
+"""The rows of the paper's Tables 1, 2 and 9 that docs/user_guides/reproduce.md
 reproduces for DeiT-B, DeiT-S and HetDPT+: parameters to 0.01 M and MACs
 under both conventions to 0.01 G as the table states them, the paper's
 figures to their printed precision (MACs to 0.05 G under the row's
@@ -37,10 +37,11 @@ class Row(NamedTuple):
     macs_without: float  # ours, G, without
     convention: str  # the one the paper's row is counted in
     paper_macs: float
-    paper_params: Optional[float]  # None: not quoted in docs/reproduce.md
+    # None: not quoted in docs/user_guides/reproduce.md
+    paper_params: Optional[float]
 
 
-#: docs/reproduce.md, "The paper's MACs and parameters".
+#: docs/user_guides/reproduce.md, "The paper's MACs and parameters".
 ROWS = {
     'deit-b': Row('deit-base', False, 0, 0, 86.57, 17.56, 16.85, WITH,
                   17.6, 86.6),
@@ -64,8 +65,8 @@ ROWS = {
                             WITHOUT, 3.0, None),
 }
 #: tools/prune_width.py's results (magnitude importance on random-weight
-#: DeiT-B checkpoints, docs/reproduce.md): per operating point the target,
-#: its convention, the form and spec with the widths reached, MACs and
+#: DeiT-B checkpoints, docs/user_guides/reproduce.md): per operating point the
+#: target, its convention, the form and spec with the widths reached, MACs and
 #: parameters.
 OPERATING_POINTS = REPO / 'tests/data/hetdpt_plus_operating_points.json'
 

@@ -1,6 +1,6 @@
 """Special files as inputs and outputs, the outputs of multi-output tools
 checked together and written all or nothing, and bad numbers that are
-`error:` lines at once (docs/reliability.md, *Bad inputs*)."""
+`error:` lines at once (docs/advanced/reliability.md, *Bad inputs*)."""
 import errno
 import json
 import os

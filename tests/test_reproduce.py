@@ -1,7 +1,7 @@
-"""The authors' two-stage pipeline as configs (issue 13, docs/reproduce.md):
-the stage-2 config holds every value of their recipe on an 8-GPU launch, and
-both stages run end to end on tiny data, search spec -> fine-tune -> merged
-checkpoint."""
+"""The authors' two-stage pipeline as configs (issue 13,
+docs/user_guides/reproduce.md): the stage-2 config holds every value of their
+recipe on an 8-GPU launch, and both stages run end to end on tiny data, search
+spec -> fine-tune -> merged checkpoint."""
 import json
 import math
 
@@ -51,8 +51,8 @@ def assert_close_to_timm_schedule(schedulers, lr, warmup_lr, warmup, min_lr,
 
 
 def test_stage2_config_is_the_authors_recipe_on_8_gpus():
-    """Every row of the stage-2 table of docs/reproduce.md, read from the
-    dumped config (what tools/train.py runs)."""
+    """Every row of the stage-2 table of docs/user_guides/reproduce.md, read
+    from the dumped config (what tools/train.py runs)."""
     cfg = Config.fromstring(
         Config.fromfile(CONFIGS / 'deit-b_finetune-10l_in1k.py').pretty_text,
         '.py')

@@ -93,7 +93,8 @@ def run_tool(capsys, tool, argv):
     ('syntax error', r'^error: config .*broken.py cannot be read: .*never '
      'closed'),
     ('missing pretrained', r"^error: model.backbone.init_cfg.checkpoint = "
-     r"'.*absent.pth': no such file. Make it first .*docs/transfer.md"),
+     r"'.*absent.pth': no such file. Make it first "
+     r".*docs/user_guides/transfer.md"),
     ('index out of range', 'error: attn_removed index 9 is out of range for '
      r'depth 6 \(valid: 0..5\)'),
     ('missing map points', 'error: MAP points file not found: absent.csv'),

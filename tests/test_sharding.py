@@ -1,6 +1,6 @@
 """Sharded training (FSDP) of a prune run: MMEngine's FlexibleRunner with
 FSDPStrategy on 2 gloo ranks on the CPU, a tiny gated LayerScale ViT
-(docs/layerscale.md, "Sharding")."""
+(docs/user_guides/dinov2.md, "Sharding")."""
 import json
 import os
 import subprocess

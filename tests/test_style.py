@@ -1,7 +1,7 @@
 """The repository keeps its layers and its style: `lint-imports` (the layer
-contract of .importlinter, docs/architecture.md), `ruff check` (ruff.toml)
-and `codespell` (.codespellrc), as .pre-commit-config.yaml runs them for
-contributors."""
+contract of .importlinter, docs/advanced/architecture.md), `ruff check`
+(ruff.toml) and `codespell` (.codespellrc), as .pre-commit-config.yaml runs
+them for contributors."""
 import subprocess
 import sys
 from pathlib import Path

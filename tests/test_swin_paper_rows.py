@@ -1,6 +1,6 @@
-"""The paper's Swin-S and Swin-B rows (Table 1; issue 31, docs/swin.md
-"Specs of the paper's rows"): how many specs match their parameters and
-MACs, and that the configs' guessed specs give them.
+"""The paper's Swin-S and Swin-B rows (Table 1; issue 31,
+docs/user_guides/swin.md "Specs of the paper's rows"): how many specs match
+their parameters and MACs, and that the configs' guessed specs give them.
 
 Parameters are the classifier's (ImageNet head included, as the paper's
 dense 49.6 M / 87.8 M), merged form; MACs are analytic (the family's

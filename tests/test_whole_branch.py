@@ -1,6 +1,6 @@
-"""Whole-branch removal (issue 31, item 4; docs/layerscale.md): a removed
-attention or FFN branch goes with its LayerNorm and LayerScale and leaves
-``x``.  DINOv2-g's Table 6 rows have exactly the paper's parameters, the
+"""Whole-branch removal (issue 31, item 4; docs/user_guides/dinov2.md): a
+removed attention or FFN branch goes with its LayerNorm and LayerScale and
+leaves ``x``.  DINOv2-g's Table 6 rows have exactly the paper's parameters, the
 gated, pruned and merged forms compute the same function, the record
 round-trips, old records read as before, and the prune hook removes FFN
 branches (MAP allocating between attention and FFN branches)."""

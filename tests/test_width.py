@@ -232,7 +232,8 @@ def test_families_without_width_pruning_are_named(family, tmp_path, capsys):
          '--importance', 'magnitude'])
     assert (code, capsys.readouterr().err) == (
         2, f"error: {source} holds a {family} backbone; HetDPT+ width "
-        "pruning supports ['vit'] backbones only (docs/hetdpt_plus.md)\n")
+        "pruning supports ['vit'] backbones only "
+        "(docs/user_guides/hetdpt_plus.md)\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ['merged.pth']
 
 

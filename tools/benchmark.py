@@ -7,7 +7,7 @@ HetDPTSwin with ``--family swin`` or a DeiT-III / DINOv2 with ``--family
 layerscale_vit``: dense, pruned and merged), ``detr`` and
 ``upernet`` (end to end, built-in models or ``--config NAME=PATH``); see
 :mod:`hetdpt_mm.apis.benchmark`, which does the work, and
-docs/benchmarks.md.
+docs/user_guides/benchmark.md.
 
 Examples (from the repository root)::
 
@@ -127,7 +127,7 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
                      'keep freed memory, so that large activations are not '
                      'page-faulted in again every batch (what jemalloc / '
                      'tcmalloc do; recommended on CPU, see '
-                     'docs/benchmarks.md)')
+                     'docs/user_guides/benchmark.md)')
     run.add_argument('--warmup', type=int,
                      help='untimed batches per model first (default 1)')
     run.add_argument('--repeats', type=int,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmarks of docs/benchmarks.md on one CUDA GPU, fp32 and AMP:
+# The benchmarks of docs/user_guides/benchmark.md on one CUDA GPU, fp32 and AMP:
 #   DeiT-B 224x224 dense / pruned / merged at batch 64 and 256 (the paper's
 #   H800 figure is fp32, batch 64), DETR 800x1216 and UperNet 512x512 end to
 #   end at batch $DENSE_BATCH.  Random weights: speed does not depend on them.

@@ -8,7 +8,7 @@
 Dense training, MAP points, MAP fit, pruning, merging, DETR and UperNet
 transfer, benchmark and a report, each stage running the project's own
 tools; the stages and their outputs are described in
-:mod:`hetdpt_mm.apis.demo` and docs/demo.md.  ``--quick`` is the CI
+:mod:`hetdpt_mm.apis.demo` and docs/user_guides/demo.md.  ``--quick`` is the CI
 variant (minutes; its accuracies mean nothing).
 
 Exit status: 0 done, 1 a stage failed, 2 bad input (a work dir or saved

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Export a classifier, a backbone, or a DETR / UperNet model with a HetDPT
 backbone to ONNX, and verify the graph against PyTorch in ONNX Runtime
-(and OpenVINO) at several input sizes; see docs/deploy.md and
+(and OpenVINO) at several input sizes; see docs/user_guides/deploy.md and
 :mod:`hetdpt_mm.deploy.export`, which does the work.
 
 Examples (from the repository root)::

@@ -19,7 +19,7 @@ met by the smallest one-shot channel ratio (up to ``--max-ratio``, found by
 bisection in ``--search-steps`` trials) whose MACs are at or below it, counted
 with the two token x token products of every attention (the default) or
 without them (``--macs-convention without-attention-products``, the paper's
-HetDPT+ targets; docs/reproduce.md).  Taylor
+HetDPT+ targets; docs/user_guides/reproduce.md).  Taylor
 importance needs calibration images (an ImageFolder); magnitude none.
 
 It prints the MACs and parameters per stage (the dense network of the

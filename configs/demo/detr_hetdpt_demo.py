@@ -5,7 +5,7 @@
 # a small DETR transformer and a short schedule.
 # Model types, heads, losses, matcher, evaluator and tools are the full
 # config's; only sizes, data, loss weights and schedule change.  Measured in
-# docs/transfer.md (CPU demo).
+# docs/user_guides/transfer.md (CPU demo).
 _base_ = '../_base_/models/detr_hetdpt_vit.py'
 
 # The pruned (or merged) demo classifier; its meta carries the spec.

@@ -1,6 +1,6 @@
-# HetDPT on the demo digits with a small Swin (docs/swin.md): the recipe of
-# ./vit-demo_digits_prune.py (HetDPTPruneHook with MAP's split of the budget,
-# progressive removals, MergeCheckpointHook) on the gated form of
+# HetDPT on the demo digits with a small Swin (docs/user_guides/swin.md): the
+# recipe of ./vit-demo_digits_prune.py (HetDPTPruneHook with MAP's split of the
+# budget, progressive removals, MergeCheckpointHook) on the gated form of
 # ./swin-demo_digits.py.  Writes
 # <work_dir>/swin-demo_digits_prune_merged.pth, the backbone
 # ./mask-rcnn_hetdpt-swin_demo.py and ./upernet_hetdpt-swin_demo.py start

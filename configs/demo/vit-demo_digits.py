@@ -71,7 +71,7 @@ val_cfg = dict()
 test_cfg = dict()
 
 # epoch_seed: epochs seeded from (seed, epoch), so --resume is exact with
-# the random crops, under any runner (docs/reliability.md).
+# the random crops, under any runner (docs/advanced/reliability.md).
 default_hooks = dict(epoch_seed=dict(type='EpochSeedHook'),
                      logger=dict(interval=10),
                      checkpoint=dict(interval=5, max_keep_ckpts=2))

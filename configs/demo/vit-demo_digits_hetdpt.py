@@ -1,5 +1,5 @@
 # HetDPT on the demo digits as the end-to-end demo runs it (tools/demo.py,
-# docs/demo.md): start from the trained dense model
+# docs/user_guides/demo.md): start from the trained dense model
 # (./vit-demo_digits.py), split a budget of removed layers with the MAP fit
 # of the demo's own points (./vit-demo_digits_map.py + tools/fit_map.py
 # --save-fit), close one gate per epoch with HetDPTPruneHook (progressive

@@ -1,8 +1,8 @@
-# MAP data collection on the demo digits (METHOD.md section 2, docs/map.md).
-# Starts from the dense demo checkpoint with a gated backbone; every
-# `interval` epochs MAPCollectHook removes one more layer (chosen by the
-# transfer-entropy score) and, after the fast fine-tune, writes a point to
-# <work_dir>/map_points.csv.  One run per schedule:
+# MAP data collection on the demo digits (METHOD.md section 2,
+# docs/user_guides/map.md). Starts from the dense demo checkpoint with a gated
+# backbone; every `interval` epochs MAPCollectHook removes one more layer
+# (chosen by the transfer-entropy score) and, after the fast fine-tune, writes
+# a point to <work_dir>/map_points.csv.  One run per schedule:
 #   python tools/train.py configs/demo/vit-demo_digits_map.py \
 #       --work-dir work_dirs/map_attn \
 #       --cfg-options custom_hooks.0.schedule=attn      # or act, interleaved

@@ -10,7 +10,8 @@
 #
 # The MAP points here are the paper's DeiT-B points (retained ratios, so they
 # apply to any depth); use points collected on your own model instead
-# (configs/demo/vit-demo_digits_map.py, docs/map.md). See docs/pruning.md.
+# (configs/demo/vit-demo_digits_map.py, docs/user_guides/map.md). See
+# docs/user_guides/pruning.md.
 _base_ = ['./vit-demo_digits.py']
 
 model = dict(backbone=dict(gated=True))

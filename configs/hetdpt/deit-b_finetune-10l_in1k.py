@@ -1,11 +1,12 @@
 # HetDPT stage 2 on DeiT-B as the authors run it (their train_stage2.py,
 # scripts/train_stage2_finetune.sh and logs/train_logs.txt; METHOD.md §4,
-# docs/reproduce.md): restart from the ORIGINAL distilled DeiT-B classifier,
-# heads included, cut to a fixed spec (the dense weights are converted on
-# loading, as `tools/merge_ckpt.py DENSE OUT --spec S --form pruned` does),
-# and fine-tune for 400 epochs with DeiT's hard distillation (alpha 0.5) from
-# the dense non-distilled DeiT-B (81.8 %).  MergeCheckpointHook writes
-# <work_dir>/deit-b_finetune-10l_in1k_merged.pth.  Paper: 81.8 % top-1.
+# docs/user_guides/reproduce.md): restart from the ORIGINAL distilled DeiT-B
+# classifier, heads included, cut to a fixed spec (the dense weights are
+# converted on loading, as `tools/merge_ckpt.py DENSE OUT --spec S --form
+# pruned` does), and fine-tune for 400 epochs with DeiT's hard distillation
+# (alpha 0.5) from the dense non-distilled DeiT-B (81.8 %).
+# MergeCheckpointHook writes <work_dir>/deit-b_finetune-10l_in1k_merged.pth.
+# Paper: 81.8 % top-1.
 #
 # The spec is the paper's; to fine-tune the spec of your own search run, the
 # one option is

@@ -9,8 +9,8 @@
 #   ... --work-dir work_dirs/deit-b_map-collect_in1k/attn \
 #       --cfg-options custom_hooks.0.schedule=attn   (and the same for act)
 #
-# then fit the points with tools/fit_map.py (docs/map.md) or hand them to
-# deit-b_prune-10l_in1k.py.
+# then fit the points with tools/fit_map.py (docs/user_guides/map.md) or hand
+# them to deit-b_prune-10l_in1k.py.
 _base_ = [
     '../_base_/models/hetdpt_deit-b.py',
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',

@@ -14,7 +14,8 @@ _base_ = [
     'mmpretrain::_base_/default_runtime.py',
 ]
 
-# The merged checkpoint of deit-b_prune-10l_in1k.py (docs/transfer.md).
+# The merged checkpoint of deit-b_prune-10l_in1k.py
+# (docs/user_guides/transfer.md).
 hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
 
 model = dict(

@@ -9,9 +9,9 @@
 # This is NOT how the paper's 81.8 % was made: the authors search on the
 # non-distilled DeiT-B, then restart from the original distilled weights for
 # 400 epochs of fine-tuning (deit-b_search-10l_in1k.py, then
-# deit-b_finetune-10l_in1k.py; docs/reproduce.md).  This run costs 400
-# epochs instead of 121 + 400, at the price of fine-tuning the final spec for
-# only the 280 epochs after the last removal.  Without the dense teacher's
+# deit-b_finetune-10l_in1k.py; docs/user_guides/reproduce.md).  This run costs
+# 400 epochs instead of 121 + 400, at the price of fine-tuning the final spec
+# for only the 280 epochs after the last removal.  Without the dense teacher's
 # file, distil from a snapshot of the model taken at the first removal:
 #   --cfg-options model.teacher=None model.teacher_checkpoint=None
 #

@@ -1,11 +1,11 @@
 # HetDPT stage 1, step 2 on DeiT-B as the authors run it (their
 # train_stage1_step2.py and scripts/train_stage1_step2_search.sh; METHOD.md §3,
-# docs/reproduce.md): which 5 attention and 5 GELU layers to remove.  The
-# search network is the NON-distilled DeiT-B started from its official
-# weights with its head; while a GELU gate is closed the block also applies
-# GELU to the residual stream (residual_gelu='act_removed', their search-time
-# semantics).  Removal k after (k+1)^2 epochs, within-type by the lowest gate
-# score, their constant learning rate (../_base_/schedules/
+# docs/user_guides/reproduce.md): which 5 attention and 5 GELU layers to
+# remove.  The search network is the NON-distilled DeiT-B started from its
+# official weights with its head; while a GELU gate is closed the block also
+# applies GELU to the residual stream (residual_gelu='act_removed', their
+# search-time semantics).  Removal k after (k+1)^2 epochs, within-type by the
+# lowest gate score, their constant learning rate (../_base_/schedules/
 # hetdpt_search_121e.py).  The found spec is in every checkpoint's record and,
 # after training, in <work_dir>/found_spec.json, which stage 2 reads:
 #

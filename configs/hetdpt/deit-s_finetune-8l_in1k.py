@@ -3,7 +3,8 @@
 # teacher.  There is no published DeiT-S spec, so the spec is the one your
 # deit-s_search-8l_in1k.py run found (its found_spec.json; another file
 # through the same option, model.backbone.prune_spec).  The release gives no
-# DeiT-S stage-2 settings: these are the DeiT-B run's (docs/reproduce.md).
+# DeiT-S stage-2 settings: these are the DeiT-B run's
+# (docs/user_guides/reproduce.md).
 #
 #   bash tools/dist_train.sh configs/hetdpt/deit-s_finetune-8l_in1k.py 8
 _base_ = './deit-b_finetune-10l_in1k.py'

@@ -1,8 +1,8 @@
 # HetDPT stage 1, step 2 on DeiT-S: deit-b_search-10l_in1k.py with the
 # non-distilled DeiT-S and a budget of 8 layers.  The paper and the release
 # give no DeiT-S spec or counts, so the counts are MAP's allocation of 8 on
-# DeiT-S's own points (deit-s_map-collect_in1k.py, docs/map.md); 8 removals
-# on the authors' schedule end after epoch 81.  Writes
+# DeiT-S's own points (deit-s_map-collect_in1k.py, docs/user_guides/map.md); 8
+# removals on the authors' schedule end after epoch 81.  Writes
 # <work_dir>/found_spec.json for deit-s_finetune-8l_in1k.py.
 #
 #   bash tools/dist_train.sh configs/hetdpt/deit-s_search-8l_in1k.py 8

@@ -1,9 +1,9 @@
 # DINOv2-Giant on CIFAR-100 with the structure of the paper's Table 6 row
 # "HetDPT (15 layers)": 8 whole attention branches and 7 whole FFN branches
-# removed (whole-branch removal, docs/layerscale.md), 927.12 M parameters
-# with the 100-class head at 224 px, as the paper prints.  Fine-tunes that
-# fixed structure from the dense DINOv2-g weights (official facebookresearch
-# or timm); no SwiGLU activation is removed (it cannot merge).
+# removed (whole-branch removal, docs/user_guides/dinov2.md), 927.12 M
+# parameters with the 100-class head at 224 px, as the paper prints.
+# Fine-tunes that fixed structure from the dense DINOv2-g weights (official
+# facebookresearch or timm); no SwiGLU activation is removed (it cannot merge).
 #
 # The block indices are a choice: the paper does not publish its spec.
 # Attention branches of the last 8 blocks go (deep attention layers are

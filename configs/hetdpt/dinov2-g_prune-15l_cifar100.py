@@ -6,14 +6,14 @@
 # MergeCheckpointHook writes <work_dir>/dinov2-g_prune-15l_cifar100_merged.pth.
 #
 # All 15 are attention layers: DINOv2-g's FFNs are SwiGLU, whose activation
-# cannot be removed (docs/layerscale.md), so the budget cannot go to them;
-# the paper does not list its split.  Table 6's structure removes whole
+# cannot be removed (docs/user_guides/dinov2.md), so the budget cannot go to
+# them; the paper does not list its split.  Table 6's structure removes whole
 # branches instead: ./dinov2-g_branch-15l_cifar100.py.  A starting recipe,
 # not tuned here.
 # A 1.1 B-parameter model: plain DDP needs about 18 GB per GPU for the
 # weights, gradients and AdamW states before activations (with_cp=True
 # recomputes those); ./dinov2-g_prune-15l_cifar100_fsdp.py is this run
-# under sharded training (FSDP, docs/layerscale.md "Sharding").
+# under sharded training (FSDP, docs/user_guides/dinov2.md "Sharding").
 #
 #   bash tools/dist_train.sh configs/hetdpt/dinov2-g_prune-15l_cifar100.py 8
 _base_ = [

@@ -1,7 +1,7 @@
 # configs/hetdpt/dinov2-g_prune-15l_cifar100.py under sharded training:
 # MMEngine's FlexibleRunner with HetDPTFSDPStrategy (MMEngine's FSDPStrategy,
-# FSDP1, with the fixes of docs/layerscale.md "Sharding"), every linear layer
-# of the blocks an FSDP unit of its own, whole checkpoints gathered
+# FSDP1, with the fixes of docs/user_guides/dinov2.md "Sharding"), every linear
+# layer of the blocks an FSDP unit of its own, whole checkpoints gathered
 # to rank 0 (state_dict_cfg='full', the same layout as a DDP checkpoint, so
 # --resume, tools/merge.py and MergeCheckpointHook read them as usual).
 #

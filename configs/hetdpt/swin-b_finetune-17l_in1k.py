@@ -1,12 +1,12 @@
 # Swin-B with a fixed HetDPT spec, ImageNet-1k: the row of the paper's
 # Table 1 (Swin-B: 55.3 M parameters, 9.8 G MACs, 1.60x, 82.9 %) as a spec.
 # The paper publishes neither the spec nor its number of layers; this one
-# is a guess that matches its parameters and MACs (docs/swin.md, "Specs of
-# the paper's rows"; docs/reproduce.md, "Swin-S and Swin-B"): 4 attention +
-# 13 GELU layers, of the fitting specs the one MAP (on the paper's DeiT-B
-# points) predicts best.  Merged: 55.31 M parameters (classifier head
-# included) and 9.82 G MACs counting the attention products (9.63 G
-# without).
+# is a guess that matches its parameters and MACs (docs/user_guides/swin.md,
+# "Specs of the paper's rows"; docs/user_guides/reproduce.md, "Swin-S and
+# Swin-B"): 4 attention + 13 GELU layers, of the fitting specs the one MAP (on
+# the paper's DeiT-B points) predicts best.  Merged: 55.31 M parameters
+# (classifier head included) and 9.82 G MACs counting the attention products
+# (9.63 G without).
 #
 # swin-s_finetune-10l_in1k.py with Swin-B: the official Swin-B classifier
 # with the spec applied, fine-tuned with swin-b_prune-17l_in1k.py's recipe

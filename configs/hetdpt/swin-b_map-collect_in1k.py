@@ -1,11 +1,11 @@
-# MAP data collection for Swin-B on ImageNet-1k (METHOD.md §2, docs/map.md):
-# Swin's own (a, t, accuracy) points, in place of the paper's DeiT-B points
-# that swin-b_prune-17l_in1k.py reads until these exist.  From the official
-# dense Swin-B classifier (backbone and head, as the prune config), every
-# `interval` epochs MAPCollectHook removes one more layer of the 24 blocks'
-# 48 (chosen by the transfer-entropy score, which reads the normed last stage
-# averaged over its positions: HetDPTSwin.class_feature), fine-tunes on a
-# fixed 10% of the training set and appends a point to
+# MAP data collection for Swin-B on ImageNet-1k (METHOD.md §2,
+# docs/user_guides/map.md): Swin's own (a, t, accuracy) points, in place of the
+# paper's DeiT-B points that swin-b_prune-17l_in1k.py reads until these exist.
+# From the official dense Swin-B classifier (backbone and head, as the prune
+# config), every `interval` epochs MAPCollectHook removes one more layer of the
+# 24 blocks' 48 (chosen by the transfer-entropy score, which reads the normed
+# last stage averaged over its positions: HetDPTSwin.class_feature), fine-tunes
+# on a fixed 10% of the training set and appends a point to
 # <work_dir>/map_points.csv.  One run per schedule:
 #
 #   bash tools/dist_train.sh configs/hetdpt/swin-b_map-collect_in1k.py 16 \

@@ -6,8 +6,8 @@
 # Budget: the paper reports Swin-B at 1.60x and 82.9 % (Table 1), 55.3 M
 # parameters and 9.8 G of 15.4 G MACs, but not how many layers it removes.
 # 17 is the count of swin-b_finetune-17l_in1k.py's spec, a guess that
-# matches those parameters and MACs (docs/swin.md, "Specs of the paper's
-# rows"); specs of 16 to 24 layers match them too.  MAP on the paper's
+# matches those parameters and MACs (docs/user_guides/swin.md, "Specs of the
+# paper's rows"); specs of 16 to 24 layers match them too.  MAP on the paper's
 # DeiT-B points splits 17 into 8 attention + 9 GELU layers; which blocks the
 # gate scores then pick sets the parameters and MACs.  For the guessed
 # spec's split:

@@ -1,11 +1,12 @@
 # Swin-S with a fixed HetDPT spec, ImageNet-1k: the row of the paper's
 # Table 1 (Swin-S, 10 layers: 43.9 M parameters, 7.3 G MACs, 1.23x, 82.4 %)
 # as a spec.  The paper publishes no Swin spec; this one is a guess that
-# matches its parameters and MACs (docs/swin.md, "Specs of the paper's
-# rows"; docs/reproduce.md, "Swin-S and Swin-B"): 7 attention + 3 GELU
-# layers, the fitting split MAP (on the paper's DeiT-B points) predicts best
-# for 10 layers.  Merged: 43.90 M parameters (classifier head included) and
-# 7.27 G MACs counting the attention products (7.10 G without).
+# matches its parameters and MACs (docs/user_guides/swin.md, "Specs of the
+# paper's rows"; docs/user_guides/reproduce.md, "Swin-S and Swin-B"): 7
+# attention + 3 GELU layers, the fitting split MAP (on the paper's DeiT-B
+# points) predicts best for 10 layers.  Merged: 43.90 M parameters (classifier
+# head included) and 7.27 G MACs counting the attention products (7.10 G
+# without).
 #
 # The network starts from the official Swin-S classifier (heads included)
 # with the spec applied (pruned form: GELU-free FFNs stay two linears while

@@ -1,13 +1,13 @@
-# HetDPT on Swin-S, ImageNet-1k, in one run (docs/swin.md): start from the
-# official Swin-S classifier (backbone and head), remove 10 layers (the
-# paper's Swin-S budget, Table 1: 1.23x, 82.4 %) over the 24 blocks of all
+# HetDPT on Swin-S, ImageNet-1k, in one run (docs/user_guides/swin.md): start
+# from the official Swin-S classifier (backbone and head), remove 10 layers
+# (the paper's Swin-S budget, Table 1: 1.23x, 82.4 %) over the 24 blocks of all
 # stages, split between window-attention (W-MSA / SW-MSA) and GELU layers by
 # MAP, chosen within each type by the learned gate scores, progressively (one
 # removal at the end of epochs 3, 8, 15, ..., 120: stage lengths 3, 5, 7, ...,
 # as deit-b_prune-10l_in1k.py), then fine-tune the pruned network until the
 # end.  MergeCheckpointHook writes <work_dir>/swin-s_prune-10l_in1k_merged.pth
 # (backbone + head), whose backbone loads as it is into a detector or
-# segmentor with a HetDPTSwin backbone (docs/swin.md).
+# segmentor with a HetDPTSwin backbone (docs/user_guides/swin.md).
 #
 # The paper gives neither a Swin recipe nor Swin MAP points, so everything
 # else is mmpretrain's stock Swin-S ImageNet config
@@ -30,7 +30,8 @@ pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
 # MAP points.  The paper publishes points for DeiT-B only; MAP reads retained
 # ratios (a, t), so these allocate a budget at any depth: 6 attention + 4
 # GELU layers of Swin-S's 24 blocks for a budget of 10.  Swin's own points
-# come from swin-s_map-collect_in1k.py (docs/swin.md), or give the split:
+# come from swin-s_map-collect_in1k.py (docs/user_guides/swin.md), or give the
+# split:
 #   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
 #       custom_hooks.0.counts.attn=5 custom_hooks.0.counts.act=5
 map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'

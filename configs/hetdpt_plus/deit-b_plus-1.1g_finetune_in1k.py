@@ -1,7 +1,7 @@
 # HetDPT+ at the paper's 1.1 GMACs operating point (6.2 M params;
-# docs/reproduce.md): ./deit-b_plus-2.4g_finetune_in1k.py's fine-tune from
-# the merged HetDPT DeiT-B pruned in width to 1.1 GMACs, counted as the
-# paper counts HetDPT+ (without attention's token x token products):
+# docs/user_guides/reproduce.md): ./deit-b_plus-2.4g_finetune_in1k.py's
+# fine-tune from the merged HetDPT DeiT-B pruned in width to 1.1 GMACs, counted
+# as the paper counts HetDPT+ (without attention's token x token products):
 #
 #   python tools/prune_width.py checkpoints/hetdpt_deit-b_10l_merged.pth \
 #       checkpoints/hetdpt-plus_deit-b_1.1g.pth --target-macs 1.1G \

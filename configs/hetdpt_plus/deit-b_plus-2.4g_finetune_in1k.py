@@ -1,9 +1,9 @@
-# HetDPT+ (METHOD.md section 6; docs/hetdpt_plus.md): fine-tune the
+# HetDPT+ (METHOD.md section 6; docs/user_guides/hetdpt_plus.md): fine-tune the
 # width-pruned HetDPT DeiT-B ("2.4G", paper: 81.4 % top-1, 13.2 M params)
 # with hard distillation.  Its input is the merged HetDPT checkpoint pruned
 # in width by Torch-Pruning's isomorphic pruning, to 2.4 GMACs counted as the
 # paper counts HetDPT+ (without attention's token x token products;
-# docs/reproduce.md):
+# docs/user_guides/reproduce.md):
 #
 #   python tools/merge_ckpt.py \
 #       work_dirs/deit-b_finetune-10l_in1k/epoch_400.pth \

@@ -4,12 +4,13 @@
 # dense DeiT-B teacher, <work_dir>/<name>_merged.pth at the end), then
 # WidthPruneHook prunes the merged model in width to 2.4 GMACs (counted
 # without attention's token x token products, as the paper counts HetDPT+;
-# docs/reproduce.md) with Torch-Pruning's isomorphic pruning (Taylor
-# importance on 3200 training images, Isomorphic Pruning's amount) and
+# docs/user_guides/reproduce.md) with Torch-Pruning's isomorphic pruning
+# (Taylor importance on 3200 training images, Isomorphic Pruning's amount) and
 # writes <work_dir>/<name>_plus.pth,
 # which ./deit-b_plus-2.4g_finetune_in1k.py fine-tunes
 # (--cfg-options model.backbone.init_cfg.checkpoint=... and
-# model.head.init_cfg.checkpoint=... to that file).  docs/hetdpt_plus.md.
+# model.head.init_cfg.checkpoint=... to that file).
+# docs/user_guides/hetdpt_plus.md.
 _base_ = '../hetdpt/deit-b_prune-10l_in1k.py'
 
 custom_hooks = [

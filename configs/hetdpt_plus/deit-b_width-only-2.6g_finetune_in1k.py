@@ -2,7 +2,7 @@
 # "2.6G": 81.1 % top-1, 13.1 M params in the paper): the same fine-tune as
 # ./deit-b_plus-2.4g_finetune_in1k.py from dense DeiT-B weights pruned in
 # width only, to 2.6 GMACs counted as Isomorphic Pruning counts them (with
-# attention's token x token products; docs/reproduce.md):
+# attention's token x token products; docs/user_guides/reproduce.md):
 #
 #   python tools/prune_width.py \
 #       checkpoints/deit_base_distilled_patch16_224-df68dfff.pth \

@@ -1,6 +1,6 @@
 # The width-only baseline (Isomorphic Pruning alone) at its 4.2 GMACs
-# operating point (20.7 M params in the paper; docs/reproduce.md): the
-# fine-tune of ./deit-b_width-only-2.6g_finetune_in1k.py from dense DeiT-B
+# operating point (20.7 M params in the paper; docs/user_guides/reproduce.md):
+# the fine-tune of ./deit-b_width-only-2.6g_finetune_in1k.py from dense DeiT-B
 # weights pruned in width to 4.2 GMACs, counted as Isomorphic Pruning
 # counts them (with attention's token x token products):
 #

@@ -203,7 +203,7 @@ def check_token_merge(options: BenchmarkOptions, family) -> None:
         raise UsageError('--token-merge must be >= 0')
     if not family.MERGES_TOKENS:
         raise UsageError(f'--token-merge: {family.__name__} does not merge '
-                         'tokens (docs/token_merge.md)')
+                         'tokens (docs/user_guides/token_merge.md)')
     if 'stock' in options.models:
         raise UsageError('--token-merge applies to HetDPT backbones; the '
                          'stock model has none')

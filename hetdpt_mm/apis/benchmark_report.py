@@ -16,7 +16,8 @@ def format_markdown(result: Dict[str, Any]) -> str:
              f'`{result["command"]}`', '']
     if settings.get('macs_convention'):
         lines += [f'MACs {settings["macs_convention"]} (the two token x '
-                  'token products of every attention; docs/reproduce.md).',
+                  'token products of every attention; '
+                  'docs/user_guides/reproduce.md).',
                   '']
     split = 'amdahl' in result
     lines += model_table(result, 'timing', 'speedup', 'macs', 'params',

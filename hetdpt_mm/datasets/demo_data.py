@@ -43,7 +43,7 @@ PAIR_GLYPHS = ('square', 'disc', 'triangle', 'cross')
 #: Labels of the shape-matching pairs (``make_pairs(match='shape')``).
 SHAPE_PAIR_CLASSES = tuple(f'same_{glyph}' for glyph in PAIR_GLYPHS) + (
     'different', )
-#: The demo's classification task (docs/demo.md): shape matching on
+#: The demo's classification task (docs/user_guides/demo.md): shape matching on
 #: 12-pixel glyphs, which the demo ViT (patch 8) learns to about 92 % in
 #: 20 epochs on 4,000 images, every block's layers carrying part of it.
 #: 3,000 validation images: a binomial standard error of 0.6 points at
@@ -148,7 +148,7 @@ def make_pairs(root, seed: int = 0, num_train: int = 1000,
     colour is its hue's plus Gaussian noise of std ``colour_jitter`` per
     channel.  A hue is one linear function of a patch; a shape, on patches
     as large as the glyph and at any offset to them, takes the blocks'
-    nonlinear layers too (the demo's task, docs/demo.md).
+    nonlinear layers too (the demo's task, docs/user_guides/demo.md).
     """
     if match not in ('hue', 'shape'):
         raise ValueError(f"match must be 'hue' or 'shape', got {match!r}")

@@ -167,7 +167,7 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
         raise UsageError('the backbone merges tokens (token_merge): its '
                          'exported graph is not verified in ONNX Runtime, '
                          'so tools/export.py refuses it; export without '
-                         'token_merge (docs/token_merge.md)')
+                         'token_merge (docs/user_guides/token_merge.md)')
     net = build_network(options.task, model, scope)
     img_size, sizes = resolve_sizes(options, model)
     cases = reference_outputs(net, sizes, options.verify_batch_sizes,

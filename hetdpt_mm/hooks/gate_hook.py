@@ -107,7 +107,7 @@ class GateHookBase(HetDPTMetaHook):
                 f'{type(self).__name__}: selection {self.selection.name} '
                 'cannot run under sharded training (FSDP): it runs forward '
                 'passes on rank 0 alone; use LowestGateScore, or DDP '
-                '(docs/layerscale.md, Sharding)')
+                '(docs/user_guides/dinov2.md, Sharding)')
         if self.selects_here:
             self.selection.setup(runner, backbone)
 

@@ -17,7 +17,7 @@ iterative *prune -> fast fine-tune -> evaluate* loop that produces the
 
 :class:`SubsetSampler` (:mod:`hetdpt_mm.datasets.subset`) makes the fast
 fine-tune run on a fixed, seeded subset of the training set.  See
-docs/map.md for configs and the resume guarantees.
+docs/user_guides/map.md for configs and the resume guarantees.
 """
 import csv
 import io

@@ -238,7 +238,7 @@ class HetDPTPruneHook(GateHookBase):
                 'HetDPTPruneHook: the self-distillation teacher snapshot '
                 '(HetDPTDistillClassifier) copies the model, which under FSDP '
                 'holds one shard per rank; train without it or under DDP '
-                '(docs/layerscale.md, Sharding)')
+                '(docs/user_guides/dinov2.md, Sharding)')
         self.setup_selection(runner, backbone)
         if self.log_score_grads:
             self._watch_score_grads(runner, backbone)

@@ -81,7 +81,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     WIDTH_PRUNABLE: ClassVar[bool] = False
     #: The layer kinds the family removes, which ``gates`` answers.
     REMOVABLE_KINDS: ClassVar[Tuple[str, ...]] = (ATTN, ACT)
-    #: Whether the family takes ``token_merge`` (ToMe, docs/token_merge.md).
+    #: Whether it takes ``token_merge`` (docs/user_guides/token_merge.md).
     MERGES_TOKENS: ClassVar[bool] = False
     #: Whether the constructor was given a structure (spec, gated or merged
     #: form) that loaded weights must fit; else weights bring their own.
@@ -316,8 +316,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             raise CheckpointError(
                 f'{type(self).__name__}: init_cfg checkpoint '
                 f'{self.awaited_checkpoint} does not exist and no weights '
-                'were loaded since; make it (docs/transfer.md) or load a '
-                'whole model checkpoint')
+                'were loaded since; make it (docs/user_guides/transfer.md) or '
+                'load a whole model checkpoint')
 
     @staticmethod
     def _freeze(modules) -> None:

@@ -1,7 +1,7 @@
 """HetDPTLayerScaleViT: LayerScale ViTs (DeiT-III, DINOv2 with and without
 register tokens, DINOv2-g's SwiGLU FFN) whose attention sublayers and FFN
 activations can be removed (HetDPT), for mmpretrain, mmdet and mmseg
-(docs/layerscale.md).
+(docs/user_guides/dinov2.md).
 
 A block is timm's ``Block`` with LayerScale (``init_values``)::
 

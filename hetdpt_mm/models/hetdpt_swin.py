@@ -1,6 +1,6 @@
 """HetDPTSwin: a Swin Transformer backbone whose window-attention sublayers
 (W-MSA and SW-MSA) and FFN GELUs can be removed (HetDPT), for mmpretrain,
-mmdet and mmseg (docs/swin.md)."""
+mmdet and mmseg (docs/user_guides/swin.md)."""
 from dataclasses import replace
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -37,7 +37,7 @@ SWIN_ARCH_PRESETS = {
 #: attention's token set differs), so a model pruned from dense Swin
 #: weights starts from the function the method's recipe was tuned on;
 #: ``removed_attn_output='zero'`` leaves ``x``, a true identity, for
-#: recipes that want one (docs/swin.md).
+#: recipes that want one (docs/user_guides/swin.md).
 SWIN_SEMANTICS = dict(removed_attn_output='norm',
                       residual_gelu='both_removed')
 
@@ -94,7 +94,7 @@ class HetDPTSwin(HetDPTBackbone):
             segmentation configs set it); ``False`` (the official code,
             timm, mmpretrain) shrinks the window to the map, unshifted.
         token_merge: refused: window attention needs every window whole
-            (docs/token_merge.md).
+            (docs/user_guides/token_merge.md).
         frozen_stages: as mmdet's Swin: ``>= 0`` freezes the patch
             embedding, ``N`` also stages ``0 .. N-1`` and their output norms.
         with_cp: gradient checkpointing of every block in training.

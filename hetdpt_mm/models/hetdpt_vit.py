@@ -44,8 +44,9 @@ class HetDPTViT(HetDPTBackbone):
         removed_attn_output: ``'norm'`` (released models: ``x + LN1(x)``),
             ``'zero'`` or ``'identity'`` (whole-branch removal: removed
             attention and FFN branches go with their LayerNorm and leave
-            ``x``; the spec's ``ffn_removed`` needs it; docs/layerscale.md);
-            ``None`` follows the checkpoint, else ``'norm'``.
+            ``x``; the spec's ``ffn_removed`` needs it;
+            docs/user_guides/dinov2.md); ``None`` follows the checkpoint, else
+            ``'norm'``.
         residual_gelu: when a GELU is applied to the residual stream after a
             block: ``'both_removed'`` (released models), ``'act_removed'``
             (the authors' search), ``'never'``; ``None`` follows the
@@ -63,7 +64,7 @@ class HetDPTViT(HetDPTBackbone):
             backward pass instead of kept.
         token_merge: token merging (ToMe) in every block,
             ``dict(r=8, schedule='constant', removed_attn='norm')``
-            (docs/token_merge.md); ``None``: none.
+            (docs/user_guides/token_merge.md); ``None``: none.
         frozen_stages: as mmpretrain's / mmseg's ViT: ``0`` or ``-1`` trains
             everything; ``N > 0`` freezes the patch embedding, position
             embedding and class / distillation tokens and blocks

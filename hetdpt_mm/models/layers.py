@@ -15,7 +15,7 @@ merged        AttentionBypass      MergedFFN (one D x D)    + ResidualGELU
 ============  ===================  =======================  ===============
 
 With ``removed_attn_output='identity'`` (whole-branch removal,
-docs/layerscale.md) a removed attention branch and a removed FFN branch
+docs/user_guides/dinov2.md) a removed attention branch and a removed FFN branch
 (``PruneSpec.ffn_removed``) lose their LayerNorm, sublayer and LayerScale
 and leave ``x``: the pruned and merged forms hold none of their tensors
 (:func:`remove_branches`), the gated form gates every FFN branch as well

@@ -1,6 +1,6 @@
 """Loading a pretrained file into a backbone of a given structure: the
 file's weights converted to this backbone's form and spec (``init_cfg``'s
-``Pretrained``; docs/transfer.md)."""
+``Pretrained``; docs/user_guides/transfer.md)."""
 import os.path as osp
 from contextlib import contextmanager
 from typing import Dict, Mapping, Optional

@@ -1,6 +1,6 @@
 """Token merging (ToMe, Bolya et al., ICLR 2023) inside the HetDPT ViTs'
-blocks, in every form; docs/token_merge.md says what is merged, where and
-why.
+blocks, in every form; docs/user_guides/token_merge.md says what is merged,
+where and why.
 
 Between a block's attention and its FFN, ``r`` patch tokens are merged into
 their most similar partners by bipartite soft matching on the attention

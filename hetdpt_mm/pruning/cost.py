@@ -77,7 +77,7 @@ class AnalyticCost(CostModel):
     ``patches * in_chans * patch^2 * D``; norms, softmax, GELU and heads are
     left out. ``num_heads`` does not change MACs (heads split ``D``).
     Without ``attention_products`` the two ``N^2 D`` products are left out
-    (the paper's convention for pruned rows, docs/reproduce.md).
+    (the paper's convention for pruned rows, docs/user_guides/reproduce.md).
     """
     embed_dim: int
     num_heads: int

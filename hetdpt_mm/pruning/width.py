@@ -28,7 +28,8 @@ Pruning is one-shot, as theirs; a MACs target is met by the smallest ratio
 (found by bisection) whose model's MACs are at or below the target, counted
 as ``tools/benchmark.py`` counts them
 (:func:`hetdpt_mm.analysis.count_macs`), with or without the attention
-products (the paper's HetDPT+ targets leave them out, docs/reproduce.md).
+products (the paper's HetDPT+ targets leave them out,
+docs/user_guides/reproduce.md).
 """
 from collections import OrderedDict
 from copy import deepcopy
@@ -406,7 +407,7 @@ def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
         raise ValueError(
             f'{source} holds a {record.family} backbone; HetDPT+ width '
             f'pruning supports {supported} backbones only '
-            '(docs/hetdpt_plus.md)')
+            '(docs/user_guides/hetdpt_plus.md)')
     if record.arch is None or arch is not None:
         build_args = family.build_args_from_tensors(
             loaded.state, parse_arch(arch) if arch is not None else None)

@@ -10,7 +10,7 @@
 _base_ = 'mmdet::detr/detr_r50_8xb2-150e_coco.py'
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 # Epochs seeded from (seed, epoch): --resume exact with random augmentation,
-# under any runner (docs/reliability.md).
+# under any runner (docs/advanced/reliability.md).
 default_hooks = dict(epoch_seed=dict(type='EpochSeedHook'))
 
 model = dict(

@@ -12,7 +12,7 @@
 _base_ = 'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 # Epochs seeded from (seed, epoch): --resume exact with random augmentation,
-# under any runner (docs/reliability.md).
+# under any runner (docs/advanced/reliability.md).
 default_hooks = dict(epoch_seed=dict(type='EpochSeedHook'))
 
 model = dict(

@@ -1,8 +1,8 @@
 # The authors' stage-2 fine-tune schedule (their train_stage2.py as run in
-# their logs/train_logs.txt; docs/reproduce.md): AdamW (eps 1e-8), lr 5e-5
-# per 512 images scaled linearly (4e-4 for 8 GPUs x 512 images), weight decay
-# 0.08 (none on norms, biases and tokens, as timm's optimizer factory), 10
-# warm-up epochs linear from 1e-6, then cosine to 1e-5 at epoch 400, updated
+# their logs/train_logs.txt; docs/user_guides/reproduce.md): AdamW (eps 1e-8),
+# lr 5e-5 per 512 images scaled linearly (4e-4 for 8 GPUs x 512 images), weight
+# decay 0.08 (none on norms, biases and tokens, as timm's optimizer factory),
+# 10 warm-up epochs linear from 1e-6, then cosine to 1e-5 at epoch 400, updated
 # once per epoch as timm's scheduler; no gradient clipping.
 # `--auto-scale-lr` rescales the lr for another total batch (their rule).
 base_lr = 5e-5 * 4096 / 512

@@ -48,7 +48,8 @@ models on a busy machine are much slower with OpenMP threads that wait for
 each other.  A new run replaces the outputs of an earlier demo run in the
 work dir; ``--resume`` continues one instead, skipping its finished stages.
 ``--quick`` is the CI variant: the same stages on tiny subsets and
-schedules (minutes; its accuracies mean nothing).  See docs/demo.md.
+schedules (minutes; its accuracies mean nothing).  See
+docs/user_guides/demo.md.
 """
 from .pipeline import Demo
 from .settings import (

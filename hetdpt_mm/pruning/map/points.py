@@ -1,5 +1,5 @@
 """MAP points: ``(a, t, accuracy)`` read from CSV or JSON files and checked
-(docs/map.md, *Points*)."""
+(docs/user_guides/map.md, *Points*)."""
 import csv
 import io
 import json
