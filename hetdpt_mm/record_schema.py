@@ -1,5 +1,5 @@
 """The bounds and the schema check of a HetDPT record's plain data
-(docs/advanced/reliability.md, *The checkpoint record*)."""
+(docs/advanced/checkpoint_record.md)."""
 import math
 import numbers
 from collections.abc import Mapping

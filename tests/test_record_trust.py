@@ -1,6 +1,6 @@
 """The record that travels with the weights is verified, never obeyed
-(docs/advanced/reliability.md, *The checkpoint record*): every path that
-adopts a record (``load_state_dict`` strict or not, mmdet's ``init_detector``,
+(docs/advanced/checkpoint_record.md): every path that adopts a
+record (``load_state_dict`` strict or not, mmdet's ``init_detector``,
 mmseg's ``init_model``, the runner's ``load_from``, ``init_cfg``, the
 tools' readers) checks it against its schema and against the tensors, and
 a record never names what to load."""

@@ -1,6 +1,6 @@
 """The record against the tensors it travels with: the network a record
 describes, and the comparison of a configured architecture with a record's
-(docs/advanced/reliability.md, *The checkpoint record*)."""
+(docs/advanced/checkpoint_record.md)."""
 import functools
 import json
 from typing import Dict, Mapping
