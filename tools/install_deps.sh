@@ -113,8 +113,9 @@ else
   pip install -q "$WHEEL"
 fi
 
-# 4. The OpenMMLab toolboxes, timm and the rest (with the deploy and width
-#    extras: the tests export to ONNX and width-prune), then hetdpt_mm
+# 4. The OpenMMLab toolboxes, timm and the rest (with the deploy, width and
+#    vis extras: the tests export to ONNX, width-prune and log to
+#    TensorBoard), then hetdpt_mm
 #    itself.
 if "$PYTHON" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys
@@ -123,7 +124,7 @@ from pathlib import Path
 from pip._vendor.packaging.requirements import Requirement
 root = Path(sys.argv[1])
 version('hetdpt_mm')
-for name in ('runtime.txt', 'tests.txt', 'deploy.txt', 'width.txt'):
+for name in ('runtime.txt', 'tests.txt', 'deploy.txt', 'width.txt', 'vis.txt'):
     for line in (root / 'requirements' / name).read_text().splitlines():
         line = line.strip()
         if line and not line.startswith('#'):
@@ -135,7 +136,8 @@ then
 else
   say "installing python requirements and hetdpt_mm (editable)"
   pip install -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
-    -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/width.txt"
+    -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/width.txt" \
+    -r "$ROOT/requirements/vis.txt"
   pip install -q --no-build-isolation --no-deps -e "$ROOT"
 fi
 say "done"
