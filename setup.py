@@ -28,11 +28,12 @@ setup(
     # kept and mmcv is never built by pip in an isolated environment.
     install_requires=read_requirements('runtime.txt'),
     # deploy: ONNX export and the ONNX Runtime / OpenVINO runtimes;
-    # width: Torch-Pruning, for width pruning (HetDPT+);
+    # width: Torch-Pruning, for width pruning (HetDPT+); vis: TensorBoard;
     # docs: Sphinx and myst-parser, for the docs site.
     extras_require={'tests': read_requirements('tests.txt'),
                     'deploy': read_requirements('deploy.txt'),
                     'width': read_requirements('width.txt'),
+                    'vis': read_requirements('vis.txt'),
                     'docs': read_requirements('docs.txt')},
     license='Apache-2.0',
 )

@@ -332,6 +332,7 @@ DETECTOR_STRIDES = {
     'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py': [4, 8, 16, 32, 64],
     'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py': [8, 16, 32, 64, 128],
     'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py': [8, 16, 32, 64],
+    'mmdet::rtmdet/rtmdet_tiny_8xb32-300e_coco.py': [8, 16, 32],
 }
 
 

@@ -113,9 +113,9 @@ else
   pip install -q "$WHEEL"
 fi
 
-# 4. The OpenMMLab toolboxes, timm and the rest (with the deploy, width and
-#    docs extras: the tests export to ONNX, width-prune and build the docs),
-#    then hetdpt_mm itself.
+# 4. The OpenMMLab toolboxes, timm and the rest (with the deploy, width,
+#    vis and docs extras: the tests export to ONNX, width-prune, log to
+#    TensorBoard and build the docs), then hetdpt_mm itself.
 if "$PYTHON" - "$ROOT" <<'EOF' >/dev/null 2>&1
 import sys
 from importlib.metadata import version
@@ -124,7 +124,7 @@ from pip._vendor.packaging.requirements import Requirement
 root = Path(sys.argv[1])
 version('hetdpt_mm')
 for name in ('runtime.txt', 'tests.txt', 'deploy.txt', 'width.txt',
-             'docs.txt'):
+             'vis.txt', 'docs.txt'):
     for line in (root / 'requirements' / name).read_text().splitlines():
         line = line.strip()
         if line and not line.startswith('#'):
@@ -137,7 +137,7 @@ else
   say "installing python requirements and hetdpt_mm (editable)"
   pip install -q -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
     -r "$ROOT/requirements/deploy.txt" -r "$ROOT/requirements/width.txt" \
-    -r "$ROOT/requirements/docs.txt"
+    -r "$ROOT/requirements/vis.txt" -r "$ROOT/requirements/docs.txt"
   pip install -q --no-build-isolation --no-deps -e "$ROOT"
 fi
 say "done"
