@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-from helpers import fake_runner, randomize_, timm_state_dict
+from helpers import (
+    config_backbone_on_meta,
+    fake_runner,
+    randomize_,
+    timm_state_dict,
+)
 from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
@@ -52,15 +57,11 @@ def images(seed=0):
 
 def table6_params(config):
     """Parameters of a config's backbone (on the meta device) and head."""
-    cfg = Config.fromfile(ROOT / 'configs' / 'hetdpt' / config)
-    args = dict(cfg.model.backbone)
-    assert args.pop('type') == 'HetDPTLayerScaleViT'
-    args.pop('init_cfg')
-    with torch.device('meta'):
-        backbone = HetDPTLayerScaleViT(**args)
+    backbone, head = config_backbone_on_meta(
+        ROOT / 'configs' / 'hetdpt' / config)
+    assert type(backbone) is HetDPTLayerScaleViT
     total = sum(p.numel() for p in backbone.parameters())
     assert count_params(backbone) == total
-    head = cfg.model.head
     return total, total + head.in_channels * head.num_classes + \
         head.num_classes
 
