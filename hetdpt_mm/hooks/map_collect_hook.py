@@ -201,11 +201,15 @@ class MAPCollectHook(GateHookBase):
                 'points in separate runs')
 
     @property
-    def point_columns(self):
-        """The points file's columns: FFN branches in place of GELUs when
-        the schedule removes them."""
+    def t_kind(self) -> str:
+        """The kind MAP's ``t`` counts: FFN branches when the schedule
+        removes them, else GELUs."""
         kinds = self.schedule.kinds(self._state['max_removed'])
-        return BRANCH_POINT_COLUMNS if FFN in kinds else POINT_COLUMNS
+        return FFN if FFN in kinds else ACT
+
+    @property
+    def point_columns(self):
+        return BRANCH_POINT_COLUMNS if self.t_kind == FFN else POINT_COLUMNS
 
     def _check_runner(self, runner) -> None:
         if not isinstance(runner.train_loop, EpochBasedTrainLoop):
@@ -355,15 +359,15 @@ class MAPCollectHook(GateHookBase):
     def _record_point(self, runner) -> None:
         accuracy = self._evaluate(runner)
         spec = self.backbone(runner).prune_spec
-        second = FFN if self.point_columns is BRANCH_POINT_COLUMNS else ACT
+        kind = self.t_kind
         a = (spec.depth - spec.n_attn) / spec.depth
-        t = (spec.depth - len(spec.removed(second))) / spec.depth
+        t = (spec.depth - len(spec.removed(kind))) / spec.depth
         row = {'step': len(self._state['rows']),
                'schedule': self.schedule.name, 'n_attn': spec.n_attn,
-               f'n_{second}': len(spec.removed(second)), 'a': round(a, 6),
+               f'n_{kind}': len(spec.removed(kind)), 'a': round(a, 6),
                't': round(t, 6), 'accuracy': round(accuracy, 4),
                'removed_attn': ' '.join(map(str, spec.attn_removed)),
-               f'removed_{second}': ' '.join(map(str, spec.removed(second)))}
+               f'removed_{kind}': ' '.join(map(str, spec.removed(kind)))}
         self._state['rows'].append(row)
         self._write_points(runner)
         runner.logger.info(
