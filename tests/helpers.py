@@ -13,6 +13,7 @@ from mmengine.structures import InstanceData, PixelData
 from mmseg.structures import SegDataSample
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
+from hetdpt_mm import models
 
 #: A spec with blocks of all four kinds (full, attention removed, GELU
 #: removed, both removed) used throughout the tests.
@@ -52,6 +53,18 @@ def small_config(path, base, data_root, **overrides) -> str:
     lines += [f'{key} = {value}' for key, value in overrides.items()]
     path.write_text('\n'.join(lines) + '\n')
     return str(path)
+
+
+def config_backbone_on_meta(config):
+    """The backbone of a config file, built on the meta device (no weights
+    loaded: fast at any size), and the config's head."""
+    cfg = Config.fromfile(config)
+    args = dict(cfg.model.backbone)
+    args.pop('init_cfg', None)
+    family = getattr(models, args.pop('type'))
+    with torch.device('meta'):
+        backbone = family(**args)
+    return backbone, cfg.model.head
 
 
 def timm_state_dict(module: torch.nn.Module) -> dict:

@@ -214,6 +214,12 @@ def test_backbone_benchmark_names_its_macs_convention(tool, capsys):
             macs_convention=convention)
         assert result['settings']['macs_convention'] == convention
         assert f'MACs {convention} (' in markdown
+        # So does every table with MACs, and the analytic cross-check.
+        headers = [line for line in markdown.splitlines()
+                   if line.startswith('| model |')]
+        assert headers and all(f'| MACs/img ({convention}) |' in line
+                               for line in headers)
+        assert f'Backbone MACs {convention}, mmengine' in markdown
         dense, = result['models']
         assert dense['macs']['convention'] == convention
         assert dense['macs']['matmul'] == dense['backbone_analytic_macs']

@@ -204,15 +204,27 @@ def test_bad_input_is_reported_before_anything_is_written(
     assert not out.exists()
 
 
-def test_a_token_merging_backbone_is_refused(export_tool, classifier,
-                                             tmp_path, capsys):
+def test_a_token_merging_backbone_exports_at_a_fixed_size(
+        export_tool, classifier, tmp_path, capsys):
+    """ToMe merges a number of tokens fixed by the input size: the graph
+    is exported and verified for one height and width (any batch), and
+    dynamic height and width are refused before anything is written."""
     config, checkpoint = classifier
     out = tmp_path / 'model.onnx'
+    merging = ['--cfg-options', 'model.backbone.token_merge.r=16']
     assert export_tool.main(['classifier', str(config), str(checkpoint),
-                             '--out', str(out), '--cfg-options',
-                             'model.backbone.token_merge.r=4']) == 2
-    assert 'merges tokens' in capsys.readouterr().err
+                             '--out', str(out), *merging]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: the backbone merges tokens (token_merge)')
+    assert 'add --static-hw' in err
     assert not out.exists()
+    assert export_tool.main(['classifier', str(config), str(checkpoint),
+                             '--out', str(out), '--static-hw',
+                             '--runtimes', 'onnxruntime', 'openvino',
+                             *merging]) == 0
+    checked_rows(capsys.readouterr().out, ('onnxruntime', 'openvino'),
+                 ('1x3x224x224', '3x3x224x224'))
+    assert out.is_file()
 
 
 def test_wrong_toolbox_and_existing_output(export_tool, classifier,

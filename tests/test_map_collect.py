@@ -419,3 +419,99 @@ def test_hook_collects_points_on_a_swin(tmp_path, digits_root):
     metrics = runner.val_loop.run()
     assert float(last['accuracy']) == pytest.approx(
         metrics['accuracy/top1'], abs=1e-4)
+
+
+# ---------------------------------------------------- whole-branch removal
+#: A gated SwiGLU LayerScale ViT (DINOv2's FFN) under whole-branch removal:
+#: attention and FFN branches are gated, SwiGLU activations are not.
+SWIGLU_CLASSIFIER = dict(
+    type='ImageClassifier',
+    data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10,
+                           mean=[127.5] * 3, std=[127.5] * 3),
+    backbone=dict(type='HetDPTLayerScaleViT',
+                  arch=dict(TINY_ARCH, mlp_ratio=2.66667 * 2, ffn='swiglu'),
+                  img_size=32, patch_size=8, gated=True,
+                  removed_attn_output='identity'),
+    head=dict(type='LinearClsHead', num_classes=10,
+              in_channels=TINY_ARCH['embed_dims']))
+
+
+@pytest.mark.parametrize('schedule,kinds', [
+    (dict(type='cyclic', kinds=['attn', 'ffn']), ['attn', 'ffn'] * 2),
+    ('ffn', ['ffn'] * 4)])
+def test_hook_collects_ffn_branch_points(tmp_path, digits_root, schedule,
+                                         kinds):
+    """FFN branches are a layer kind like the others: one point per step,
+    t counting the FFN branches kept, every block keeping one branch, and
+    the points give HetDPTPruneHook's MAP over (attn, ffn)."""
+    from hetdpt_mm.hooks import HetDPTPruneHook
+    from hetdpt_mm.hooks.map_collect_hook import BRANCH_POINT_COLUMNS
+    runner = Runner.from_cfg(run_cfg(
+        tmp_path, digits_root, dict(schedule=schedule, interval=1,
+                                    max_removed=4),
+        max_epochs=4, model=SWIGLU_CLASSIFIER))
+    runner.train()
+
+    with open(tmp_path / 'map_points.csv', newline='') as file:
+        reader = csv.DictReader(file)
+        assert tuple(reader.fieldnames) == BRANCH_POINT_COLUMNS
+        rows = list(reader)
+    assert [int(row['step']) for row in rows] == [0, 1, 2, 3, 4]
+    previous = dict(attn=[], ffn=[])
+    for step, row in enumerate(rows):
+        n_attn, n_ffn = (kinds[:step].count(kind) for kind in ('attn', 'ffn'))
+        assert (int(row['n_attn']), int(row['n_ffn'])) == (n_attn, n_ffn)
+        assert float(row['a']) == pytest.approx((DEPTH - n_attn) / DEPTH)
+        assert float(row['t']) == pytest.approx((DEPTH - n_ffn) / DEPTH)
+        removed = dict(attn=indices(row['removed_attn']),
+                       ffn=indices(row['removed_ffn']))
+        assert not set(removed['attn']) & set(removed['ffn'])
+        for kind in ('attn', 'ffn'):
+            assert set(previous[kind]) <= set(removed[kind])
+        previous = removed
+    spec = runner.model.backbone.prune_spec
+    assert (list(spec.attn_removed), list(spec.ffn_removed)) == (
+        previous['attn'], previous['ffn'])
+    assert spec.act_removed == ()
+    metrics = runner.val_loop.run()
+    assert float(rows[-1]['accuracy']) == pytest.approx(
+        metrics['accuracy/top1'], abs=1e-4)
+    points = load_points(tmp_path / 'map_points.csv', depth=DEPTH)
+    assert [(p.a, p.t) for p in points] == [
+        (float(r['a']), float(r['t'])) for r in rows]
+    if 'attn' in kinds:  # points off the a = 1 line: MAP fits
+        hook = HetDPTPruneHook(map_points=str(tmp_path / 'map_points.csv'),
+                               budget=2, map_kinds=('attn', 'ffn'),
+                               degrees=(1, ))
+        counts = hook._resolve_counts(DEPTH, runner.logger)
+        assert counts['act'] == 0 and counts['attn'] + counts['ffn'] == 2
+
+
+@pytest.mark.parametrize('hook,backbone,error,message', [
+    # FFN branches are gated only under whole-branch removal.
+    (dict(schedule='ffn'), dict(removed_attn_output='norm'),
+     'MissingGatesError', r"schedule 'ffn' asks for ffn removals \(FFN "
+     r"branch\).*removed_attn_output='identity'"),
+    # A SwiGLU FFN has no GELU.
+    (dict(schedule='act'), {}, 'MissingGatesError', r'no act gates'),
+    # MAP's t counts GELUs or FFN branches (a GELU ViT gates both).
+    (dict(schedule=dict(type='cyclic', kinds=['ffn', 'act'])),
+     dict(type='HetDPTViT', arch=TINY_ARCH), 'ValueError',
+     "mixes GELU and FFN-branch removals; MAP's t counts one of them"),
+    # A block keeps one of its two branches: 4 blocks, 5 branches.
+    (dict(schedule=dict(type='cyclic', kinds=['attn', 'ffn']),
+          max_removed=5), {}, 'ValueError',
+     r'removes 5 attention and FFN branches, but only 4 blocks have both'),
+])
+def test_ffn_schedules_are_checked_before_any_point(
+        tmp_path, digits_root, hook, backbone, error, message):
+    from hetdpt_mm.hooks.gate_hook import MissingGatesError
+    model = dict(SWIGLU_CLASSIFIER,
+                 backbone=dict(SWIGLU_CLASSIFIER['backbone'], **backbone))
+    errors = dict(MissingGatesError=MissingGatesError, ValueError=ValueError)
+    runner = Runner.from_cfg(run_cfg(
+        tmp_path, digits_root, dict(dict(interval=1), **hook), 5,
+        model=model))
+    with pytest.raises(errors[error], match=message):
+        runner.train()
+    assert not (tmp_path / 'map_points.csv').exists()

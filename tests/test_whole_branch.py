@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn as nn
-from helpers import fake_runner, randomize_, timm_state_dict
+from helpers import (
+    config_backbone_on_meta,
+    fake_runner,
+    randomize_,
+    timm_state_dict,
+)
 from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
@@ -52,15 +57,11 @@ def images(seed=0):
 
 def table6_params(config):
     """Parameters of a config's backbone (on the meta device) and head."""
-    cfg = Config.fromfile(ROOT / 'configs' / 'hetdpt' / config)
-    args = dict(cfg.model.backbone)
-    assert args.pop('type') == 'HetDPTLayerScaleViT'
-    args.pop('init_cfg')
-    with torch.device('meta'):
-        backbone = HetDPTLayerScaleViT(**args)
+    backbone, head = config_backbone_on_meta(
+        ROOT / 'configs' / 'hetdpt' / config)
+    assert type(backbone) is HetDPTLayerScaleViT
     total = sum(p.numel() for p in backbone.parameters())
     assert count_params(backbone) == total
-    head = cfg.model.head
     return total, total + head.in_channels * head.num_classes + \
         head.num_classes
 
@@ -247,3 +248,41 @@ def test_prune_hook_removes_ffn_branches_with_map_counts():
     with torch.no_grad():
         torch.testing.assert_close(merged.eval()(images())[0],
                                    backbone.eval()(images())[0])
+
+
+@pytest.mark.parametrize('backbone, counts, message', [
+    # FFN branches are gated only under whole-branch removal.
+    (dict(type='HetDPTViT', arch=TINY), dict(attn=1, act=0, ffn=2),
+     r"counts=\{'attn': 1, 'act': 0, 'ffn': 2\} asks for ffn removals "
+     r"\(FFN branch\), but the backbone has no ffn gates: HetDPTViT gates "
+     r"FFN branches only under whole-branch removal.*'identity'"),
+    # A SwiGLU FFN has no GELU to remove.
+    (dict(type='HetDPTLayerScaleViT', arch=TINY_SWIGLU, **WHOLE),
+     dict(attn=1, act=1), r'asks for act removals \(GELU\), but the backbone '
+     r'has no act gates: this HetDPTLayerScaleViT gates none \(a SwiGLU'),
+])
+def test_prune_hook_refuses_counts_without_gates(backbone, counts, message):
+    """Before training, not at the first removal mid-run."""
+    from mmpretrain.registry import MODELS
+
+    from hetdpt_mm.hooks.gate_hook import MissingGatesError
+    model = MODELS.build(dict(
+        type='ImageClassifier',
+        backbone=dict(backbone, patch_size=14, img_size=56, gated=True),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=48)))
+    hook = HetDPTPruneHook(counts=counts, stages=1)
+    with pytest.raises(MissingGatesError, match=message):
+        hook.before_train(fake_runner(model))
+    assert model.backbone.prune_spec.is_dense
+
+
+def test_prune_hook_refuses_more_branches_than_blocks():
+    from mmpretrain.registry import MODELS
+    model = MODELS.build(dict(
+        type='ImageClassifier',
+        backbone=dict(type='HetDPTLayerScaleViT', arch=TINY_SWIGLU,
+                      patch_size=14, img_size=56, gated=True, **WHOLE),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=48)))
+    hook = HetDPTPruneHook(counts=dict(attn=2, act=0, ffn=3), stages=1)
+    with pytest.raises(ValueError, match='remove 5 branches of 4 blocks'):
+        hook.before_train(fake_runner(model, max_epochs=6))

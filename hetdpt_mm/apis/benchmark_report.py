@@ -58,8 +58,9 @@ def format_markdown(result: Dict[str, Any]) -> str:
     analytic = [m for m in result['models']
                 if 'backbone_analytic_macs' in m]
     if analytic:
-        lines += ['', 'Backbone MACs, mmengine FlopAnalyzer (matrix '
-                  'products) vs AnalyticCost: ' + '; '.join(
+        lines += ['', f'Backbone MACs {settings["macs_convention"]}, '
+                  'mmengine FlopAnalyzer (matrix products) vs AnalyticCost: '
+                  + '; '.join(
                       f'{m["name"]} {backbone_matmul(m):,} vs '
                       f'{m["backbone_analytic_macs"]:,}'
                       for m in analytic)]
@@ -102,7 +103,10 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
                 macs_key: str, params_key: str,
                 title: Optional[str]) -> List[str]:
     lines = [f'{title}:', ''] if title else []
-    lines += ['| model | backbone | params (M) | MACs/img | ms/batch, '
+    # Every table with MACs names their convention in its header.
+    convention = result['settings'].get('macs_convention')
+    macs = f'MACs/img ({convention})' if convention else 'MACs/img'
+    lines += [f'| model | backbone | params (M) | {macs} | ms/batch, '
               'median [min-max] | img/s | speedup (of medians) | '
               'paired speedup, median [min-max] | speedup of best times | '
               'MACs ratio | speedup / MACs ratio |',

@@ -6,6 +6,7 @@ The exported graph takes a float32 NCHW batch that is already normalised
 network outputs of :mod:`.networks`. Its batch axis is dynamic, and so are
 height and width unless ``static_hw``: position-embedding interpolation,
 patch padding and pooling are traced as computations on the input size.
+A token-merging backbone (ToMe) exports with ``static_hw`` only.
 
 Every requested size is first run in PyTorch (a size the model cannot take
 is reported before anything is written); the graph is then exported to a
@@ -163,11 +164,17 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
     check_options(options)
     model, scope = load_model(options.config, options.checkpoint,
                               options.cfg_options)
-    if getattr(model.backbone, 'token_merge', None) is not None:
-        raise UsageError('the backbone merges tokens (token_merge): its '
-                         'exported graph is not verified in ONNX Runtime, '
-                         'so tools/export.py refuses it; export without '
-                         'token_merge (docs/user_guides/token_merge.md)')
+    if getattr(model.backbone, 'token_merge', None) is not None and \
+            not options.static_hw:
+        # How many tokens each block merges follows from the number of
+        # patches; with symbolic H and W torch.export runs on and on (over
+        # 10 minutes for a 4-block model).
+        raise UsageError('the backbone merges tokens (token_merge), and how '
+                         'many each block merges depends on the input size: '
+                         'it exports for one height and width only; add '
+                         '--static-hw (and --img-size H W for another size '
+                         'than the backbone\'s; '
+                         'docs/user_guides/token_merge.md)')
     net = build_network(options.task, model, scope)
     img_size, sizes = resolve_sizes(options, model)
     cases = reference_outputs(net, sizes, options.verify_batch_sizes,

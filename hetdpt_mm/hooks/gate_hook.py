@@ -26,15 +26,31 @@ from ..sharding import full_params, is_fsdp
 from ..spec import ACT, ATTN, FFN, PruneSpec
 from .spec_meta_hook import HetDPTMetaHook
 
-__all__ = ['KIND_NAMES', 'GatedBackboneError', 'GateHookBase']
+__all__ = ['KIND_NAMES', 'GatedBackboneError', 'MissingGatesError',
+           'removable_blocks', 'GateHookBase']
 
 KIND_NAMES = {ATTN: 'attention', ACT: 'GELU', FFN: 'FFN branch'}
+
+
+def removable_blocks(spec: PruneSpec, kind: str) -> List[int]:
+    """The blocks whose ``kind`` layer can go next: still present, and
+    allowed beside the block's other removals (a block loses its GELU or
+    its FFN branch, not both, and keeps one of its two branches)."""
+    excluded = set(spec.removed(kind)) | set(spec.ffn_removed)
+    if kind == FFN:
+        excluded |= set(spec.attn_removed) | set(spec.act_removed)
+    return [index for index in range(spec.depth) if index not in excluded]
 
 
 class GatedBackboneError(TypeError, ValueError):
     """The model has no single gated backbone.  Both a TypeError and a
     ValueError: the two hooks raised one each before they shared this
     check, and callers may catch either."""
+
+
+class MissingGatesError(ValueError):
+    """The hook is asked to remove a layer kind the backbone has no gates
+    for (e.g. FFN branches without whole-branch removal)."""
 
 
 class GateHookBase(HetDPTMetaHook):
@@ -78,6 +94,28 @@ class GateHookBase(HetDPTMetaHook):
                 "model needs backbone=dict(type='HetDPTViT', gated=True, ...)"
                 f' (exactly one); found: {described or "none"}')
         return gated[0]
+
+    def check_gates(self, backbone, kinds: Iterable[str], asked: str) -> None:
+        """Raise :class:`MissingGatesError` unless ``backbone`` gates every
+        one of ``kinds`` (``asked``: what asks for them, for the message)."""
+        for kind in kinds:
+            if kind in backbone.REMOVABLE_KINDS and backbone.gates(kind):
+                continue
+            name = type(backbone).__name__
+            if kind not in backbone.REMOVABLE_KINDS:
+                reason = (f'{name} removes only '
+                          f'{list(backbone.REMOVABLE_KINDS)}')
+            elif kind == FFN:
+                reason = (f'{name} gates FFN branches only under whole-branch '
+                          "removal: build it with removed_attn_output="
+                          "'identity'")
+            else:
+                reason = (f'this {name} gates none (a SwiGLU FFN has no GELU: '
+                          'remove FFN branches, ffn, instead)')
+            raise MissingGatesError(
+                f'{type(self).__name__}: {asked} asks for {kind} removals '
+                f'({KIND_NAMES[kind]}), but the backbone has no {kind} gates:'
+                f' {reason}')
 
     def check_wrapper(self, runner) -> None:
         """Closed gates leave parameters without gradients: DDP must expect

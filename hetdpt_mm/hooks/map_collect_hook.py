@@ -34,15 +34,20 @@ from ..fileio import atomic_write_text
 from ..pruning.schedules import CollectSchedule, build_collect_schedule
 from ..pruning.selection import SelectionPolicy
 from ..pruning.validation import positive_int
-from ..spec import LAYER_KINDS, PruneSpec
-from .gate_hook import KIND_NAMES, GateHookBase
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
+from .gate_hook import KIND_NAMES, GateHookBase, removable_blocks
 
-__all__ = ['POINT_COLUMNS', 'STATE_KEY', 'select_subset', 'SubsetSampler',
-           'MAPCollectHook']
+__all__ = ['POINT_COLUMNS', 'BRANCH_POINT_COLUMNS', 'STATE_KEY',
+           'select_subset', 'SubsetSampler', 'MAPCollectHook']
 
 #: Columns of the points file (read by hetdpt_mm.pruning.map.load_points).
 POINT_COLUMNS = ('step', 'schedule', 'n_attn', 'n_act', 'a', 't', 'accuracy',
                  'removed_attn', 'removed_act')
+#: Its columns when the schedule removes FFN branches (whole-branch
+#: removal): MAP's ``t`` then counts the FFN branches kept, as
+#: ``HetDPTPruneHook(map_kinds=('attn', 'ffn'))`` reads it.
+BRANCH_POINT_COLUMNS = ('step', 'schedule', 'n_attn', 'n_ffn', 'a', 't',
+                        'accuracy', 'removed_attn', 'removed_ffn')
 #: Key of the hook's state in ``checkpoint['meta']``.
 STATE_KEY = 'hetdpt_map_collect'
 
@@ -56,11 +61,15 @@ class MAPCollectHook(GateHookBase):
     dataloader and evaluator.
 
     Args:
-        schedule: ``'attn'``, ``'act'`` or ``'interleaved'`` (see
-            :data:`~hetdpt_mm.pruning.schedules.COLLECT_PRESETS`), a schedule
-            config dict (``dict(type='cyclic', kinds=['act', 'attn',
-            'act'])``) or a
-            :class:`~hetdpt_mm.pruning.schedules.CollectSchedule`.
+        schedule: ``'attn'``, ``'act'``, ``'interleaved'`` or ``'ffn'``
+            (see :data:`~hetdpt_mm.pruning.schedules.COLLECT_PRESETS`), a
+            schedule config dict (``dict(type='cyclic', kinds=['act', 'attn',
+            'act'])``; ``kinds=['attn', 'ffn']`` for whole branches) or a
+            :class:`~hetdpt_mm.pruning.schedules.CollectSchedule`.  A
+            schedule removing FFN branches (whole-branch removal) writes
+            ``n_ffn`` and ``removed_ffn`` in place of the GELU columns, and
+            its ``t`` counts the FFN branches kept
+            (``HetDPTPruneHook(map_kinds=('attn', 'ffn'))`` reads it).
         interval: fine-tuning epochs after each removal.
         max_removed: number of removal steps; ``None`` takes as many as
             ``train_cfg.max_epochs // interval`` (at most as many layers as
@@ -133,17 +142,13 @@ class MAPCollectHook(GateHookBase):
     def _resolve_max_removed(self, runner, start: PruneSpec) -> int:
         """Validate the schedule against the network and the epochs."""
         max_epochs = runner.train_loop.max_epochs
-        present = {kind: start.depth - len(start.removed(kind))
-                   for kind in LAYER_KINDS}
         name = self.schedule.name
         if self.max_removed is None:
             # As many steps as the epochs allow, until a kind runs out.
+            kinds = self.schedule.kinds(max_epochs // self.interval)
             steps = 0
-            removed = dict.fromkeys(LAYER_KINDS, 0)
-            for kind in self.schedule.kinds(max_epochs // self.interval):
-                removed[kind] += 1
-                if removed[kind] > present[kind]:
-                    break
+            while steps < len(kinds) and not self._too_many(
+                    start, kinds[:steps + 1]):
                 steps += 1
             if steps == 0:
                 raise ValueError(
@@ -151,14 +156,12 @@ class MAPCollectHook(GateHookBase):
                     f'{max_epochs}, interval={self.interval} epochs, '
                     f'schedule {name!r} on {start}')
             return steps
-        kinds = self.schedule.kinds(self.max_removed)
-        for kind in LAYER_KINDS:
-            if kinds.count(kind) > present[kind]:
-                raise ValueError(
-                    f'MAPCollectHook: schedule {name!r} with '
-                    f'max_removed={self.max_removed} removes '
-                    f'{kinds.count(kind)} {KIND_NAMES[kind]} layers, but '
-                    f'only {present[kind]} are present in {start}')
+        too_many = self._too_many(start, self.schedule.kinds(
+            self.max_removed))
+        if too_many:
+            raise ValueError(
+                f'MAPCollectHook: schedule {name!r} with max_removed='
+                f'{self.max_removed} {too_many} in {start}')
         needed = self.interval * self.max_removed
         if needed > max_epochs:
             raise ValueError(
@@ -166,6 +169,47 @@ class MAPCollectHook(GateHookBase):
                 f'epochs need train_cfg.max_epochs >= {needed}, got '
                 f'{max_epochs}')
         return self.max_removed
+
+    @staticmethod
+    def _too_many(start: PruneSpec, kinds) -> str:
+        """What ``kinds`` removes beyond what ``start`` has left, else ''."""
+        for kind in LAYER_KINDS:
+            present = len(removable_blocks(start, kind))
+            if kinds.count(kind) > present:
+                return (f'removes {kinds.count(kind)} {KIND_NAMES[kind]} '
+                        f'layers, but only {present} are present')
+        # Whole-branch removal keeps one branch of every block.
+        branches = kinds.count(ATTN) + kinds.count(FFN)
+        free = len(removable_blocks(start, FFN))
+        if FFN in kinds and branches > free:
+            return (f'removes {branches} attention and FFN branches, but '
+                    f'only {free} blocks have both (a block keeps one)')
+        return ''
+
+    def _check_kinds(self, backbone, start: PruneSpec,
+                     max_removed: int) -> None:
+        """The kinds removed must be gated, and MAP's ``t`` counts GELUs or
+        FFN branches, not both."""
+        kinds = set(self.schedule.kinds(max_removed))
+        self.check_gates(backbone, sorted(kinds),
+                         f'schedule {self.schedule.name!r}')
+        if FFN in kinds and (ACT in kinds or start.act_removed):
+            raise ValueError(
+                f'MAPCollectHook: schedule {self.schedule.name!r} from '
+                f'{start} mixes GELU and FFN-branch removals; MAP\'s t '
+                'counts one of them: collect (attn, act) and (attn, ffn) '
+                'points in separate runs')
+
+    @property
+    def t_kind(self) -> str:
+        """The kind MAP's ``t`` counts: FFN branches when the schedule
+        removes them, else GELUs."""
+        kinds = self.schedule.kinds(self._state['max_removed'])
+        return FFN if FFN in kinds else ACT
+
+    @property
+    def point_columns(self):
+        return BRANCH_POINT_COLUMNS if self.t_kind == FFN else POINT_COLUMNS
 
     def _check_runner(self, runner) -> None:
         if not isinstance(runner.train_loop, EpochBasedTrainLoop):
@@ -211,6 +255,7 @@ class MAPCollectHook(GateHookBase):
                     f'structure {backbone.prune_spec}')
             start = backbone.prune_spec
             max_removed = self._resolve_max_removed(runner, start)
+            self._check_kinds(backbone, start, max_removed)
             path = self.points_path(runner)
             if is_main_process() and osp.exists(path) and not self.overwrite:
                 raise FileExistsError(
@@ -248,6 +293,7 @@ class MAPCollectHook(GateHookBase):
         self.check_resumed_gates(backbone, start,
                                  [tuple(r) for r in state['removed']])
         state['max_removed'] = self._resolve_max_removed(runner, start)
+        self._check_kinds(backbone, start, state['max_removed'])
         if state['max_removed'] < len(state['removed']):
             raise ValueError(
                 f'MAPCollectHook: the checkpoint has already removed '
@@ -282,8 +328,7 @@ class MAPCollectHook(GateHookBase):
         backbone = self.backbone(runner)
         step = len(self._state['removed']) + 1
         kind = self.schedule.kinds(step)[-1]
-        removed = backbone.prune_spec.removed(kind)
-        present = [i for i in range(backbone.depth) if i not in removed]
+        present = removable_blocks(backbone.prune_spec, kind)
         decision, _ = self.select_and_close(backbone, kind, present)
         runner.logger.info(f'MAPCollectHook step {step}: {decision.table}')
         self._state['removed'].append([kind, decision.index])
@@ -314,12 +359,15 @@ class MAPCollectHook(GateHookBase):
     def _record_point(self, runner) -> None:
         accuracy = self._evaluate(runner)
         spec = self.backbone(runner).prune_spec
-        a, t = spec.ratios
-        row = dict(step=len(self._state['rows']), schedule=self.schedule.name,
-                   n_attn=spec.n_attn, n_act=spec.n_act, a=round(a, 6),
-                   t=round(t, 6), accuracy=round(accuracy, 4),
-                   removed_attn=' '.join(map(str, spec.attn_removed)),
-                   removed_act=' '.join(map(str, spec.act_removed)))
+        kind = self.t_kind
+        a = (spec.depth - spec.n_attn) / spec.depth
+        t = (spec.depth - len(spec.removed(kind))) / spec.depth
+        row = {'step': len(self._state['rows']),
+               'schedule': self.schedule.name, 'n_attn': spec.n_attn,
+               f'n_{kind}': len(spec.removed(kind)), 'a': round(a, 6),
+               't': round(t, 6), 'accuracy': round(accuracy, 4),
+               'removed_attn': ' '.join(map(str, spec.attn_removed)),
+               f'removed_{kind}': ' '.join(map(str, spec.removed(kind)))}
         self._state['rows'].append(row)
         self._write_points(runner)
         runner.logger.info(
@@ -331,7 +379,7 @@ class MAPCollectHook(GateHookBase):
         if not is_main_process():
             return
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=POINT_COLUMNS,
+        writer = csv.DictWriter(text, fieldnames=self.point_columns,
                                 lineterminator='\n')
         writer.writeheader()
         writer.writerows(self._state['rows'])

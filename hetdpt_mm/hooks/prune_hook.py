@@ -48,7 +48,7 @@ from ..pruning.schedules import build_prune_schedule
 from ..pruning.selection import SelectionPolicy
 from ..sharding import is_fsdp, unwrap_model
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
-from .gate_hook import KIND_NAMES, GateHookBase
+from .gate_hook import KIND_NAMES, GateHookBase, removable_blocks
 
 #: Key of the hook's schedule state in ``checkpoint['meta']``.
 STATE_KEY = 'hetdpt_prune'
@@ -244,6 +244,15 @@ class HetDPTPruneHook(GateHookBase):
             self._watch_score_grads(runner, backbone)
         depth = backbone.depth
         self.counts = self._resolve_counts(depth, runner.logger)
+        self.check_gates(backbone, [kind for kind, count in
+                                    self.counts.items() if count],
+                         f'counts={self.counts}')
+        branches = self.counts[ATTN] + self.counts.get(FFN, 0)
+        if self.counts.get(FFN) and branches > depth:
+            raise ValueError(
+                f'counts={self.counts} remove {branches} branches of '
+                f'{depth} blocks, but whole-branch removal keeps one branch '
+                f'of every block: attn + ffn must be at most {depth}')
         self.candidates = self._resolve_candidates(depth)
         self.order = self.schedule.order(self.counts)
         iters_per_epoch = len(runner.train_dataloader)
@@ -360,11 +369,9 @@ class HetDPTPruneHook(GateHookBase):
             self._snapshot_teacher(runner)
         spec = backbone.prune_spec
         closed_before = list(spec.removed(kind))
-        # Whole-branch removal keeps one branch of every block.
-        other = {ATTN: spec.ffn_removed, FFN: spec.attn_removed}.get(
-            kind, ()) if FFN in self.counts else ()
+        removable = removable_blocks(spec, kind)
         open_candidates = [i for i in self.candidates[kind]
-                           if i not in closed_before and i not in other]
+                           if i in removable]
         decision, rank_choices = self.select_and_close(backbone, kind,
                                                        open_candidates)
         record = dict(

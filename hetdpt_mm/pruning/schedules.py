@@ -8,7 +8,8 @@ Two families, one per hook:
   authors') and ``'epoch'``.
 * :class:`CollectSchedule` (``MAPCollectHook``, METHOD.md §2): the kind each
   collection step removes (the hook's ``interval`` says when):
-  ``'attn'``, ``'act'``, ``'interleaved'``, or any repeating pattern.
+  ``'attn'``, ``'act'``, ``'interleaved'``, ``'ffn'``, or any repeating
+  pattern (``['attn', 'ffn']`` interleaves whole branches).
 
 The classes are registered in :data:`~hetdpt_mm.registry.REMOVAL_SCHEDULES`;
 the hooks take a schedule as its name (a string, as in configs written before
@@ -158,9 +159,11 @@ class CollectSchedule:
 
 
 #: The named MAP collection schedules: attention only (points (a, 1)), GELU
-#: only (points (1, t)), or alternating, attention first (near the diagonal).
+#: only (points (1, t)), alternating, attention first (near the diagonal),
+#: or FFN branches only (whole-branch removal: t counts the FFN branches).
 COLLECT_PRESETS: Dict[str, Tuple[str, ...]] = {
-    'attn': (ATTN, ), 'act': (ACT, ), 'interleaved': (ATTN, ACT)}
+    'attn': (ATTN, ), 'act': (ACT, ), 'interleaved': (ATTN, ACT),
+    'ffn': (FFN, )}
 
 
 class CyclicSchedule(CollectSchedule):
