@@ -32,12 +32,12 @@ from mmengine.logging import print_log
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
-from .models.family import HetDPTBackbone
-from .models.layers import StraightThroughGate
-from .models.vit_codec import resolve_arch
-from .record import load_backbone_checkpoint
-from .registry import get_family
-from .spec import ACT, ATTN, PruneSpec
+from ..models.family import HetDPTBackbone
+from ..models.layers import StraightThroughGate
+from ..models.vit_codec import resolve_arch
+from ..record import load_backbone_checkpoint
+from ..registry import get_family
+from ..spec import ACT, ATTN, PruneSpec
 
 #: The authors' reference DeiT-B model ("10 layers", METHOD.md section 1).
 AUTHORS_SPEC = PruneSpec(12, attn_removed=(0, 3, 7, 8, 11),
