@@ -1,4 +1,4 @@
-"""hetdpt_mm.apis.benchmark, hetdpt_mm.benchmark and tools/benchmark.py:
+"""hetdpt_mm.apis.benchmark, hetdpt_mm.speed and tools/benchmark.py:
 the benchmark gives the promised fields, MACs and parameters match the
 analytic counts, the merged backbone is a plain dense network, the tool
 refuses bad input. No timing assertions: speed targets live in
@@ -18,7 +18,13 @@ from hetdpt_mm.analysis import count_macs, count_params
 from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
 from hetdpt_mm.apis.benchmark_report import format_markdown
-from hetdpt_mm.benchmark import (
+from hetdpt_mm.models.hetdpt_vit import HetDPTViT
+from hetdpt_mm.models.layers import (
+    AttentionBypass,
+    MergedFFN,
+    StraightThroughGate,
+)
+from hetdpt_mm.speed import (
     AUTHORS_SPEC,
     amdahl_bound,
     build_backbone_variants,
@@ -26,12 +32,6 @@ from hetdpt_mm.benchmark import (
     glibc_malloc,
     rotations,
     time_runs,
-)
-from hetdpt_mm.models.hetdpt_vit import HetDPTViT
-from hetdpt_mm.models.layers import (
-    AttentionBypass,
-    MergedFFN,
-    StraightThroughGate,
 )
 
 TINY_ARCH = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
@@ -265,7 +265,7 @@ def test_backbone_benchmark_tables_and_json():
 PAGE_FAULTS = """
 import resource, sys, torch
 if sys.argv[1] == 'keep':  # (importing hetdpt_mm takes seconds)
-    from hetdpt_mm.benchmark import keep_freed_memory
+    from hetdpt_mm.speed import keep_freed_memory
     keep_freed_memory()
 for _ in range(2):  # the first allocations fault in either case
     torch.ones(16 << 20)

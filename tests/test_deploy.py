@@ -16,7 +16,6 @@ from helpers import REPO, load_tool, randomize_
 from mmengine.config import Config
 
 from hetdpt_mm import META_KEY
-from hetdpt_mm.benchmark import build_from_config
 from hetdpt_mm.deploy import networks
 from hetdpt_mm.deploy.networks import AdaptiveAvgPool2dExport
 from hetdpt_mm.deploy.runtimes import (
@@ -25,6 +24,7 @@ from hetdpt_mm.deploy.runtimes import (
     checked_diff,
     make_session,
 )
+from hetdpt_mm.speed import build_from_config
 
 DEMO = REPO / 'configs' / 'demo'
 DEMO_SPEC = dict(attn_removed=[0, 3, 4], act_removed=[2, 4, 5])

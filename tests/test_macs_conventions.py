@@ -15,13 +15,13 @@ from hetdpt_mm.analysis import (
     count_macs,
     macs_convention,
 )
-from hetdpt_mm.benchmark import AUTHORS_SPEC
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.models.hetdpt_layerscale_vit import HetDPTLayerScaleViT
 from hetdpt_mm.models.hetdpt_swin import HetDPTSwin
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec, Widths
+from hetdpt_mm.speed import AUTHORS_SPEC
 
 #: The operators FlopCounterMode counts as matrix products (2 FLOPs per MAC).
 MATMUL_FLOP_OPS = ('convolution', 'addmm', 'mm', 'bmm', 'baddbmm')

@@ -22,7 +22,11 @@ from hetdpt_mm.hooks.map_collect_hook import (
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning import load_points
 from hetdpt_mm.pruning.schedules import build_collect_schedule
-from hetdpt_mm.pruning.te import class_features, gaussian_entropy, te_select
+from hetdpt_mm.pruning.transfer_entropy import (
+    class_features,
+    gaussian_entropy,
+    te_select,
+)
 
 TINY_ARCH = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_ratio=2)
 DEPTH = TINY_ARCH['num_layers']

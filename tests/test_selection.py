@@ -27,7 +27,7 @@ from hetdpt_mm.pruning.selection import (
     TransferEntropy,
     build_selection,
 )
-from hetdpt_mm.pruning.te import te_select
+from hetdpt_mm.pruning.transfer_entropy import te_select
 from hetdpt_mm.registry import SELECTION_POLICIES
 from hetdpt_mm.spec import PruneSpec
 

@@ -27,18 +27,12 @@ existing OUT is kept unless ``--force``.  Errors print ``error: <message>``
 and exit with status 2.
 """
 import argparse
-import shutil
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-import torch
-
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.apis.merge_ckpt import run_merge
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
-from hetdpt_mm.fileio import atomic_path, check_output_path
-from hetdpt_mm.merge import merge_checkpoint
-from hetdpt_mm.spec import read_json_value
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -68,36 +62,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def read_spec(value: Optional[str]):
-    """``--spec``: inline JSON, or the path of a JSON file."""
-    if value is None:
-        return None
-    spec = read_json_value(value, '--spec', file=True)
-    if not isinstance(spec, dict):
-        raise ValueError(f'--spec must be a JSON object, got {spec!r}')
-    return spec
-
-
-def run(args: argparse.Namespace) -> None:
-    inputs = [args.input]
-    if args.spec is not None and not args.spec.lstrip().startswith('{'):
-        inputs.append(args.spec)  # a spec file
-    check_output_path(args.output, inputs, args.force)
-    spec = read_spec(args.spec)
-    checkpoint = load_checkpoint_file(args.input)
-    merged, summary = merge_checkpoint(checkpoint, spec=spec,
-                                       prefix=args.prefix, arch=args.arch,
-                                       form=args.form)
-    with atomic_path(args.output, exclusive=not args.force) as tmp:
-        if summary.unchanged:
-            shutil.copyfile(args.input, tmp)
-        else:
-            torch.save(merged, tmp)
-    print(f'{args.input} -> {args.output}\n{summary.format()}')
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    return run_reporting_errors(lambda: run(parse_args(argv)))
+    return run_reporting_errors(lambda: run_merge(parse_args(argv)))
 
 
 if __name__ == '__main__':

@@ -12,7 +12,7 @@ bad input prints ``error: <message>`` and exits with status 2.
 """
 import sys
 
-from hetdpt_mm.apis.test import run_test
+from hetdpt_mm.apis.evaluate import run_test
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 from hetdpt_mm.runner import RUN_ERRORS, add_runner_arguments
 

@@ -9,21 +9,11 @@ training in or whose earlier run's checkpoints a fresh run would replace, a
 checkpoint that cannot be resumed) prints ``error: <message>`` and exits
 with status 2.
 """
-import argparse
 import sys
 
-from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
-from hetdpt_mm.runner import (
-    RUN_ERRORS,
-    add_runner_arguments,
-    apply_resume,
-    build_runner,
-    check_pretrained_exist,
-    check_work_dir,
-    claim_work_dir,
-    load_config,
-    release_distributed,
-)
+from hetdpt_mm.apis.train import run_train
+from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
+from hetdpt_mm.runner import RUN_ERRORS, add_runner_arguments
 
 
 def parse_args(argv=None):
@@ -51,38 +41,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def train(args: argparse.Namespace) -> None:
-    cfg = load_config(args)
-    if args.amp:
-        cfg.optim_wrapper.type = 'AmpOptimWrapper'
-        cfg.optim_wrapper.setdefault('loss_scale', 'dynamic')
-    if args.auto_scale_lr:
-        if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
-            raise UsageError('the config has no auto_scale_lr.base_batch_size')
-        cfg.auto_scale_lr.enable = True
-    if args.no_validate:
-        if args.validate_first:
-            raise UsageError('--validate-first needs validation: drop '
-                             '--no-validate')
-        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    if args.validate_first:
-        cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
-            dict(type='ValidateFirstHook')]
-    apply_resume(cfg, args.resume)
-    check_work_dir(cfg, args.config,
-                   resume_from=cfg.load_from if cfg.get('resume') else None)
-    if not cfg.get('load_from') and not cfg.get('resume'):
-        check_pretrained_exist(cfg)  # loaded weights replace init_cfg's
-    try:
-        with claim_work_dir(cfg, resume=args.resume is not None,
-                            overwrite=args.overwrite):
-            build_runner(cfg).train()
-    finally:
-        release_distributed()  # after the runner is gone: see its docstring
-
-
 def main(argv=None) -> int:
-    return run_reporting_errors(lambda: train(parse_args(argv)), RUN_ERRORS)
+    return run_reporting_errors(lambda: run_train(parse_args(argv)),
+                                RUN_ERRORS)
 
 
 if __name__ == '__main__':

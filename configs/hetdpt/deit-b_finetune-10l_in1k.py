@@ -14,31 +14,17 @@
 #
 #   bash tools/dist_train.sh configs/hetdpt/deit-b_finetune-10l_in1k.py 8
 _base_ = [
-    '../_base_/models/hetdpt_deit-b.py',
+    '../_base_/models/hetdpt_deit-b_hard-distill.py',
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     '../_base_/schedules/hetdpt_finetune_400e.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
-custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'],
-                      allow_failed_imports=False)
 
 # The paper's DeiT-B spec ("10 layers").
 paper_spec = dict(attn_removed=[0, 3, 7, 8, 11],
                   act_removed=[2, 7, 8, 10, 11])
-# https://dl.fbaipublicfiles.com/deit/deit_base_patch16_224-b5f2ef4d.pth
-teacher_checkpoint = 'checkpoints/deit_base_patch16_224-b5f2ef4d.pth'
 
-model = dict(
-    type='HetDPTDistillClassifier',
-    distill=dict(mode='hard', alpha=0.5),
-    backbone=dict(prune_spec=paper_spec),
-    teacher=dict(
-        type='ImageClassifier',
-        backbone=dict(type='HetDPTViT', arch='deit-base', img_size=224,
-                      patch_size=16),
-        head=dict(type='VisionTransformerClsHead', num_classes=1000,
-                  in_channels=768)),
-    teacher_checkpoint=teacher_checkpoint)
+model = dict(backbone=dict(prune_spec=paper_spec))
 
 # 8 GPUs x 512 images (their script and the run of their log), repeated
 # augmentation (DeiT's RASampler: 3 repeats).

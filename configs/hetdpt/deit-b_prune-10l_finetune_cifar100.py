@@ -10,7 +10,8 @@
 # .get_layer_depth), DeiT's Mixup / CutMix and label smoothing, 100 epochs.
 _base_ = [
     '../_base_/models/hetdpt_deit-b.py',
-    'mmpretrain::_base_/datasets/cifar100_bs16.py',
+    '../_base_/datasets/cifar100_resize-224.py',
+    '../_base_/schedules/no-decay_deit.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
 
@@ -26,33 +27,13 @@ model = dict(
               init_cfg=dict(_delete_=True, type='Constant', layer='Linear',
                             val=0)))
 
-train_pipeline = [
-    dict(type='RandomCrop', crop_size=32, padding=4),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='Resize', scale=224, interpolation='bicubic', backend='pillow'),
-    dict(type='PackInputs'),
-]
-test_pipeline = [
-    dict(type='Resize', scale=224, interpolation='bicubic', backend='pillow'),
-    dict(type='PackInputs'),
-]
-train_dataloader = dict(batch_size=64, dataset=dict(pipeline=train_pipeline))
-val_dataloader = dict(batch_size=64, dataset=dict(pipeline=test_pipeline))
-test_dataloader = val_dataloader
+train_dataloader = dict(batch_size=64)
 
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=5e-4, weight_decay=0.05,
                    betas=(0.9, 0.999)),
     constructor='LearningRateDecayOptimWrapperConstructor',
-    paramwise_cfg=dict(
-        layer_decay_rate=0.75,
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
-        custom_keys={
-            '.cls_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0),
-            '.dist_token': dict(decay_mult=0.0),
-        }),
+    paramwise_cfg=dict(layer_decay_rate=0.75),
     clip_grad=dict(max_norm=5.0))
 max_epochs = 100
 param_scheduler = [

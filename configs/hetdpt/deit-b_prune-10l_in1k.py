@@ -18,27 +18,10 @@
 #   python tools/train.py configs/hetdpt/deit-b_prune-10l_in1k.py
 #   bash tools/dist_train.sh configs/hetdpt/deit-b_prune-10l_in1k.py 8
 _base_ = [
-    '../_base_/models/hetdpt_deit-b.py',
+    '../_base_/models/hetdpt_deit-b_hard-distill.py',
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     '../_base_/schedules/hetdpt_prune-10l_400e.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
-custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'],
-                      allow_failed_imports=False)
 
-# https://dl.fbaipublicfiles.com/deit/deit_base_patch16_224-b5f2ef4d.pth
-teacher_checkpoint = 'checkpoints/deit_base_patch16_224-b5f2ef4d.pth'
-
-model = dict(
-    # DeiT's hard distillation from the dense DeiT-B (81.8 %), the authors'
-    # teacher.
-    type='HetDPTDistillClassifier',
-    distill=dict(mode='hard', alpha=0.5),
-    backbone=dict(gated=True),
-    teacher=dict(
-        type='ImageClassifier',
-        backbone=dict(type='HetDPTViT', arch='deit-base', img_size=224,
-                      patch_size=16),
-        head=dict(type='VisionTransformerClsHead', num_classes=1000,
-                  in_channels=768)),
-    teacher_checkpoint=teacher_checkpoint)
+model = dict(backbone=dict(gated=True))

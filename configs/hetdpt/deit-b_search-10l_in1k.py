@@ -17,6 +17,7 @@ _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     '../_base_/schedules/hetdpt_search_121e.py',
     'mmpretrain::_base_/default_runtime.py',
+    '../_base_/gated_ddp.py',
 ]
 
 # https://dl.fbaipublicfiles.com/deit/deit_base_patch16_224-b5f2ef4d.pth
@@ -48,7 +49,4 @@ custom_hooks = [
          stages=[4, 5, 7, 9, 11, 13, 15, 17, 19, 21],
          spec_file='found_spec.json'),
 ]
-# A closed gate skips its layer, whose parameters then get no gradient.
-model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                         find_unused_parameters=True)
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))

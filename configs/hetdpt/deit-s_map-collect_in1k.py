@@ -7,20 +7,17 @@
 #       --work-dir work_dirs/deit-s_map-collect_in1k/interleaved
 #   ... --work-dir work_dirs/deit-s_map-collect_in1k/attn \
 #       --cfg-options custom_hooks.0.schedule=attn   (and the same for act)
-_base_ = [
-    '../_base_/models/hetdpt_deit-s.py',
-    '../_base_/datasets/imagenet_bs256_swin_224.py',
-    '../_base_/schedules/hetdpt_map-collect_80e.py',
-    'mmpretrain::_base_/default_runtime.py',
-]
+_base_ = './deit-b_map-collect_in1k.py'
 
+# https://dl.fbaipublicfiles.com/deit/deit_small_distilled_patch16_224-649709d9.pth
+pretrained_checkpoint = \
+    'checkpoints/deit_small_distilled_patch16_224-649709d9.pth'
 # A dense DeiT-S in this layout with trained heads, e.g. a checkpoint of
 # deit-s_dense_in1k.py after a few epochs.
 load_from = 'work_dirs/deit-s_dense_in1k/epoch_10.pth'
 
-model = dict(backbone=dict(gated=True, init_cfg=None))
-# The fast fine-tune runs on a fixed, seeded 10% of the training set.
-train_dataloader = dict(
-    sampler=dict(type='SubsetSampler', subset=0.1, subset_seed=0,
-                 shuffle=True))
-default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))
+model = dict(
+    backbone=dict(arch='deit-small', drop_path_rate=0.0),
+    head=dict(in_channels=384,
+              init_cfg=dict(checkpoint=pretrained_checkpoint)))
+train_dataloader = dict(batch_size=256)

@@ -17,8 +17,10 @@
 #
 #   bash tools/dist_train.sh configs/hetdpt/dinov2-g_prune-15l_cifar100.py 8
 _base_ = [
-    'mmpretrain::_base_/datasets/cifar100_bs16.py',
+    '../_base_/datasets/cifar100_resize-224.py',
+    '../_base_/schedules/no-decay_vit.py',
     'mmpretrain::_base_/default_runtime.py',
+    '../_base_/gated_ddp.py',
 ]
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 
@@ -53,19 +55,7 @@ model = dict(
         dict(type='CutMix', alpha=1.0),
     ]))
 
-train_pipeline = [
-    dict(type='RandomCrop', crop_size=32, padding=4),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    dict(type='Resize', scale=224, interpolation='bicubic', backend='pillow'),
-    dict(type='PackInputs'),
-]
-test_pipeline = [
-    dict(type='Resize', scale=224, interpolation='bicubic', backend='pillow'),
-    dict(type='PackInputs'),
-]
-train_dataloader = dict(batch_size=16, dataset=dict(pipeline=train_pipeline))
-val_dataloader = dict(batch_size=64, dataset=dict(pipeline=test_pipeline))
-test_dataloader = val_dataloader
+train_dataloader = dict(batch_size=16)
 
 custom_hooks = [
     # counts: no MAP split here, every removed layer is an attention layer.
@@ -77,14 +67,10 @@ optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-5, weight_decay=0.05,
                    betas=(0.9, 0.999)),
     paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
         custom_keys={
             # The learned importances must not decay (LowestGateScore).
             'hetdpt_score': dict(decay_mult=0.0),
-            '.cls_token': dict(decay_mult=0.0),
             '.reg_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0),
             '.gamma': dict(decay_mult=0.0),
         }),
     clip_grad=dict(max_norm=5.0))
@@ -100,6 +86,3 @@ val_cfg = dict()
 test_cfg = dict()
 auto_scale_lr = dict(base_batch_size=128)
 default_hooks = dict(checkpoint=dict(interval=5, max_keep_ckpts=2))
-# A closed gate skips its layer, whose parameters then get no gradient.
-model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                         find_unused_parameters=True)

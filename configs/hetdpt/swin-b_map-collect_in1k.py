@@ -34,10 +34,9 @@ train_dataloader = dict(
     sampler=dict(type='SubsetSampler', subset=0.1, subset_seed=0,
                  shuffle=True))
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))
+# The hook of ../_base_/schedules/hetdpt_map-collect_80e.py (its options
+# explained there).
 custom_hooks = [
-    dict(type='MAPCollectHook',
-         schedule='interleaved',  # 'attn' | 'act' | 'interleaved'
-         interval=interval,
-         max_removed=num_steps,
-         calib_images=1024)  # training images for the TE score
+    dict(type='MAPCollectHook', schedule='interleaved', interval=interval,
+         max_removed=num_steps, calib_images=1024)
 ]

@@ -19,7 +19,10 @@
 #
 #   bash tools/dist_train.sh configs/hetdpt/swin-s_prune-10l_in1k.py 16
 #   (other GPU counts: add --auto-scale-lr)
-_base_ = 'mmpretrain::swin_transformer/swin-small_16xb64_in1k.py'
+_base_ = [
+    'mmpretrain::swin_transformer/swin-small_16xb64_in1k.py',
+    '../_base_/gated_ddp.py',
+]
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 
 # https://github.com/SwinTransformer/storage/releases/download/v1.0.0/swin_small_patch4_window7_224.pth
@@ -63,6 +66,3 @@ custom_hooks = [
          schedule='progressive'),  # stages=None: the authors' 3, 5, 7, ...
     dict(type='MergeCheckpointHook'),
 ]
-# A closed gate skips its layer, whose parameters then get no gradient.
-model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                         find_unused_parameters=True)

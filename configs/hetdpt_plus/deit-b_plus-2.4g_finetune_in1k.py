@@ -32,31 +32,18 @@
 # 82.6 %); this uses the dense DeiT-B of the HetDPT fine-tune (81.8 %, the
 # paper's HetDPT teacher), which this project loads from the official file.
 _base_ = [
-    '../_base_/models/hetdpt_deit-b.py',
+    '../_base_/models/hetdpt_deit-b_hard-distill.py',
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
-custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'],
-                      allow_failed_imports=False)
 
 hetdpt_checkpoint = 'checkpoints/hetdpt-plus_deit-b_2.4g.pth'
-# https://dl.fbaipublicfiles.com/deit/deit_base_patch16_224-b5f2ef4d.pth
-teacher_checkpoint = 'checkpoints/deit_base_patch16_224-b5f2ef4d.pth'
 
 model = dict(
-    type='HetDPTDistillClassifier',
-    distill=dict(mode='hard', alpha=0.5),
     backbone=dict(drop_path_rate=0.0,
                   init_cfg=dict(checkpoint=hetdpt_checkpoint)),
     # The width-pruned class and distillation heads of the checkpoint.
-    head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
-    teacher=dict(
-        type='ImageClassifier',
-        backbone=dict(type='HetDPTViT', arch='deit-base', img_size=224,
-                      patch_size=16),
-        head=dict(type='VisionTransformerClsHead', num_classes=1000,
-                  in_channels=768)),
-    teacher_checkpoint=teacher_checkpoint)
+    head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)))
 
 train_dataloader = dict(
     batch_size=256, num_workers=10,

@@ -26,7 +26,7 @@ The options are those of ``tools/benchmark.py``
 :mod:`.benchmark_report`); outputs are written atomically, only
 after every input has been validated, and an existing output is kept unless
 ``force``.  The building blocks (timing loop, MAC counts, model builders)
-are in :mod:`hetdpt_mm.benchmark`.
+are in :mod:`hetdpt_mm.speed`.
 """
 import json
 import os
@@ -49,7 +49,13 @@ from ..analysis import (
     count_macs,
     count_params,
 )
-from ..benchmark import (
+from ..deploy.runtimes import (
+    benchmark_runner,
+)
+from ..fileio import write_outputs
+from ..models.family import HetDPTBackbone
+from ..registry import get_family
+from ..speed import (
     TensorForward,
     TimingStats,
     amdahl_bound,
@@ -66,12 +72,6 @@ from ..benchmark import (
     synchronize,
     time_runs,
 )
-from ..deploy.runtimes import (
-    benchmark_runner,
-)
-from ..fileio import write_outputs
-from ..models.family import HetDPTBackbone
-from ..registry import get_family
 from .benchmark_options import (
     BACKBONE_IMG_SIZE,
     BenchmarkOptions,

@@ -9,11 +9,6 @@ import torch
 from mmengine.config import DictAction
 
 from ..analysis import MACS_CONVENTIONS
-from ..benchmark import (
-    AUTHORS_SPEC,
-    BACKBONE_VARIANTS,
-    glibc_malloc,
-)
 from ..cli import UsageError
 from ..deploy.runtimes import (
     BENCHMARK_RUNTIMES,
@@ -22,6 +17,11 @@ from ..deploy.runtimes import (
 from ..fileio import check_input_file, check_output_paths
 from ..registry import FAMILIES
 from ..spec import PruneSpec, read_json_value
+from ..speed import (
+    AUTHORS_SPEC,
+    BACKBONE_VARIANTS,
+    glibc_malloc,
+)
 
 TASKS = ('backbone', 'detr', 'upernet')
 #: Models the dense-prediction tasks build without --config.

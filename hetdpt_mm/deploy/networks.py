@@ -21,8 +21,8 @@ import torch
 import torch.nn as nn
 from mmengine.config import Config
 
-from ..benchmark import build_from_config
 from ..runner import follow_backbone_width, load_fitting
+from ..speed import build_from_config
 
 TASKS = ('classifier', 'backbone', 'detr', 'upernet')
 #: The toolbox each task's config must belong to.

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from ..benchmark import autocast
 from ..cli import require_extra
+from ..speed import autocast
 
 #: ONNX opset of every export: the dynamo exporter's own (18) — SDPA,
 #: LayerNorm and bicubic Resize need no legacy fallbacks there.

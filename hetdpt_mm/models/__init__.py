@@ -5,7 +5,7 @@ from .family import HetDPTBackbone
 from .hetdpt_layerscale_vit import LAYERSCALE_ARCH_PRESETS, HetDPTLayerScaleViT
 from .hetdpt_swin import SWIN_ARCH_PRESETS, HetDPTSwin
 from .hetdpt_vit import HetDPTViT
-from .state_dict import convert_state_dict, merge_ffn_weights
+from .vit_state_dict import convert_state_dict, merge_ffn_weights
 
 __all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone',
            'HetDPTLayerScaleViT', 'HetDPTSwin', 'HetDPTViT',

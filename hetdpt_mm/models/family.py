@@ -126,8 +126,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
                            form: str, semantics: Optional[Mapping] = None
                            ) -> Dict:
-        """The one tensor surgery of the family (``state_dict.py``); only
-        families with whole-branch removal take ``semantics``."""
+        """The family's one tensor surgery (ViT: ``vit_state_dict.py``);
+        only families with whole-branch removal take ``semantics``."""
         raise NotImplementedError
 
     @classmethod

@@ -36,7 +36,7 @@ from ..checkpoint import StateDictMismatch
 from ..pruning.cost import AnalyticCost
 from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import layerscale_state_dict as ls_state_dict
-from . import state_dict as vit_state_dict
+from . import vit_state_dict
 from .hetdpt_vit import HetDPTViT
 from .layers import (
     WHOLE_BRANCH,

@@ -17,8 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, FFN, PruneSpec
-from . import state_dict as vit_state_dict
-from . import vit_codec
+from . import vit_codec, vit_state_dict
 from .family import HetDPTBackbone
 from .layers import build_block, gated_ffn
 from .layerscale_state_dict import has_layer_scale

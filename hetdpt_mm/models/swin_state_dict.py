@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from ..checkpoint import StateDictMismatch
 from ..spec import PruneSpec
-from . import state_dict as vit_state_dict
+from . import vit_state_dict
 
 _BLOCK_KEY = re.compile(r'^stages\.(\d+)\.blocks\.(\d+)\.(.+)$')
 _GLOBAL_BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')

@@ -10,7 +10,7 @@ from ..presets import ARCH_PRESETS
 from ..pruning.cost import AnalyticCost
 from ..record import HetDPTRecord
 from ..spec import PruneSpec
-from . import state_dict as vit_state_dict
+from . import vit_state_dict
 from .layers import WHOLE_BRANCH
 
 #: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.

@@ -1,33 +1,28 @@
 """HetDPT budget allocation: the Model Accuracy Predictor (MAP) and its
 latency-aware extension."""
-from .cost import (
-                   ARCH_PRESETS,
-                   AnalyticCost,
-                   CostAllocation,
-                   CostCandidate,
-                   CostModel,
-                   MeasuredCost,
-                   allocate_for_accuracy,
-                   allocate_for_speedup,
-                   evaluate_cost_candidates,
-                   pareto_front,
-                   smallest_budget_reaching,
-)
+from .cost import ARCH_PRESETS, AnalyticCost, CostModel, MeasuredCost
 from .map import (
                    Allocation,
                    Candidate,
+                   CostAllocation,
+                   CostCandidate,
                    DegreeScore,
                    MAPFit,
                    MAPPoint,
                    allocate,
+                   allocate_for_accuracy,
+                   allocate_for_speedup,
                    evaluate_candidates,
+                   evaluate_cost_candidates,
                    fit_map,
                    format_candidates,
                    load_points,
+                   pareto_front,
                    parse_points,
                    polynomial_terms,
                    rank_across_types,
                    resolve_bounds,
+                   smallest_budget_reaching,
                    term_name,
 )
 

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, Subset
 from ..datasets.subset import select_subset
 from ..registry import SELECTION_POLICIES
 from ..sharding import unwrap_model
-from .te import te_select
+from .transfer_entropy import te_select
 from .validation import positive_int
 
 __all__ = ['Decision', 'SelectionPolicy', 'LowestGateScore',
@@ -140,7 +140,8 @@ class LowestGateScore(SelectionPolicy):
 @SELECTION_POLICIES.register_module()
 class TransferEntropy(SelectionPolicy):
     """The candidate whose removal changes the entropy of the final class
-    features least (:func:`~.te.te_select`), on a fixed calibration set.
+    features least (:func:`~.transfer_entropy.te_select`), on a fixed
+    calibration set.
 
     Args:
         calib_images: number of training images the score is computed on (a

@@ -5,18 +5,12 @@
 # 10 warm-up epochs linear from 1e-6, then cosine to 1e-5 at epoch 400, updated
 # once per epoch as timm's scheduler; no gradient clipping.
 # `--auto-scale-lr` rescales the lr for another total batch (their rule).
+_base_ = './no-decay_deit.py'
+
 base_lr = 5e-5 * 4096 / 512
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=base_lr, weight_decay=0.08, eps=1e-8,
                    betas=(0.9, 0.999)),
-    paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
-        custom_keys={
-            '.cls_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0),
-            '.dist_token': dict(decay_mult=0.0),
-        }),
     clip_grad=None)
 # timm's cosine counts its phase from epoch 0, not from the end of the
 # warm-up: both schedulers run from epoch 0 and chain (the warm-up reaches

@@ -3,7 +3,7 @@
 # and appends an (a, t, accuracy) point to <work_dir>/map_points.csv.  The
 # optimizer is the DeiT one at a constant learning rate, so that later steps
 # get the same recovery as earlier ones.
-_base_ = './imagenet_bs1024_adamw_400e.py'
+_base_ = ['./imagenet_bs1024_adamw_400e.py', '../gated_ddp.py']
 
 optim_wrapper = dict(optimizer=dict(lr=1e-4))
 param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=True)]
@@ -19,6 +19,3 @@ custom_hooks = [
          max_removed=num_steps,
          calib_images=1024)  # training images for the TE score
 ]
-# A closed gate skips its layer, whose parameters then get no gradient.
-model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                         find_unused_parameters=True)

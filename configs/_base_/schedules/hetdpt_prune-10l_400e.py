@@ -5,7 +5,7 @@
 # fine-tune the pruned network until epoch 400.  MergeCheckpointHook writes
 # <work_dir>/<config name>_merged.pth, the deployable backbone + heads that
 # the DETR / UperNet configs load.
-_base_ = './imagenet_bs1024_adamw_400e.py'
+_base_ = ['./imagenet_bs1024_adamw_400e.py', '../gated_ddp.py']
 
 # MAP points: the paper's DeiT-B points (their fit allocates 5 attention + 5
 # GELU layers for a budget of 10); use your own from a MAP collection run.
@@ -17,6 +17,3 @@ custom_hooks = [
          schedule='progressive'),  # stages=None: the authors' 3, 5, 7, ...
     dict(type='MergeCheckpointHook'),
 ]
-# A closed gate skips its layer, whose parameters then get no gradient.
-model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                         find_unused_parameters=True)

@@ -6,18 +6,12 @@
 # clipping. 121 epochs: removal k happens after (k+1)^2 completed epochs (stage
 # lengths 4, 5, 7, 9, ...), so the 10th and last after epoch 121; the spec is
 # then final (stage 2 restarts from the original weights).
+_base_ = './no-decay_deit.py'
+
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-5, weight_decay=0.05, eps=1e-8,
                    betas=(0.9, 0.999)),
-    paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
-        custom_keys={
-            '.cls_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0),
-            '.dist_token': dict(decay_mult=0.0),
-            'hetdpt_score': dict(decay_mult=0.0),
-        }))
+    paramwise_cfg=dict(custom_keys={'hetdpt_score': dict(decay_mult=0.0)}))
 param_scheduler = [
     dict(type='ConstantLR', factor=0.1, by_epoch=True, begin=0, end=1),
 ]

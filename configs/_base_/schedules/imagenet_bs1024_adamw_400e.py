@@ -4,10 +4,9 @@
 # DeiT-B run (METHOD.md §1).
 _base_ = 'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py'
 
+# (mmpretrain's schedule already spares norms and biases.)
 optim_wrapper = dict(
     paramwise_cfg=dict(
-        norm_decay_mult=0.0,
-        bias_decay_mult=0.0,
         custom_keys={
             '.cls_token': dict(decay_mult=0.0),
             '.pos_embed': dict(decay_mult=0.0),

@@ -7,8 +7,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from mmengine.config import Config
 
-from ...benchmark import machine_info
 from ...fileio import atomic_write_text
+from ...speed import machine_info
 from .. import demo_report
 from .settings import CLS_DATA, DemoError
 

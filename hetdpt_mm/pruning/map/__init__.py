@@ -17,11 +17,18 @@ from .allocation import (
     Allocation,
     Bounds,
     Candidate,
+    CostAllocation,
+    CostCandidate,
     allocate,
+    allocate_for_accuracy,
+    allocate_for_speedup,
     evaluate_candidates,
+    evaluate_cost_candidates,
     format_candidates,
+    pareto_front,
     rank_across_types,
     resolve_bounds,
+    smallest_budget_reaching,
 )
 from .fit import (
     DegreeScore,
@@ -39,4 +46,7 @@ __all__ = [
     'average_duplicates', 'fit_map', 'resolve_bounds', 'evaluate_candidates',
     'format_candidates',
     'allocate', 'rank_across_types', 'Bounds',
+    'CostCandidate', 'CostAllocation', 'evaluate_cost_candidates',
+    'pareto_front', 'allocate_for_speedup', 'allocate_for_accuracy',
+    'smallest_budget_reaching',
 ]

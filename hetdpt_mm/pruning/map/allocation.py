@@ -1,5 +1,9 @@
 """Splitting a budget of removed layers between attention and GELU layers
-by maximising the MAP fit."""
+by maximising the MAP fit, and the latency-aware searches over every count
+pair against a speedup or accuracy target under a cost model
+(:mod:`hetdpt_mm.pruning.cost`)."""
+import math
+import numbers
 from dataclasses import dataclass
 from typing import (
     Any,
@@ -16,6 +20,7 @@ from typing import (
 import numpy as np
 
 from ...spec import ACT, ATTN
+from ..cost import CostModel
 from ..validation import as_int, check_depth
 from .fit import MAPFit
 
@@ -192,3 +197,118 @@ def rank_across_types(scores: Mapping[str, Sequence[float]],
     for *_, index, kind in ranked[:budget]:
         removed[kind].append(index)
     return {kind: sorted(blocks) for kind, blocks in removed.items()}
+
+
+@dataclass(frozen=True)
+class CostCandidate(Candidate):
+    """A :class:`Candidate` with its speedup under a cost model."""
+    speedup: float
+
+
+@dataclass(frozen=True)
+class CostAllocation:
+    """Result of a latency-aware search: ``best`` among ``feasible`` (the
+    candidates meeting the constraint); ``candidates`` holds every pair."""
+    objective: str
+    best: CostCandidate
+    feasible: Tuple[CostCandidate, ...]
+    candidates: Tuple[CostCandidate, ...]
+
+
+def evaluate_cost_candidates(fit: MAPFit, depth: int, cost: CostModel,
+                             bounds: Bounds = 'full') -> List[CostCandidate]:
+    """Every ``(n_attn, n_act)`` with both counts in ``bounds``, with MAP's
+    prediction and the speedup under ``cost``."""
+    depth = check_depth(depth)
+    if cost.depth is not None and cost.depth != depth:
+        raise ValueError(f'cost model is for depth {cost.depth}, '
+                         f'but depth is {depth}')
+    lo, hi = resolve_bounds(bounds, depth)
+    pairs = [(n_attn, n_act) for n_attn in range(lo, hi + 1)
+             for n_act in range(lo, hi + 1)]
+    return [CostCandidate(**vars(c), speedup=cost.speedup(c.n_attn, c.n_act))
+            for c in evaluate_candidates(fit, depth, pairs)]
+
+
+def pareto_front(candidates: Sequence[CostCandidate]) -> List[CostCandidate]:
+    """Candidates no other beats in both speedup and predicted accuracy,
+    by increasing speedup."""
+    front: List[CostCandidate] = []
+    for c in sorted(candidates,
+                    key=lambda c: (-c.predicted_accuracy, -c.speedup)):
+        if not front or c.speedup > front[-1].speedup:
+            front.append(c)
+    return sorted(front, key=lambda c: c.speedup)
+
+
+def allocate_for_speedup(fit: MAPFit, depth: int, cost: CostModel,
+                         target_speedup: float,
+                         bounds: Bounds = 'full') -> CostAllocation:
+    """Maximise predicted accuracy over all count pairs (any total) whose
+    speedup is at least ``target_speedup``; ties go to the faster one."""
+    target = _positive(target_speedup, 'target speedup')
+    candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
+    # A relative slack keeps exact ratios (e.g. 1.5 hit exactly) feasible.
+    feasible = [c for c in candidates if c.speedup >= target * (1 - 1e-12)]
+    if not feasible:
+        fastest = max(candidates, key=lambda c: c.speedup)
+        raise ValueError(
+            f'no allocation reaches a {target:g}x speedup under '
+            f'{_bounds_text(bounds, depth)}; the fastest is '
+            f'{fastest.speedup:.3f}x at n_attn={fastest.n_attn}, '
+            f'n_act={fastest.n_act}')
+    best = max(feasible, key=lambda c: (c.predicted_accuracy, c.speedup))
+    return CostAllocation(
+        objective=f'max predicted accuracy with speedup >= {target:g}x',
+        best=best, feasible=tuple(feasible), candidates=tuple(candidates))
+
+
+def allocate_for_accuracy(fit: MAPFit, depth: int, cost: CostModel,
+                          min_accuracy: float,
+                          bounds: Bounds = 'full') -> CostAllocation:
+    """Maximise speedup over all count pairs whose predicted accuracy is at
+    least ``min_accuracy``; ties go to the more accurate one."""
+    if (isinstance(min_accuracy, bool)
+            or not isinstance(min_accuracy, numbers.Real)
+            or not math.isfinite(min_accuracy)):
+        raise ValueError(f'minimum accuracy must be a finite number, '
+                         f'got {min_accuracy!r}')
+    candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
+    feasible = [c for c in candidates
+                if c.predicted_accuracy >= min_accuracy]
+    if not feasible:
+        top = max(candidates, key=lambda c: c.predicted_accuracy)
+        raise ValueError(
+            f'no allocation is predicted to reach accuracy {min_accuracy:g} '
+            f'under {_bounds_text(bounds, depth)}; the highest prediction is '
+            f'{top.predicted_accuracy:.3f} at n_attn={top.n_attn}, '
+            f'n_act={top.n_act}')
+    best = max(feasible, key=lambda c: (c.speedup, c.predicted_accuracy))
+    return CostAllocation(
+        objective=f'max speedup with predicted accuracy >= {min_accuracy:g}',
+        best=best, feasible=tuple(feasible), candidates=tuple(candidates))
+
+
+def smallest_budget_reaching(fit: MAPFit, depth: int, cost: CostModel,
+                             target: float, bounds: Bounds = 'full'
+                             ) -> Optional[Candidate]:
+    """The paper's procedure for a speedup target: raise the layer budget
+    until MAP's split of it is fast enough (``None``: no budget is)."""
+    lo, hi = resolve_bounds(bounds, depth)
+    for budget in range(2 * lo, 2 * hi + 1):
+        best = allocate(fit, budget, depth, bounds).best
+        if cost.speedup(best.n_attn, best.n_act) >= target * (1 - 1e-12):
+            return best
+    return None
+
+
+def _positive(value: Any, name: str) -> float:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f'{name} must be a positive number, got {value!r}')
+    return float(value)
+
+
+def _bounds_text(bounds: Bounds, depth: int) -> str:
+    lo, hi = resolve_bounds(bounds, depth)
+    return f'bounds {bounds!r} (each count in [{lo}, {hi}])'
