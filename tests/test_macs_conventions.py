@@ -156,3 +156,38 @@ def test_unfused_multihead_attention_products_are_left_out():
     assert without.matmul == 2 * projections
     assert with_products.matmul == 2 * (projections + 2 * 5 * 7 * 16)
     assert {'bmm', 'baddbmm'} <= set(with_products.by_operator)
+
+
+
+TINY_ARCH = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_ratio=4.)
+#: Whole-branch removal: attention branches 0 and 3, the GELU of block 1
+#: (a SwiGLU FFN has none) and the FFN branch of block 2 removed.
+WHOLE_BRANCH_NETWORKS = {
+    'vit': (HetDPTViT, TINY_ARCH, [1]),
+    'layerscale': (HetDPTLayerScaleViT, TINY_ARCH, [1]),
+    'swiglu': (HetDPTLayerScaleViT,
+               dict(TINY_ARCH, mlp_ratio=2.66667 * 2, ffn='swiglu'), []),
+}
+
+
+@pytest.mark.parametrize('name', sorted(WHOLE_BRANCH_NETWORKS))
+def test_removed_ffn_branches_counted_equals_analytic(name, one_thread):
+    """Merged, under both conventions: the traced count equals the
+    family's analytic one and, for a GELU FFN, the cost model's price of
+    the three kinds (a removed FFN branch saves the whole FFN)."""
+    family, arch, act_removed = WHOLE_BRANCH_NETWORKS[name]
+    spec = PruneSpec(4, attn_removed=[0, 3], act_removed=act_removed,
+                     ffn_removed=[2])
+    network = family(arch=arch, patch_size=14, img_size=56, out_type='raw',
+                     prune_spec=spec, removed_attn_output='identity',
+                     merged=True).eval()
+    image = torch.randn(1, 3, 56, 56)
+    for products in (True, False):
+        counted = count_macs(network, image, products).matmul
+        assert counted == analytic_macs(network, (56, 56), products)
+        if act_removed:
+            cost = AnalyticCost(embed_dim=48, num_heads=3, depth=4,
+                                img_size=56, patch_size=14,
+                                attention_products=products)
+            assert counted == cost.total(n_attn=2, n_act=1, n_ffn=1)
+            assert cost.total(0) - cost.total(0, n_ffn=1) == cost.ffn_macs

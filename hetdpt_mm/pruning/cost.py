@@ -3,13 +3,15 @@
 HetDPT budgets by *layer count*, but the two layer types save different
 time: removing an attention sublayer saves its projections plus two
 ``N^2 D`` token-mixing products, while removing a GELU only lets the FFN
-merge from ``2 N D 4D`` into ``N D^2`` multiply-adds. Attention grows with the
+merge from ``2 N D 4D`` into ``N D^2`` multiply-adds (a removed FFN branch,
+whole-branch removal, saves all ``2 N D 4D``). Attention grows with the
 square of the token count ``N``, so at detection resolution (800x1216 ->
 3801 tokens vs 197 at 224x224) one removed attention is worth far more.
 
-A cost model maps removed counts ``(n_attn, n_act)`` to a total cost; the
-allocators of :mod:`hetdpt_mm.pruning.map.allocation` search all count pairs
-against a speedup or accuracy target with MAP predicting the accuracy.
+A cost model maps removed counts ``(n_attn, n_act, n_ffn)`` to a total
+cost; the allocators of :mod:`hetdpt_mm.pruning.map.allocation` search all
+count pairs against a speedup or accuracy target with MAP predicting the
+accuracy.
 """
 import json
 import math
@@ -20,6 +22,7 @@ from typing import Any, Mapping, Optional, Tuple, Union
 
 from ..fileio import check_input_file
 from ..presets import ARCH_PRESETS
+from ..spec import ACT, ATTN, FFN
 from .validation import as_int, check_depth
 
 __all__ = ['ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost']
@@ -33,24 +36,39 @@ class CostModel:
     """
     depth: Optional[int] = None
 
-    def total(self, n_attn: int, n_act: int) -> float:
-        """Cost with ``n_attn`` attention sublayers removed and ``n_act``
-        GELU-free FFNs merged into one linear each."""
+    def total(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
+        """Cost with ``n_attn`` attention sublayers removed, ``n_act``
+        GELU-free FFNs merged into one linear each and ``n_ffn`` FFN
+        branches removed (whole-branch removal)."""
         raise NotImplementedError
 
-    def speedup(self, n_attn: int, n_act: int) -> float:
+    def speedup(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
         """Dense cost over pruned (merged) cost."""
-        return self.total(0, 0) / self.total(n_attn, n_act)
+        return self.total(0) / self.total(n_attn, n_act, n_ffn)
+
+    def split_speedup(self, n_attn: int, n_t: int,
+                      t_kind: str = ACT) -> float:
+        """The speedup of a MAP split: ``n_attn`` attention sublayers and
+        ``n_t`` layers of the kind MAP's ``t`` counts (``'act'``: GELUs,
+        ``'ffn'``: FFN branches) removed."""
+        return self.speedup(**{f'n_{ATTN}': n_attn, f'n_{t_kind}': n_t})
 
     def describe(self) -> str:
         raise NotImplementedError
 
-    def _check_counts(self, n_attn: int, n_act: int) -> Tuple[int, int]:
-        counts = (as_int(n_attn, 'n_attn'), as_int(n_act, 'n_act'))
+    def _check_counts(self, n_attn: int, n_act: int,
+                      n_ffn: int) -> Tuple[int, int, int]:
+        names = (f'n_{ATTN}', f'n_{ACT}', f'n_{FFN}')
+        counts = tuple(as_int(count, name)
+                       for count, name in zip((n_attn, n_act, n_ffn), names))
         upper = self.depth if self.depth is not None else math.inf
-        for name, count in zip(('n_attn', 'n_act'), counts):
+        for name, count in zip(names, counts):
             if not 0 <= count <= upper:
                 raise ValueError(f'{name}={count} is outside [0, {upper}]')
+        if counts[1] + counts[2] > upper:
+            raise ValueError(f'n_act={counts[1]} merged and n_ffn='
+                             f'{counts[2]} removed FFNs exceed the {upper} '
+                             'blocks')
         return counts
 
 
@@ -60,7 +78,8 @@ class AnalyticCost(CostModel):
 
     Per block: attention ``3ND^2`` (qkv) + ``N^2 D`` (scores) + ``N^2 D``
     (weighted sum) + ``ND^2`` (proj); FFN ``2 N D (mlp_ratio D)``, which a
-    removed GELU turns into ``N D^2`` after merging. Patch embedding adds
+    removed GELU turns into ``N D^2`` after merging and a removed FFN
+    branch into nothing. Patch embedding adds
     ``patches * in_chans * patch^2 * D``; norms, softmax, GELU and heads are
     left out. ``num_heads`` does not change MACs (heads split ``D``).
     Without ``attention_products`` the two ``N^2 D`` products are left out
@@ -171,12 +190,13 @@ class AnalyticCost(CostModel):
         """Attention's share of a dense block's MACs."""
         return self.attention_macs / (self.attention_macs + self.ffn_macs)
 
-    def total(self, n_attn: int, n_act: int) -> float:
-        n_attn, n_act = self._check_counts(n_attn, n_act)
+    def total(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
+        n_attn, n_act, n_ffn = self._check_counts(n_attn, n_act, n_ffn)
         dense = (self.patch_embed_macs
                  + self.depth * (self.attention_macs + self.ffn_macs))
         return (dense - n_attn * self.attention_macs
-                - n_act * (self.ffn_macs - self.merged_ffn_macs))
+                - n_act * (self.ffn_macs - self.merged_ffn_macs)
+                - n_ffn * self.ffn_macs)
 
     def describe(self) -> str:
         height, width = self.img_size
@@ -198,32 +218,38 @@ class MeasuredCost(CostModel):
         {"dense_total": 86.3,  # latency of the dense model, e.g. ms/batch
          "attn": 2.6,          # saved per removed attention sublayer
          "ffn_saving": 4.1,    # saved per GELU-free FFN merged to one linear
+         "ffn_branch": 5.0,    # optional: saved per removed FFN branch
          "depth": 12}          # optional: number of blocks measured
 
-    Other keys (device, batch size, notes) are ignored.
+    ``ffn_branch`` is needed only to price removed FFN branches
+    (whole-branch removal). Other keys (device, batch size, notes) are
+    ignored.
     """
     dense_total: float
     attn: float
     ffn_saving: float
     depth: Optional[int] = None
     source: str = 'measured cost'
+    ffn_branch: Optional[float] = None
 
     def __post_init__(self):
-        for name in ('dense_total', 'attn', 'ffn_saving'):
+        for name in ('dense_total', 'attn', 'ffn_saving', 'ffn_branch'):
             value = getattr(self, name)
+            if name == 'ffn_branch' and value is None:
+                continue
             if (isinstance(value, bool) or not isinstance(value, numbers.Real)
                     or not math.isfinite(value)):
                 raise ValueError(f'{self.source}: "{name}" must be a finite '
                                  f'number, got {value!r}')
         if self.dense_total <= 0:
             raise ValueError(f'{self.source}: "dense_total" must be > 0')
-        if self.attn < 0 or self.ffn_saving < 0:
-            raise ValueError(f'{self.source}: "attn" and "ffn_saving" are '
-                             'savings and must be >= 0')
+        if self.attn < 0 or self.ffn_saving < 0 or (self.ffn_branch or 0) < 0:
+            raise ValueError(f'{self.source}: "attn", "ffn_saving" and '
+                             '"ffn_branch" are savings and must be >= 0')
         if self.depth is not None:
             object.__setattr__(self, 'depth', check_depth(self.depth))
-            remaining = self.dense_total - self.depth * (self.attn
-                                                         + self.ffn_saving)
+            ffn = max(self.ffn_saving, self.ffn_branch or 0)
+            remaining = self.dense_total - self.depth * (self.attn + ffn)
             if remaining <= 0:
                 raise ValueError(
                     f'{self.source}: removing everything at depth '
@@ -249,19 +275,28 @@ class MeasuredCost(CostModel):
                              '(optional "depth")')
         return cls(dense_total=data['dense_total'], attn=data['attn'],
                    ffn_saving=data['ffn_saving'], depth=data.get('depth'),
-                   source=str(path))
+                   source=str(path), ffn_branch=data.get('ffn_branch'))
 
-    def total(self, n_attn: int, n_act: int) -> float:
-        n_attn, n_act = self._check_counts(n_attn, n_act)
+    def total(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
+        n_attn, n_act, n_ffn = self._check_counts(n_attn, n_act, n_ffn)
+        if n_ffn and self.ffn_branch is None:
+            raise ValueError(f'{self.source}: no "ffn_branch" saving, so '
+                             'removed FFN branches have no price; measure '
+                             'one and add it')
         remaining = (self.dense_total - n_attn * self.attn
-                     - n_act * self.ffn_saving)
+                     - n_act * self.ffn_saving
+                     - n_ffn * (self.ffn_branch or 0))
         if remaining <= 0:
-            raise ValueError(f'{self.source}: removing {n_attn} attention and '
-                             f'{n_act} GELU layers saves more than '
-                             'dense_total')
+            removed = f'{n_attn} attention and {n_act} GELU layers'
+            if n_ffn:
+                removed += f' and {n_ffn} FFN branches'
+            raise ValueError(f'{self.source}: removing {removed} saves more '
+                             'than dense_total')
         return remaining
 
     def describe(self) -> str:
+        branch = '' if self.ffn_branch is None else \
+            f', per FFN branch {self.ffn_branch:g}'
         return (f'measured latency from {self.source}: dense '
                 f'{self.dense_total:g}, saved per attention {self.attn:g}, '
-                f'per merged FFN {self.ffn_saving:g}')
+                f'per merged FFN {self.ffn_saving:g}{branch}')
