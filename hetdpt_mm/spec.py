@@ -28,6 +28,8 @@ ATTN = 'attn'
 ACT = 'act'
 FFN = 'ffn'
 LAYER_KINDS = (ATTN, ACT, FFN)
+#: The kinds as reports name them.
+KIND_NAMES = {ATTN: 'attention', ACT: 'GELU', FFN: 'FFN branch'}
 
 #: Forms in which the weights of a pruned network can be stored.
 FORMS = ('gated', 'pruned', 'merged')

@@ -23,13 +23,11 @@ from torch.nn.parallel import DistributedDataParallel
 from ..models.lookup import find_hetdpt_backbones
 from ..pruning.selection import Decision, SelectionPolicy, build_selection
 from ..sharding import full_params, is_fsdp
-from ..spec import ACT, ATTN, FFN, PruneSpec
+from ..spec import FFN, KIND_NAMES, PruneSpec
 from .spec_meta_hook import HetDPTMetaHook
 
 __all__ = ['KIND_NAMES', 'GatedBackboneError', 'MissingGatesError',
            'removable_blocks', 'GateHookBase']
-
-KIND_NAMES = {ATTN: 'attention', ACT: 'GELU', FFN: 'FFN branch'}
 
 
 def removable_blocks(spec: PruneSpec, kind: str) -> List[int]:

@@ -2,6 +2,7 @@
 latency-aware extension."""
 from .cost import ARCH_PRESETS, AnalyticCost, CostModel, MeasuredCost
 from .map import (
+                   T_KINDS,
                    Allocation,
                    Candidate,
                    CostAllocation,
@@ -12,13 +13,17 @@ from .map import (
                    allocate,
                    allocate_for_accuracy,
                    allocate_for_speedup,
+                   check_t_kind,
+                   count_name,
                    evaluate_candidates,
                    evaluate_cost_candidates,
                    fit_map,
                    format_candidates,
                    load_points,
+                   load_points_and_kind,
                    pareto_front,
                    parse_points,
+                   points_t_kind,
                    polynomial_terms,
                    rank_across_types,
                    resolve_bounds,
@@ -29,6 +34,8 @@ from .map import (
 __all__ = [
     'MAPPoint', 'DegreeScore', 'MAPFit', 'Candidate', 'Allocation',
     'load_points', 'parse_points', 'polynomial_terms', 'term_name', 'fit_map',
+    'T_KINDS', 'load_points_and_kind', 'points_t_kind', 'check_t_kind',
+    'count_name',
     'resolve_bounds', 'evaluate_candidates', 'rank_across_types',
     'format_candidates', 'allocate',
     'ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost',

@@ -1,8 +1,9 @@
 """Model Accuracy Predictor (MAP), HetDPT stage 1 step 1 (METHOD.md section 2).
 
 MAP predicts the fine-tuned accuracy of a depth-pruned ViT from the retained
-ratios ``a`` (attention sublayers kept) and ``t`` (GELU activations kept)
-with a bivariate polynomial ``P(a, t) = sum_{i+j<=k} theta_ij a^i t^j``, and
+ratios ``a`` (attention sublayers kept) and ``t`` (GELU activations kept,
+or FFN branches kept with whole-branch removal: ``MAPFit.t_kind``) with
+a bivariate polynomial ``P(a, t) = sum_{i+j<=k} theta_ij a^i t^j``, and
 splits a budget of removed layers between the two types by maximising ``P``.
 
 Typical use::
@@ -22,6 +23,7 @@ from .allocation import (
     allocate,
     allocate_for_accuracy,
     allocate_for_speedup,
+    count_name,
     evaluate_candidates,
     evaluate_cost_candidates,
     format_candidates,
@@ -34,15 +36,25 @@ from .fit import (
     DegreeScore,
     MAPFit,
     average_duplicates,
+    check_t_kind,
     fit_map,
     polynomial_terms,
     term_name,
 )
-from .points import MAPPoint, load_points, parse_points
+from .points import (
+    T_KINDS,
+    MAPPoint,
+    load_points,
+    load_points_and_kind,
+    parse_points,
+    points_t_kind,
+)
 
 __all__ = [
     'MAPPoint', 'DegreeScore', 'MAPFit', 'Candidate', 'Allocation',
     'load_points', 'parse_points', 'polynomial_terms', 'term_name',
+    'T_KINDS', 'load_points_and_kind', 'points_t_kind', 'check_t_kind',
+    'count_name',
     'average_duplicates', 'fit_map', 'resolve_bounds', 'evaluate_candidates',
     'format_candidates',
     'allocate', 'rank_across_types', 'Bounds',

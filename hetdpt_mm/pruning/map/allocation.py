@@ -1,5 +1,6 @@
 """Splitting a budget of removed layers between attention and GELU layers
-by maximising the MAP fit, and the latency-aware searches over every count
+(or FFN branches: the kind MAP's ``t`` counts, ``MAPFit.t_kind``) by
+maximising the MAP fit, and the latency-aware searches over every count
 pair against a speedup or accuracy target under a cost model
 (:mod:`hetdpt_mm.pruning.cost`)."""
 import math
@@ -19,17 +20,19 @@ from typing import (
 
 import numpy as np
 
-from ...spec import ACT, ATTN
+from ...spec import ACT, ATTN, KIND_NAMES
 from ..cost import CostModel
 from ..validation import as_int, check_depth
-from .fit import MAPFit
+from .fit import MAPFit, check_t_kind
 
 Bounds = Union[str, Tuple[int, int]]
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One split of removed layers with MAP's prediction for it."""
+    """One split of removed layers with MAP's prediction for it:
+    ``n_act`` counts the removed layers of the kind ``t`` counts (GELUs,
+    or FFN branches where the fit's ``t_kind`` is ``'ffn'``)."""
     n_attn: int
     n_act: int
     a: float
@@ -82,12 +85,14 @@ def evaluate_candidates(fit: MAPFit, depth: int,
 @dataclass(frozen=True)
 class Allocation:
     """MAP's split of a budget of removed layers: ``best`` is the argmax of
-    the predicted accuracy over ``candidates`` (first one on ties)."""
+    the predicted accuracy over ``candidates`` (first one on ties);
+    ``t_kind`` is the kind of the second count (the fit's)."""
     budget: int
     depth: int
     bounds: Tuple[int, int]
     best: Candidate
     candidates: Tuple[Candidate, ...]
+    t_kind: str = ACT
 
     @property
     def n_attn(self) -> int:
@@ -99,13 +104,21 @@ class Allocation:
 
     def format_table(self) -> str:
         """Every candidate, the argmax marked with ``*``."""
-        return format_candidates(self.candidates, self.best)
+        return format_candidates(self.candidates, self.best,
+                                 t_kind=self.t_kind)
 
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable form; :meth:`from_dict` restores it exactly."""
-        return dict(budget=self.budget, depth=self.depth,
-                    bounds=list(self.bounds), best=vars(self.best).copy(),
-                    candidates=[vars(c).copy() for c in self.candidates])
+        """JSON-serialisable form; :meth:`from_dict` restores it exactly.
+        With FFN branches the second count is ``n_ffn`` and ``t_kind`` is
+        written; without ``t_kind`` it counts GELUs (``n_act``)."""
+        data = dict(budget=self.budget, depth=self.depth,
+                    bounds=list(self.bounds),
+                    best=_candidate_dict(self.best, self.t_kind),
+                    candidates=[_candidate_dict(c, self.t_kind)
+                                for c in self.candidates])
+        if self.t_kind != ACT:
+            data['t_kind'] = self.t_kind
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> 'Allocation':
@@ -113,13 +126,16 @@ class Allocation:
         ``ValueError`` on anything malformed."""
         try:
             lo, hi = data['bounds']
+            t_kind = check_t_kind(data.get('t_kind', ACT))
             allocation = cls(
                 budget=as_int(data['budget'], 'budget'),
                 depth=as_int(data['depth'], 'depth'),
                 bounds=(as_int(lo, 'lower bound'),
                         as_int(hi, 'upper bound')),
-                best=Candidate(**data['best']),
-                candidates=tuple(Candidate(**c) for c in data['candidates']))
+                best=_candidate_from_dict(data['best'], t_kind),
+                candidates=tuple(_candidate_from_dict(c, t_kind)
+                                 for c in data['candidates']),
+                t_kind=t_kind)
         except (KeyError, TypeError, ValueError) as err:
             raise ValueError(f'malformed MAP allocation: '
                              f'{type(err).__name__}: {err}') from None
@@ -129,14 +145,32 @@ class Allocation:
         return allocation
 
 
+def count_name(t_kind: str) -> str:
+    """The name of the second count of a split (``n_act`` or ``n_ffn``)."""
+    return f'n_{check_t_kind(t_kind)}'
+
+
+def _candidate_dict(candidate: Candidate, t_kind: str) -> Dict[str, Any]:
+    return {count_name(t_kind) if name == 'n_act' else name: value
+            for name, value in vars(candidate).items()}
+
+
+def _candidate_from_dict(data: Mapping[str, Any], t_kind: str) -> Candidate:
+    second = count_name(t_kind)
+    if 'n_act' in data and second != 'n_act':
+        raise ValueError(f'a candidate gives n_act, but t counts {t_kind}')
+    return Candidate(**{'n_act' if name == second else name: value
+                        for name, value in data.items()})
+
+
 def format_candidates(candidates: Sequence[Candidate],
                       best: Optional[Candidate] = None,
-                      extra: Optional[Mapping[str, Sequence[str]]] = None
-                      ) -> str:
+                      extra: Optional[Mapping[str, Sequence[str]]] = None,
+                      t_kind: str = ACT) -> str:
     """Fixed-width table of candidates; ``extra`` adds columns (header ->
-    pre-formatted cells)."""
+    pre-formatted cells); ``t_kind`` names the second count's column."""
     extra = dict(extra or {})
-    header = (f'  {"n_attn":>6} {"n_act":>5} {"a":>6} {"t":>6} '
+    header = (f'  {"n_attn":>6} {count_name(t_kind):>5} {"a":>6} {"t":>6} '
               f'{"predicted":>9} {"extrapolated":>12}')
     header += ''.join(f' {name:>{max(9, len(name))}}' for name in extra)
     lines = [header]
@@ -153,7 +187,8 @@ def format_candidates(candidates: Sequence[Candidate],
 
 def allocate(fit: MAPFit, budget: int, depth: int,
              bounds: Bounds = 'full') -> Allocation:
-    """Split ``budget`` removed layers into ``(n_attn, n_act)``.
+    """Split ``budget`` removed layers into ``(n_attn, n_act)`` (the
+    second count of the kind the fit's ``t`` counts).
 
     Searches ``{n_attn + n_act = budget, lo <= n_attn, n_act <= hi}`` (see
     :func:`resolve_bounds`) and returns the maximiser of the predicted
@@ -166,7 +201,8 @@ def allocate(fit: MAPFit, budget: int, depth: int,
         raise ValueError(f'budget must be >= 0 removed layers, got {budget}')
     if budget > 2 * depth:
         raise ValueError(f'budget {budget} exceeds the {2 * depth} removable '
-                         f'layers at depth {depth} (attention + GELU)')
+                         f'layers at depth {depth} (attention + '
+                         f'{KIND_NAMES[fit.t_kind]})')
     lo, hi = resolve_bounds(bounds, depth)
     n_attn_range = range(max(lo, budget - hi), min(hi, budget - lo) + 1)
     if not n_attn_range:
@@ -178,7 +214,7 @@ def allocate(fit: MAPFit, budget: int, depth: int,
         fit, depth, [(n, budget - n) for n in n_attn_range])
     best = max(candidates, key=lambda c: c.predicted_accuracy)
     return Allocation(budget=budget, depth=depth, bounds=(lo, hi), best=best,
-                      candidates=tuple(candidates))
+                      candidates=tuple(candidates), t_kind=fit.t_kind)
 
 
 def rank_across_types(scores: Mapping[str, Sequence[float]],
@@ -218,7 +254,8 @@ class CostAllocation:
 def evaluate_cost_candidates(fit: MAPFit, depth: int, cost: CostModel,
                              bounds: Bounds = 'full') -> List[CostCandidate]:
     """Every ``(n_attn, n_act)`` with both counts in ``bounds``, with MAP's
-    prediction and the speedup under ``cost``."""
+    prediction and the speedup under ``cost`` (the second count priced as
+    the kind the fit's ``t`` counts)."""
     depth = check_depth(depth)
     if cost.depth is not None and cost.depth != depth:
         raise ValueError(f'cost model is for depth {cost.depth}, '
@@ -226,7 +263,8 @@ def evaluate_cost_candidates(fit: MAPFit, depth: int, cost: CostModel,
     lo, hi = resolve_bounds(bounds, depth)
     pairs = [(n_attn, n_act) for n_attn in range(lo, hi + 1)
              for n_act in range(lo, hi + 1)]
-    return [CostCandidate(**vars(c), speedup=cost.speedup(c.n_attn, c.n_act))
+    return [CostCandidate(**vars(c), speedup=cost.split_speedup(
+        c.n_attn, c.n_act, fit.t_kind))
             for c in evaluate_candidates(fit, depth, pairs)]
 
 
@@ -256,7 +294,7 @@ def allocate_for_speedup(fit: MAPFit, depth: int, cost: CostModel,
             f'no allocation reaches a {target:g}x speedup under '
             f'{_bounds_text(bounds, depth)}; the fastest is '
             f'{fastest.speedup:.3f}x at n_attn={fastest.n_attn}, '
-            f'n_act={fastest.n_act}')
+            f'{count_name(fit.t_kind)}={fastest.n_act}')
     best = max(feasible, key=lambda c: (c.predicted_accuracy, c.speedup))
     return CostAllocation(
         objective=f'max predicted accuracy with speedup >= {target:g}x',
@@ -282,7 +320,7 @@ def allocate_for_accuracy(fit: MAPFit, depth: int, cost: CostModel,
             f'no allocation is predicted to reach accuracy {min_accuracy:g} '
             f'under {_bounds_text(bounds, depth)}; the highest prediction is '
             f'{top.predicted_accuracy:.3f} at n_attn={top.n_attn}, '
-            f'n_act={top.n_act}')
+            f'{count_name(fit.t_kind)}={top.n_act}')
     best = max(feasible, key=lambda c: (c.speedup, c.predicted_accuracy))
     return CostAllocation(
         objective=f'max speedup with predicted accuracy >= {min_accuracy:g}',
@@ -297,7 +335,8 @@ def smallest_budget_reaching(fit: MAPFit, depth: int, cost: CostModel,
     lo, hi = resolve_bounds(bounds, depth)
     for budget in range(2 * lo, 2 * hi + 1):
         best = allocate(fit, budget, depth, bounds).best
-        if cost.speedup(best.n_attn, best.n_act) >= target * (1 - 1e-12):
+        if cost.split_speedup(best.n_attn, best.n_act,
+                              fit.t_kind) >= target * (1 - 1e-12):
             return best
     return None
 

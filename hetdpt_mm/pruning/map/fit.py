@@ -17,8 +17,9 @@ from typing import (
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
+from ...spec import ACT
 from ..validation import as_int
-from .points import MAPPoint
+from .points import T_KINDS, MAPPoint
 
 # A candidate this close to the data's convex hull counts as inside it.
 HULL_TOLERANCE = 1e-9
@@ -147,7 +148,8 @@ def _score_degree(degree: int, a: np.ndarray, t: np.ndarray,
 
 
 def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
-            degrees: Iterable[int] = (1, 2, 3, 4)) -> 'MAPFit':
+            degrees: Iterable[int] = (1, 2, 3, 4),
+            t_kind: str = ACT) -> 'MAPFit':
     """Fit MAP by least squares, choosing the degree by leave-2-out CV.
 
     Every degree in ``degrees`` is scored unless it has more terms than a
@@ -155,7 +157,10 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
     rank-deficient; the degree with the lowest CV RMSE wins (ties go to the
     lower degree). ``points`` are :class:`MAPPoint` or ``(a, t, accuracy)``;
     repeats of one ``(a, t)`` are averaged first (:func:`average_duplicates`).
+    ``t_kind`` is the kind ``t`` counts (:data:`T_KINDS`; what
+    :func:`~hetdpt_mm.pruning.map.points.load_points_and_kind` reads).
     """
+    t_kind = check_t_kind(t_kind)
     points = tuple(p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
                    for p in points)
     degrees = _check_degrees(degrees)
@@ -193,7 +198,14 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
                  key=lambda s: s.cv_rmse)
     return MAPFit(degree=chosen.degree,
                   coefficients=tuple(map(float, coefficients[chosen.degree])),
-                  scores=tuple(scores), points=points)
+                  scores=tuple(scores), points=points, t_kind=t_kind)
+
+
+def check_t_kind(t_kind: Any) -> str:
+    if t_kind not in T_KINDS:
+        raise ValueError(f't_kind must be one of {T_KINDS} (the kind MAP\'s '
+                         f't counts), got {t_kind!r}')
+    return t_kind
 
 
 def _check_degrees(degrees: Iterable[int]) -> List[int]:
@@ -213,12 +225,14 @@ class MAPFit:
 
     ``coefficients[i]`` multiplies ``terms[i]`` (see :func:`polynomial_terms`);
     ``scores`` holds the CV table over all tried degrees; ``points`` are the
-    observations it was fitted to (kept to flag extrapolation).
+    observations it was fitted to (kept to flag extrapolation); ``t``
+    counts GELUs kept (``t_kind='act'``) or FFN branches kept (``'ffn'``).
     """
     degree: int
     coefficients: Tuple[float, ...]
     scores: Tuple[DegreeScore, ...]
     points: Tuple[MAPPoint, ...]
+    t_kind: str = ACT
 
     @property
     def terms(self) -> List[Tuple[int, int]]:
@@ -277,8 +291,10 @@ class MAPFit:
                 from None
 
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable form; :meth:`from_dict` restores it exactly."""
-        return {
+        """JSON-serialisable form; :meth:`from_dict` restores it exactly.
+        ``t_kind`` is written only for FFN branches: a fit without it
+        counts GELUs."""
+        data = {
             'format': FIT_FORMAT,
             'version': FIT_FORMAT_VERSION,
             'degree': self.degree,
@@ -288,6 +304,9 @@ class MAPFit:
             'cv': [vars(score).copy() for score in self.scores],
             'points': [vars(point).copy() for point in self.points],
         }
+        if self.t_kind != ACT:
+            data['t_kind'] = self.t_kind
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> 'MAPFit':
@@ -314,7 +333,8 @@ class MAPFit:
                 raise ValueError(f'the CV table has no fitted degree {degree}')
             points = tuple(MAPPoint(**p) for p in data['points'])
             fit = cls(degree=degree, coefficients=coefficients, scores=scores,
-                      points=points)
+                      points=points,
+                      t_kind=check_t_kind(data.get('t_kind', ACT)))
             fit.hull_vertices  # noqa: B018  fails unless points span an area
         except (KeyError, TypeError, AttributeError) as err:
             raise ValueError(f'malformed MAP fit: {type(err).__name__}: '

@@ -14,14 +14,20 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Tuple,
     Union,
 )
 
 from ...fileio import check_input_file
+from ...spec import ACT, FFN
 from ..validation import check_depth
 
 ACCURACY_COLUMNS = ('accuracy', 'acc')
-COUNT_COLUMNS = ('n_attn', 'n_act')
+#: The kinds MAP's ``t`` can count: GELUs (the paper's) or whole FFN
+#: branches; a points file says which by its columns.
+T_KINDS = (ACT, FFN)
+#: The removed-count columns by the kind ``t`` counts.
+COUNT_COLUMNS = {kind: ('n_attn', f'n_{kind}') for kind in T_KINDS}
 RATIO_COLUMNS = ('a', 't')
 # Ratios stored next to counts may be rounded to two decimals, as in the
 # paper's table (11/12 -> 0.92); one layer at depth <= 50 differs by >= 0.02.
@@ -46,6 +52,13 @@ def load_points(path: Union[str, Path],
     non-blank character is ``[`` or ``{`` is read as JSON, anything else as
     CSV with a header row. See :func:`parse_points` for the columns.
     """
+    return load_points_and_kind(path, depth)[0]
+
+
+def load_points_and_kind(path: Union[str, Path], depth: Optional[int] = None
+                         ) -> Tuple[List[MAPPoint], str]:
+    """:func:`load_points`, and the kind the points' ``t`` counts
+    (:func:`points_t_kind`)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f'MAP points file not found: {path}')
@@ -56,13 +69,16 @@ def load_points(path: Union[str, Path],
         raise ValueError(f'{path}: not UTF-8 text ({err.reason})') from None
     if not text.strip():
         raise ValueError(f'{path}: file is empty')
-    if text.lstrip()[0] in '[{':
-        return _parse_json_points(text, path, depth)
-    return _parse_csv_points(text, path, depth)
+    read = _read_json_records if text.lstrip()[0] in '[{' else \
+        _read_csv_records
+    records, locations = read(text, path)
+    points = parse_points(records, depth=depth, source=str(path),
+                          locations=locations)
+    return points, points_t_kind(records, str(path))
 
 
-def _parse_json_points(text: str, path: Path,
-                       depth: Optional[int]) -> List[MAPPoint]:
+def _read_json_records(text: str, path: Path
+                       ) -> Tuple[List[Mapping[str, Any]], List[str]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -81,17 +97,16 @@ def _parse_json_points(text: str, path: Path,
         if not isinstance(record, dict):
             raise ValueError(f'{path}, point {index}: expected an object, '
                              f'got {type(record).__name__}')
-    return parse_points(data, depth=depth, source=str(path),
-                        locations=[f'{path}, point {index}'
-                                   for index in range(1, len(data) + 1)])
+    return data, [f'{path}, point {index}'
+                  for index in range(1, len(data) + 1)]
 
 
-def _parse_csv_points(text: str, path: Path,
-                      depth: Optional[int]) -> List[MAPPoint]:
+def _read_csv_records(text: str, path: Path
+                      ) -> Tuple[List[Mapping[str, Any]], List[str]]:
     reader = csv.DictReader(io.StringIO(text))
     # DictReader keeps the last of two columns of one name.
     counts = Counter(map(_normalise_key, reader.fieldnames or ()))
-    for name in (*ACCURACY_COLUMNS, *COUNT_COLUMNS, *RATIO_COLUMNS):
+    for name in (*ACCURACY_COLUMNS, *_count_column_names(), *RATIO_COLUMNS):
         if counts[name] > 1:
             times = 'twice' if counts[name] == 2 else f'{counts[name]} times'
             raise ValueError(f'{path}: column "{name}" appears {times} in '
@@ -103,8 +118,34 @@ def _parse_csv_points(text: str, path: Path,
                          f'(line {reader.line_num})')
     if not records:
         raise ValueError(f'{path}: no data rows (only a header)')
-    return parse_points(records, depth=depth, source=str(path),
-                        locations=locations)
+    return records, locations
+
+
+def _count_column_names() -> List[str]:
+    return list(dict.fromkeys(name for columns in COUNT_COLUMNS.values()
+                              for name in columns))
+
+
+def points_t_kind(records: Sequence[Mapping[str, Any]],
+                  source: str = 'points') -> str:
+    """The kind the records' ``t`` counts, from their columns: ``'ffn'``
+    with ``n_ffn`` or ``removed_ffn`` (whole FFN branches, as
+    ``MAPCollectHook`` writes them), else ``'act'`` (GELUs; also for
+    ratios alone).  Columns of both kinds are refused."""
+    columns = _columns(records)
+    kinds = [kind for kind in T_KINDS
+             if {f'n_{kind}', f'removed_{kind}'} & columns]
+    if len(kinds) > 1:
+        raise ValueError(
+            f'{source}: columns count both GELUs (n_act / removed_act) and '
+            'FFN branches (n_ffn / removed_ffn); MAP\'s t counts one kind: '
+            'give (attn, act) and (attn, ffn) points in separate files')
+    return kinds[0] if kinds else ACT
+
+
+def _columns(records: Sequence[Mapping[str, Any]]) -> set:
+    return {_normalise_key(key) for record in records for key in record
+            if key is not None}
 
 
 def parse_points(records: Sequence[Mapping[str, Any]],
@@ -114,7 +155,8 @@ def parse_points(records: Sequence[Mapping[str, Any]],
     """Turn records (dicts, e.g. CSV rows) into :class:`MAPPoint` objects.
 
     Each record gives ``accuracy`` (or ``acc``) and either removed counts
-    ``n_attn, n_act`` (converted with ``depth``) or retained ratios ``a, t``.
+    ``n_attn, n_act`` (or ``n_attn, n_ffn``, see :func:`points_t_kind`;
+    converted with ``depth``) or retained ratios ``a, t``.
     With ``depth`` given, counts win and ratios in the same record must
     agree with them to ``RATIO_TOLERANCE``; without it, ratios are used.
     Column names are case-insensitive; other columns are ignored. Errors
@@ -127,23 +169,26 @@ def parse_points(records: Sequence[Mapping[str, Any]],
     if locations is None:
         locations = [f'{source}, row {index}'
                      for index in range(1, len(records) + 1)]
-    columns = {_normalise_key(key) for record in records for key in record
-               if key is not None}
+    columns = _columns(records)
+    count_columns = COUNT_COLUMNS[points_t_kind(records, source)]
     has_accuracy = any(name in columns for name in ACCURACY_COLUMNS)
-    has_counts = set(COUNT_COLUMNS) <= columns
+    has_counts = set(count_columns) <= columns
     has_ratios = set(RATIO_COLUMNS) <= columns
     if not has_accuracy or not (has_counts or has_ratios):
         raise ValueError(
             f'{source}: no usable columns: need "accuracy" (or "acc") and '
             'either "a" and "t" (retained ratios) or "n_attn" and "n_act" '
-            f'(removed counts, with depth); found {sorted(columns)}')
+            '(or "n_attn" and "n_ffn"; removed counts, with depth); found '
+            f'{sorted(columns)}')
     if has_counts and not has_ratios and depth is None:
         raise ValueError(
-            f'{source}: points give removed counts (n_attn, n_act) but no '
-            'depth was given to convert them into retained ratios; pass '
-            'the number of blocks as depth')
+            f'{source}: points give removed counts '
+            f'({", ".join(count_columns)}) but no depth was given to '
+            'convert them into retained ratios; pass the number of blocks '
+            'as depth')
     use_counts = has_counts and depth is not None
-    points = [_point_from_record(record, depth if use_counts else None, where)
+    points = [_point_from_record(record, depth if use_counts else None,
+                                 where, count_columns)
               for record, where in zip(records, locations)]
     _check_accuracy_units(points, locations)
     return points
@@ -168,11 +213,11 @@ def _normalise_key(key: Any) -> str:
 
 
 def _point_from_record(record: Mapping[str, Any], depth: Optional[int],
-                       where: str) -> MAPPoint:
+                       where: str, count_columns: Sequence[str]) -> MAPPoint:
     fields = {_normalise_key(key): value for key, value in record.items()
               if key is not None}
     values = {name: _as_number(fields[name], name, where)
-              for name in (*ACCURACY_COLUMNS, *COUNT_COLUMNS, *RATIO_COLUMNS)
+              for name in (*ACCURACY_COLUMNS, *count_columns, *RATIO_COLUMNS)
               if _is_given(fields.get(name))}
 
     accuracy = next((values[name] for name in ACCURACY_COLUMNS
@@ -185,11 +230,11 @@ def _point_from_record(record: Mapping[str, Any], depth: Optional[int],
 
     if depth is not None:
         a, t = (_ratio_from_count(values, name, depth, where)
-                for name in COUNT_COLUMNS)
+                for name in count_columns)
         for name, derived in zip(RATIO_COLUMNS, (a, t)):
             given = values.get(name)
             if given is not None and abs(given - derived) > RATIO_TOLERANCE:
-                count_name = COUNT_COLUMNS[RATIO_COLUMNS.index(name)]
+                count_name = count_columns[RATIO_COLUMNS.index(name)]
                 raise ValueError(
                     f'{where}: {name}={given:g} disagrees with '
                     f'{count_name}={values[count_name]:g} at depth {depth} '
