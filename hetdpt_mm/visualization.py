@@ -9,8 +9,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from .fileio import atomic_path
-from .pruning import Allocation, Candidate, MAPFit
-from .spec import PruneSpec
+from .pruning import Allocation, Candidate, MAPFit, count_name
+from .spec import KIND_NAMES, PruneSpec
 
 __all__ = ['figure_formats', 'plot_map_fit', 'plot_accuracy_vs_speedup',
            'plot_losses', 'plot_widths', 'plot_score_grads', 'plot_recovery',
@@ -124,14 +124,15 @@ def plot_map_fit(fit: MAPFit, depth: int, allocations: Dict[str, Allocation],
         ax.scatter([best.a], [best.t], marker='*', s=350, color=colour,
                    edgecolors='black', zorder=4,
                    label=f'argmax ({" & ".join(names)} bounds): '
-                   f'n_attn={best.n_attn}, n_act={best.n_act}, '
+                   f'n_attn={best.n_attn}, '
+                   f'{count_name(fit.t_kind)}={best.n_act}, '
                    f'P={best.predicted_accuracy:.2f}')
 
     ax.set_xlim(low[0], 1.02)
     ax.set_ylim(low[1], 1.02)
     ax.set_aspect('equal')
     ax.set_xlabel('a = retained attention ratio')
-    ax.set_ylabel('t = retained GELU ratio')
+    ax.set_ylabel(f't = retained {KIND_NAMES[fit.t_kind]} ratio')
     ax.set_title(f'MAP degree {fit.degree} on {len(fit.points)} points '
                  f'(leave-2-out CV RMSE {fit.cv_rmse:.3f})')
     ax.legend(loc='best', fontsize=7, framealpha=0.85)

@@ -3,7 +3,8 @@
 
 Prints the leave-2-out CV table over polynomial degrees, the chosen fit, the
 allocation of ``--budget`` removed layers between attention and GELU layers
-(for each ``--bounds`` choice) and, given a cost model, latency-aware
+(or FFN branches, when the points' columns count them; for each ``--bounds``
+choice) and, given a cost model, latency-aware
 recommendations for ``--speedup`` / ``--min-accuracy`` targets.
 
 Examples (from the repository root)::
@@ -32,11 +33,12 @@ from hetdpt_mm.pruning import ARCH_PRESETS
 def parse_args(argv: Optional[Sequence[str]]) -> FitMapOptions:
     parser = ArgumentParser(
         description='Fit MAP to (a, t, accuracy) points and allocate a '
-        'depth-pruning budget between attention and GELU layers.')
+        'depth-pruning budget between attention and GELU layers (or FFN '
+        'branches, as the points\' columns say).')
     parser.add_argument('points', type=Path,
                         help='CSV or JSON points: accuracy (or acc) and '
                         'either a, t (retained ratios) or n_attn, n_act '
-                        '(removed counts)')
+                        '(or n_attn, n_ffn: removed counts)')
     parser.add_argument('--depth', type=int, required=True,
                         help='number of blocks L')
     parser.add_argument('--budget', type=int,

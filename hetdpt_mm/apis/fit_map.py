@@ -26,12 +26,14 @@ from ..pruning import (
     allocate,
     allocate_for_accuracy,
     allocate_for_speedup,
+    count_name,
     fit_map,
     format_candidates,
-    load_points,
+    load_points_and_kind,
     resolve_bounds,
     smallest_budget_reaching,
 )
+from ..spec import ACT, FFN, KIND_NAMES
 from ..visualization import figure_formats, plot_map_fit
 
 __all__ = ['FitMapOptions', 'run_fit_map', 'load_allocation']
@@ -112,9 +114,10 @@ def build_cost(options: FitMapOptions) -> Optional[CostModel]:
 
 # ------------------------------------------------------------------ report --
 
-def describe_best(best: Candidate) -> str:
-    text = (f'best: remove {best.n_attn} attention + {best.n_act} GELU '
-            f'layers (a = {best.a:.3f}, t = {best.t:.3f}), predicted '
+def describe_best(best: Candidate, t_kind: str = ACT) -> str:
+    text = (f'best: remove {best.n_attn} attention + {best.n_act} '
+            f'{KIND_NAMES[t_kind]} layers (a = {best.a:.3f}, '
+            f't = {best.t:.3f}), predicted '
             f'accuracy {best.predicted_accuracy:.3f}')
     if best.extrapolated:
         text += ('\nwarning: the best candidate lies outside the convex hull '
@@ -129,26 +132,32 @@ def budget_section(allocation: Allocation, bounds: str,
     ratio_sum = 2 - allocation.budget / allocation.depth
     extra = None
     if cost is not None:
-        extra = {'speedup': [f'{cost.speedup(c.n_attn, c.n_act):.3f}x'
-                             for c in allocation.candidates]}
+        extra = {'speedup': [
+            f'{cost.split_speedup(c.n_attn, c.n_act, allocation.t_kind):.3f}x'
+            for c in allocation.candidates]}
     return '\n'.join([
         f'budget {allocation.budget} of depth {allocation.depth}, bounds '
         f'{bounds} (each count in [{lo}, {hi}]): candidates on '
         f'a + t = {ratio_sum:.4f}',
-        format_candidates(allocation.candidates, allocation.best, extra),
-        describe_best(allocation.best)])
+        format_candidates(allocation.candidates, allocation.best, extra,
+                          allocation.t_kind),
+        describe_best(allocation.best, allocation.t_kind)])
 
 
 def cost_section(fit: MAPFit, depth: int, cost: CostModel, bounds: str,
                  speedups: Sequence[float],
                  min_accuracies: Sequence[float]) -> str:
     lo, hi = resolve_bounds(bounds, depth)
+    t_kind = fit.t_kind
+    one_removed = {ACT: 'one GELU removed (FFN merged)',
+                   FFN: 'one FFN branch removed'}[t_kind]
     lines = [f'latency-aware allocation, bounds {bounds} (each count in '
              f'[{lo}, {hi}]), any number of removed layers',
              f'cost model: {cost.describe()}',
-             f'one attention removed: {cost.speedup(1, 0):.4f}x; one GELU '
-             f'removed (FFN merged): {cost.speedup(0, 1):.4f}x']
-    header = (f'{"target":>8}  {"method":<22} {"n_attn":>6} {"n_act":>5} '
+             f'one attention removed: {cost.speedup(1):.4f}x; '
+             f'{one_removed}: {cost.split_speedup(0, 1, t_kind):.4f}x']
+    header = (f'{"target":>8}  {"method":<22} {"n_attn":>6} '
+              f'{count_name(t_kind):>5} '
               f'{"removed":>7} {"speedup":>8} {"predicted":>9} '
               f'{"extrapolated":>12}')
 
@@ -156,7 +165,8 @@ def cost_section(fit: MAPFit, depth: int, cost: CostModel, bounds: str,
         if c is None:
             return f'{target:>8}  {method:<22} (no budget reaches the target)'
         return (f'{target:>8}  {method:<22} {c.n_attn:>6} {c.n_act:>5} '
-                f'{c.removed:>7} {cost.speedup(c.n_attn, c.n_act):>7.3f}x '
+                f'{c.removed:>7} '
+                f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):>7.3f}x '
                 f'{c.predicted_accuracy:>9.3f} '
                 f'{"yes" if c.extrapolated else "no":>12}')
 
@@ -189,16 +199,19 @@ def run_fit_map(options: FitMapOptions) -> None:
     """Fit, allocate, print the report, then write the requested outputs."""
     check_outputs(options)
     cost = build_cost(options)
-    points = load_points(options.points, depth=options.depth)
-    fit = fit_map(points, degrees=options.degrees)
+    points, t_kind = load_points_and_kind(options.points, depth=options.depth)
+    fit = fit_map(points, degrees=options.degrees, t_kind=t_kind)
 
     repeats = len(points) - len(fit.points)
     averaged = f' ({repeats} rows repeat the (a, t) of another row: their ' \
         f'accuracies are averaged, {len(fit.points)} distinct points)' \
         if repeats else ''
+    # The paper's t (GELUs kept) goes unnamed, as in the paper.
+    counted = '' if t_kind == ACT else '; t = FFN branches kept / depth'
     sections = [
         f'MAP fit on {len(points)} points from {options.points} '
-        f'(depth {options.depth}){averaged}; leave-2-out CV over degrees '
+        f'(depth {options.depth}){counted}{averaged}; leave-2-out CV over '
+        'degrees '
         f'{" ".join(map(str, sorted(options.degrees)))}',
         fit.format_table(),
         f'chosen degree {fit.degree}: CV MAE {fit.cv_mae:.4f}, CV RMSE '
