@@ -72,8 +72,9 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
     family: ClassVar[Optional[str]] = None
     #: The constructor arguments a record's ``arch`` may give: those of
-    #: :meth:`build_args`, which fix the structure.  A record never names
-    #: how to load (``pretrained``, ``init_cfg``, paths, URLs).
+    #: :meth:`build_args` (some only where not the default), which fix the
+    #: structure.  A record never names how to load (``pretrained``,
+    #: ``init_cfg``, paths, URLs).
     RECORD_ARCH_KEYS: ClassVar[FrozenSet[str]] = frozenset()
     #: Constructor arguments of a small network of the family (the CPU
     #: demo's size), which the family contract test builds.
