@@ -24,6 +24,7 @@ model = dict(
         img_size=(512, 512),
         out_type='featmap',
         out_indices=(7, 11),
+        final_norm=True,  # not mmseg's ViT default (False)
         drop_path_rate=0.1,
         init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint)),
     decode_head=dict(in_channels=embed_dims, in_index=1),

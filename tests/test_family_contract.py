@@ -46,7 +46,9 @@ def family(request, one_thread):
 def test_small_args_build_and_arch_keys_are_the_build_args(family):
     cls = FAMILIES[family]
     network = small(family)
-    assert set(network.build_args()) == cls.RECORD_ARCH_KEYS
+    # Some build args are given only where they differ from the default
+    # (a ViT's norm_cfg), so that other records keep their keys.
+    assert set(network.build_args()) <= cls.RECORD_ARCH_KEYS
     assert network.family == family
     assert network.prune_spec == PruneSpec(network.depth)
     assert cls.arch_depth(network.build_args()['arch']) == network.depth

@@ -5,6 +5,7 @@ from .family import HetDPTBackbone
 from .hetdpt_layerscale_vit import LAYERSCALE_ARCH_PRESETS, HetDPTLayerScaleViT
 from .hetdpt_swin import SWIN_ARCH_PRESETS, HetDPTSwin
 from .hetdpt_vit import HetDPTViT
+from .stock_vit_args import TOOLBOX_DEFAULTS, toolbox_builder
 from .vit_state_dict import convert_state_dict, merge_ffn_weights
 
 __all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone',
@@ -22,3 +23,9 @@ def build_fused_attention_detr(**kwargs):
 
 TOOLBOX_MODULES.setdefault('mmdet', {})['FusedAttentionDETR'] = \
     build_fused_attention_detr
+# Registered after the families (registry.register_all_modules): each
+# toolbox's registry builds the ViT families with that toolbox's defaults.
+for _family in (HetDPTViT, HetDPTLayerScaleViT):
+    for _toolbox in TOOLBOX_DEFAULTS:
+        TOOLBOX_MODULES.setdefault(_toolbox, {})[_family.__name__] = \
+            toolbox_builder(_family, _toolbox)

@@ -29,6 +29,7 @@ from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
+from mmengine.logging import print_log
 from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.models.heads import DeiTClsHead
 from mmpretrain.registry import MODELS
@@ -70,6 +71,24 @@ def teacher_init_cfg(teacher: dict, checkpoint: str) -> None:
     teacher['head'] = dict(
         teacher['head'], init_cfg=dict(type='PretrainedHeads',
                                        checkpoint=checkpoint))
+
+
+def _teacher_is_optional(model: 'HetDPTDistillClassifier',
+                         incompatible_keys) -> None:
+    """Loading weights without any of the teacher's (a merged checkpoint:
+    a test, or the start of a fine-tune) keeps the teacher's own
+    (``teacher_checkpoint``, or the snapshot still to be taken)."""
+    teacher = model._teacher_left_out
+    if teacher is None:
+        return
+    missing = incompatible_keys.missing_keys
+    kept = [key for key in missing if not key.startswith(teacher)]
+    if len(kept) < len(missing):
+        print_log('HetDPTDistillClassifier: the loaded weights hold no '
+                  'teacher (a merged checkpoint); the teacher keeps its own '
+                  f'({model.teacher_source}), which only training uses',
+                  logger='current')
+    missing[:] = kept
 
 
 @MODELS.register_module()
@@ -121,11 +140,20 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
         # the snapshot was taken) and dropped with them on merging.
         self.teacher.register_buffer('hetdpt_ready', torch.tensor(
             self.teacher_source != 'snapshot'))
+        self._teacher_left_out = None
+        self.register_load_state_dict_post_hook(_teacher_is_optional)
 
     def state_record(self) -> dict:
         # Travels with the weights, so that any reader of the checkpoint
         # (the merge) knows which tensors are the teacher's.
         return dict(teacher_prefix='teacher.')
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Merged checkpoints leave the teacher out; testing never runs it.
+        teacher = prefix + 'teacher.'
+        self._teacher_left_out = None if any(
+            key.startswith(teacher) for key in state_dict) else teacher
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def teacher_ready(self) -> bool:

@@ -61,15 +61,20 @@ from ..registry import FAMILIES, get_family
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .layers import SEMANTICS_CHOICES
 from .pretrained import PretrainedLoading, absent_local_file
-from .record_check import check_arch_agrees, check_tensors_fit
+from .record_check import (
+    check_arch_agrees,
+    check_tensors_fit,
+    rebuilds_given_structure,
+)
 
 
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
     family: ClassVar[Optional[str]] = None
     #: The constructor arguments a record's ``arch`` may give: those of
-    #: :meth:`build_args`, which fix the structure.  A record never names
-    #: how to load (``pretrained``, ``init_cfg``, paths, URLs).
+    #: :meth:`build_args` (some only where not the default), which fix the
+    #: structure.  A record never names how to load (``pretrained``,
+    #: ``init_cfg``, paths, URLs).
     RECORD_ARCH_KEYS: ClassVar[FrozenSet[str]] = frozenset()
     #: Constructor arguments of a small network of the family (the CPU
     #: demo's size), which the family contract test builds.
@@ -479,22 +484,13 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         check_arch_agrees(self.build_args(), record)
         if record.same_structure(mine):
             return
-        if self.structure_given:
-            # A search network holds every tensor of an unmerged one, and
-            # the unmerged network of its spec every tensor it needs.
-            if {self.form, record.form} == {'gated', 'pruned'} and (
-                    self.form == 'gated' or record.spec == mine.spec):
-                return
-            raise StateDictMismatch(
-                f'{record.source}: the loaded weights are a '
-                f'{record.describe()}, but this '
-                f'backbone was built as a {mine.describe()}: leave its '
-                'structure (prune_spec, gated, merged) out of the config to '
-                'take the structure of the weights, or load them through '
-                "init_cfg=dict(type='Pretrained', ...), which converts them")
+        if self.structure_given and not rebuilds_given_structure(mine,
+                                                                 record):
+            return
         print_log(f'{type(self).__name__}: rebuilding as {record.describe()} '
-                  f'to load weights of that structure (was {mine.describe()})',
-                  logger='current')
+                  f'to load weights of that structure (was {mine.describe()}'
+                  + (', as configured: the weights are its merged result)'
+                     if self.structure_given else ')'), logger='current')
         self._build_structure(record.spec, record.form,
                               dict(record.semantics))
 

@@ -50,6 +50,7 @@ from .layers import (
     remove_branches,
     set_block_gates,
 )
+from .stock_vit_args import arch_from_stock, frozen_by_exclude
 from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 
 #: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
@@ -206,6 +207,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
                  no_embed_class: Optional[bool] = None,
                  layer_scale_init_value: Optional[float] = None,
                  **kwargs):
+        # mmseg's spelling of the architecture (the rest: HetDPTViT's).
+        arch = arch_from_stock(arch, self.DEFAULT_ARCH, kwargs)
         defaults = LAYERSCALE_ARCH_PRESETS[arch] if isinstance(
             arch, str) and arch in LAYERSCALE_ARCH_PRESETS else \
             DICT_ARCH_DEFAULTS
@@ -371,12 +374,14 @@ class HetDPTLayerScaleViT(HetDPTViT):
                 attn_removed=spec.is_removed(ATTN, i),
                 act_removed=spec.is_removed(ACT, i),
                 ffn_removed=spec.is_removed(FFN, i),
-                norm_layer=partial(nn.LayerNorm, eps=1e-6), ffn=self.ffn,
+                norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
+                ffn=self.ffn,
                 layer_scale_init_value=self.layer_scale_init_value,
                 **args, **self.semantics)
             for i in range(spec.depth)
         ])
         self._freeze(self.blocks[:self.frozen_stages])
+        frozen_by_exclude(self, self.frozen_exclude)
 
     def gates(self, kind: str):
         if kind == ACT and self.ffn == 'swiglu' and self.form == 'gated':

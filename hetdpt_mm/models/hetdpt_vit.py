@@ -17,6 +17,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, FFN, PruneSpec
+from . import stock_vit_args as stock_vit
 from . import vit_codec, vit_state_dict
 from .family import HetDPTBackbone
 from .layers import build_block, gated_ffn
@@ -53,14 +54,14 @@ class HetDPTViT(HetDPTBackbone):
         distilled: add DeiT's distillation token.
         out_type: ``'cls_token'`` (mmpretrain heads; ``(cls, dist)`` when
             distilled), ``'featmap'`` (NCHW maps for mmdet / mmseg),
-            ``'avg_featmap'`` or ``'raw'`` tokens.
+            ``'avg_featmap'`` (normed by ``fc_norm``, mmpretrain's ``ln2``)
+            or ``'raw'`` tokens.
         out_indices: blocks whose outputs are returned.
         final_norm: apply the final LayerNorm to the last block's output.
         output_cls_token: with ``'featmap'``, return ``(featmap, cls_token)``
             per level, like mmseg's ViT.
         with_cp: gradient checkpointing of every block in training
-            (``torch.utils.checkpoint``): activations are recomputed in the
-            backward pass instead of kept.
+            (activations recomputed in the backward pass, not kept).
         token_merge: token merging (ToMe) in every block,
             ``dict(r=8, schedule='constant', removed_attn='norm')``
             (docs/user_guides/token_merge.md); ``None``: none.
@@ -70,17 +71,18 @@ class HetDPTViT(HetDPTBackbone):
             ``0 .. N-1`` (and the final norm when ``N`` is the depth: a
             linear probe), which ``train()`` keeps in eval mode.
         norm_eval: keep the LayerNorms in eval mode while training (as
-            mmseg's ViT; LayerNorm has no running statistics, so this only
-            matters to subclasses with batch norms).
+            mmseg's ViT; only batch norms would notice).
         pretrained: mmseg-style shortcut for a ``Pretrained`` init_cfg.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)``
-            loads DeiT/timm, authors' HetDPT, our own, or mmdet / mmseg /
-            mmpretrain checkpoints (converted to this form on the fly).
+            loads DeiT/timm, authors', our own or OpenMMLab checkpoints.
+        **stock_args: mmseg's / mmpretrain's ``VisionTransformer``
+            arguments, with their meaning (:mod:`.stock_vit_args`).
     """
     family = 'vit'
     RECORD_ARCH_KEYS = frozenset({
         'arch', 'img_size', 'patch_size', 'in_channels', 'distilled',
-        'with_cls_token', 'qkv_bias', 'final_norm'})
+        'with_cls_token', 'qkv_bias', 'final_norm', 'norm_cfg',
+        'out_type'})
     SMALL_ARGS = dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3),
                       img_size=32, patch_size=4)
     DEFAULT_ARCH = 'deit-base'
@@ -118,11 +120,13 @@ class HetDPTViT(HetDPTBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  pretrained: Optional[str] = None,
-                 init_cfg: Optional[Union[dict, List[dict]]] = None):
+                 init_cfg: Optional[Union[dict, List[dict]]] = None,
+                 **stock_args):
+        arch, stock = stock_vit.take_stock_args(arch, self.DEFAULT_ARCH,
+                                                stock_args)
         if pretrained is not None:
             if init_cfg is not None:
-                raise ValueError('pass either pretrained or init_cfg, not '
-                                 'both')
+                raise ValueError('give either pretrained or init_cfg')
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg=init_cfg)
         self.arch_settings = resolve_arch(arch)
@@ -141,6 +145,9 @@ class HetDPTViT(HetDPTBackbone):
             raise ValueError(f'frozen_stages must be in -1..{depth} (the '
                              f'number of blocks), got {frozen_stages}')
         self.with_cp = with_cp
+        self.norm_eps = stock_vit.norm_eps(stock.get('norm_cfg'))
+        self.frozen_exclude = stock.get('frozen_exclude')
+        self.out_origin = stock.get('out_origin', False)
         self.frozen_stages = max(frozen_stages, 0)
         self.norm_eval = norm_eval
 
@@ -166,6 +173,8 @@ class HetDPTViT(HetDPTBackbone):
             patch_size=patch_size, in_channels=in_channels,
             distilled=distilled, with_cls_token=with_cls_token,
             qkv_bias=qkv_bias, final_norm=final_norm)
+        self._build_args.update(stock_vit.structural_args(self.norm_eps,
+                                                          out_type))
 
         self.num_prefix_tokens = int(with_cls_token) + int(distilled)
         self.embed_dims = None
@@ -180,8 +189,8 @@ class HetDPTViT(HetDPTBackbone):
             drop_path=[drop_path_rate * i / max(depth - 1, 1)
                        for i in range(depth)])
         self._build_structure(spec, form, semantics)
-        self.norm = nn.LayerNorm(self.embed_dims, eps=1e-6) if final_norm \
-            else nn.Identity()
+        self.norm = nn.LayerNorm(self.embed_dims, eps=self.norm_eps) if \
+            final_norm else nn.Identity()
 
         if isinstance(out_indices, int):
             out_indices = [out_indices]
@@ -193,6 +202,7 @@ class HetDPTViT(HetDPTBackbone):
                                  f'for {depth} blocks')
             self.out_indices.append(resolved)
         self._freeze(self._frozen_modules())
+        stock_vit.frozen_by_exclude(self, self.frozen_exclude)
 
     # ------------------------------------------------ family: the tensors
     @classmethod
@@ -268,7 +278,10 @@ class HetDPTViT(HetDPTBackbone):
         self.pos_embed = nn.Parameter(
             torch.zeros(1, self.num_prefix_tokens + num_patches, dim))
         if isinstance(getattr(self, 'norm', None), nn.LayerNorm):
-            self.norm = nn.LayerNorm(dim, eps=1e-6)
+            self.norm = nn.LayerNorm(dim, eps=self.norm_eps)
+        # The norm of the averaged patch tokens (mmpretrain's ln2).
+        self.fc_norm = nn.LayerNorm(dim, eps=self.norm_eps) if \
+            self.out_type == 'avg_featmap' else None
         if self.frozen_stages:
             self._freeze([self.patch_embed])
             for param in (self.pos_embed, self.cls_token, self.dist_token):
@@ -292,12 +305,13 @@ class HetDPTViT(HetDPTBackbone):
                         attn_removed=spec.is_removed(ATTN, i),
                         act_removed=spec.is_removed(ACT, i),
                         ffn_removed=spec.is_removed(FFN, i),
-                        norm_layer=partial(nn.LayerNorm, eps=1e-6),
+                        norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
                         widths=widths.block(i) if widths else None,
                         **args, **self.semantics)
             for i in range(spec.depth)
         ])
         self._freeze(self.blocks[:self.frozen_stages])  # also on rebuilds
+        stock_vit.frozen_by_exclude(self, self.frozen_exclude)
 
     # ------------------------------------------------------ fine-tuning
     def _frozen_modules(self) -> List[nn.Module]:
@@ -305,7 +319,7 @@ class HetDPTViT(HetDPTBackbone):
         if self.frozen_stages:
             modules += [self.patch_embed, self.pos_drop]
             if self.frozen_stages == len(self.blocks):
-                modules.append(self.norm)
+                modules += [self.norm, self.fc_norm or nn.Identity()]
         return modules
 
     def train(self, mode: bool = True):
@@ -366,7 +380,9 @@ class HetDPTViT(HetDPTBackbone):
         return dict(self._build_args)
 
     def _output_args(self) -> Dict:
-        return dict(out_type=self.out_type, out_indices=self.out_indices,
+        out_type = {} if 'out_type' in self._build_args else dict(
+            out_type=self.out_type)  # then structural, in build_args()
+        return dict(**out_type, out_indices=self.out_indices,
                     output_cls_token=self.output_cls_token,
                     interpolate_mode=self.interpolate_mode,
                     token_merge=self.token_merge)
@@ -424,7 +440,7 @@ class HetDPTViT(HetDPTBackbone):
         x, grid = self._embed_tokens(x)
         merging = self._merge_schedule()
         size = source = None
-        outs = []
+        outs = [self._format_output(x, grid)] if self.out_origin else []
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
             if merging:
@@ -477,7 +493,7 @@ class HetDPTViT(HetDPTBackbone):
             return (x[:, 0], x[:, 1]) if self.distilled else x[:, 0]
         patches = x[:, self.num_prefix_tokens:]
         if self.out_type == 'avg_featmap':
-            return patches.mean(dim=1)
+            return self.fc_norm(patches.mean(dim=1))
         featmap = patches.reshape(x.shape[0], *grid, -1).permute(0, 3, 1, 2)
         if self.output_cls_token:
             return featmap, x[:, 0]

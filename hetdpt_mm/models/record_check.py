@@ -9,6 +9,7 @@ import torch
 
 from ..checkpoint import StateDictMismatch
 from ..record import EXTRA_STATE_KEY, HetDPTRecord
+from ..spec import LAYER_KINDS
 
 
 def check_tensors_fit(family, record: HetDPTRecord, state: Mapping) -> None:
@@ -50,6 +51,43 @@ def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
             f'arch={mine!r}: configure the architecture of the checkpoint '
             "(or leave model.backbone.arch as the checkpoint's config has "
             'it)')
+
+
+def rebuilds_given_structure(configured: HetDPTRecord,
+                             loaded: HetDPTRecord) -> bool:
+    """Whether a backbone whose config gives its structure (``configured``,
+    other than ``loaded``'s) rebuilds as ``loaded`` to take those weights:
+    ``False`` where they load into it as built (a gated network holds every
+    tensor of an unmerged one, the unmerged network of its spec every one
+    it needs), ``True`` for its run's merged result (so that a training
+    config tests the merged file), else :class:`StateDictMismatch`."""
+    if {configured.form, loaded.form} == {'gated', 'pruned'} and (
+            configured.form == 'gated' or loaded.spec == configured.spec):
+        return False
+    if _is_merged_result(configured, loaded):
+        return True
+    raise StateDictMismatch(
+        f'{loaded.source}: the loaded weights are a {loaded.describe()}, but '
+        f'this backbone was built as a {configured.describe()}: leave its '
+        'structure (prune_spec, gated, merged) out of the config to take the '
+        'structure of the weights, or load them through '
+        "init_cfg=dict(type='Pretrained', ...), which converts them")
+
+
+def _is_merged_result(configured: HetDPTRecord,
+                      loaded: HetDPTRecord) -> bool:
+    """The merged network a gated or pruned ``configured`` one becomes: the
+    same semantics, and every layer the configuration removes removed (a
+    gated network's gates close more; a pruned one's spec is its own).
+    Widths are the record's, as for any loaded weights (HetDPT+)."""
+    if loaded.form != 'merged' or configured.form == 'merged' or \
+            dict(loaded.semantics) != dict(configured.semantics):
+        return False
+    given, found = configured.spec, loaded.spec
+    if configured.form == 'pruned':
+        return given.with_widths(None) == found.with_widths(None)
+    return all(set(given.removed(kind)) <= set(found.removed(kind))
+               for kind in LAYER_KINDS)
 
 
 def _plain_json(value) -> Dict:

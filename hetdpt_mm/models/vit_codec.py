@@ -143,7 +143,9 @@ def build_args_from_tensors(state: Mapping,
                 patch_size=patch, in_channels=int(proj.shape[1]),
                 distilled=distilled, with_cls_token=with_cls,
                 qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
-                final_norm='norm.weight' in state)
+                final_norm='norm.weight' in state,
+                **({'out_type': 'avg_featmap'} if 'fc_norm.weight' in state
+                   else {}))
 
 
 def layer_macs(arch: Mapping, img_size,

@@ -17,6 +17,7 @@ layouts to it)::
     blocks.{i}.attn.hetdpt_{score,gate}, blocks.{i}.mlp.act.hetdpt_{score,gate}
                                       (gated form only)
 """
+import math
 import re
 from collections import OrderedDict
 from typing import Dict, List, Mapping, Optional, Tuple
@@ -48,7 +49,7 @@ _OPENMMLAB_BLOCK_RENAMES = (
     ('ffn.layers.0.0.', 'mlp.fc1.'), ('ffn.layers.1.', 'mlp.fc2.'),
 )
 _OPENMMLAB_TOP_RENAMES = (('patch_embed.projection.', 'patch_embed.proj.'),
-                          ('ln1.', 'norm.'))
+                          ('ln1.', 'norm.'), ('ln2.', 'fc_norm.'))
 #: mmpretrain's LayerScale in a ViT block.
 _OPENMMLAB_LAYER_SCALE = re.compile(
     r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.')
@@ -69,8 +70,7 @@ def rename_key(rest: str, renames) -> str:
 def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
     """mmpretrain's / mmseg's ViT tensors in timm's layout (same values).
 
-    mmseg's ViT has no patch-embedding bias by default; a zero bias computes
-    the same.  A ``pre_norm`` (CLIP-style ViTs) has no place in a DeiT block
+    A ``pre_norm`` (CLIP-style ViTs) has no place in a DeiT block
     stack and is refused.
     """
     if any(k.startswith('pre_norm.') for k in state_dict):
@@ -92,9 +92,14 @@ def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
         else:
             key = rename_key(key, _OPENMMLAB_TOP_RENAMES)
         out[key] = value
-    weight = out['patch_embed.proj.weight']
-    if 'patch_embed.proj.bias' not in out:
-        out['patch_embed.proj.bias'] = weight.new_zeros(weight.shape[0])
+    # mmseg's ViT has no patch-embedding bias by default, and with
+    # qkv_bias=False no attention output bias: zero biases compute the same.
+    for weight_key in [k for k in out if k == 'patch_embed.proj.weight' or
+                       k.endswith('.attn.proj.weight')]:
+        bias_key = weight_key[:-len('weight')] + 'bias'
+        if bias_key not in out:
+            weight = out[weight_key]
+            out[bias_key] = weight.new_zeros(weight.shape[0])
     return out
 
 
@@ -295,6 +300,8 @@ def resize_pos_embed(pos_embed: torch.Tensor, src_prefix: int,
         [pos_embed[:, :dst_prefix], pos_embed[:, src_prefix:]], dim=1)
     num_patches = pos_embed.shape[1] - dst_prefix
     side = int(round(num_patches**0.5))
+    if side * side != num_patches and num_patches == math.prod(dst_grid):
+        return pos_embed  # a non-square grid: the configured one
     if side * side != num_patches:
         raise StateDictMismatch(
             f'pos_embed has {num_patches} patch positions, not a square grid')

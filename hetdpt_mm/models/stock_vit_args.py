@@ -1,0 +1,148 @@
+"""The constructor arguments of mmseg's and mmpretrain's
+``VisionTransformer`` for the ViT families, with the stock meaning, so that
+changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
+*Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
+HetDPT removes is an error naming what to write instead."""
+from typing import Dict, Mapping, Optional, Tuple, Union
+
+import torch.nn as nn
+
+from ..presets import ARCH_PRESETS
+
+#: The LayerNorm epsilon of DeiT / timm (and of mmpretrain's ViT).
+DEFAULT_NORM_EPS = 1e-6
+#: mmseg's spelling of the architecture, with its defaults.
+MMSEG_ARCH_ARGS = dict(embed_dims=768, num_layers=12, num_heads=12,
+                       mlp_ratio=4)
+#: Stock arguments that must keep their stock default here, and what the
+#: error suggests instead.
+FIXED_ARGS = {
+    'act_cfg': (dict(type='GELU'), 'HetDPT removes the FFN GELUs: the '
+                'activation is GELU'),
+    'num_fcs': (2, 'the FFN has two linear layers (HetDPT merges them)'),
+    'patch_pad': ('corner', "inputs of any size are padded at the bottom "
+                  "and right ('corner')"),
+    'patch_norm': (False, 'the patch embedding has no norm (DeiT\'s)'),
+    'pre_norm': (False, 'a DeiT/ViT has no norm before the blocks; '
+                 'CLIP-style ViTs are not supported'),
+    'patch_bias': (True, "the patch embedding has a bias (DeiT's); leave "
+                   'patch_bias out: weights without one (mmseg\'s default) '
+                   'load as a zero bias, which computes the same'),
+    'layer_scale_init_value': (0., 'LayerScale ViTs (DeiT-III, DINOv2) are '
+                               "type='HetDPTLayerScaleViT'"),
+    'layer_cfgs': ({}, 'blocks are configured by the backbone\'s own '
+                   'arguments (drop_rate, attn_drop_rate, drop_path_rate, '
+                   'qkv_bias, norm_cfg)'),
+    'patch_cfg': ({}, 'the patch embedding is configured by patch_size, '
+                  'in_channels and img_size'),
+}
+
+
+#: The defaults of a toolbox's ``VisionTransformer`` where they differ from
+#: ours, applied when that toolbox's registry builds a ViT family (mmseg's
+#: gives feature maps, without a final norm); mmpretrain's are ours.
+TOOLBOX_DEFAULTS = {'mmseg': dict(out_type='featmap', final_norm=False)}
+
+
+def toolbox_builder(family, toolbox: str):
+    """What ``toolbox``'s registry builds for ``type='<family>'``: the
+    family with that toolbox's defaults under the config's arguments."""
+    defaults = TOOLBOX_DEFAULTS[toolbox]
+
+    def build(*args, **kwargs):
+        return family(*args, **{**defaults, **kwargs})
+
+    build.__name__ = build.__qualname__ = f'{family.__name__}_{toolbox}'
+    return build
+
+
+def arch_from_stock(arch: Union[str, Mapping], default_arch,
+                    stock: Dict) -> Union[str, Dict]:
+    """``arch`` of our spelling from mmseg's ``embed_dims``,
+    ``num_layers``, ``num_heads``, ``mlp_ratio`` (popped from ``stock``)
+    or an mmpretrain arch name (``'base'``, ``'deit-b'``, ...)."""
+    given = {name: stock.pop(name) for name in MMSEG_ARCH_ARGS
+             if name in stock}
+    if given:
+        if arch != default_arch:
+            raise ValueError(f'give the architecture once: arch={arch!r} '
+                             f'or {sorted(given)}')
+        return {**MMSEG_ARCH_ARGS, **given}
+    return arch
+
+
+def mmpretrain_arch(name: str) -> Optional[Dict]:
+    """mmpretrain's ViT arch of ``name`` (``'b'``, ``'base'``,
+    ``'deit-b'``, ...) in our spelling, or ``None``."""
+    from mmpretrain.models.backbones.vision_transformer import (
+        VisionTransformer,
+    )
+    settings = VisionTransformer.arch_zoo.get(name.lower())
+    if settings is None:
+        return None
+    return dict(embed_dims=settings['embed_dims'],
+                num_layers=settings['num_layers'],
+                num_heads=settings['num_heads'],
+                mlp_ratio=settings['feedforward_channels'] /
+                settings['embed_dims'])
+
+
+def check_fixed_args(stock: Dict) -> None:
+    for name, (value, reason) in FIXED_ARGS.items():
+        if name in stock and stock.pop(name) != value:
+            raise ValueError(f'{name} must be {value!r} here: {reason}')
+
+
+def norm_eps(norm_cfg: Optional[Mapping]) -> float:
+    """The LayerNorm epsilon of an mmcv ``norm_cfg`` (only LayerNorm)."""
+    if norm_cfg is None:
+        return DEFAULT_NORM_EPS
+    cfg = dict(norm_cfg)
+    if cfg.pop('type', 'LN') not in ('LN', 'LayerNorm', nn.LayerNorm):
+        raise ValueError(f'norm_cfg={dict(norm_cfg)!r}: the ViT\'s norms are '
+                         "LayerNorms: norm_cfg=dict(type='LN', eps=...)")
+    eps = cfg.pop('eps', 1e-5)  # mmcv's LayerNorm default
+    if cfg.pop('requires_grad', True) is not True or cfg:
+        raise ValueError(f'norm_cfg={dict(norm_cfg)!r}: only type and eps '
+                         'are supported')
+    return float(eps)
+
+
+def take_stock_args(arch, default_arch, stock: Dict
+                    ) -> Tuple[Union[str, Dict], Dict]:
+    """Our ``arch`` (also from mmpretrain's arch names) and the stock
+    arguments that remain (``norm_cfg``, ``frozen_exclude``,
+    ``out_origin``) from the stock ones in ``stock``; any other name is a
+    ``TypeError`` as for any unknown argument."""
+    stock = dict(stock)
+    arch = arch_from_stock(arch, default_arch, stock)
+    if isinstance(arch, str) and arch not in ARCH_PRESETS:
+        arch = mmpretrain_arch(arch) or arch  # 'base', 'deit-b', ...
+    check_fixed_args(stock)
+    kept = {name: stock.pop(name) for name in
+            ('norm_cfg', 'frozen_exclude', 'out_origin') if name in stock}
+    if stock:
+        raise TypeError(f'unexpected keyword arguments {sorted(stock)}')
+    return arch, kept
+
+
+def structural_args(eps: float, out_type: str) -> Dict:
+    """The build arguments these add to a record, only where they differ
+    from a DeiT's (so that other records keep their keys): the norms'
+    epsilon, and ``out_type='avg_featmap'``, whose ``fc_norm`` is part of
+    the network."""
+    args = {} if eps == DEFAULT_NORM_EPS else dict(
+        norm_cfg=dict(type='LN', eps=eps))
+    if out_type == 'avg_featmap':
+        args['out_type'] = out_type
+    return args
+
+
+def frozen_by_exclude(module: nn.Module, frozen_exclude) -> None:
+    """mmseg's ``frozen_exclude``: freeze every parameter whose name
+    contains none of its strings, unless it holds ``'all'``."""
+    if frozen_exclude is None or 'all' in frozen_exclude:
+        return
+    for name, param in module.named_parameters():
+        if not any(exclude in name for exclude in frozen_exclude):
+            param.requires_grad_(False)
