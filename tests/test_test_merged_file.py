@@ -1,7 +1,7 @@
 """The documented test of a pruning run (docs/user_guides/pruning.md's quick
 start, docs/user_guides/transfer.md step 2):
-``tools/test.py <prune config> <run>_merged.pth`` and mmpretrain's own ``tools/test.py``, although the prune config builds
-``gated=True`` and, for DeiT-B, a distillation teacher the merged file
+``tools/test.py <prune config> <run>_merged.pth`` and mmpretrain's own
+``tools/test.py``, although the prune config builds ``gated=True`` and, for DeiT-B, a distillation teacher the merged file
 leaves out.  A configured structure rebuilds only as its run's merged
 result; any other structure stays an error naming both."""
 import json
@@ -75,8 +75,8 @@ def mmpretrain_test(config, checkpoint: str, cwd: Path) -> float:
 def test_the_quick_start_tests_the_merged_file(tmp_path, monkeypatch,
                                                one_thread):
     """docs/user_guides/pruning.md as written, from a folder holding
-    data/demo and the run's work_dirs: the merged file tests as the last gated checkpoint
-    does, under our tools/test.py and mmpretrain's."""
+    data/demo and the run's work_dirs: the merged file tests as the last
+    gated checkpoint does, under our tools/test.py and mmpretrain's."""
     make_classification(tmp_path / 'data/demo/cls')
     monkeypatch.chdir(tmp_path)
     work = Path('work_dirs/vit-demo_digits_prune')
@@ -93,8 +93,8 @@ def test_the_quick_start_tests_the_merged_file(tmp_path, monkeypatch,
 def test_the_deit_b_prune_config_tests_without_its_teacher(
         tmp_path, monkeypatch, one_thread):
     """docs/user_guides/transfer.md step 2 (tiny): the distillation config
-    tests its merged file, which holds no teacher, with the teacher's and the start's
-    files absent (downloads only training needs)."""
+    tests its merged file, which holds no teacher, with the teacher's and
+    the start's files absent (downloads only training needs)."""
     files = write_tiny_deit_inputs(tmp_path)
     config = write_tiny_config(DEIT_CONFIG, tmp_path, files['distilled'],
                                teacher=files['dense'])
