@@ -13,10 +13,15 @@ from helpers import REPO, load_tool
 
 from hetdpt_mm.apis.demo import Demo, DemoOptions
 from hetdpt_mm.apis.demo_report import all_numbers
+from hetdpt_mm.apis.demo_tome_report import (
+    pareto_front,
+    tome_claims,
+    tome_section,
+)
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.record import read_backbone_checkpoint
-from hetdpt_mm.visualization import plot_split_comparison
+from hetdpt_mm.visualization import plot_split_comparison, plot_tome
 
 
 @pytest.fixture(scope='module')
@@ -58,7 +63,8 @@ def test_quick_demo_writes_the_report_with_its_tables(quick_run):
         assert f']({image})' in report
         assert (work_dir / image).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     # Progress went to the console: stage banners and the final numbers.
-    assert '[12/12] write the report' in output
+    assert '[13/13] write the report' in output
+    assert 'Skipped in the `--quick` demo' in report
     assert 'top-1: dense' in output
 
 
@@ -103,7 +109,8 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
         assert summary[kind]['iterations'] >= 2
     assert {s['name'] for s in summary['stages']} == {
         'data', 'dense', 'map', 'recovery', 'fit', 'prune', 'compare',
-        'merge', 'transfer', 'plus', 'benchmark'}
+        'merge', 'transfer', 'plus', 'benchmark', 'tome'}
+    assert summary['tome'] == dict(skipped=True)  # --quick: no ToMe
     plus = summary['plus']
     assert plus['macs'][1] < plus['macs'][0]
     assert plus['params'][1] < plus['params'][0]
@@ -311,3 +318,70 @@ def test_a_split_that_differs_between_seeds_gets_a_row_per_split(tmp_path):
         'MAP', 'attention_only', 'gelu_only', 'naive', 'naive']
     assert plot_split_comparison(claims['splits'], 97.0).startswith(
         b'\x89PNG')
+
+
+def fake_tome():
+    """The ToMe stage's results for r = 0, 1, 2: dense 90 % at 1000 img/s
+    losing 2 points per r and gaining 200 img/s; HetDPT 88 % at 1500 img/s
+    with the same steps; without merging in its attention-removed blocks
+    1 point better and 100 img/s slower per r."""
+    points = []
+    for r in (0, 1, 2):
+        for model, accuracy, speed in (
+                ('dense', 90 - 2 * r, 1000 + 200 * r),
+                ('hetdpt', 88 - 2 * r, 1500 + 200 * r),
+                ('hetdpt_none', 88 - r, 1500 + 100 * r)):
+            points.append(dict(model=model, r=r, accuracy=accuracy,
+                               throughput=speed, macs=10e6 / (1 + r),
+                               removed_attn='none' if 'none' in model
+                               else 'norm'))
+    transfer = {kind: dict(metric=metric, img_size=[48, 48], batch_size=8,
+                           repeats=3, points=[
+                               dict(r=r, metric=value, macs=2e7 - 1e6 * r,
+                                    throughput=100.0, speedup=1 + r / 10)
+                               for r, value in ((0, start), (2, start / 2))])
+                for kind, metric, start in (('detr', 'coco/bbox_mAP', 0.2),
+                                            ('upernet', 'mIoU', 40.0))}
+    return dict(r=[0, 1, 2], points=points, transfer=transfer,
+                timing=dict(batch_size=64, threads=1, repeats=15,
+                            clock='process', img_size=[32, 32]))
+
+
+def test_tome_claims_compare_at_equal_r_and_name_the_front():
+    tome = fake_tome()
+    claims = tome_claims(tome)
+    assert [row['speedup'] for row in claims['equal_r']] == [
+        1500 / 1000, 1700 / 1200, 1900 / 1400]
+    assert [(row['dense_accuracy'], row['hetdpt_accuracy'])
+            for row in claims['equal_r']] == [(90, 88), (88, 86), (86, 84)]
+    # Dense r=1 (88 % at 1200) is beaten by HetDPT r=0 (88 % at 1500).
+    assert claims['front'] == ['hetdpt-r2', 'hetdpt-r1', 'hetdpt-r0',
+                               'dense-r0']
+    assert '1.36x to 1.50x' in claims['verdict']
+    assert '**faster**' in claims['verdict']
+    assert [(row['r'], row['norm_accuracy'], row['none_accuracy'],
+             row['norm_speedup']) for row in claims['removed_attn']] == [
+        (1, 86, 87, 1700 / 1600), (2, 84, 86, 1900 / 1700)]
+    assert '-1.50 points' in claims['removed_attn_verdict']
+
+
+def test_pareto_front_keeps_ties_and_drops_dominated_points():
+    points = [dict(accuracy=a, throughput=t)
+              for a, t in ((90, 100), (90, 100), (80, 100), (85, 200))]
+    assert pareto_front(points) == [points[3], points[0], points[1]]
+
+
+def test_tome_section_renders_the_tables_and_the_quick_skip():
+    tome = fake_tome()
+    lines = tome_section(dict(tome=dict(tome, claims=tome_claims(tome))))
+    text = '\n'.join(lines)
+    assert '| 1 | 88.00 | 1,200 | 5.00 M | 86.00 | 1,700 | 5.00 M | 1.42x |' \
+        in text
+    assert '| 2 | 84.00 | 1,900 | 86.00 | 1,700 | 1.12x |' in text
+    assert '| DETR (toy COCO) | 2 | bbox mAP 10.0 | 18.00 M | 100 | 1.20x |' \
+        in text
+    assert '| UperNet (toy ADE20K) | 0 | mIoU 40.0 |' in text
+    assert '![ToMe](tome.png)' in text
+    skipped = tome_section(dict(tome=dict(skipped=True)))
+    assert 'Skipped in the `--quick` demo' in skipped[-1]
+    assert plot_tome(tome['points']).startswith(b'\x89PNG')
