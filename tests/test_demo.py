@@ -10,15 +10,19 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, load_tool
+from mmengine.config import Config, DictAction
 
 from hetdpt_mm.apis.demo import Demo, DemoOptions
+from hetdpt_mm.apis.demo.stages_tome import token_merge_options
 from hetdpt_mm.apis.demo_report import all_numbers
 from hetdpt_mm.apis.demo_tome_report import (
     pareto_front,
     tome_claims,
     tome_section,
+    tome_summary_row,
 )
 from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.models.token_merge import TokenMerge
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.record import read_backbone_checkpoint
 from hetdpt_mm.visualization import plot_split_comparison, plot_tome
@@ -382,6 +386,20 @@ def test_tome_section_renders_the_tables_and_the_quick_skip():
         in text
     assert '| UperNet (toy ADE20K) | 0 | mIoU 40.0 |' in text
     assert '![ToMe](tome.png)' in text
+    assert tome_summary_row(dict(tome=dict(tome, claims=tome_claims(
+        tome))))[1].startswith('r=0: 1.50x (88.00 vs 90.00 %), r=1: 1.42x')
     skipped = tome_section(dict(tome=dict(skipped=True)))
     assert 'Skipped in the `--quick` demo' in skipped[-1]
     assert plot_tome(tome['points']).startswith(b'\x89PNG')
+
+
+def test_tome_options_set_the_backbone_option():
+    """The stage's --cfg-options, parsed as tools/test.py parses them, give
+    the demo config's backbone its ToMe option."""
+    cfg = Config.fromfile(REPO / 'configs/demo/vit-demo_digits.py')
+    cfg.merge_from_dict({key: DictAction._parse_iterable(value)
+                         for key, _, value in (
+                             option.partition('=') for option in
+                             token_merge_options(3, 'none'))})
+    assert TokenMerge.coerce(cfg.model.backbone.token_merge) == TokenMerge(
+        r=3, removed_attn='none')

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ..pruning import Allocation, AnalyticCost, MAPFit
 from ..spec import ACT, ATTN
-from .demo_tome_report import tome_section
+from .demo_tome_report import tome_section, tome_summary_row
 
 __all__ = ['read_json', 'train_scalars', 'val_records', 'scalar_curve',
            'map_speedups', 'duration', 'format_report', 'headline',
@@ -409,7 +409,8 @@ def format_report(summary: Mapping[str, Any]) -> str:
           f'{100 * summary["detr"]["after"]["coco/bbox_mAP"]:.1f}'],
          ['UperNet mIoU before -> after',
           f'{summary["upernet"]["before"]["mIoU"]:.1f} -> '
-          f'{summary["upernet"]["after"]["mIoU"]:.1f}']], 'll')
+          f'{summary["upernet"]["after"]["mIoU"]:.1f}'],
+         tome_summary_row(summary)], 'll')
     lines += ['', '![accuracy vs speedup](accuracy_vs_speedup.png)', '']
     lines += _claims_section(summary) + ['']
     lines += _classification_section(summary) + ['']

@@ -92,6 +92,18 @@ def removed_attn_verdict(rows: Sequence[Mapping[str, Any]]) -> str:
             '(norm - none).')
 
 
+def tome_summary_row(summary: Mapping[str, Any]) -> List[str]:
+    """The report summary's row on token merging."""
+    what = 'HetDPT + ToMe vs dense + ToMe, measured throughput at equal r'
+    tome = summary['tome']
+    if tome.get('skipped'):
+        return [what, 'not measured in the --quick demo']
+    return [what, ', '.join(
+        f'r={row["r"]}: {row["speedup"]:.2f}x ({row["hetdpt_accuracy"]:.2f} '
+        f'vs {row["dense_accuracy"]:.2f} %)'
+        for row in tome['claims']['equal_r'])]
+
+
 def _fig8_table(tome: Mapping[str, Any]) -> List[str]:
     rows = _by_model(tome['points'])
     lines = ['| r | ' + ' | '.join(
