@@ -363,6 +363,8 @@ def test_tome_claims_compare_at_equal_r_and_name_the_front():
                                'dense-r0']
     assert '1.36x to 1.50x' in claims['verdict']
     assert '**faster**' in claims['verdict']
+    assert ('ToMe alone (dense, r=2 against r=0): 1.40x measured, 3.00x '
+            'fewer MACs, -4.00 points.') in claims['verdict']
     assert [(row['r'], row['norm_accuracy'], row['none_accuracy'],
              row['norm_speedup']) for row in claims['removed_attn']] == [
         (1, 86, 87, 1700 / 1600), (2, 84, 86, 1900 / 1700)]

@@ -52,6 +52,11 @@ def tome_claims(tome: Mapping[str, Any]) -> Dict[str, Any]:
                f'dense + ToMe at equal r: {min(speedups):.2f}x to '
                f'{max(speedups):.2f}x measured throughput; the paper '
                'reports 1.5-1.6x on DeiT-B on a GPU.')
+    top, plain = dense[max(tome['r'])], dense[0]
+    verdict += (f' ToMe alone (dense, r={top["r"]} against r=0): '
+                f'{top["throughput"] / plain["throughput"]:.2f}x measured, '
+                f'{plain["macs"] / top["macs"]:.2f}x fewer MACs, '
+                f'{top["accuracy"] - plain["accuracy"]:+.2f} points.')
     front = pareto_front([p for p in tome['points']
                           if p['model'] in ('dense', 'hetdpt')])
     counts = {m: sum(p['model'] == m for p in front)
