@@ -192,7 +192,7 @@ def test_resume_skips_finished_stages(quick_run):
          '--resume'], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count('done in an earlier run, skipped') + \
-        result.stderr.count('done in an earlier run, skipped') == 12
+        result.stderr.count('done in an earlier run, skipped') == 13
     assert (work_dir / 'report.md').read_text() == report
 
 
