@@ -276,8 +276,10 @@ def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
     ax = fig.subplots()
     styles = dict(dense=('tab:blue', 'o', 'dense + ToMe'),
                   hetdpt=('tab:red', 's', 'HetDPT (MAP split) + ToMe'),
-                  hetdpt_none=('tab:orange', '^',
-                               'HetDPT + ToMe, removed_attn=none'))
+                  attn_only=('tab:green', '^',
+                             'attention-only split + ToMe'),
+                  attn_only_none=('tab:olive', 'v', 'attention-only split '
+                                  '+ ToMe, removed_attn=none'))
     for model, (colour, marker, label) in styles.items():
         line = sorted((p for p in points if p['model'] == model),
                       key=lambda p: p['r'])
@@ -285,7 +287,7 @@ def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
             continue
         ax.plot([p['throughput'] for p in line],
                 [p['accuracy'] for p in line], marker=marker, color=colour,
-                ls='--' if model == 'hetdpt_none' else '-', label=label)
+                ls='--' if model == 'attn_only_none' else '-', label=label)
         for p in line:
             ax.annotate(f'r={p["r"]}', (p['throughput'], p['accuracy']),
                         textcoords='offset points', xytext=(4, 4),

@@ -327,14 +327,16 @@ def test_a_split_that_differs_between_seeds_gets_a_row_per_split(tmp_path):
 def fake_tome():
     """The ToMe stage's results for r = 0, 1, 2: dense 90 % at 1000 img/s
     losing 2 points per r and gaining 200 img/s; HetDPT 88 % at 1500 img/s
-    with the same steps; without merging in its attention-removed blocks
-    1 point better and 100 img/s slower per r."""
+    and the attention-only split 80 % at 1600 img/s with the same steps;
+    the latter without merging in its attention-removed blocks 1 point
+    better and 100 img/s slower per r."""
     points = []
     for r in (0, 1, 2):
         for model, accuracy, speed in (
                 ('dense', 90 - 2 * r, 1000 + 200 * r),
                 ('hetdpt', 88 - 2 * r, 1500 + 200 * r),
-                ('hetdpt_none', 88 - r, 1500 + 100 * r)):
+                ('attn_only', 80 - 2 * r, 1600 + 200 * r),
+                ('attn_only_none', 80 - r, 1600 + 100 * r)):
             points.append(dict(model=model, r=r, accuracy=accuracy,
                                throughput=speed, macs=10e6 / (1 + r),
                                removed_attn='none' if 'none' in model
@@ -347,6 +349,8 @@ def fake_tome():
                 for kind, metric, start in (('detr', 'coco/bbox_mAP', 0.2),
                                             ('upernet', 'mIoU', 40.0))}
     return dict(r=[0, 1, 2], points=points, transfer=transfer,
+                map_attn_removed=[], attn_only=dict(attn_removed=[0, 2],
+                                                    seed=0),
                 timing=dict(batch_size=64, threads=1, repeats=15,
                             clock='process', img_size=[32, 32]))
 
@@ -367,8 +371,12 @@ def test_tome_claims_compare_at_equal_r_and_name_the_front():
             'fewer MACs, -4.00 points.') in claims['verdict']
     assert [(row['r'], row['norm_accuracy'], row['none_accuracy'],
              row['norm_speedup']) for row in claims['removed_attn']] == [
-        (1, 86, 87, 1700 / 1600), (2, 84, 86, 1900 / 1700)]
+        (1, 78, 79, 1800 / 1700), (2, 76, 78, 2000 / 1800)]
     assert '-1.50 points' in claims['removed_attn_verdict']
+    # Nothing beats none r=1 (79 % at 1700); norm r=1 ties none r=2.
+    assert claims['removed_attn_front'] == [
+        'attn_only-r2', 'attn_only-r1', 'attn_only_none-r2',
+        'attn_only_none-r1', 'attn_only-r0']
 
 
 def test_pareto_front_keeps_ties_and_drops_dominated_points():
@@ -383,7 +391,10 @@ def test_tome_section_renders_the_tables_and_the_quick_skip():
     text = '\n'.join(lines)
     assert '| 1 | 88.00 | 1,200 | 5.00 M | 86.00 | 1,700 | 5.00 M | 1.42x |' \
         in text
-    assert '| 2 | 84.00 | 1,900 | 86.00 | 1,700 | 1.12x |' in text
+    assert ('| 2 | 76.00 | 2,000 | 3.33 M | 78.00 | 1,800 | 3.33 M | '
+            '1.11x |') in text
+    assert 'The MAP split removed attention in no block' in text
+    assert 'attention removed in blocks 0, 2' in text
     assert '| DETR (toy COCO) | 2 | bbox mAP 10.0 | 18.00 M | 100 | 1.20x |' \
         in text
     assert '| UperNet (toy ADE20K) | 0 | mIoU 40.0 |' in text

@@ -7,7 +7,9 @@ from typing import Any, Dict, List, Mapping, Sequence
 #: How the report names the models of the comparison.
 TOME_MODEL_NAMES = dict(dense='dense + ToMe',
                         hetdpt='HetDPT (MAP split) + ToMe',
-                        hetdpt_none='HetDPT + ToMe, removed_attn=none')
+                        attn_only='attention-only split + ToMe',
+                        attn_only_none='attention-only split + ToMe, '
+                        'removed_attn=none')
 TRANSFER_NAMES = dict(detr=('DETR (toy COCO)', 'bbox mAP', 100),
                       upernet=('UperNet (toy ADE20K)', 'mIoU', 1))
 
@@ -39,7 +41,8 @@ def tome_claims(tome: Mapping[str, Any]) -> Dict[str, Any]:
     gap), the front of the Fig. 8 points, and ``removed_attn`` 'norm'
     against 'none'."""
     rows = _by_model(tome['points'])
-    dense, hetdpt, none = rows['dense'], rows['hetdpt'], rows['hetdpt_none']
+    dense, hetdpt = rows['dense'], rows['hetdpt']
+    norm, none = rows['attn_only'], rows['attn_only_none']
     equal_r = [dict(r=r, dense_accuracy=dense[r]['accuracy'],
                     hetdpt_accuracy=hetdpt[r]['accuracy'],
                     speedup=hetdpt[r]['throughput'] /
@@ -67,16 +70,27 @@ def tome_claims(tome: Mapping[str, Any]) -> Dict[str, Any]:
                 'point(s): ' + ', '.join(
                     f'{TOME_MODEL_NAMES[p["model"]]} r={p["r"]}'
                     for p in front) + '.')
-    removed = [dict(r=r, norm_accuracy=hetdpt[r]['accuracy'],
+    removed = [dict(r=r, norm_accuracy=norm[r]['accuracy'],
                     none_accuracy=none[r]['accuracy'],
-                    norm_throughput=hetdpt[r]['throughput'],
+                    norm_throughput=norm[r]['throughput'],
                     none_throughput=none[r]['throughput'],
-                    norm_speedup=hetdpt[r]['throughput'] /
+                    norm_macs=norm[r]['macs'], none_macs=none[r]['macs'],
+                    norm_speedup=norm[r]['throughput'] /
                     none[r]['throughput'])
                for r in tome['r'] if r]
+    # r=0 of 'none' is the model of r=0 of 'norm' (nothing merged).
+    removed_front = pareto_front([
+        p for p in tome['points'] if p['model'] == 'attn_only' or
+        (p['model'] == 'attn_only_none' and p['r'])])
     return dict(equal_r=equal_r, front=[point_key(p) for p in front],
                 verdict=verdict, removed_attn=removed,
-                removed_attn_verdict=removed_attn_verdict(removed))
+                removed_attn_front=[point_key(p) for p in removed_front],
+                removed_attn_verdict=removed_attn_verdict(removed) + (
+                    ' Accuracy / throughput front of the two: ' + ', '.join(
+                        f'{p["removed_attn"]} r={p["r"]} '
+                        f'({p["accuracy"]:.2f} % at '
+                        f'{p["throughput"]:,.0f} img/s)'
+                        for p in removed_front) + '.'))
 
 
 def point_key(point: Mapping[str, Any]) -> str:
@@ -149,18 +163,27 @@ def tome_section(summary: Mapping[str, Any]) -> List[str]:
                        else 'wall clock') + '. r=0 merges nothing '
         '(bit-identical to no merging).', '']
     lines += _fig8_table(tome)
+    removed_blocks = ', '.join(map(str, tome['attn_only']['attn_removed']))
     lines += ['', claims['verdict'], '', '![ToMe](tome.png)', '',
               '### Blocks whose attention was removed', '',
               'They have no attention keys: `removed_attn=\'norm\'` (the '
               'default) merges on their LN1-normed tokens, `\'none\'` '
-              'merges nothing there. The HetDPT classifier, same r and '
+              'merges nothing there. The MAP split removed attention in '
+              + (f'blocks {", ".join(map(str, tome["map_attn_removed"]))}'
+                 if tome['map_attn_removed'] else 'no block (both settings '
+                 'are the same model there)') +
+              '; the two are compared on the attention-only split of the '
+              f'same budget (seed {tome["attn_only"]["seed"]}, attention '
+              f'removed in blocks {removed_blocks}), merged, same r and '
               'timing as above:', '',
-              '| r | norm: top-1 (%) | norm: img/s | none: top-1 (%) | '
-              'none: img/s | norm / none speed |',
-              '| ---: | ---: | ---: | ---: | ---: | ---: |']
+              '| r | norm: top-1 (%) | img/s | MACs/img | none: top-1 (%) | '
+              'img/s | MACs/img | norm / none speed |',
+              '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
     lines += [f'| {row["r"]} | {row["norm_accuracy"]:.2f} | '
-              f'{row["norm_throughput"]:,.0f} | {row["none_accuracy"]:.2f} | '
-              f'{row["none_throughput"]:,.0f} | {row["norm_speedup"]:.2f}x |'
+              f'{row["norm_throughput"]:,.0f} | '
+              f'{row["norm_macs"] / 1e6:.2f} M | {row["none_accuracy"]:.2f} | '
+              f'{row["none_throughput"]:,.0f} | '
+              f'{row["none_macs"] / 1e6:.2f} M | {row["norm_speedup"]:.2f}x |'
               for row in claims['removed_attn']]
     lines += ['', claims['removed_attn_verdict'], '',
               '### DETR and UperNet with ToMe', '',

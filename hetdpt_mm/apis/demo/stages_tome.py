@@ -9,6 +9,7 @@ import torch
 
 from ...analysis import count_macs
 from ...benchmark import build_backbone_variants, time_runs
+from ...record import load_backbone_checkpoint
 from .. import demo_report
 from ..jobs import Job
 from .settings import (
@@ -18,11 +19,14 @@ from .settings import (
     UPERNET_CONFIG,
 )
 
-#: The classifiers of the Fig. 8 comparison: (name, the results entry of
-#: the checkpoint, what blocks whose attention was removed merge on).  The
-#: dense model has no such block: its ``removed_attn`` changes nothing.
-TOME_MODELS = (('dense', 'dense', 'norm'), ('hetdpt', 'prune', 'norm'),
-               ('hetdpt_none', 'prune', 'none'))
+#: The classifiers with ToMe: (name, whose merged checkpoint, what blocks
+#: whose attention was removed merge on): Fig. 8 compares the dense model
+#: (no such block) and the MAP split; ``removed_attn`` is compared on the
+#: attention-only split of the same budget (the most such blocks; the MAP
+#: split may remove no attention at all).
+TOME_MODELS = (('dense', 'dense', 'norm'), ('hetdpt', 'MAP', 'norm'),
+               ('attn_only', 'attention_only', 'norm'),
+               ('attn_only_none', 'attention_only', 'none'))
 #: The metric of each dense-prediction model.
 TRANSFER_METRICS = dict(detr='coco/bbox_mAP', upernet='mIoU')
 #: The images the demo's DETR and UperNet test on (their test pipelines
@@ -51,9 +55,12 @@ class TomeStages:
             self.results['tome'] = dict(skipped=True)
             return
         work = self.out('tome')
+        attn_only = self.attention_only_run()
         checkpoints = dict(dense=self.results['dense']['checkpoint'],
-                           prune=self.results['prune']['merged'])
-        tests = self.run_tome_tests(work, checkpoints)
+                           MAP=self.results['prune']['merged'],
+                           attention_only=attn_only['merged'])
+        tests = self.run_tome_tests(work, checkpoints,
+                                    attn_only['accuracy'])
         # Speed: DETR and UperNet with tools/benchmark.py (each r its own
         # --config, alternating in one run); the classifiers' backbones in
         # this process, every model and r in one rotation.
@@ -83,13 +90,33 @@ class TomeStages:
                     for r in self.transfer_r(kind)])
         self.results['tome'] = dict(
             r=list(s.tome_r), points=points, timing=timing['settings'],
-            transfer=transfer)
+            transfer=transfer, map_attn_removed=self.results['prune'][
+                'spec']['attn_removed'],
+            attn_only=dict(attn_removed=attn_only['attn_removed'],
+                           seed=attn_only['seed']))
+
+    def attention_only_run(self) -> Dict[str, Any]:
+        """The attention-only split's run of the first seed: its merged
+        checkpoint, accuracy, seed and removed attention layers."""
+        r = self.results
+        run = next(run for run in r['compare']['runs'].values()
+                   if 'attention_only' in run['splits'] and
+                   run['seed'] == self.settings.seeds[0])
+        if run.get('main'):  # the MAP split is attention only
+            merged, accuracy = r['prune']['merged'], r['prune'][
+                'merged_accuracy']
+        else:
+            merged, accuracy = run['merged'], run['accuracy']
+        spec = load_backbone_checkpoint(self.repo / merged,
+                                        mmap=True).record.spec
+        return dict(merged=merged, accuracy=accuracy, seed=run['seed'],
+                    attn_removed=list(spec.attn_removed))
 
     def transfer_r(self, kind: str) -> List[int]:
         return [0] + list(self.settings.tome_transfer_r[kind])
 
-    def run_tome_tests(self, work: Path, checkpoints: Mapping[str, str]
-                       ) -> Dict[str, float]:
+    def run_tome_tests(self, work: Path, checkpoints: Mapping[str, str],
+                       attn_only_accuracy: float) -> Dict[str, float]:
         """Top-1 of each classifier and the DETR and UperNet metric at each
         r, by point name: ``tools/test.py`` with ToMe (the merged
         classifier on the plain dense config, as the transfer stage tests
@@ -99,8 +126,8 @@ class TomeStages:
         merged = r['prune']['merged']
         metrics = {point_name('dense', 0): r['dense']['accuracy'],
                    point_name('hetdpt', 0): r['prune']['merged_accuracy'],
-                   point_name('hetdpt_none', 0): r['prune'][
-                       'merged_accuracy']}
+                   point_name('attn_only', 0): attn_only_accuracy,
+                   point_name('attn_only_none', 0): attn_only_accuracy}
         runs = {}
         for model, source, removed_attn in TOME_MODELS:
             for value in self.settings.tome_r:
