@@ -268,3 +268,31 @@ def plot_split_comparison(splits: Sequence[Mapping[str, Any]],
                      'top-1 accuracy (%) after the same fine-tuning',
                      'Same budget, four allocations', 7, 'outside')
 
+
+
+def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
+    """Accuracy against measured throughput of each model with token
+    merging at each r (the paper's Fig. 8), one line per model."""
+    fig = _figure((6.5, 4.2))
+    ax = fig.subplots()
+    styles = dict(dense=('tab:blue', 'o', 'dense + ToMe'),
+                  hetdpt=('tab:red', 's', 'HetDPT (MAP split) + ToMe'),
+                  attn_only=('tab:green', '^',
+                             'attention-only split + ToMe'),
+                  attn_only_none=('tab:olive', 'v', 'attention-only split '
+                                  '+ ToMe, removed_attn=none'))
+    for model, (colour, marker, label) in styles.items():
+        line = sorted((p for p in points if p['model'] == model),
+                      key=lambda p: p['r'])
+        if not line:
+            continue
+        ax.plot([p['throughput'] for p in line],
+                [p['accuracy'] for p in line], marker=marker, color=colour,
+                ls='--' if model == 'attn_only_none' else '-', label=label)
+        for p in line:
+            ax.annotate(f'r={p["r"]}', (p['throughput'], p['accuracy']),
+                        textcoords='offset points', xytext=(4, 4),
+                        fontsize=7, color=colour)
+    return _labelled(fig, ax, 'measured throughput of the backbone (img/s)',
+                     'top-1 accuracy (%) on the demo shapes val split',
+                     'Token merging: dense vs HetDPT', 7, 'lower left')

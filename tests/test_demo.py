@@ -10,13 +10,22 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO, load_tool
+from mmengine.config import Config, DictAction
 
 from hetdpt_mm.apis.demo import Demo, DemoOptions
+from hetdpt_mm.apis.demo.stages_tome import token_merge_options
 from hetdpt_mm.apis.demo_report import all_numbers
+from hetdpt_mm.apis.demo_tome_report import (
+    pareto_front,
+    tome_claims,
+    tome_section,
+    tome_summary_row,
+)
 from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.models.token_merge import TokenMerge
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.record import read_backbone_checkpoint
-from hetdpt_mm.visualization import plot_split_comparison
+from hetdpt_mm.visualization import plot_split_comparison, plot_tome
 
 
 @pytest.fixture(scope='module')
@@ -58,7 +67,8 @@ def test_quick_demo_writes_the_report_with_its_tables(quick_run):
         assert f']({image})' in report
         assert (work_dir / image).read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
     # Progress went to the console: stage banners and the final numbers.
-    assert '[12/12] write the report' in output
+    assert '[13/13] write the report' in output
+    assert 'Skipped in the `--quick` demo' in report
     assert 'top-1: dense' in output
 
 
@@ -103,7 +113,8 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
         assert summary[kind]['iterations'] >= 2
     assert {s['name'] for s in summary['stages']} == {
         'data', 'dense', 'map', 'recovery', 'fit', 'prune', 'compare',
-        'merge', 'transfer', 'plus', 'benchmark'}
+        'merge', 'transfer', 'plus', 'benchmark', 'tome'}
+    assert summary['tome'] == dict(skipped=True)  # --quick: no ToMe
     plus = summary['plus']
     assert plus['macs'][1] < plus['macs'][0]
     assert plus['params'][1] < plus['params'][0]
@@ -181,7 +192,7 @@ def test_resume_skips_finished_stages(quick_run):
          '--resume'], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count('done in an earlier run, skipped') + \
-        result.stderr.count('done in an earlier run, skipped') == 12
+        result.stderr.count('done in an earlier run, skipped') == 13
     assert (work_dir / 'report.md').read_text() == report
 
 
@@ -311,3 +322,97 @@ def test_a_split_that_differs_between_seeds_gets_a_row_per_split(tmp_path):
         'MAP', 'attention_only', 'gelu_only', 'naive', 'naive']
     assert plot_split_comparison(claims['splits'], 97.0).startswith(
         b'\x89PNG')
+
+
+def fake_tome():
+    """The ToMe stage's results for r = 0, 1, 2: dense 90 % at 1000 img/s
+    losing 2 points per r and gaining 200 img/s; HetDPT 88 % at 1500 img/s
+    and the attention-only split 80 % at 1600 img/s with the same steps;
+    the latter without merging in its attention-removed blocks 1 point
+    better and 100 img/s slower per r."""
+    points = []
+    for r in (0, 1, 2):
+        for model, accuracy, speed in (
+                ('dense', 90 - 2 * r, 1000 + 200 * r),
+                ('hetdpt', 88 - 2 * r, 1500 + 200 * r),
+                ('attn_only', 80 - 2 * r, 1600 + 200 * r),
+                ('attn_only_none', 80 - r, 1600 + 100 * r)):
+            points.append(dict(model=model, r=r, accuracy=accuracy,
+                               throughput=speed, macs=10e6 / (1 + r),
+                               removed_attn='none' if 'none' in model
+                               else 'norm'))
+    transfer = {kind: dict(metric=metric, img_size=[48, 48], batch_size=8,
+                           repeats=3, points=[
+                               dict(r=r, metric=value, macs=2e7 - 1e6 * r,
+                                    throughput=100.0, speedup=1 + r / 10)
+                               for r, value in ((0, start), (2, start / 2))])
+                for kind, metric, start in (('detr', 'coco/bbox_mAP', 0.2),
+                                            ('upernet', 'mIoU', 40.0))}
+    return dict(r=[0, 1, 2], points=points, transfer=transfer,
+                map_attn_removed=[], attn_only=dict(attn_removed=[0, 2],
+                                                    seed=0),
+                timing=dict(batch_size=64, threads=1, repeats=15,
+                            clock='process', img_size=[32, 32]))
+
+
+def test_tome_claims_compare_at_equal_r_and_name_the_front():
+    tome = fake_tome()
+    claims = tome_claims(tome)
+    assert [row['speedup'] for row in claims['equal_r']] == [
+        1500 / 1000, 1700 / 1200, 1900 / 1400]
+    assert [(row['dense_accuracy'], row['hetdpt_accuracy'])
+            for row in claims['equal_r']] == [(90, 88), (88, 86), (86, 84)]
+    # Dense r=1 (88 % at 1200) is beaten by HetDPT r=0 (88 % at 1500).
+    assert claims['front'] == ['hetdpt-r2', 'hetdpt-r1', 'hetdpt-r0',
+                               'dense-r0']
+    assert '1.36x to 1.50x' in claims['verdict']
+    assert '**faster**' in claims['verdict']
+    assert ('ToMe alone (dense, r=2 against r=0): 1.40x measured, 3.00x '
+            'fewer MACs, -4.00 points.') in claims['verdict']
+    assert [(row['r'], row['norm_accuracy'], row['none_accuracy'],
+             row['norm_speedup']) for row in claims['removed_attn']] == [
+        (1, 78, 79, 1800 / 1700), (2, 76, 78, 2000 / 1800)]
+    assert '-1.50 points' in claims['removed_attn_verdict']
+    # Nothing beats none r=1 (79 % at 1700); norm r=1 ties none r=2.
+    assert claims['removed_attn_front'] == [
+        'attn_only-r2', 'attn_only-r1', 'attn_only_none-r2',
+        'attn_only_none-r1', 'attn_only-r0']
+
+
+def test_pareto_front_keeps_ties_and_drops_dominated_points():
+    points = [dict(accuracy=a, throughput=t)
+              for a, t in ((90, 100), (90, 100), (80, 100), (85, 200))]
+    assert pareto_front(points) == [points[3], points[0], points[1]]
+
+
+def test_tome_section_renders_the_tables_and_the_quick_skip():
+    tome = fake_tome()
+    lines = tome_section(dict(tome=dict(tome, claims=tome_claims(tome))))
+    text = '\n'.join(lines)
+    assert '| 1 | 88.00 | 1,200 | 5.00 M | 86.00 | 1,700 | 5.00 M | 1.42x |' \
+        in text
+    assert ('| 2 | 76.00 | 2,000 | 3.33 M | 78.00 | 1,800 | 3.33 M | '
+            '1.11x |') in text
+    assert 'The MAP split removed attention in no block' in text
+    assert 'attention removed in blocks 0, 2' in text
+    assert '| DETR (toy COCO) | 2 | bbox mAP 10.0 | 18.00 M | 100 | 1.20x |' \
+        in text
+    assert '| UperNet (toy ADE20K) | 0 | mIoU 40.0 |' in text
+    assert '![ToMe](tome.png)' in text
+    assert tome_summary_row(dict(tome=dict(tome, claims=tome_claims(
+        tome))))[1].startswith('r=0: 1.50x (88.00 vs 90.00 %), r=1: 1.42x')
+    skipped = tome_section(dict(tome=dict(skipped=True)))
+    assert 'Skipped in the `--quick` demo' in skipped[-1]
+    assert plot_tome(tome['points']).startswith(b'\x89PNG')
+
+
+def test_tome_options_set_the_backbone_option():
+    """The stage's --cfg-options, parsed as tools/test.py parses them, give
+    the demo config's backbone its ToMe option."""
+    cfg = Config.fromfile(REPO / 'configs/demo/vit-demo_digits.py')
+    cfg.merge_from_dict({key: DictAction._parse_iterable(value)
+                         for key, _, value in (
+                             option.partition('=') for option in
+                             token_merge_options(3, 'none'))})
+    assert TokenMerge.coerce(cfg.model.backbone.token_merge) == TokenMerge(
+        r=3, removed_attn='none')

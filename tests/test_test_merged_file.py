@@ -1,8 +1,8 @@
 """The documented test of a pruning run (docs/user_guides/pruning.md's quick
-start, docs/user_guides/transfer.md step 2):
-``tools/test.py <prune config> <run>_merged.pth`` and mmpretrain's own
-``tools/test.py``, although the prune config builds ``gated=True`` and, for DeiT-B, a distillation teacher the merged file
-leaves out.  A configured structure rebuilds only as its run's merged
+start, docs/user_guides/transfer.md step 2): ``tools/test.py <prune config>
+<run>_merged.pth`` and mmpretrain's own ``tools/test.py``, although the prune
+config builds ``gated=True`` and, for DeiT-B, a distillation teacher the merged
+file leaves out. A configured structure rebuilds only as its run's merged
 result; any other structure stays an error naming both."""
 import json
 import os

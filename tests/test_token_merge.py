@@ -315,3 +315,22 @@ def test_upernet_config_trains_and_predicts_with_merging():
     with torch.no_grad():
         (result, _) = model.test_step(data)
     assert result.pred_sem_seg.data.shape == (1, 64, 64)
+
+
+@pytest.mark.parametrize('cfg_options, refused', [
+    ((), False),
+    (('model.backbone.type=mmseg.VisionTransformer', ), True),
+    (('merged:model.backbone.type=mmseg.VisionTransformer', ), True)])
+def test_benchmark_refuses_a_config_without_a_merging_backbone(
+        cfg_options, refused):
+    """--token-merge with --config: a stock backbone (here the UperNet
+    config's, retyped) is refused before anything is built."""
+    options = BenchmarkOptions('upernet', token_merge=8, config=[
+        f'merged={REPO / "configs/upernet_hetdpt_deit_b_ade20k.py"}'],
+        cfg_options=cfg_options)
+    if not refused:
+        assert resolve_options(options).token_merge == 8
+        return
+    with pytest.raises(UsageError, match='--config merged .* builds a '
+                       'mmseg.VisionTransformer backbone'):
+        resolve_options(options)

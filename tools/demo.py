@@ -6,10 +6,10 @@
         [--resume]
 
 Dense training, MAP points, MAP fit, pruning, merging, DETR and UperNet
-transfer, benchmark and a report, each stage running the project's own
-tools; the stages and their outputs are described in
-:mod:`hetdpt_mm.apis.demo` and docs/user_guides/demo.md.  ``--quick`` is the CI
-variant (minutes; its accuracies mean nothing).
+transfer, benchmark, token merging and a report, each stage running the
+project's own tools; the stages and their outputs are described in
+:mod:`hetdpt_mm.apis.demo` and docs/user_guides/demo.md.  ``--quick`` is the
+CI variant (minutes; its accuracies mean nothing).
 
 Exit status: 0 done, 1 a stage failed, 2 bad input (a work dir or saved
 state that cannot be used; ``error: ...``, nothing run).
@@ -39,7 +39,8 @@ from hetdpt_mm.apis.jobs import JobError, default_jobs  # noqa: E402
 def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
     parser = argparse.ArgumentParser(
         description='HetDPT end to end on the embedded CPU demo: dense '
-        'training, MAP, pruning, merging, DETR, UperNet, benchmark, report.')
+        'training, MAP, pruning, merging, DETR, UperNet, benchmark, token '
+        'merging, report.')
     parser.add_argument('--quick', action='store_true',
                         help='the CI variant: tiny subsets and schedules')
     parser.add_argument('--work-dir', type=Path,

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
-from mmengine.config import DictAction
+from mmengine.config import Config, DictAction
 
 from ..analysis import MACS_CONVENTIONS
 from ..cli import UsageError
@@ -207,6 +207,20 @@ def check_token_merge(options: BenchmarkOptions, family) -> None:
     if 'stock' in options.models:
         raise UsageError('--token-merge applies to HetDPT backbones; the '
                          'stock model has none')
+    overrides = parse_cfg_options(options.cfg_options, options.models)
+    for name, path in options.config:
+        cfg = Config.fromfile(path)
+        cfg.merge_from_dict(overrides.get(None, {}))
+        cfg.merge_from_dict(overrides.get(name, {}))
+        backbone = str(cfg.model.backbone.get('type'))
+        # A registry scope (``hetdpt.HetDPTViT``) names the same class.
+        merging = [family for family in FAMILIES.values()
+                   if family.__name__ == backbone.rpartition('.')[2]
+                   and family.MERGES_TOKENS]
+        if not merging:
+            raise UsageError(f'--token-merge applies to HetDPT ViT '
+                             f'backbones; --config {name} ({path}) builds '
+                             f'a {backbone} backbone')
     if options.runtimes != ['torch']:
         raise UsageError('--token-merge is timed in torch only (the export '
                          'of a merging model is checked by tools/export.py)')

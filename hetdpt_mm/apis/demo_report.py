@@ -15,6 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ..pruning import Allocation, AnalyticCost, MAPFit
 from ..spec import ACT, ATTN
+from .demo_tome_report import tome_section, tome_summary_row
 
 __all__ = ['read_json', 'train_scalars', 'val_records', 'scalar_curve',
            'map_speedups', 'duration', 'format_report', 'headline',
@@ -408,7 +409,8 @@ def format_report(summary: Mapping[str, Any]) -> str:
           f'{100 * summary["detr"]["after"]["coco/bbox_mAP"]:.1f}'],
          ['UperNet mIoU before -> after',
           f'{summary["upernet"]["before"]["mIoU"]:.1f} -> '
-          f'{summary["upernet"]["after"]["mIoU"]:.1f}']], 'll')
+          f'{summary["upernet"]["after"]["mIoU"]:.1f}'],
+         tome_summary_row(summary)], 'll')
     lines += ['', '![accuracy vs speedup](accuracy_vs_speedup.png)', '']
     lines += _claims_section(summary) + ['']
     lines += _classification_section(summary) + ['']
@@ -416,6 +418,7 @@ def format_report(summary: Mapping[str, Any]) -> str:
     lines += _dense_prediction_section(summary) + ['']
     lines += _plus_section(summary) + ['']
     lines += _benchmark_section(summary)
+    lines += tome_section(summary) + ['']
     lines += ['## Time per stage', '']
     cpu = sum(s.get('cpu_seconds', 0.0) for s in summary['stages'])
     lines += ['CPU time: user + system time of the stage\'s subprocesses '

@@ -451,11 +451,13 @@ class HetDPTViT(HetDPTBackbone):
             else:
                 run, args = block, (x, )
             if self.with_cp and self.training:
-                x = checkpoint(run, *args, use_reentrant=False)
+                result = checkpoint(run, *args, use_reentrant=False)
             else:
-                x = run(*args)
+                result = run(*args)
             if merging:
-                x, size, source = x
+                x, size, source = result
+            else:
+                x = result
             if index == last:
                 x = self.norm(x)
             if index in self.out_indices:

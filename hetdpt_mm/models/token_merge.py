@@ -159,8 +159,8 @@ def bipartite_merge(x: torch.Tensor, size: torch.Tensor,
     weighted = x * size
     prefix, patch = weighted[:, :num_prefix], weighted[:, num_prefix:]
     set_a, set_b = patch[:, 0::2], patch[:, 1::2]
-    size_a, size_b = size[:, num_prefix:][:, 0::2], size[:, num_prefix:][:,
-                                                                       1::2]
+    patch_sizes = size[:, num_prefix:]
+    size_a, size_b = patch_sizes[:, 0::2], patch_sizes[:, 1::2]
 
     def take(values, index):
         return values.gather(1, index[..., None].expand(-1, -1,

@@ -35,7 +35,11 @@ process (``Job.in_process``); they are printed, logged under
 10. HetDPT+: width-prune the merged classifier, fine-tune it;
 11. benchmark dense vs pruned vs merged, and every compared split
     (``tools/benchmark.py``);
-12. write ``report.md``, ``summary.json`` and the plots.
+12. token merging (ToMe, not in ``--quick``): the dense and the merged
+    classifier tested (``tools/test.py``) and timed at several ``r``,
+    blocks without attention merging on their normed tokens or not at all;
+    DETR and UperNet tested and benchmarked with ToMe;
+13. write ``report.md``, ``summary.json`` and the plots.
 
 Hook options are set by hook type, not by list position: a job whose hook
 needs other options runs a config generated under ``<work-dir>/configs/``

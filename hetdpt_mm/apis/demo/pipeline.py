@@ -26,12 +26,13 @@ from .settings import (
     DemoOptions,
     json_type,
 )
+from .stages_tome import TomeStages
 from .stages_train import TrainingStages
 from .stages_transfer import TransferStages
 from .summary import DemoSummary
 
 
-class Demo(TrainingStages, TransferStages, DemoSummary):
+class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
     """The stages of the demo; results accumulate in ``self.results`` and
     are saved with the finished stages in ``<work_dir>/demo_state.json``."""
 
@@ -52,6 +53,8 @@ class Demo(TrainingStages, TransferStages, DemoSummary):
         ('plus', 'HetDPT+: width-prune the merged model '
          '(tools/prune_width.py), fine-tune it; DETR and UperNet load it'),
         ('benchmark', 'benchmark dense vs pruned vs merged'),
+        ('tome', 'token merging (ToMe): dense and HetDPT classifiers, '
+         'DETR and UperNet at several r (no training)'),
         ('report', 'write the report'),
     )
 

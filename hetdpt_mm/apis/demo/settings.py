@@ -32,16 +32,17 @@ STATE_FILE = 'demo_state.json'
 # 3: the pairs task, the recovery and comparison stages.
 # 4: validations inside the training runs replace tools/test.py runs.
 # 5: the shapes task at patch 8; recovery runs on the prune runs' images.
-STATE_VERSION = 5
+# 6: the token-merging stage and its settings.
+STATE_VERSION = 6
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
 OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'recovery', 'compare',
            'vit-demo_digits_hetdpt',
            'detr_hetdpt_demo', 'upernet_hetdpt_demo', 'vit-demo_digits_plus',
-           'benchmark', 'logs',
+           'benchmark', 'tome', 'logs',
            'report.md', 'summary.json', 'accuracy_vs_speedup.png',
            'losses.png', 'score_grads.png', 'recovery.png',
-           'comparison.png', 'demo.log', STATE_FILE)
+           'comparison.png', 'tome.png', 'demo.log', STATE_FILE)
 MAP_SCHEDULES = ('attn', 'act', 'interleaved')
 
 
@@ -89,6 +90,10 @@ class Settings:
     plus_train_images: Optional[int]
     recovery_epochs: int  # after one removal (>= 2: 1 of warm-up)
     seeds: Tuple[int, ...]  # one prune run of every compared split each
+    #: ToMe r of the classifiers (dense and HetDPT) and of the DETR and
+    #: UperNet (besides r=0); empty: no token-merging stage
+    tome_r: Tuple[int, ...]
+    tome_transfer_r: Dict[str, Tuple[int, ...]]
 
 
 # Sized for 10 minutes on 2 idle cores: the dense model learns the shapes
@@ -100,7 +105,9 @@ class Settings:
 # the recovery, prune and HetDPT+ runs on the first half; 3 seeds per
 # compared split (2 left a 4.75-point half range); DETR and UperNet train
 # long enough to show that the pruned backbone transfers and improves
-# (their configs' full schedules: 12 epochs, 400 iterations).
+# (their configs' full schedules: 12 epochs, 400 iterations).  ToMe: the
+# classifier has 16 patch tokens in 6 blocks, so r=3 leaves one in the
+# last block; DETR and UperNet test on 36 and 64 patches.  --quick skips it.
 FULL = Settings(
     dense_epochs=20, dense_train_images=None,
     map_steps=dict(attn=5, act=5, interleaved=5), map_interval=2,
@@ -109,7 +116,8 @@ FULL = Settings(
     detr_epochs=5, detr_train_images=None, upernet_iters=200,
     transfer_log_interval=None, bench_batch=64, bench_repeats=15,
     context_bench=True, plus_ratio=0.3, plus_epochs=3,
-    plus_train_images=2000, recovery_epochs=2, seeds=(0, 1, 2))
+    plus_train_images=2000, recovery_epochs=2, seeds=(0, 1, 2),
+    tome_r=(0, 1, 2, 3), tome_transfer_r=dict(detr=(2, 4), upernet=(4, 8)))
 QUICK = Settings(
     dense_epochs=2, dense_train_images=256,
     map_steps=dict(attn=2, act=2, interleaved=2), map_interval=1,
@@ -118,7 +126,8 @@ QUICK = Settings(
     detr_epochs=1, detr_train_images=16, upernet_iters=4,
     transfer_log_interval=1, bench_batch=16, bench_repeats=2,
     context_bench=False, plus_ratio=0.3, plus_epochs=2,
-    plus_train_images=128, recovery_epochs=2, seeds=(0, ))
+    plus_train_images=128, recovery_epochs=2, seeds=(0, ), tome_r=(),
+    tome_transfer_r={})
 
 
 @dataclasses.dataclass(frozen=True)

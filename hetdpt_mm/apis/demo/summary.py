@@ -9,6 +9,7 @@ from ...fileio import atomic_write_text
 from ...pruning import AnalyticCost
 from ...spec import ACT, ATTN
 from .. import demo_report
+from ..demo_tome_report import tome_claims
 from ..jobs import load_average
 from .helpers import counts_label, machine_description, validation_size
 from .settings import CLS_CLASSES, DemoError
@@ -46,6 +47,9 @@ class DemoSummary:
                           plots.plot_split_comparison(
                               claims['splits'], summary['classification'][
                                   'dense']['accuracy']))
+        if not summary['tome'].get('skipped'):
+            plots.write_image(self.out('tome.png'), plots.plot_tome(
+                summary['tome']['points']))
         plots.write_image(self.out('losses.png'), plots.plot_losses(
             {'DETR (toy COCO)': self.results['detr']['loss_curve'],
              'UperNet (toy ADE20K)': self.results['upernet']['loss_curve']}))
@@ -104,7 +108,9 @@ class DemoSummary:
                     'cv_mae', 'cv_rmse', 'n_attn', 'n_act', 'predicted')}),
             detr=r['detr'], upernet=r['upernet'], plus=r['plus'],
             benchmark=r['benchmark'], compare=r['compare'],
-            claims=self.claims(cost))
+            claims=self.claims(cost), tome=r['tome'] if r['tome'].get(
+                'skipped') else dict(r['tome'], claims=tome_claims(
+                    r['tome'])))
 
     def claims(self, cost: AnalyticCost) -> Dict[str, Any]:
         """The numbers behind the report's claims section."""
