@@ -3,9 +3,10 @@ from ..registry import FAMILIES, TOOLBOX_MODULES, get_family
 from . import heads  # noqa: F401  registers PretrainedHeads
 from .family import HetDPTBackbone
 from .hetdpt_layerscale_vit import LAYERSCALE_ARCH_PRESETS, HetDPTLayerScaleViT
-from .hetdpt_swin import SWIN_ARCH_PRESETS, HetDPTSwin
+from .hetdpt_swin import HetDPTSwin
 from .hetdpt_vit import HetDPTViT
 from .stock_vit_args import TOOLBOX_DEFAULTS, toolbox_builder
+from .swin_args import SWIN_ARCH_PRESETS
 from .vit_state_dict import convert_state_dict, merge_ffn_weights
 
 __all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone',

@@ -11,10 +11,17 @@ from timm.layers import trunc_normal_
 from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
+from ..registry import TOOLBOX_MODULES
 from ..spec import ACT, ATTN, PruneSpec
 from . import swin_state_dict, vit_codec
 from .family import HetDPTBackbone
 from .layers import WHOLE_BRANCH
+from .swin_args import (
+    TOOLBOX_DEFAULTS,
+    read_stock_args,
+    resolve_swin_arch,
+    toolbox_args,
+)
 from .swin_layers import (
     PatchMerging,
     SwinPatchEmbed,
@@ -22,15 +29,6 @@ from .swin_layers import (
     build_swin_block,
 )
 
-SWIN_ARCH_PRESETS = {
-    'tiny': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
-    'small': dict(embed_dims=96, depths=(2, 2, 18, 2),
-                  num_heads=(3, 6, 12, 24)),
-    'base': dict(embed_dims=128, depths=(2, 2, 18, 2),
-                 num_heads=(4, 8, 16, 32)),
-    'large': dict(embed_dims=192, depths=(2, 2, 18, 2),
-                  num_heads=(6, 12, 24, 48)),
-}
 #: What removed layers leave in a Swin block.  A removed W-MSA / SW-MSA
 #: leaves ``x + LN1(x)`` by default: the released ViT semantics carried
 #: over, because a Swin block is the same pre-norm residual block (only the
@@ -40,30 +38,6 @@ SWIN_ARCH_PRESETS = {
 #: recipes that want one (docs/user_guides/swin.md).
 SWIN_SEMANTICS = dict(removed_attn_output='norm',
                       residual_gelu='both_removed')
-
-
-def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
-    if isinstance(arch, str):
-        if arch not in SWIN_ARCH_PRESETS:
-            raise ValueError(f'unknown Swin arch {arch!r}; choose one of '
-                             f'{sorted(SWIN_ARCH_PRESETS)} or pass a dict')
-        arch = SWIN_ARCH_PRESETS[arch]
-    arch = dict(arch)
-    missing = {'embed_dims', 'depths', 'num_heads'} - set(arch)
-    if missing:
-        raise ValueError(f'Swin arch dict is missing {sorted(missing)}')
-    unknown = set(arch) - {'embed_dims', 'depths', 'num_heads', 'mlp_ratio'}
-    if unknown:
-        raise ValueError(f'unknown Swin arch keys {sorted(unknown)}')
-    arch['depths'] = [int(d) for d in arch['depths']]
-    arch['num_heads'] = [int(h) for h in arch['num_heads']]
-    if len(arch['depths']) != len(arch['num_heads']) or \
-            min(arch['depths'], default=0) < 1:
-        raise ValueError(f'Swin arch needs one positive depth and one number '
-                         f'of heads per stage, got depths {arch["depths"]} '
-                         f'and num_heads {arch["num_heads"]}')
-    arch.setdefault('mlp_ratio', 4.)
-    return arch
 
 
 class HetDPTSwin(HetDPTBackbone):
@@ -77,26 +51,38 @@ class HetDPTSwin(HetDPTBackbone):
         arch: ``'tiny'``, ``'small'``, ``'base'``, ``'large'`` or a dict
             with ``embed_dims``, ``depths``, ``num_heads`` (per stage) and
             optionally ``mlp_ratio``.
-        pretrain_img_size: accepted (and not used) so that mmdet / mmseg
-            backbone dicts carry over: there it sizes the absolute position
-            embedding that no released Swin has; the relative position
-            biases here serve any input size.
         window_size: window side of every stage (7; 12 for the 384²
             models); tables of loaded weights made for another window are
             resampled (bicubic).
         prune_spec, gated, merged, removed_attn_output, residual_gelu: the
             HetDPT structure, as for :class:`HetDPTViT`; the semantics
             default to :data:`SWIN_SEMANTICS`.
+        qk_scale: the attention's logit scale (``None``: head width
+            ``**-0.5``), as mmdet's / mmseg's.
+        out_after_downsample: stage outputs taken after the patch merging
+            that ends the stage, as mmpretrain's.
+        block_drop_rate: dropout after the attention and within the FFN
+            (``None``: ``drop_rate``, as mmdet / mmseg; mmpretrain's
+            registry sets 0, as its Swin drops after the embedding only).
+        **stock_args: the other arguments of mmdet's / mmseg's and
+            mmpretrain's ``SwinTransformer`` (``embed_dims``, ``depths``,
+            ``num_heads``, ``mlp_ratio``, ``strides``, ``stage_cfgs``,
+            ``patch_cfg``, ...), read by
+            :func:`~hetdpt_mm.models.swin_args.read_stock_args`; each
+            toolbox's registry applies its defaults
+            (:data:`~hetdpt_mm.models.swin_args.TOOLBOX_DEFAULTS`).
         out_indices: stages whose outputs (NCHW, each through its own
             LayerNorm ``norm{i}``, so part of the weights) are returned.
         pad_small_map: maps no larger than a window are padded to whole
             shifted windows (mmdet's / mmseg's behaviour: detection and
-            segmentation configs set it); ``False`` (the official code,
-            timm, mmpretrain) shrinks the window to the map, unshifted.
+            segmentation configs set it; the default from their
+            registries); ``False`` (the official code, timm, mmpretrain)
+            shrinks the window to the map, unshifted.
         token_merge: refused: window attention needs every window whole
             (docs/user_guides/token_merge.md).
         frozen_stages: as mmdet's Swin: ``>= 0`` freezes the patch
-            embedding, ``N`` also stages ``0 .. N-1`` and their output norms.
+            embedding, ``N`` also stages ``0 .. N-1`` and their output norms
+            (from mmpretrain's registry, as its Swin: ``0 .. N``).
         with_cp: gradient checkpointing of every block in training.
         pretrained: mmseg-style shortcut for a ``Pretrained`` init_cfg.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)``
@@ -106,14 +92,13 @@ class HetDPTSwin(HetDPTBackbone):
     family = 'swin'
     RECORD_ARCH_KEYS = frozenset({
         'arch', 'window_size', 'patch_size', 'in_channels', 'qkv_bias',
-        'patch_norm', 'out_indices'})
+        'patch_norm', 'out_indices', 'qk_scale', 'out_after_downsample'})
     SMALL_ARGS = dict(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
                                 num_heads=[1, 2, 4, 8]), window_size=4)
     DEFAULT_ARCH = 'base'
 
     def __init__(self,
                  arch: Union[str, Mapping] = 'tiny',
-                 pretrain_img_size: Union[int, Sequence[int]] = 224,
                  in_channels: int = 3,
                  patch_size: int = 4,
                  window_size: int = 7,
@@ -133,7 +118,11 @@ class HetDPTSwin(HetDPTBackbone):
                  frozen_stages: int = -1,
                  token_merge: Optional[Mapping] = None,
                  pretrained: Optional[str] = None,
-                 init_cfg: Optional[Union[dict, List[dict]]] = None):
+                 init_cfg: Optional[Union[dict, List[dict]]] = None,
+                 qk_scale: Optional[float] = None,
+                 out_after_downsample: bool = False,
+                 block_drop_rate: Optional[float] = None,
+                 **stock_args):
         if token_merge is not None:
             raise ValueError(
                 'token_merge: Swin attends within fixed windows of the '
@@ -146,7 +135,10 @@ class HetDPTSwin(HetDPTBackbone):
                                  'both')
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg=init_cfg)
-        self.arch_settings = resolve_swin_arch(arch)
+        stock = read_stock_args(arch, window_size, patch_size, in_channels,
+                                stock_args)
+        self.arch_settings = stock['arch']
+        window_size, patch_size = stock['window_size'], stock['patch_size']
         depths = self.arch_settings['depths']
         stages = len(depths)
         if window_size < 1:
@@ -164,6 +156,7 @@ class HetDPTSwin(HetDPTBackbone):
                              f'number of stages), got {frozen_stages}')
         self.window_size = window_size
         self.pad_small_map = pad_small_map
+        self.out_after_downsample = out_after_downsample
         self.with_cp = with_cp
         self.frozen_stages = frozen_stages
         spec, form, semantics = self._resolve_structure(
@@ -174,26 +167,35 @@ class HetDPTSwin(HetDPTBackbone):
             arch=dict(self.arch_settings), window_size=window_size,
             patch_size=patch_size, in_channels=in_channels,
             qkv_bias=qkv_bias, patch_norm=patch_norm,
-            out_indices=list(self.out_indices))
+            out_indices=list(self.out_indices), qk_scale=qk_scale,
+            out_after_downsample=out_after_downsample)
 
         dims = [self.arch_settings['embed_dims'] * 2**s for s in range(stages)]
-        self.num_features = dims
+        self.stage_dims = dims
+        #: The width of each stage's output (mmpretrain's name).
+        self.num_features = [
+            dims[min(s + 1, stages - 1)] if out_after_downsample else dims[s]
+            for s in range(stages)]
         self.patch_embed = SwinPatchEmbed(in_channels, dims[0], patch_size,
                                           patch_norm)
         self.drop_after_pos = nn.Dropout(drop_rate)
         self.stages = nn.ModuleList([
-            SwinStage(PatchMerging(dims[s]) if s < stages - 1 else None)
+            SwinStage(PatchMerging(dims[s], patch_norm)
+                      if s < stages - 1 else None)
             for s in range(stages)])
         # Stochastic depth grows linearly over all blocks (as mmdet, timm).
         depth = sum(depths)
         self._block_args = dict(
             mlp_ratio=self.arch_settings['mlp_ratio'], qkv_bias=qkv_bias,
-            drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+            qk_scale=qk_scale, attn_drop_rate=attn_drop_rate,
+            drop_rate=drop_rate if block_drop_rate is None else
+            block_drop_rate,
             drop_path=[drop_path_rate * i / max(depth - 1, 1)
                        for i in range(depth)])
         self._build_structure(spec, form, semantics)
         for stage in self.out_indices:
-            self.add_module(f'norm{stage}', nn.LayerNorm(dims[stage]))
+            self.add_module(f'norm{stage}',
+                            nn.LayerNorm(self.num_features[stage]))
         self._freeze(self._frozen_modules())
 
     # ------------------------------------------------ family: the tensors
@@ -240,45 +242,7 @@ class HetDPTSwin(HetDPTBackbone):
         a norm (an official or timm classifier: the last); ``arch`` (or
         the preset of the same width and depths) gives the heads of a
         stage whose attention is all removed."""
-        if isinstance(arch, Mapping) and 'arch' in arch:
-            arch = arch['arch']
-        depths = swin_state_dict.stage_depths(state)
-        proj = state['patch_embed.proj.weight']
-        dim = int(proj.shape[0])
-        heads, window = [], None
-        for stage, count in enumerate(depths):
-            tables = [state[f'stages.{stage}.blocks.{j}.attn.'
-                            'relative_position_bias_table']
-                      for j in range(count)
-                      if f'stages.{stage}.blocks.{j}.attn.'
-                      'relative_position_bias_table' in state]
-            heads.append(int(tables[0].shape[1]) if tables else None)
-            if tables:
-                window = (int(round(tables[0].shape[0]**0.5)) + 1) // 2
-        if None in heads:
-            known = resolve_swin_arch(arch) if arch else next(
-                (dict(p) for p in SWIN_ARCH_PRESETS.values()
-                 if p['embed_dims'] == dim and list(p['depths']) == depths),
-                None)
-            if known is None:
-                raise ValueError(
-                    f'the Swin weights have no attention in a stage and '
-                    f'match no preset (width {dim}, depths {depths}): give '
-                    'the architecture (number of heads) with --arch')
-            heads = [h if h is not None else known['num_heads'][s]
-                     for s, h in enumerate(heads)]
-        fc1 = [v for k, v in state.items() if k.endswith('mlp.fc1.weight')
-               and k.startswith('stages.0.')]
-        mlp_ratio = fc1[0].shape[0] / dim if fc1 else 4.
-        return dict(
-            arch=dict(embed_dims=dim, depths=depths, num_heads=heads,
-                      mlp_ratio=mlp_ratio),
-            window_size=window or 7, patch_size=int(proj.shape[-1]),
-            in_channels=int(proj.shape[1]),
-            qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
-            patch_norm='patch_embed.norm.weight' in state,
-            out_indices=[s for s in range(len(depths))
-                         if f'norm{s}.weight' in state])
+        return swin_state_dict.build_args_from_tensors(state, arch)
 
     @classmethod
     def arch_depth(cls, arch) -> int:
@@ -335,7 +299,7 @@ class HetDPTSwin(HetDPTBackbone):
         blocks = [[] for _ in depths]
         for index, (stage, block) in enumerate(positions):
             blocks[stage].append(build_swin_block(
-                dim=self.num_features[stage],
+                dim=self.stage_dims[stage],
                 num_heads=self.arch_settings['num_heads'][stage],
                 window_size=self.window_size,
                 shift_size=self.window_size // 2 if block % 2 else 0,
@@ -477,10 +441,27 @@ class HetDPTSwin(HetDPTBackbone):
                     x = checkpoint(block, x, hw_shape, use_reentrant=False)
                 else:
                     x = block(x, hw_shape)
+            downsample = stage.downsample is not None
+            if downsample and self.out_after_downsample:
+                x, hw_shape = stage.downsample(x, hw_shape)
             if index in self.out_indices:
                 out = getattr(self, f'norm{index}')(x)
                 outs.append(out.view(x.shape[0], *hw_shape, -1).permute(
                     0, 3, 1, 2).contiguous())
-            if stage.downsample is not None:
+            if downsample and not self.out_after_downsample:
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)
+
+
+def _toolbox_builder(toolbox: str):
+    def build(**args) -> HetDPTSwin:
+        return HetDPTSwin(**toolbox_args(toolbox, args))
+    build.__name__ = build.__qualname__ = f'HetDPTSwin_{toolbox}'
+    return build
+
+
+# Registered after the families (registry.register_all_modules), so that
+# each toolbox's registry builds HetDPTSwin with that toolbox's defaults.
+for _toolbox in TOOLBOX_DEFAULTS:
+    TOOLBOX_MODULES.setdefault(_toolbox, {})['HetDPTSwin'] = \
+        _toolbox_builder(_toolbox)

@@ -62,16 +62,14 @@ class HetDPTViT(HetDPTBackbone):
             per level, like mmseg's ViT.
         with_cp: gradient checkpointing of every block in training
             (activations recomputed in the backward pass, not kept).
-        token_merge: token merging (ToMe) in every block,
-            ``dict(r=8, schedule='constant', removed_attn='norm')``
+        token_merge: ToMe in every block, ``dict(r=8, ...)``
             (docs/user_guides/token_merge.md); ``None``: none.
         frozen_stages: as mmpretrain's / mmseg's ViT: ``0`` or ``-1`` trains
             everything; ``N > 0`` freezes the patch embedding, position
             embedding and class / distillation tokens and blocks
             ``0 .. N-1`` (and the final norm when ``N`` is the depth: a
             linear probe), which ``train()`` keeps in eval mode.
-        norm_eval: keep the LayerNorms in eval mode while training (as
-            mmseg's ViT; only batch norms would notice).
+        norm_eval: LayerNorms in eval mode in training (as mmseg's ViT).
         pretrained: mmseg-style shortcut for a ``Pretrained`` init_cfg.
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)``
             loads DeiT/timm, authors', our own or OpenMMLab checkpoints.

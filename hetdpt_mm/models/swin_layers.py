@@ -102,7 +102,8 @@ class WindowAttention(nn.Module):
     def __init__(self, dim: int, num_heads: int, window_size: int,
                  shift_size: int = 0, qkv_bias: bool = True,
                  attn_drop: float = 0., proj_drop: float = 0.,
-                 pad_small_map: bool = False):
+                 pad_small_map: bool = False,
+                 qk_scale: Optional[float] = None):
         super().__init__()
         if not 0 <= shift_size < window_size:
             raise ValueError(f'shift_size must be in 0..{window_size - 1}, '
@@ -114,7 +115,7 @@ class WindowAttention(nn.Module):
         self.window_size = window_size
         self.shift_size = shift_size
         self.pad_small_map = pad_small_map
-        self.scale = (dim // num_heads)**-0.5
+        self.scale = qk_scale or (dim // num_heads)**-0.5
         self.relative_position_bias_table = nn.Parameter(
             torch.zeros((2 * window_size - 1)**2, num_heads))
         self.register_buffer(
@@ -210,13 +211,14 @@ class SwinBlock(nn.Module):
                  shift_size: int, mlp_ratio: float, qkv_bias: bool,
                  drop_path: float, drop_rate: float, attn_drop_rate: float,
                  pad_small_map: bool, attn_layer, act_layer,
-                 mlp_layer=Mlp, residual_gelu: bool = False):
+                 mlp_layer=Mlp, residual_gelu: bool = False,
+                 qk_scale: Optional[float] = None):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
         self.attn = attn_layer(dim, num_heads, window_size=window_size,
                                shift_size=shift_size, qkv_bias=qkv_bias,
                                attn_drop=attn_drop_rate, proj_drop=drop_rate,
-                               pad_small_map=pad_small_map)
+                               pad_small_map=pad_small_map, qk_scale=qk_scale)
         self.drop_path1 = DropPath(drop_path) if drop_path > 0 else \
             nn.Identity()
         self.norm2 = nn.LayerNorm(dim)
@@ -259,7 +261,8 @@ def build_swin_block(dim: int, num_heads: int, window_size: int,
                      act_removed: bool, removed_attn_output: str,
                      residual_gelu: str, pad_small_map: bool,
                      drop_rate: float = 0.,
-                     attn_drop_rate: float = 0.) -> SwinBlock:
+                     attn_drop_rate: float = 0.,
+                     qk_scale: Optional[float] = None) -> SwinBlock:
     """Build one Swin block of the given form (layer types from
     :func:`~hetdpt_mm.models.layers.choose_block_layers`)."""
     layers = choose_block_layers(form, attn_removed, act_removed,
@@ -269,6 +272,7 @@ def build_swin_block(dim: int, num_heads: int, window_size: int,
                   shift_size=shift_size, mlp_ratio=mlp_ratio,
                   qkv_bias=qkv_bias, drop_path=drop_path,
                   drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
+                  qk_scale=qk_scale,
                   pad_small_map=pad_small_map, attn_layer=layers.attn_layer,
                   act_layer=layers.act_layer,
                   mlp_layer=layers.mlp_layer or Mlp)
@@ -303,12 +307,13 @@ class SwinPatchEmbed(nn.Module):
 class PatchMerging(nn.Module):
     """Halve the map and double the channels: each 2 x 2 neighbourhood's
     tokens concatenated (rows, then columns: ``(0,0), (1,0), (0,1),
-    (1,1)``, the official order), normalised and projected; odd maps are
-    padded (bottom / right)."""
+    (1,1)``, the official order), normalised (unless ``norm`` is false,
+    mmdet's ``patch_norm=False``) and projected; odd maps are padded
+    (bottom / right)."""
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int, norm: bool = True):
         super().__init__()
-        self.norm = nn.LayerNorm(4 * dim)
+        self.norm = nn.LayerNorm(4 * dim) if norm else nn.Identity()
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
     def forward(self, x: torch.Tensor,

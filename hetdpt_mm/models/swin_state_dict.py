@@ -28,11 +28,11 @@ Relative-position indices and attention masks are buffers computed from the
 window size, never read.  Specs address blocks by their index over all
 stages (Swin-T: 2 + 2 + 6 + 2 = 12 blocks, stage 3 = blocks 4..9): the
 surgery numbers the blocks that way and uses the ViT family's
-(:mod:`hetdpt_mm.models.state_dict`), whose per-block keys are the same.
+(:mod:`hetdpt_mm.models.vit_state_dict`), whose per-block keys are the same.
 """
 import re
 from collections import OrderedDict
-from typing import List, Mapping, Tuple
+from typing import Dict, List, Mapping, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from ..checkpoint import StateDictMismatch
 from ..spec import PruneSpec
 from . import vit_state_dict
+from .swin_args import SWIN_ARCH_PRESETS, resolve_swin_arch
 
 _BLOCK_KEY = re.compile(r'^stages\.(\d+)\.blocks\.(\d+)\.(.+)$')
 _GLOBAL_BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
@@ -157,6 +158,54 @@ def stage_depths(state: Mapping) -> List[int]:
         stage, block = int(match.group(1)), int(match.group(2))
         depths[stage] = max(depths[stage], block + 1)
     return depths
+
+
+def build_args_from_tensors(state: Mapping, arch=None) -> Dict:
+    """HetDPTSwin's structural arguments from tensor shapes (own layout):
+    see :meth:`HetDPTSwin.build_args_from_tensors`."""
+    if isinstance(arch, Mapping) and 'arch' in arch:
+        arch = arch['arch']
+    depths = stage_depths(state)
+    proj = state['patch_embed.proj.weight']
+    dim = int(proj.shape[0])
+    heads, window = [], None
+    for stage, count in enumerate(depths):
+        tables = [state[f'stages.{stage}.blocks.{j}.attn.'
+                        'relative_position_bias_table']
+                  for j in range(count)
+                  if f'stages.{stage}.blocks.{j}.attn.'
+                  'relative_position_bias_table' in state]
+        heads.append(int(tables[0].shape[1]) if tables else None)
+        if tables:
+            window = (int(round(tables[0].shape[0]**0.5)) + 1) // 2
+    if None in heads:
+        known = resolve_swin_arch(arch) if arch else next(
+            (dict(p) for p in SWIN_ARCH_PRESETS.values()
+             if p['embed_dims'] == dim and list(p['depths']) == depths),
+            None)
+        if known is None:
+            raise ValueError(
+                f'the Swin weights have no attention in a stage and '
+                f'match no preset (width {dim}, depths {depths}): give '
+                'the architecture (number of heads) with --arch')
+        heads = [h if h is not None else known['num_heads'][s]
+                 for s, h in enumerate(heads)]
+    fc1 = [v for k, v in state.items() if k.endswith('mlp.fc1.weight')
+           and k.startswith('stages.0.')]
+    mlp_ratio = fc1[0].shape[0] / dim if fc1 else 4.
+    outputs = [s for s in range(len(depths)) if f'norm{s}.weight' in state]
+    # A stage's output norm twice its width: taken after the merging.
+    after = any(state[f'norm{s}.weight'].shape[0] == 2 ** (s + 1) * dim
+                for s in outputs if s < len(depths) - 1)
+    return dict(
+        arch=dict(embed_dims=dim, depths=depths, num_heads=heads,
+                  mlp_ratio=mlp_ratio),
+        window_size=window or 7, patch_size=int(proj.shape[-1]),
+        in_channels=int(proj.shape[1]),
+        qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
+        patch_norm='patch_embed.norm.weight' in state,
+        out_indices=outputs, out_after_downsample=after,
+        qk_scale=None)  # a scale leaves no trace in the tensors
 
 
 def block_positions(depths) -> List[Tuple[int, int]]:
