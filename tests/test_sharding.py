@@ -64,15 +64,16 @@ strategy = dict(
 #: process group: starting 2 interpreters costs most of the time.
 DRIVER = """
 import importlib.util, json, sys
+import hetdpt_mm.apis.train as train_api
 spec = importlib.util.spec_from_file_location('train_tool', sys.argv[1])
 train = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(train)
 runs = json.loads(sys.argv[2])
-release = train.release_distributed
-train.release_distributed = lambda: None  # one process group for all runs
+release = train_api.release_distributed
+train_api.release_distributed = lambda: None  # one process group for all runs
 for index, args in enumerate(runs):
     if index == len(runs) - 1:
-        train.release_distributed = release
+        train_api.release_distributed = release
     assert train.main(args + ['--launcher', 'pytorch']) == 0
 """
 

@@ -8,8 +8,8 @@ from typing import Any, Callable, Dict, List, Mapping
 import torch
 
 from ...analysis import count_macs
-from ...benchmark import build_backbone_variants, time_runs
 from ...record import load_backbone_checkpoint
+from ...speed import build_backbone_variants, time_runs
 from .. import demo_report
 from ..jobs import Job
 from .settings import (
