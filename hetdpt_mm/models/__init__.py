@@ -5,7 +5,6 @@ from .family import HetDPTBackbone
 from .hetdpt_layerscale_vit import LAYERSCALE_ARCH_PRESETS, HetDPTLayerScaleViT
 from .hetdpt_swin import HetDPTSwin
 from .hetdpt_vit import HetDPTViT
-from .stock_vit_args import TOOLBOX_DEFAULTS, toolbox_builder
 from .swin_args import SWIN_ARCH_PRESETS
 from .vit_state_dict import convert_state_dict, merge_ffn_weights
 
@@ -24,9 +23,21 @@ def build_fused_attention_detr(**kwargs):
 
 TOOLBOX_MODULES.setdefault('mmdet', {})['FusedAttentionDETR'] = \
     build_fused_attention_detr
+
+
+def toolbox_builder(family, toolbox: str):
+    """What ``toolbox``'s registry builds for ``type='<family>'``: the
+    family with that toolbox's defaults under the config's arguments."""
+    def build(**kwargs):
+        return family(**family.toolbox_args(toolbox, kwargs))
+
+    build.__name__ = build.__qualname__ = f'{family.__name__}_{toolbox}'
+    return build
+
+
 # Registered after the families (registry.register_all_modules): each
-# toolbox's registry builds the ViT families with that toolbox's defaults.
-for _family in (HetDPTViT, HetDPTLayerScaleViT):
-    for _toolbox in TOOLBOX_DEFAULTS:
+# toolbox's registry builds a family with that toolbox's defaults.
+for _family in FAMILIES.values():
+    for _toolbox in _family.TOOLBOX_DEFAULTS:
         TOOLBOX_MODULES.setdefault(_toolbox, {})[_family.__name__] = \
             toolbox_builder(_family, _toolbox)

@@ -76,20 +76,19 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     #: structure.  A record never names how to load (``pretrained``,
     #: ``init_cfg``, paths, URLs).
     RECORD_ARCH_KEYS: ClassVar[FrozenSet[str]] = frozenset()
-    #: Constructor arguments of a small network of the family (the CPU
-    #: demo's size), which the family contract test builds.
+    #: Arguments of a small network (the demo's size) for the contract test.
     SMALL_ARGS: ClassVar[Mapping] = {}
     #: The ``arch`` tools build when none is given (``tools/benchmark.py``).
     DEFAULT_ARCH: ClassVar = None
-    #: Whether HetDPT+ width pruning (``tools/prune_width.py``) supports
-    #: the family.
+    #: Whether HetDPT+ width pruning (``tools/prune_width.py``) supports it.
     WIDTH_PRUNABLE: ClassVar[bool] = False
     #: The layer kinds the family removes, which ``gates`` answers.
     REMOVABLE_KINDS: ClassVar[Tuple[str, ...]] = (ATTN, ACT)
     #: Whether it takes ``token_merge`` (docs/user_guides/token_merge.md).
     MERGES_TOKENS: ClassVar[bool] = False
-    #: Whether the constructor was given a structure (spec, gated or merged
-    #: form) that loaded weights must fit; else weights bring their own.
+    #: Toolbox -> its stock backbone's defaults that differ from ours.
+    TOOLBOX_DEFAULTS: ClassVar[Mapping[str, Mapping]] = {}
+    #: Whether a given structure (spec, form) must fit the loaded weights.
     structure_given: bool = False
     #: The ``init_cfg`` checkpoint absent at ``init_weights`` (weights due).
     awaited_checkpoint: Optional[str] = None
@@ -98,6 +97,11 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         super().__init_subclass__(**kwargs)
         if cls.__dict__.get('family'):
             FAMILIES[cls.family] = cls
+
+    @classmethod
+    def toolbox_args(cls, toolbox: str, args: Mapping) -> Dict:
+        """``args`` as ``toolbox``'s registry passes them to the family."""
+        return {**cls.TOOLBOX_DEFAULTS[toolbox], **args}
 
     # ------------------------------------------------- class level: tensors
     @classmethod

@@ -11,7 +11,6 @@ from timm.layers import trunc_normal_
 from torch.utils.checkpoint import checkpoint
 
 from ..record import HetDPTRecord
-from ..registry import TOOLBOX_MODULES
 from ..spec import ACT, ATTN, PruneSpec
 from . import swin_state_dict, vit_codec
 from .family import HetDPTBackbone
@@ -96,6 +95,7 @@ class HetDPTSwin(HetDPTBackbone):
     SMALL_ARGS = dict(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
                                 num_heads=[1, 2, 4, 8]), window_size=4)
     DEFAULT_ARCH = 'base'
+    TOOLBOX_DEFAULTS = TOOLBOX_DEFAULTS
 
     def __init__(self,
                  arch: Union[str, Mapping] = 'tiny',
@@ -199,6 +199,10 @@ class HetDPTSwin(HetDPTBackbone):
         self._freeze(self._frozen_modules())
 
     # ------------------------------------------------ family: the tensors
+    @classmethod
+    def toolbox_args(cls, toolbox: str, args: Mapping) -> Dict:
+        return toolbox_args(toolbox, args)
+
     @classmethod
     def recognizes(cls, state: Mapping) -> bool:
         return swin_state_dict.is_swin_state_dict(state)
@@ -452,16 +456,3 @@ class HetDPTSwin(HetDPTBackbone):
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)
 
-
-def _toolbox_builder(toolbox: str):
-    def build(**args) -> HetDPTSwin:
-        return HetDPTSwin(**toolbox_args(toolbox, args))
-    build.__name__ = build.__qualname__ = f'HetDPTSwin_{toolbox}'
-    return build
-
-
-# Registered after the families (registry.register_all_modules), so that
-# each toolbox's registry builds HetDPTSwin with that toolbox's defaults.
-for _toolbox in TOOLBOX_DEFAULTS:
-    TOOLBOX_MODULES.setdefault(_toolbox, {})['HetDPTSwin'] = \
-        _toolbox_builder(_toolbox)

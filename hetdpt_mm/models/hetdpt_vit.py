@@ -87,9 +87,9 @@ class HetDPTViT(HetDPTBackbone):
     WIDTH_PRUNABLE = True
     REMOVABLE_KINDS = (ATTN, ACT, FFN)
     MERGES_TOKENS = True
+    TOOLBOX_DEFAULTS = stock_vit.TOOLBOX_DEFAULTS
     OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
-    #: Whether position embeddings are resampled with antialiasing (timm
-    #: does for LayerScale ViTs; DeiT's weights were trained without).
+    #: Antialiased position-embedding resampling (timm's for LayerScale ViTs).
     POS_EMBED_ANTIALIAS = False
 
     def __init__(self,

@@ -44,18 +44,6 @@ FIXED_ARGS = {
 TOOLBOX_DEFAULTS = {'mmseg': dict(out_type='featmap', final_norm=False)}
 
 
-def toolbox_builder(family, toolbox: str):
-    """What ``toolbox``'s registry builds for ``type='<family>'``: the
-    family with that toolbox's defaults under the config's arguments."""
-    defaults = TOOLBOX_DEFAULTS[toolbox]
-
-    def build(*args, **kwargs):
-        return family(*args, **{**defaults, **kwargs})
-
-    build.__name__ = build.__qualname__ = f'{family.__name__}_{toolbox}'
-    return build
-
-
 def arch_from_stock(arch: Union[str, Mapping], default_arch,
                     stock: Dict) -> Union[str, Dict]:
     """``arch`` of our spelling from mmseg's ``embed_dims``,
