@@ -10,7 +10,9 @@ with the backbone under a prefix, the authors' stage-2 ``{'model': sd}``
 files, bare state dicts) into one whose backbone is in the merged form:
 removed attention weights and gate parameters dropped, activation-free FFNs
 merged into one linear.  Only the backbone's tensors change; every other
-tensor is passed through as the same object (bit-identical).  Given a
+tensor of the state dict is passed through as the same object
+(bit-identical), and an EMA model (``ema_state_dict``) is merged the same
+way; optimizer and other training state are left out.  Given a
 ``spec``, dense (or less pruned) weights are cut to it: the result is the
 network of that spec, in the merged or (``form='pruned'``) the unmerged
 form, classifier heads kept.  The result
@@ -29,11 +31,18 @@ import torch
 from .checkpoint import StateDictMismatch
 from .record import (
     EXTRA_STATE_KEY,
+    BackboneCheckpoint,
     HetDPTRecord,
     read_backbone_checkpoint,
     with_record,
 )
 from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
+
+#: Where MMEngine's EMAHook saves the averaged model: an
+#: ``ExponentialMovingAverage`` state dict, ``steps`` and the model's keys
+#: under ``module.``.
+EMA_KEY = 'ema_state_dict'
+EMA_MODULE = 'module.'
 
 
 @dataclass
@@ -50,6 +59,10 @@ class MergeSummary:
     dropped: Dict[str, int] = field(default_factory=dict)
     form_out: str = 'merged'
     spec_in: Optional[PruneSpec] = None
+    #: The EMA backbone's parameters before and after, if there is one.
+    ema: Optional[Tuple[int, int]] = None
+    #: Top-level entries left out (optimizer, param_schedulers, ...).
+    dropped_entries: Tuple[str, ...] = ()
 
     def format(self) -> str:
         where = f'under prefix {self.prefix!r}' if self.prefix else \
@@ -73,8 +86,16 @@ class MergeSummary:
             f'all tensors:         {self.total_before:,} -> '
             f'{self.total_after:,}',
         ]
+        if self.ema is not None:
+            lines.append(f'EMA weights ({EMA_KEY}): merged the same way, '
+                         f'backbone parameters {self.ema[0]:,} -> '
+                         f'{self.ema[1]:,}')
         for what, count in self.dropped.items():
             lines.append(f'dropped {what}: {count}')
+        if self.dropped_entries:
+            lines.append(
+                f'dropped training state: {", ".join(self.dropped_entries)} '
+                '(it refers to the unmerged parameters and a finished run)')
         return '\n'.join(lines)
 
 
@@ -165,8 +186,10 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
 
     The merged checkpoint is ``{'state_dict': ..., 'meta': {...,
     'hetdpt': record}}`` keeping the input's other meta entries, with the
-    record also in the backbone's extra state; optimizer and other training
-    state are not carried over (they refer to the unmerged parameters).
+    record also in the backbone's extra state, and the EMAHook's
+    ``ema_state_dict`` merged to the same spec; optimizer, schedulers,
+    message hub and other training state are not carried over (they refer
+    to the unmerged parameters and a finished run; the summary names them).
     Keys of a distillation teacher are dropped.  An input that is already
     merged is returned as is.  Raises ``ValueError``
     (:class:`StateDictMismatch` for tensors that do not fit) naming the
@@ -198,22 +221,62 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
         spec=final_spec, form=form, family=record.family,
         arch=build_args, semantics=dict(record.semantics), prefix=prefix)
     network = family.from_record(merged_record)
-    converted = family.convert_weights(backbone, final_spec, form,
-                                       record.semantics)
-    own = network.state_dict()
+
+    def merge_state(source: BackboneCheckpoint):
+        """``source``'s state dict with its backbone converted to the
+        merged record (the model's, and its EMA's the same way)."""
+        converted = family.convert_weights(source.state, final_spec, form,
+                                           record.semantics)
+        return _assemble_state(source, converted, network, merged_record,
+                               record.teacher_prefix)
+
+    out_state, dropped, backbone_after = merge_state(loaded)
+    out = {'state_dict': out_state}
+    ema = checkpoint.get(EMA_KEY)
+    ema_sizes = None
+    if isinstance(ema, Mapping):
+        ema_loaded = read_backbone_checkpoint(
+            {'state_dict': OrderedDict(
+                (k[len(EMA_MODULE):], v) for k, v in ema.items()
+                if k.startswith(EMA_MODULE))}, EMA_KEY, prefix)
+        ema_state, _, ema_after = merge_state(ema_loaded)
+        out[EMA_KEY] = _with_module_prefix(ema, ema_state)
+        ema_sizes = (_numel(ema_loaded.state), ema_after)
+
+    meta = checkpoint.get('meta') if isinstance(checkpoint.get('meta'),
+                                                Mapping) else {}
+    out_meta = {k: v for k, v in meta.items() if k != META_KEY}
+    out_meta[META_KEY] = merged_record.to_dict()
+    out['meta'] = out_meta
+    summary = MergeSummary(
+        prefix=prefix, form_in=record.form, spec=final_spec,
+        total_before=_numel(state), total_after=_numel(out_state),
+        backbone_before=_numel(loaded.state), backbone_after=backbone_after,
+        dropped=dropped, form_out=form, spec_in=record.spec,
+        ema=ema_sizes, dropped_entries=tuple(
+            k for k in checkpoint if k not in out and
+            checkpoint[k] is not state) if state is not checkpoint else ())
+    return out, summary
+
+
+def _assemble_state(source: BackboneCheckpoint, converted: Mapping, network,
+                    merged_record: HetDPTRecord, teacher: Optional[str]):
+    """``source``'s whole state dict with ``converted`` (its backbone in the
+    merged record's form) in place of its backbone; returns it, what was
+    dropped, and the merged backbone's size."""
+    prefix = merged_record.prefix
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.
+    own = network.state_dict()
     foreign = set() if prefix else {
         k for k, v in converted.items() if k not in own and
-        backbone.get(k) is v}
+        source.state.get(k) is v}
     merged_backbone = {k: v for k, v in converted.items() if k not in foreign}
     _check_loadable(merged_backbone, network)
-
-    teacher = record.teacher_prefix
     # The merged backbone takes the place of the first backbone key, so the
     # key order of the input is kept.
     out_state, dropped, backbone_written = OrderedDict(), {}, False
-    for key, value in state.items():
+    for key, value in source.state_dict.items():
         relative = key[len(prefix):] if key.startswith(prefix) else None
         if teacher and key.startswith(teacher):
             dropped['distillation teacher tensors'] = dropped.get(
@@ -221,7 +284,7 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
         elif key.endswith(EXTRA_STATE_KEY) and (
                 relative == EXTRA_STATE_KEY or teacher):
             continue  # rewritten below, or the teacher's whereabouts
-        elif relative in loaded.layout_keys and relative not in foreign:
+        elif relative in source.layout_keys and relative not in foreign:
             if not backbone_written:
                 out_state.update(
                     (prefix + k, v) for k, v in with_record(
@@ -229,18 +292,20 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
                 backbone_written = True
         else:
             out_state[key] = value
-    gates = sum(network._is_gate_key(k) for k in loaded.state)
+    gates = sum(network._is_gate_key(k) for k in source.state)
     if gates:
         dropped['gate tensors'] = gates
+    return out_state, dropped, _numel(merged_backbone)
 
-    meta = checkpoint.get('meta') if isinstance(checkpoint.get('meta'),
-                                                Mapping) else {}
-    out_meta = {k: v for k, v in meta.items() if k != META_KEY}
-    out_meta[META_KEY] = merged_record.to_dict()
-    summary = MergeSummary(
-        prefix=prefix, form_in=record.form, spec=final_spec,
-        total_before=_numel(state), total_after=_numel(out_state),
-        backbone_before=_numel(loaded.state),
-        backbone_after=_numel(merged_backbone),
-        dropped=dropped, form_out=form, spec_in=record.spec)
-    return {'state_dict': out_state, 'meta': out_meta}, summary
+
+def _with_module_prefix(ema: Mapping, module_state: Mapping) -> 'OrderedDict':
+    """An EMA state dict (``steps``, ``module.<model keys>``) with the
+    model's keys replaced by ``module_state``, in the input's order."""
+    out, written = OrderedDict(), False
+    for key, value in ema.items():
+        if not key.startswith(EMA_MODULE):
+            out[key] = value
+        elif not written:
+            out.update((EMA_MODULE + k, v) for k, v in module_state.items())
+            written = True
+    return out

@@ -1,22 +1,36 @@
 """tools/merge_ckpt.py and hetdpt_mm.merge: merging a checkpoint's HetDPTViT
-backbone (mmseg-style, authors' stage-2, gated, already merged) and the
-catalogue of bad inputs."""
+backbone (mmseg-style, authors' stage-2, gated, already merged, with an
+EMA) and the catalogue of bad inputs."""
 import hashlib
 import json
 import subprocess
 import sys
 from collections import OrderedDict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers import MIXED_SPEC, REPO, load_tool, randomize_, timm_state_dict
+from helpers import (
+    DENSE_CONFIG,
+    MIXED_SPEC,
+    REPO,
+    build_model,
+    load_tool,
+    randomize_,
+    small_config,
+    timm_state_dict,
+)
+from mmengine.config import Config
+from mmengine.hooks import EMAHook
+from mmengine.model import ExponentialMovingAverage
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_mm.checkpoint import StateDictMismatch, load_checkpoint_file
+from hetdpt_mm.datasets.demo_data import make_classification
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.record import encode_record
+from hetdpt_mm.record import HetDPTRecord, encode_record
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 TOOL = REPO / 'tools' / 'merge_ckpt.py'
@@ -360,3 +374,107 @@ def test_command_line_error_has_no_traceback(tmp_path):
     assert result.stderr.startswith('error: checkpoint ')
     assert 'Traceback' not in result.stderr
     assert not (tmp_path / 'out.pth').exists()
+
+
+# ------------------------------------------------ an EMA-trained model
+EMA_SPEC = dict(attn_removed=[1, 4], act_removed=[2, 4])
+
+
+@pytest.fixture(scope='module')
+def ema_run(tmp_path_factory):
+    """Two epochs of the demo classifier, pruned to :data:`EMA_SPEC`, with
+    MMEngine's EMAHook (its checkpoints hold the averaged weights in
+    ``state_dict``, the trained ones in ``ema_state_dict``) and
+    MergeCheckpointHook."""
+    root = tmp_path_factory.mktemp('ema_run')
+    make_classification(root / 'cls')
+    config = small_config(
+        root / 'ema.py', DENSE_CONFIG, root / 'cls',
+        model=f'dict(backbone=dict(prune_spec={EMA_SPEC!r}))',
+        custom_hooks="[dict(type='EMAHook', momentum=0.2), "
+        "dict(type='MergeCheckpointHook')]")
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert load_tool('train').main([config, '--work-dir',
+                                        str(root / 'work')]) == 0
+    finally:
+        torch.set_num_threads(previous)
+    return root, Path(config)
+
+
+def test_ema_weights_are_merged_as_the_model(ema_run, tool, tmp_path,
+                                             capsys):
+    root, config = ema_run
+    source = root / 'work' / 'epoch_2.pth'
+    before = load_checkpoint_file(source)
+    assert {'ema_state_dict', 'optimizer', 'message_hub'} <= set(before)
+    out = tmp_path / 'merged.pth'
+    code, stdout, err = run_tool(tool, capsys, source, out)
+    assert code == 0, err
+    assert 'EMA weights (ema_state_dict): merged the same way' in stdout
+    assert 'dropped training state: message_hub, optimizer, ' \
+        'param_schedulers (it refers to the unmerged parameters' in stdout
+    merged = load_checkpoint_file(out)
+    assert set(merged) == {'state_dict', 'ema_state_dict', 'meta'}
+    ema = merged['ema_state_dict']
+    assert torch.equal(ema['steps'], before['ema_state_dict']['steps'])
+
+    # The merged EMA model is the EMA's weights merged on their own.
+    alone, _ = merge_checkpoint(dict(
+        state_dict={k[len('module.'):]: v for k, v in
+                    before['ema_state_dict'].items()
+                    if k.startswith('module.')}, meta=before['meta']))
+    module = {k[len('module.'):]: v for k, v in ema.items()
+              if k.startswith('module.')}
+    assert list(module) == list(alone['state_dict'])
+    x = torch.randn(2, 3, 32, 32)
+    outputs = []
+    for weights in (module, alone['state_dict'], merged['state_dict']):
+        backbone = HetDPTViT.from_record(HetDPTRecord.from_dict(
+            merged['meta'][META_KEY])).eval()
+        backbone.load_state_dict(
+            {k[len('backbone.'):]: v for k, v in weights.items()
+             if k.startswith('backbone.')})
+        with torch.no_grad():
+            outputs.append(backbone(x)[0])
+    assert (outputs[0] - outputs[1]).abs().max() <= 1e-6
+    assert (outputs[0] - outputs[2]).abs().max() > 1e-4  # not the same
+
+    # EMAHook loads it strictly: resuming (ema_state_dict) and testing.
+    cfg = Config.fromfile(config)
+    cfg.model.backbone.pop('prune_spec')
+    cfg.model.backbone.init_cfg = dict(type='Pretrained',
+                                       checkpoint=str(out),
+                                       prefix='backbone.')
+    model = build_model(cfg)
+    model.init_weights()
+    assert model.backbone.form == 'merged'
+    hook = EMAHook(strict_load=True)
+    runner = SimpleNamespace(model=model, _resume=True)
+    hook.before_run(runner)
+    assert isinstance(hook.ema_model, ExponentialMovingAverage)
+    hook.after_load_checkpoint(runner, dict(
+        state_dict=dict(merged['state_dict']), ema_state_dict=dict(ema)))
+    averaged = timm_state_dict(hook.ema_model.module)
+    assert averaged.keys() == timm_state_dict(model).keys()
+    for key, value in averaged.items():
+        assert torch.equal(merged['state_dict'][key], value), key
+    strict = tmp_path / 'strict_ema.py'
+    strict.write_text(f'_base_ = [{str(config)!r}]\n'
+                      "custom_hooks = [dict(type='EMAHook', "
+                      'strict_load=True)]\n')
+    assert load_tool('test').main([str(strict), str(out), '--work-dir',
+                                   str(tmp_path / 'test')]) == 0
+
+
+def test_merge_hook_writes_the_ema_layout_of_the_checkpoints(ema_run):
+    """The hook's file after training is the last checkpoint merged."""
+    root, _ = ema_run
+    written = load_checkpoint_file(root / 'work' / 'ema_merged.pth')
+    merged, _ = merge_checkpoint(load_checkpoint_file(
+        root / 'work' / 'epoch_2.pth'))
+    for entry in ('state_dict', 'ema_state_dict'):
+        assert list(written[entry]) == list(merged[entry])
+        for key, value in merged[entry].items():
+            assert torch.equal(written[entry][key], value), (entry, key)

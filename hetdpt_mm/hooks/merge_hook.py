@@ -1,14 +1,15 @@
 """MergeCheckpointHook: write the deployable merged model (METHOD.md §4)."""
 import os.path as osp
+from collections import OrderedDict
 from typing import Optional, Tuple
 
 import torch
 from mmengine.dist import is_main_process
-from mmengine.hooks import Hook
+from mmengine.hooks import EMAHook, Hook
 from mmengine.registry import HOOKS
 
 from ..fileio import atomic_path
-from ..merge import merge_checkpoint
+from ..merge import EMA_KEY, EMA_MODULE, merge_checkpoint
 from ..models.lookup import hetdpt_record
 from ..sharding import full_state_dict, is_fsdp
 from ..spec import META_KEY
@@ -24,7 +25,9 @@ class MergeCheckpointHook(Hook):
     in the merged form (gates and removed attention dropped, activation-free
     FFNs merged), other modules (head, neck) untouched, a distillation
     teacher left out, and ``meta['hetdpt']`` with spec, arch, semantics,
-    ``form='merged'`` and the backbone prefix.
+    ``form='merged'`` and the backbone prefix.  With MMEngine's EMAHook the
+    file is laid out as its checkpoints are: the averaged weights in
+    ``state_dict``, the trained ones in ``ema_state_dict``, both merged.
 
     ``HetDPTViT`` (``init_cfg=dict(type='Pretrained', checkpoint=...,
     prefix='backbone.')``) rebuilds the merged network from that file with no
@@ -73,7 +76,8 @@ class MergeCheckpointHook(Hook):
         # state_dict_cfg='full' only rank 0's checkpoint holds the weights.
         if self.at_each_save and is_main_process():
             self._write(runner, checkpoint['state_dict'],
-                        checkpoint.get('meta', {}))
+                        checkpoint.get('meta', {}),
+                        checkpoint.get(EMA_KEY))
 
     def after_train(self, runner) -> None:
         # Every rank: under FSDP the whole state dict is gathered to rank 0
@@ -86,13 +90,16 @@ class MergeCheckpointHook(Hook):
                                None)
         if dataset_meta is not None:
             meta['dataset_meta'] = dataset_meta
-        self._write(runner, state_dict, meta)
+        state_dict, ema_state_dict = _ema_layout(runner, state_dict)
+        self._write(runner, state_dict, meta, ema_state_dict)
 
-    def _write(self, runner, state_dict, meta) -> None:
+    def _write(self, runner, state_dict, meta, ema_state_dict=None) -> None:
         meta = {k: meta[k] for k in KEPT_META if k in meta}
         meta[META_KEY] = hetdpt_record(runner.model)
-        merged, summary = merge_checkpoint(
-            dict(state_dict=state_dict, meta=meta))
+        checkpoint = dict(state_dict=state_dict, meta=meta)
+        if ema_state_dict is not None:
+            checkpoint[EMA_KEY] = ema_state_dict
+        merged, summary = merge_checkpoint(checkpoint)
         written, report = self._convert(runner, merged)
         path = self.output_path(runner)
         with atomic_path(path) as tmp:
@@ -104,6 +111,26 @@ class MergeCheckpointHook(Hook):
         """What becomes of the merged checkpoint before it is written, and
         what to report about it (subclasses prune further)."""
         return merged, ''
+
+
+def _ema_layout(runner, state_dict):
+    """``(state_dict, ema_state_dict)`` as EMAHook saves them when the run
+    has one (the averaged weights as the model's), else ``state_dict``
+    and ``None``."""
+    ema_hook = next((hook for hook in getattr(runner, 'hooks', ())
+                     if isinstance(hook, EMAHook)), None)
+    if ema_hook is None:
+        return state_dict, None
+    averaged = dict(state_dict)
+    ema_state = OrderedDict()
+    for key, value in ema_hook.ema_model.state_dict().items():
+        value = value.detach().cpu()
+        if key.startswith(EMA_MODULE):
+            ema_state[key] = state_dict[key[len(EMA_MODULE):]]
+            averaged[key[len(EMA_MODULE):]] = value
+        else:
+            ema_state[key] = value
+    return averaged, ema_state
 
 
 def _saves_full_state_dict(runner) -> bool:
