@@ -197,7 +197,8 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
 def runtime_section(timings, entries: List[Entry],
                     options: BenchmarkOptions) -> List[Dict[str, Any]]:
     """Per runtime: each variant's speedup over the first (baseline)
-    variant in that runtime, and over the same variant in PyTorch eager."""
+    variant in that runtime, and over the same variant in PyTorch eager
+    (None where ``--runtime`` leaves eager out)."""
     base = options.models[0]
     diffs = {entry.name: entry.max_abs_diff for entry in entries}
     rows = []
@@ -212,7 +213,8 @@ def runtime_section(timings, entries: List[Entry],
                 baseline_ms=1e3 * timings[runtime_name(base, runtime)].median,
                 speedup=speedup(timings[runtime_name(base, runtime)],
                                 timings[name]),
-                vs_torch=speedup(timings[variant], timings[name])))
+                vs_torch=speedup(timings[variant], timings[name])
+                if variant in timings else None))
     return rows
 
 
