@@ -331,6 +331,32 @@ def test_benchmark_times_every_runtime(tmp_path):
     assert rows['torch']['vs_torch']['paired_median'] == 1
 
 
+def test_benchmark_times_a_token_merging_backbone_in_the_runtimes(tmp_path):
+    """The benchmark's graphs are exported at its one input shape, so a
+    backbone with ToMe exports too; each runtime matches PyTorch's merging
+    model within 1e-4 (16 patches, 4 merged in each block).  Without
+    --runtime torch the table has no speedup over eager PyTorch."""
+    out = tmp_path / 'bench.json'
+    assert load_tool('benchmark').main([
+        'backbone', '--arch', json.dumps(dict(embed_dims=64, num_layers=2,
+                                              num_heads=2)),
+        '--spec', json.dumps(dict(attn_removed=[0], act_removed=[0, 1])),
+        '--img-size', '64', '--batch-size', '2', '--models', 'dense',
+        'merged', '--runtime', 'onnxruntime', 'openvino', '--token-merge',
+        '4', '--repeats', '1', '--warmup', '0', '--no-macs', '--json',
+        str(out)]) == 0
+    result = json.loads(out.read_text())
+    models = {m['name']: m for m in result['models']}
+    assert list(models) == ['dense@onnxruntime', 'merged@onnxruntime',
+                            'dense@openvino', 'merged@openvino']
+    for model in models.values():
+        assert model['description'].endswith(', ToMe r=4')
+        assert model['max_abs_diff'] <= 1e-4
+    # Eager PyTorch was not timed: no speedup over it.
+    assert [(row['runtime'], row['vs_torch']) for row in result['runtimes']
+            ] == [('onnxruntime', None), ('openvino', None)]
+
+
 @pytest.mark.parametrize('args, message', [
     (['detr', '--runtime', 'onnxruntime'], 'for the backbone task'),
     (['backbone', '--runtime', 'onnxruntime', '--dtype', 'bf16'],

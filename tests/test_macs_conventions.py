@@ -63,7 +63,11 @@ def test_analytic_cost_without_products_drops_two_n2d_per_attention():
         2 * tokens**2 * dim
     assert without.attention_macs == 4 * tokens * dim**2
     assert without.ffn_macs == with_products.ffn_macs
-    assert 'attention products left out' in without.describe()
+    assert without.describe().startswith(
+        'analytic MACs without-attention-products (attention products left '
+        'out): ')
+    assert with_products.describe().startswith(
+        'analytic MACs with-attention-products: D=768')
 
 
 @pytest.mark.parametrize('family', sorted(

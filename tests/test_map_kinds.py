@@ -4,17 +4,22 @@ fit, the allocations, the cost models, the report and the JSON outputs name
 the kind; the paper's (attn, act) report stays as it was."""
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO
+from helpers import REPO, fake_runner
+from mmengine.logging import MMLogger
+from mmpretrain.registry import MODELS
 
 from hetdpt_mm.apis.fit_map import FitMapOptions, load_allocation, run_fit_map
+from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.hooks.map_collect_hook import (
     BRANCH_POINT_COLUMNS,
     POINT_COLUMNS,
 )
+from hetdpt_mm.hooks.prune_counts import MAPKindsError
 from hetdpt_mm.pruning import (
     AnalyticCost,
     MAPFit,
@@ -154,3 +159,67 @@ def test_measured_cost_prices_ffn_branches_when_measured(tmp_path):
     with pytest.raises(ValueError, match='would save more than'):
         MeasuredCost(dense_total=100, attn=4, ffn_saving=3, ffn_branch=5,
                      depth=12)
+
+
+# ------------------------------------------------------- the prune hook
+def gated_classifier():
+    """A gated ViT of the points' depth, small enough to build quickly."""
+    return MODELS.build(dict(
+        type='ImageClassifier',
+        backbone=dict(type='HetDPTViT', arch=dict(
+            embed_dims=24, num_layers=DEPTH, num_heads=2), img_size=16,
+            patch_size=8, gated=True),
+        head=dict(type='VisionTransformerClsHead', num_classes=10,
+                  in_channels=24)))
+
+
+@pytest.mark.parametrize('t_kind, map_kinds', [
+    ('ffn', ('attn', 'act')), ('act', ('attn', 'ffn'))])
+def test_prune_hook_refuses_points_of_other_kinds(tmp_path, t_kind,
+                                                  map_kinds):
+    """Before training, naming the file, its kinds and map_kinds."""
+    path = write_points(tmp_path / f'{t_kind}.csv', t_kind)
+    model = gated_classifier()
+    hook = HetDPTPruneHook(map_points=str(path), budget=4,
+                           map_kinds=map_kinds, stages=1)
+    message = (re.escape(f"MAP points file {path} counts ('attn', "
+                         f"'{t_kind}') (its columns: t counts the ") +
+               '.*' + re.escape(f' kept), but map_kinds is {map_kinds}'))
+    with pytest.raises(MAPKindsError, match=message):
+        hook.before_train(fake_runner(model))
+    assert issubclass(MAPKindsError, ValueError)
+    assert model.backbone.prune_spec.is_dense and hook.order == []
+
+
+def test_prune_hook_refuses_a_fit_of_other_kinds(tmp_path):
+    points = load_points_and_kind(write_points(tmp_path / 'ffn.csv', 'ffn'),
+                                  DEPTH)[0]
+    fit = fit_map(points, t_kind='ffn').to_dict()
+    path = tmp_path / 'fit.json'
+    path.write_text(json.dumps(fit))
+    for map_fit, name in ((fit, 'the given fit'), (str(path), f'fit {path}')):
+        hook = HetDPTPruneHook(map_fit=map_fit, budget=4, stages=1)
+        with pytest.raises(MAPKindsError, match=re.escape(
+                f"MAP {name} counts ('attn', 'ffn') (its t_kind: t counts "
+                "the FFN branches kept), but map_kinds is ('attn', 'act')")):
+            hook.before_train(fake_runner(gated_classifier()))
+
+
+def test_prune_hook_reads_points_of_its_kinds_and_ratios_alone(tmp_path):
+    """Points of the hook's kinds, or ratios alone (which say nothing),
+    give MAP's allocation with its second count under map_kinds[1]."""
+    logger = MMLogger.get_current_instance()
+    ffn = write_points(tmp_path / 'ffn.csv', 'ffn')
+    hook = HetDPTPruneHook(map_points=str(ffn), budget=4,
+                           map_kinds=('attn', 'ffn'))
+    split = allocate(fit_map(load_points_and_kind(ffn, DEPTH)[0],
+                             t_kind='ffn'), 4, DEPTH)
+    assert hook._resolve_counts(DEPTH, logger) == dict(
+        attn=split.n_attn, act=0, ffn=split.n_act)
+    paper = REPO / 'tests' / 'data' / 'map_points_paper.csv'
+    assert load_points_and_kind(paper, DEPTH, unrecorded=None)[1] is None
+    for map_kinds in (('attn', 'act'), ('attn', 'ffn')):
+        hook = HetDPTPruneHook(map_points=str(paper), budget=4,
+                               map_kinds=map_kinds)
+        counts = hook._resolve_counts(DEPTH, logger)
+        assert counts[map_kinds[1]] + counts['attn'] == 4

@@ -263,8 +263,6 @@ def test_benchmark_merges_tokens_in_every_backbone():
 
 @pytest.mark.parametrize('options, message', [
     (dict(family='swin', arch='tiny', spec=None), 'does not merge'),
-    (dict(models=['dense', 'pruned'], runtimes=['onnxruntime']),
-     'torch only'),
     (dict(token_merge=-1), '>= 0')])
 def test_benchmark_refuses_what_cannot_merge(options, message):
     options = dict(dict(token_merge=8), **options)

@@ -221,9 +221,6 @@ def check_token_merge(options: BenchmarkOptions, family) -> None:
             raise UsageError(f'--token-merge applies to HetDPT ViT '
                              f'backbones; --config {name} ({path}) builds '
                              f'a {backbone} backbone')
-    if options.runtimes != ['torch']:
-        raise UsageError('--token-merge is timed in torch only (the export '
-                         'of a merging model is checked by tools/export.py)')
 
 
 def check_runtimes(options: BenchmarkOptions) -> None:

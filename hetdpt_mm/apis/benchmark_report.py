@@ -51,9 +51,8 @@ def format_markdown(result: Dict[str, Any]) -> str:
             lines.append(
                 f'| {row["runtime"]} ({row["model"]} vs {row["baseline"]}) '
                 f'| {row["baseline_ms"]:.1f} | {row["ms"]:.1f} | '
-                f'{gain["paired_median"]:.3f}x [{gain["paired_min"]:.2f}-'
-                f'{gain["paired_max"]:.2f}] | {eager["paired_median"]:.3f}x '
-                f'[{eager["paired_min"]:.2f}-{eager["paired_max"]:.2f}] | '
+                f'{paired_text(gain)} | '
+                f'{"-" if eager is None else paired_text(eager)} | '
                 f'{row["max_abs_diff"]:.2g} |')
     analytic = [m for m in result['models']
                 if 'backbone_analytic_macs' in m]
@@ -94,6 +93,12 @@ def si(count: float) -> str:
     return f'{count:.0f}'
 
 
+def paired_text(gain: Dict[str, Any]) -> str:
+    """``1.360x [1.32-1.41]``: a paired speedup's median and range."""
+    return (f'{gain["paired_median"]:.3f}x [{gain["paired_min"]:.2f}-'
+            f'{gain["paired_max"]:.2f}]')
+
+
 def backbone_matmul(model: Dict[str, Any]) -> int:
     macs = model.get('backbone_macs') or model['macs']
     return macs['matmul']
@@ -125,7 +130,6 @@ def model_table(result: Dict[str, Any], timing_key: str, speedup_key: str,
             f'{params / 1e6:.2f} | {si(macs["total"]) if macs else "-"} | '
             f'{timing["median_ms"]:.1f} [{timing["min_ms"]:.1f}-'
             f'{timing["max_ms"]:.1f}] | {timing["throughput"]:.2f} | '
-            f'{gain["median"]:.3f}x | {gain["paired_median"]:.3f}x '
-            f'[{gain["paired_min"]:.2f}-{gain["paired_max"]:.2f}] | '
+            f'{gain["median"]:.3f}x | {paired_text(gain)} | '
             f'{gain["best"]:.3f}x | {macs_ratio} | {of_macs} |')
     return lines

@@ -34,7 +34,6 @@ Under DDP the scores are identical anyway (their gradients are
 all-reduced); with a policy that runs on every rank each decision also
 records every rank's own choice to show it.
 """
-import json
 import math
 import os.path as osp
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -43,12 +42,12 @@ from mmengine.dist import get_world_size, is_main_process
 from mmengine.registry import HOOKS
 
 from ..fileio import atomic_write_text
-from ..pruning import MAPFit, allocate, fit_map, load_points
 from ..pruning.schedules import build_prune_schedule
 from ..pruning.selection import SelectionPolicy
 from ..sharding import is_fsdp, unwrap_model
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .gate_hook import KIND_NAMES, GateHookBase, removable_blocks
+from .prune_counts import check_count_sources, resolve_counts
 
 #: Key of the hook's schedule state in ``checkpoint['meta']``.
 STATE_KEY = 'hetdpt_prune'
@@ -71,6 +70,10 @@ class HetDPTPruneHook(GateHookBase):
         map_kinds: the two kinds MAP's retained ratios ``(a, t)`` count:
             ``('attn', 'act')`` (the paper's) or ``('attn', 'ffn')``
             (whole-branch removal: ``t`` counts the FFN branches kept).
+            A points file whose columns count the other pair (``n_ffn`` /
+            ``n_act``), or a fit whose ``t_kind`` does, is refused before
+            training (:class:`~.prune_counts.MAPKindsError`); ratios alone
+            say nothing and are read as ``map_kinds``.
         bounds: per-type count bounds for MAP: ``'full'`` (0..L), ``'paper'``
             (1..L-1) or ``(lo, hi)``.
         degrees: polynomial degrees MAP chooses from by leave-2-out CV.
@@ -121,33 +124,13 @@ class HetDPTPruneHook(GateHookBase):
                                   SelectionPolicy] = 'LowestGateScore',
                  spec_file: Optional[str] = None,
                  log_score_grads: bool = False):
-        sources = [name for name, value in (('counts', counts),
-                                            ('map_points', map_points),
-                                            ('map_fit', map_fit))
-                   if value is not None]
-        if len(sources) != 1:
-            raise ValueError('HetDPTPruneHook needs exactly one of counts, '
-                             f'map_points or map_fit; got {sources or "none"}')
-        if counts is not None:
-            counts = dict(counts)
-            if not {ATTN, ACT} <= set(counts) <= set(LAYER_KINDS):
-                raise ValueError(f'counts must be dict(attn=..., act=...) '
-                                 f'(and ffn=...), got {counts}')
-            if budget is not None:
-                raise ValueError('budget is for MAP; with explicit counts '
-                                 'leave it out')
-        elif budget is None:
-            raise ValueError(f'{sources[0]} needs a budget (total number of '
-                             'layers to remove)')
+        counts, map_kinds = check_count_sources(counts, map_points, map_fit,
+                                                budget, map_kinds)
         if candidates is not None:
             unknown = set(candidates) - set(LAYER_KINDS)
             if unknown:
                 raise ValueError(f'candidates keys must be some of '
                                  f'{LAYER_KINDS}, got {sorted(unknown)}')
-        map_kinds = tuple(map_kinds)
-        if map_kinds not in ((ATTN, ACT), (ATTN, FFN)):
-            raise ValueError(f"map_kinds must be ('attn', 'act') or "
-                             f"('attn', 'ffn'), got {map_kinds}")
         super().__init__(selection)
         self.schedule = build_prune_schedule(
             schedule, stages=stages, by_epoch=by_epoch,
@@ -174,35 +157,11 @@ class HetDPTPruneHook(GateHookBase):
 
     # ------------------------------------------------------------ helpers
     def _resolve_counts(self, depth: int, logger) -> Dict[str, int]:
-        if self.counts_cfg is not None:
-            counts = {kind: self.counts_cfg[kind] for kind in LAYER_KINDS
-                      if kind in self.counts_cfg}
-            _check_count_values(counts, depth)
-            logger.info('HetDPT prune counts (given): ' + ' '.join(
-                f'{kind}={value}' for kind, value in counts.items()))
-            return counts
-        if self.map_points is not None:
-            fit = fit_map(load_points(self.map_points, depth=depth),
-                          self.degrees)
-            source = f'points {self.map_points}'
-        elif isinstance(self.map_fit, Mapping):
-            fit, source = MAPFit.from_dict(self.map_fit), 'the given fit'
-        else:
-            with open(self.map_fit, encoding='utf-8') as file:
-                fit = MAPFit.from_dict(json.load(file))
-            source = f'fit {self.map_fit}'
-        allocation = allocate(fit, self.budget, depth, self.bounds)
-        logger.info(
-            f'HetDPT MAP from {source} ({len(fit.points)} points), degree '
-            f'by leave-2-out CV:\n{fit.format_table()}\n'
-            f'{fit.format_polynomial()}\n'
-            f'allocation of budget {self.budget} at depth {depth} (bounds '
-            f'{allocation.bounds}):\n{allocation.format_table()}\n'
-            f'HetDPT prune counts (MAP): attn={allocation.n_attn} '
-            f'{self.map_kinds[1]}={allocation.n_act}')
-        counts = {ATTN: allocation.n_attn, ACT: 0}
-        counts[self.map_kinds[1]] = allocation.n_act
-        return counts
+        return resolve_counts(
+            depth, logger, counts=self.counts_cfg, map_points=self.map_points,
+            map_fit=self.map_fit, budget=self.budget,
+            map_kinds=self.map_kinds, bounds=self.bounds,
+            degrees=self.degrees)
 
     def _resolve_candidates(self, depth: int) -> Dict[str, List[int]]:
         resolved = {}
@@ -418,10 +377,3 @@ class HetDPTPruneHook(GateHookBase):
             atomic_write_text(path, backbone.prune_spec.to_json() + '\n')
             runner.logger.info(f'HetDPT spec written to {path}')
 
-
-def _check_count_values(counts: Mapping[str, int], depth: int) -> None:
-    for kind, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or \
-                not 0 <= value <= depth:
-            raise ValueError(f'counts[{kind!r}] must be an integer in '
-                             f'0..{depth}, got {value!r}')

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple, Union
 
+from ..analysis import macs_convention
 from ..fileio import check_input_file
 from ..presets import ARCH_PRESETS
 from ..spec import ACT, ATTN, FFN
@@ -202,7 +203,8 @@ class AnalyticCost(CostModel):
         height, width = self.img_size
         products = '' if self.attention_products else \
             ' (attention products left out)'
-        return (f'analytic MACs{products}: D={self.embed_dim}, depth '
+        return (f'analytic MACs {macs_convention(self.attention_products)}'
+                f'{products}: D={self.embed_dim}, depth '
                 f'{self.depth}, {height}x{width} / patch {self.patch_size} -> '
                 f'{self.num_tokens} tokens; dense '
                 f'{self.total(0, 0) / 1e9:.2f} GMACs; attention '

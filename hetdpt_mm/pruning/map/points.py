@@ -55,10 +55,12 @@ def load_points(path: Union[str, Path],
     return load_points_and_kind(path, depth)[0]
 
 
-def load_points_and_kind(path: Union[str, Path], depth: Optional[int] = None
-                         ) -> Tuple[List[MAPPoint], str]:
+def load_points_and_kind(path: Union[str, Path], depth: Optional[int] = None,
+                         unrecorded: Optional[str] = ACT
+                         ) -> Tuple[List[MAPPoint], Optional[str]]:
     """:func:`load_points`, and the kind the points' ``t`` counts
-    (:func:`points_t_kind`)."""
+    (:func:`points_t_kind`; ``unrecorded`` for a file whose columns do not
+    say, ratios alone)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f'MAP points file not found: {path}')
@@ -74,7 +76,7 @@ def load_points_and_kind(path: Union[str, Path], depth: Optional[int] = None
     records, locations = read(text, path)
     points = parse_points(records, depth=depth, source=str(path),
                           locations=locations)
-    return points, points_t_kind(records, str(path))
+    return points, points_t_kind(records, str(path), unrecorded)
 
 
 def _read_json_records(text: str, path: Path
@@ -127,11 +129,13 @@ def _count_column_names() -> List[str]:
 
 
 def points_t_kind(records: Sequence[Mapping[str, Any]],
-                  source: str = 'points') -> str:
+                  source: str = 'points',
+                  unrecorded: Optional[str] = ACT) -> Optional[str]:
     """The kind the records' ``t`` counts, from their columns: ``'ffn'``
     with ``n_ffn`` or ``removed_ffn`` (whole FFN branches, as
-    ``MAPCollectHook`` writes them), else ``'act'`` (GELUs; also for
-    ratios alone).  Columns of both kinds are refused."""
+    ``MAPCollectHook`` writes them), ``'act'`` with ``n_act`` or
+    ``removed_act`` (GELUs), else (ratios alone) ``unrecorded``.  Columns
+    of both kinds are refused."""
     columns = _columns(records)
     kinds = [kind for kind in T_KINDS
              if {f'n_{kind}', f'removed_{kind}'} & columns]
@@ -140,7 +144,7 @@ def points_t_kind(records: Sequence[Mapping[str, Any]],
             f'{source}: columns count both GELUs (n_act / removed_act) and '
             'FFN branches (n_ffn / removed_ffn); MAP\'s t counts one kind: '
             'give (attn, act) and (attn, ffn) points in separate files')
-    return kinds[0] if kinds else ACT
+    return kinds[0] if kinds else unrecorded
 
 
 def _columns(records: Sequence[Mapping[str, Any]]) -> set:
