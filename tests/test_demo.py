@@ -21,8 +21,8 @@ from hetdpt_mm.apis.demo_results import (
     from_json,
     to_json,
 )
+from hetdpt_mm.apis.demo_tome_claims import pareto_front, tome_comparison
 from hetdpt_mm.apis.demo_tome_report import (
-    pareto_front,
     tome_claims,
     tome_section,
     tome_summary_row,
@@ -349,6 +349,10 @@ def test_tome_claims_compare_at_equal_r_and_name_the_front():
     assert claims['front'] == ['hetdpt-r2', 'hetdpt-r1', 'hetdpt-r0',
                                'dense-r0']
     assert '1.36x to 1.50x' in claims['verdict']
+    faster = tome_comparison(tome).claims[0]
+    assert (faster.name, faster.holds, faster.numbers) == (
+        'tome_hetdpt_faster', True, dict(min_speedup=1900 / 1400,
+                                         max_speedup=1500 / 1000))
     assert '**faster**' in claims['verdict']
     assert ('ToMe alone (dense, r=2 against r=0): 1.40x measured, 3.00x '
             'fewer MACs, -4.00 points.') in claims['verdict']

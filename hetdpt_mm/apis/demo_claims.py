@@ -1,15 +1,16 @@
 """What the demo's results show, as data: the numbers behind the report's
 claims (the gradients of the gate scores by type, the compared splits of
-the budget) and the claims themselves (:class:`Claim`: holds or not, with
-the numbers that decide it).  The words are the report's
+the budget) and the claims themselves (:class:`~.demo_results.Claim`:
+holds or not, with the numbers that decide it).  The words are the report's
 (:mod:`.demo_report_claims`)."""
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 from ..analysis import macs_convention
 from ..pruning import AnalyticCost
 from ..spec import ACT, ATTN
-from .demo_results import CompareRun, DemoResults, RunInfo
+from .demo_results import Claim, CompareRun, DemoResults, RunInfo
+from .demo_tome_claims import tome_comparison
 
 #: The compared splits of the budget, in the report's order.
 SPLIT_METHODS = ('MAP', 'attention_only', 'gelu_only', 'naive')
@@ -19,15 +20,6 @@ def counts_label(n_attn: int, n_act: int) -> str:
     """``attn<n>-act<m>``: how run keys, benchmark names and the report's
     speed table name a split by its removed counts."""
     return f'attn{n_attn}-act{n_act}'
-
-
-@dataclass
-class Claim:
-    """One statement of the report: whether it ``holds`` on this run, and
-    the numbers (and names) that decide it."""
-    name: str
-    holds: bool
-    numbers: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -200,11 +192,13 @@ def summarise(run: RunInfo, results: DemoResults, budget: int, classes: int,
     cost = analytic_cost(results)
     gradients = gradient_stats(results)
     splits = split_rows(results, cost)
+    claims = compute_claims(results, gradients, splits)
+    if results.tome is not None:
+        claims += tome_comparison(results.tome).claims
     return Summary(
         run=run, results=results, budget=budget, classes=classes,
         val_images=val_images,
         point_speedups=[cost.speedup(int(p['n_attn']), int(p['n_act']))
                         for p in results.map.points],
         macs_convention=macs_convention(cost.attention_products),
-        gradients=gradients, splits=splits,
-        claims=compute_claims(results, gradients, splits))
+        gradients=gradients, splits=splits, claims=claims)

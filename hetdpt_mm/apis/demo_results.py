@@ -324,6 +324,15 @@ class DemoResults:
 
 # ------------------------------------------------------------ the run
 @dataclass
+class Claim:
+    """One statement of the report: whether it ``holds`` on this run, and
+    the numbers (and names) that decide it."""
+    name: str
+    holds: bool
+    numbers: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class StageTime:
     name: str
     title: str

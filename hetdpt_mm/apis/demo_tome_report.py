@@ -1,11 +1,13 @@
 """The token-merging part of the demo report (the paper's Fig. 8 on the
-demo task, ``removed_attn``, DETR and UperNet with ToMe): the comparisons
-computed from the stage's results (:func:`tome_claims`) and the report's
-section (:func:`tome_section`)."""
-from typing import Any, Dict, List, Optional, Sequence
+demo task, ``removed_attn``, DETR and UperNet with ToMe) in words, from
+the comparison computed as data (:mod:`.demo_tome_claims`): the report's
+section (:func:`tome_section`) and the statements as ``summary.json`` keeps
+them (:func:`tome_claims`)."""
+from typing import Any, Dict, List, Optional
 
 from .demo_report_format import clock_name
-from .demo_results import TomePoint, TomeResult
+from .demo_results import TomePoint, TomeResult, to_json
+from .demo_tome_claims import TomeComparison, by_model, tome_comparison
 
 #: How the report names the models of the comparison.
 TOME_MODEL_NAMES = dict(dense='dense + ToMe',
@@ -17,98 +19,69 @@ TRANSFER_NAMES = dict(detr=('DETR (toy COCO)', 'bbox mAP', 100),
                       upernet=('UperNet (toy ADE20K)', 'mIoU', 1))
 
 
-def _by_model(points: Sequence[TomePoint]
-              ) -> Dict[str, Dict[int, TomePoint]]:
-    rows: Dict[str, Dict[int, TomePoint]] = {}
-    for point in points:
-        rows.setdefault(point.model, {})[point.r] = point
-    return rows
+def point_key(point: TomePoint) -> str:
+    return f'{point.model}-r{point.r}'
 
 
-def pareto_front(points: Sequence[TomePoint]) -> List[TomePoint]:
-    """The points no other point beats in both accuracy and throughput
-    (at least as good in both, better in one), fastest first."""
-    def beaten(p):
-        return any(q.accuracy >= p.accuracy and
-                   q.throughput >= p.throughput and
-                   (q.accuracy, q.throughput) != (p.accuracy, p.throughput)
-                   for q in points)
-    return sorted((p for p in points if not beaten(p)),
-                  key=lambda p: -p.throughput)
-
-
-def tome_claims(tome: TomeResult) -> Dict[str, Any]:
-    """What the ToMe section states, from the stage's results: HetDPT +
-    ToMe against dense + ToMe at equal r (the speedup and the accuracy
-    gap), the front of the Fig. 8 points, and ``removed_attn`` 'norm'
-    against 'none'."""
-    rows = _by_model(tome.points)
-    dense, hetdpt = rows['dense'], rows['hetdpt']
-    norm, none = rows['attn_only'], rows['attn_only_none']
-    equal_r = [dict(r=r, dense_accuracy=dense[r].accuracy,
-                    hetdpt_accuracy=hetdpt[r].accuracy,
-                    speedup=hetdpt[r].throughput / dense[r].throughput)
-               for r in tome.r]
-    speedups = [row['speedup'] for row in equal_r]
-    faster = all(s > 1 for s in speedups)
+def comparison_verdict(tome: TomeResult, comparison: TomeComparison) -> str:
+    """HetDPT + ToMe against dense + ToMe, ToMe alone, and the front."""
+    faster = comparison.claims[0]
+    dense = by_model(tome.points)['dense']
     verdict = (f'HetDPT + ToMe is **'
-               f'{"faster" if faster else "not always faster"}** than '
-               f'dense + ToMe at equal r: {min(speedups):.2f}x to '
-               f'{max(speedups):.2f}x measured throughput; the paper '
-               'reports 1.5-1.6x on DeiT-B on a GPU.')
+               f'{"faster" if faster.holds else "not always faster"}** than '
+               f'dense + ToMe at equal r: '
+               f'{faster.numbers["min_speedup"]:.2f}x to '
+               f'{faster.numbers["max_speedup"]:.2f}x measured throughput; '
+               'the paper reports 1.5-1.6x on DeiT-B on a GPU.')
     top, plain = dense[max(tome.r)], dense[0]
     verdict += (f' ToMe alone (dense, r={top.r} against r=0): '
                 f'{top.throughput / plain.throughput:.2f}x measured, '
                 f'{plain.macs / top.macs:.2f}x fewer MACs, '
                 f'{top.accuracy - plain.accuracy:+.2f} points.')
-    front = pareto_front([p for p in tome.points
-                          if p.model in ('dense', 'hetdpt')])
+    front = comparison.front
     counts = {m: sum(p.model == m for p in front)
               for m in ('dense', 'hetdpt')}
-    verdict += (f' Of the {2 * len(tome.r)} points, the accuracy / '
-                f'throughput front (no point both more accurate and faster) '
-                f'holds {counts["hetdpt"]} HetDPT and {counts["dense"]} dense '
-                'point(s): ' + ', '.join(
-                    f'{TOME_MODEL_NAMES[p.model]} r={p.r}'
-                    for p in front) + '.')
-    removed = [dict(r=r, norm_accuracy=norm[r].accuracy,
-                    none_accuracy=none[r].accuracy,
-                    norm_throughput=norm[r].throughput,
-                    none_throughput=none[r].throughput,
-                    norm_macs=norm[r].macs, none_macs=none[r].macs,
-                    norm_speedup=norm[r].throughput / none[r].throughput)
-               for r in tome.r if r]
-    # r=0 of 'none' is the model of r=0 of 'norm' (nothing merged).
-    removed_front = pareto_front([
-        p for p in tome.points if p.model == 'attn_only' or
-        (p.model == 'attn_only_none' and p.r)])
-    return dict(equal_r=equal_r, front=[point_key(p) for p in front],
-                verdict=verdict, removed_attn=removed,
-                removed_attn_front=[point_key(p) for p in removed_front],
-                removed_attn_verdict=removed_attn_verdict(removed) + (
-                    ' Accuracy / throughput front of the two: ' + ', '.join(
-                        f'{p.removed_attn} r={p.r} '
-                        f'({p.accuracy:.2f} % at '
-                        f'{p.throughput:,.0f} img/s)'
-                        for p in removed_front) + '.'))
+    return verdict + (
+        f' Of the {2 * len(tome.r)} points, the accuracy / '
+        f'throughput front (no point both more accurate and faster) '
+        f'holds {counts["hetdpt"]} HetDPT and {counts["dense"]} dense '
+        'point(s): ' + ', '.join(f'{TOME_MODEL_NAMES[p.model]} r={p.r}'
+                                 for p in front) + '.')
 
 
-def point_key(point: TomePoint) -> str:
-    return f'{point.model}-r{point.r}'
-
-
-def removed_attn_verdict(rows: Sequence[Dict[str, Any]]) -> str:
+def removed_attn_verdict(comparison: TomeComparison) -> str:
     """Which merges better in blocks whose attention was removed: the
-    normed tokens ('norm', more merging) or nothing ('none')."""
+    normed tokens ('norm', more merging) or nothing ('none'), and the
+    front of the two."""
+    rows = comparison.removed_attn
     if not rows:
-        return 'No r > 0 was measured.'
-    accuracy = sum(row['norm_accuracy'] - row['none_accuracy']
-                   for row in rows) / len(rows)
-    speed = [row['norm_speedup'] for row in rows]
-    return (f'At equal r, `removed_attn=\'norm\'` merges in every block and '
-            f'runs {min(speed):.2f}x to {max(speed):.2f}x as fast as '
-            f'`\'none\'`, at {accuracy:+.2f} points of accuracy on average '
-            '(norm - none).')
+        verdict = 'No r > 0 was measured.'
+    else:
+        accuracy = sum(row.norm_accuracy - row.none_accuracy
+                       for row in rows) / len(rows)
+        speed = [row.norm_speedup for row in rows]
+        verdict = (f'At equal r, `removed_attn=\'norm\'` merges in every '
+                   f'block and runs {min(speed):.2f}x to {max(speed):.2f}x '
+                   f'as fast as `\'none\'`, at {accuracy:+.2f} points of '
+                   'accuracy on average (norm - none).')
+    return verdict + (' Accuracy / throughput front of the two: ' + ', '.join(
+        f'{p.removed_attn} r={p.r} ({p.accuracy:.2f} % at '
+        f'{p.throughput:,.0f} img/s)' for p in comparison.removed_attn_front)
+        + '.')
+
+
+def tome_claims(tome: TomeResult) -> Dict[str, Any]:
+    """The ToMe section's numbers and statements as ``summary.json`` keeps
+    them."""
+    comparison = tome_comparison(tome)
+    return dict(
+        equal_r=to_json(comparison.equal_r),
+        front=[point_key(p) for p in comparison.front],
+        verdict=comparison_verdict(tome, comparison),
+        removed_attn=to_json(comparison.removed_attn),
+        removed_attn_front=[point_key(p)
+                            for p in comparison.removed_attn_front],
+        removed_attn_verdict=removed_attn_verdict(comparison))
 
 
 def tome_summary_row(tome: Optional[TomeResult]) -> List[str]:
@@ -117,13 +90,13 @@ def tome_summary_row(tome: Optional[TomeResult]) -> List[str]:
     if tome is None:
         return [what, 'not measured in the --quick demo']
     return [what, ', '.join(
-        f'r={row["r"]}: {row["speedup"]:.2f}x ({row["hetdpt_accuracy"]:.2f} '
-        f'vs {row["dense_accuracy"]:.2f} %)'
-        for row in tome_claims(tome)['equal_r'])]
+        f'r={row.r}: {row.speedup:.2f}x ({row.hetdpt_accuracy:.2f} '
+        f'vs {row.dense_accuracy:.2f} %)'
+        for row in tome_comparison(tome).equal_r)]
 
 
 def _fig8_table(tome: TomeResult) -> List[str]:
-    rows = _by_model(tome.points)
+    rows = by_model(tome.points)
     macs = f'MACs/img ({tome.timing.macs_convention})'
     lines = ['| r | ' + ' | '.join(
         f'{TOME_MODEL_NAMES[m]}: top-1 (%) | img/s | {macs}'
@@ -148,7 +121,7 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
         return lines + ['Skipped in the `--quick` demo (the full demo tests '
                         'and times the dense and HetDPT classifiers, DETR '
                         'and UperNet with ToMe at several r).']
-    timing, claims = tome.timing, tome_claims(tome)
+    timing, comparison = tome.timing, tome_comparison(tome)
     lines += [
         'The dense classifier and the HetDPT merged classifier (MAP split), '
         'unchanged (no training), with `token_merge=dict(r=R)` in the '
@@ -162,7 +135,8 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
         '(bit-identical to no merging).', '']
     lines += _fig8_table(tome)
     removed_blocks = ', '.join(map(str, tome.attn_only.attn_removed))
-    lines += ['', claims['verdict'], '', '![ToMe](tome.png)', '',
+    lines += ['', comparison_verdict(tome, comparison), '',
+              '![ToMe](tome.png)', '',
               '### Blocks whose attention was removed', '',
               'They have no attention keys: `removed_attn=\'norm\'` (the '
               'default) merges on their LN1-normed tokens, `\'none\'` '
@@ -177,13 +151,13 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
               '| r | norm: top-1 (%) | img/s | MACs/img | none: top-1 (%) | '
               'img/s | MACs/img | norm / none speed |',
               '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
-    lines += [f'| {row["r"]} | {row["norm_accuracy"]:.2f} | '
-              f'{row["norm_throughput"]:,.0f} | '
-              f'{row["norm_macs"] / 1e6:.2f} M | {row["none_accuracy"]:.2f} | '
-              f'{row["none_throughput"]:,.0f} | '
-              f'{row["none_macs"] / 1e6:.2f} M | {row["norm_speedup"]:.2f}x |'
-              for row in claims['removed_attn']]
-    lines += ['', claims['removed_attn_verdict'], '',
+    lines += [f'| {row.r} | {row.norm_accuracy:.2f} | '
+              f'{row.norm_throughput:,.0f} | '
+              f'{row.norm_macs / 1e6:.2f} M | {row.none_accuracy:.2f} | '
+              f'{row.none_throughput:,.0f} | '
+              f'{row.none_macs / 1e6:.2f} M | {row.norm_speedup:.2f}x |'
+              for row in comparison.removed_attn]
+    lines += ['', removed_attn_verdict(comparison), '',
               '### DETR and UperNet with ToMe', '',
               'The trained DETR and UperNet of the transfer section, tested '
               'with ToMe in their backbone (tokens unmerged onto the full '
