@@ -15,17 +15,22 @@ from mmengine.config import Config, DictAction
 from hetdpt_mm.apis.demo import Demo, DemoOptions
 from hetdpt_mm.apis.demo.stages_tome import token_merge_options
 from hetdpt_mm.apis.demo_report import all_numbers
+from hetdpt_mm.apis.demo_results import (
+    TomePoint,
+    TomeResult,
+    from_json,
+    to_json,
+)
+from hetdpt_mm.apis.demo_tome_claims import pareto_front, tome_comparison
 from hetdpt_mm.apis.demo_tome_report import (
-    pareto_front,
     tome_claims,
     tome_section,
     tome_summary_row,
 )
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models.token_merge import TokenMerge
-from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.record import read_backbone_checkpoint
-from hetdpt_mm.visualization import plot_split_comparison, plot_tome
+from hetdpt_mm.visualization import plot_tome
 
 
 @pytest.fixture(scope='module')
@@ -221,6 +226,7 @@ def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):
     ('finished a string', '"finished" is a string, not an array'),
     ('unknown stage', '"finished" names an unknown stage, \'nap\''),
     ('seconds a string', '"seconds" holds "long" for dense, not a number'),
+    ('a result malformed', '"results.dense" has no "arch" entry'),
 ])
 def test_a_malformed_state_is_named_on_resume(tmp_path, capsys, case,
                                               problem):
@@ -239,6 +245,8 @@ def test_a_malformed_state_is_named_on_resume(tmp_path, capsys, case,
         'unknown stage': json.dumps(dict(state, finished=['dense', 'nap'])),
         'seconds a string': json.dumps(dict(state, seconds=dict(
             dense='long'))),
+        'a result malformed': json.dumps(dict(state, results=dict(
+            dense=dict(checkpoint='dense.pth', depth=6, accuracy=90.0)))),
     }[case]
     state_file = work_dir / 'demo_state.json'
     state_file.write_bytes(text.encode('latin-1'))
@@ -248,6 +256,23 @@ def test_a_malformed_state_is_named_on_resume(tmp_path, capsys, case,
         2, f'error: demo state {state_file} is malformed: {problem}; delete '
         'it to start over\n')
     assert [path.name for path in work_dir.iterdir()] == ['demo_state.json']
+    assert not data_root.exists()
+
+
+def test_a_state_of_another_version_is_refused_on_resume(tmp_path, capsys):
+    """An earlier state version keeps its results in another form: the
+    resume is refused before anything runs, as for other settings."""
+    work_dir, data_root = tmp_path / 'demo', tmp_path / 'data'
+    work_dir.mkdir()
+    state = Demo(DemoOptions(repo=REPO, work_dir=work_dir,
+                             data_root=data_root, quick=True)).state
+    old = dict(state, version=state['version'] - 1, finished=['data'],
+               results=dict(prune=dict(merged='merged.pth')))
+    (work_dir / 'demo_state.json').write_text(json.dumps(old))
+    code = load_tool('demo').main(['--quick', '--work-dir', str(work_dir),
+                                   '--data-root', str(data_root), '--resume'])
+    assert code == 2
+    assert 'used other settings' in capsys.readouterr().err
     assert not data_root.exists()
 
 
@@ -278,52 +303,6 @@ def test_in_process_jobs_run_in_the_repository_and_log_their_output(
     assert str(tmp_path) == str(Path.cwd())
 
 
-def test_a_split_that_differs_between_seeds_gets_a_row_per_split(tmp_path):
-    """The naive ranking can split the budget differently per seed: each
-    split is its own row with its own speed, not one mean over two
-    networks under the first seed's counts."""
-    demo = Demo(DemoOptions(repo=REPO, work_dir=tmp_path,
-                            data_root=tmp_path))
-
-    def run(name, counts, seed, accuracy, **extra):
-        return dict(splits=[name], counts=list(counts), seed=seed,
-                    accuracy=accuracy, **extra)
-
-    runs = [run('MAP', (0, 4), 0, None, main=True),
-            run('MAP', (0, 4), 1, 99.0),
-            run('attention_only', (4, 0), 0, 96.0),
-            run('attention_only', (4, 0), 1, 96.5),
-            run('gelu_only', (0, 4), 0, None, main=True),
-            run('naive', (4, 0), 0, 97.0),
-            run('naive', (2, 2), 1, 98.2)]
-    speeds = {'demo': 1.41, 'split-attn4-act0': 1.18,
-              'split-attn2-act2': 1.30}
-    demo.results.update(
-        prune=dict(spec=dict(n_attn=0, n_act=4), merged_accuracy=98.5,
-                   score_grads=dict(attn=[[1, 0.2]], act=[[1, 0.1]])),
-        compare=dict(runs={str(i): r for i, r in enumerate(runs)}),
-        recovery={},
-        benchmark={key: dict(models=dict(merged=dict(speedup=speed)))
-                   for key, speed in speeds.items()})
-    cost = AnalyticCost(embed_dim=96, num_heads=3, depth=6, img_size=32,
-                        patch_size=4)
-    claims = demo.claims(cost)
-    splits = {split['name']: split for split in claims['splits']}
-    assert list(splits) == ['MAP', 'attention_only', 'gelu_only',
-                            'naive (4 + 0)', 'naive (2 + 2)']
-    assert splits['MAP']['accuracies'] == [98.5, 99.0]
-    assert splits['naive (4 + 0)']['accuracies'] == [97.0]
-    assert splits['naive (4 + 0)']['speedup'] == 1.18
-    assert (splits['naive (2 + 2)']['seeds'],
-            splits['naive (2 + 2)']['accuracies'],
-            splits['naive (2 + 2)']['speedup']) == ([1], [98.2], 1.30)
-    assert splits['naive (2 + 2)']['macs_speedup'] == cost.speedup(2, 2)
-    assert [split['method'] for split in claims['splits']] == [
-        'MAP', 'attention_only', 'gelu_only', 'naive', 'naive']
-    assert plot_split_comparison(claims['splits'], 97.0).startswith(
-        b'\x89PNG')
-
-
 def fake_tome():
     """The ToMe stage's results for r = 0, 1, 2: dense 90 % at 1000 img/s
     losing 2 points per r and gaining 200 img/s; HetDPT 88 % at 1500 img/s
@@ -338,21 +317,25 @@ def fake_tome():
                 ('attn_only', 80 - 2 * r, 1600 + 200 * r),
                 ('attn_only_none', 80 - r, 1600 + 100 * r)):
             points.append(dict(model=model, r=r, accuracy=accuracy,
-                               throughput=speed, macs=10e6 / (1 + r),
+                               median_ms=1.0, throughput=speed,
+                               macs=10e6 / (1 + r),
                                removed_attn='none' if 'none' in model
                                else 'norm'))
     transfer = {kind: dict(metric=metric, img_size=[48, 48], batch_size=8,
-                           repeats=3, points=[
+                           repeats=3, macs_convention='with-attention-'
+                           'products', points=[
                                dict(r=r, metric=value, macs=2e7 - 1e6 * r,
-                                    throughput=100.0, speedup=1 + r / 10)
+                                    median_ms=10.0, throughput=100.0,
+                                    speedup=1 + r / 10)
                                for r, value in ((0, start), (2, start / 2))])
                 for kind, metric, start in (('detr', 'coco/bbox_mAP', 0.2),
                                             ('upernet', 'mIoU', 40.0))}
-    return dict(r=[0, 1, 2], points=points, transfer=transfer,
-                map_attn_removed=[], attn_only=dict(attn_removed=[0, 2],
-                                                    seed=0),
-                timing=dict(batch_size=64, threads=1, repeats=15,
-                            clock='process', img_size=[32, 32]))
+    return from_json(TomeResult, dict(
+        r=[0, 1, 2], points=points, transfer=transfer, map_attn_removed=[],
+        attn_only=dict(attn_removed=[0, 2], seed=0),
+        timing=dict(batch_size=64, threads=1, repeats=15, clock='process',
+                    img_size=[32, 32],
+                    macs_convention='with-attention-products')))
 
 
 def test_tome_claims_compare_at_equal_r_and_name_the_front():
@@ -366,6 +349,10 @@ def test_tome_claims_compare_at_equal_r_and_name_the_front():
     assert claims['front'] == ['hetdpt-r2', 'hetdpt-r1', 'hetdpt-r0',
                                'dense-r0']
     assert '1.36x to 1.50x' in claims['verdict']
+    faster = tome_comparison(tome).claims[0]
+    assert (faster.name, faster.holds, faster.numbers) == (
+        'tome_hetdpt_faster', True, dict(min_speedup=1900 / 1400,
+                                         max_speedup=1500 / 1000))
     assert '**faster**' in claims['verdict']
     assert ('ToMe alone (dense, r=2 against r=0): 1.40x measured, 3.00x '
             'fewer MACs, -4.00 points.') in claims['verdict']
@@ -380,15 +367,15 @@ def test_tome_claims_compare_at_equal_r_and_name_the_front():
 
 
 def test_pareto_front_keeps_ties_and_drops_dominated_points():
-    points = [dict(accuracy=a, throughput=t)
+    points = [TomePoint(model='dense', r=0, removed_attn='norm', accuracy=a,
+                        median_ms=1.0, throughput=t, macs=1)
               for a, t in ((90, 100), (90, 100), (80, 100), (85, 200))]
     assert pareto_front(points) == [points[3], points[0], points[1]]
 
 
 def test_tome_section_renders_the_tables_and_the_quick_skip():
     tome = fake_tome()
-    lines = tome_section(dict(tome=dict(tome, claims=tome_claims(tome))))
-    text = '\n'.join(lines)
+    text = '\n'.join(tome_section(tome))
     assert '| 1 | 88.00 | 1,200 | 5.00 M | 86.00 | 1,700 | 5.00 M | 1.42x |' \
         in text
     assert ('| 2 | 76.00 | 2,000 | 3.33 M | 78.00 | 1,800 | 3.33 M | '
@@ -399,11 +386,13 @@ def test_tome_section_renders_the_tables_and_the_quick_skip():
         in text
     assert '| UperNet (toy ADE20K) | 0 | mIoU 40.0 |' in text
     assert '![ToMe](tome.png)' in text
-    assert tome_summary_row(dict(tome=dict(tome, claims=tome_claims(
-        tome))))[1].startswith('r=0: 1.50x (88.00 vs 90.00 %), r=1: 1.42x')
-    skipped = tome_section(dict(tome=dict(skipped=True)))
-    assert 'Skipped in the `--quick` demo' in skipped[-1]
-    assert plot_tome(tome['points']).startswith(b'\x89PNG')
+    assert '| r | dense + ToMe: top-1 (%) | img/s | MACs/img (with-' \
+        'attention-products) |' in text
+    assert tome_summary_row(tome)[1].startswith(
+        'r=0: 1.50x (88.00 vs 90.00 %), r=1: 1.42x')
+    assert 'Skipped in the `--quick` demo' in tome_section(None)[-1]
+    assert tome_summary_row(None)[1] == 'not measured in the --quick demo'
+    assert plot_tome(to_json(tome.points)).startswith(b'\x89PNG')
 
 
 def test_tome_options_set_the_backbone_option():

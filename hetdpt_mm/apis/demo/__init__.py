@@ -41,6 +41,11 @@ process (``Job.in_process``); they are printed, logged under
     DETR and UperNet tested and benchmarked with ToMe;
 13. write ``report.md``, ``summary.json`` and the plots.
 
+Each stage writes a typed record into :class:`~hetdpt_mm.apis.demo_results.
+DemoResults` (kept in the state file); the report computes its claims from
+them as data (:mod:`hetdpt_mm.apis.demo_claims`) and words them
+(:mod:`hetdpt_mm.apis.demo_report`).
+
 Hook options are set by hook type, not by list position: a job whose hook
 needs other options runs a config generated under ``<work-dir>/configs/``
 that inherits the demo config (:func:`write_hook_config`).

@@ -10,6 +10,7 @@ from mmengine.config import Config
 from ...fileio import atomic_write_text
 from ...speed import machine_info
 from .. import demo_report
+from ..demo_results import BenchmarkModel, BenchmarkRun
 from .settings import CLS_DATA, DemoError
 
 
@@ -24,12 +25,6 @@ def classifier_schedule_options(epochs: Optional[int],
     if train_images is not None:
         options.append(f'train_dataloader.dataset.indices={train_images}')
     return options
-
-
-def counts_label(n_attn: int, n_act: int) -> str:
-    """``attn<n>-act<m>``: how run keys, benchmark names and the report's
-    speed table name a split by its removed counts."""
-    return f'attn{n_attn}-act{n_act}'
 
 
 def last_checkpoint(work_dir: Path) -> Path:
@@ -65,15 +60,15 @@ def write_hook_config(base: Path, hook_type: str, options: Mapping[str, Any],
 
 
 def condense_benchmark(result: Dict[str, Any], markdown: str
-                       ) -> Dict[str, Any]:
+                       ) -> BenchmarkRun:
     """What the report needs from one ``tools/benchmark.py`` JSON."""
     settings = result['settings']
-    return dict(
+    return BenchmarkRun(
         batch_size=settings['batch_size'], threads=settings['threads'],
         repeats=settings['repeats'], img_size=settings['img_size'],
-        clock=settings['clock'],
+        clock=settings['clock'], macs_convention=settings['macs_convention'],
         markdown=markdown, models={
-            model['name']: dict(
+            model['name']: BenchmarkModel(
                 params=model['params'], macs=model['macs']['total'],
                 median_ms=model['timing']['median_ms'],
                 speedup=model['speedup']['median'],

@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from mmengine.logging import MMLogger
 
 from ...fileio import atomic_write_text
-from .. import demo_report
+from ..demo_report_format import duration
+from ..demo_results import DemoResults, from_json, json_type, to_json
 from ..jobs import JobRunner, load_average
 from .helpers import cpu_seconds, write_hook_config
 from .settings import (
@@ -24,17 +25,17 @@ from .settings import (
     DemoError,
     DemoInputError,
     DemoOptions,
-    json_type,
 )
 from .stages_tome import TomeStages
 from .stages_train import TrainingStages
 from .stages_transfer import TransferStages
-from .summary import DemoSummary
+from .summary import ReportStage
 
 
-class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
-    """The stages of the demo; results accumulate in ``self.results`` and
-    are saved with the finished stages in ``<work_dir>/demo_state.json``."""
+class Demo(TrainingStages, TransferStages, TomeStages, ReportStage):
+    """The stages of the demo; each writes its record into ``self.results``
+    (:class:`~hetdpt_mm.apis.demo_results.DemoResults`), saved with the
+    finished stages in ``<work_dir>/demo_state.json``."""
 
     STAGES = (
         ('data', 'make the demo datasets'),
@@ -72,7 +73,7 @@ class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
                 self.settings))),
             data_root=str(options.data_root), finished=[], seconds={},
             results={}, commands=[], job_seconds={}, job_threads={})
-        self.results = self.state['results']
+        self.results = DemoResults()
         self.logger: Optional[MMLogger] = None
         self.jobs: Optional[JobRunner] = None
 
@@ -147,8 +148,7 @@ class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
     def state_problem(self, state: Any) -> Optional[str]:
         """What is wrong with a state read back from its file (``None``:
         nothing): every entry of a new run's state with its JSON type, the
-        stage bookkeeping in its form.  Stage results are checked by the
-        stages that read them."""
+        stage bookkeeping and the stages' results in their form."""
         if not isinstance(state, dict):
             return f'it holds {json_type(state)}, not an object'
         for key, value in self.state.items():
@@ -176,6 +176,11 @@ class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
                         f'{wrong[0][0]}, not a number')
         if json_type(state.get('load_before', 0)) != 'a number':
             return '"load_before" is not a number'
+        if state['version'] == STATE_VERSION:  # others are refused later
+            try:
+                from_json(DemoResults, state['results'])
+            except ValueError as err:
+                return str(err)
         return None
 
     def read_state(self, path: Path) -> Dict[str, Any]:
@@ -195,6 +200,7 @@ class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
         return state
 
     def save_state(self) -> None:
+        self.state['results'] = to_json(self.results)
         self.state['commands'] = self.jobs.commands
         self.state['job_seconds'] = self.jobs.durations
         self.state['job_threads'] = self.jobs.threads_used
@@ -220,7 +226,7 @@ class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
                     f'{state.get("data_root")}); start it again without '
                     '--resume')
             self.state.update(state)
-            self.results = self.state['results']
+            self.results = from_json(DemoResults, state['results'])
             return
         if self.work_dir.exists():
             if not self.work_dir.is_dir():
@@ -259,7 +265,7 @@ class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
             f'{load_average():.2f}')
         for number, (name, title) in enumerate(self.STAGES, 1):
             banner = (f'[{number}/{len(self.STAGES)}] {title} (elapsed '
-                      f'{demo_report.duration(time.monotonic() - start)})')
+                      f'{duration(time.monotonic() - start)})')
             if name in self.state['finished']:
                 self.logger.info(f'==== {banner}: done in an earlier run, '
                                  'skipped')
@@ -281,6 +287,6 @@ class Demo(TrainingStages, TransferStages, TomeStages, DemoSummary):
                              f'{seconds:.1f} s')
         self.logger.info(
             f'HetDPT demo finished in '
-            f'{demo_report.duration(time.monotonic() - start)}: report '
+            f'{duration(time.monotonic() - start)}: report '
             f'{self.rel(self.out("report.md"))}\n' +
-            self.results['headline'])
+            self.results.headline)

@@ -2,7 +2,7 @@
 errors."""
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
 
 from ...datasets import SHAPE_PAIR_CLASSES
 
@@ -33,7 +33,8 @@ STATE_FILE = 'demo_state.json'
 # 4: validations inside the training runs replace tools/test.py runs.
 # 5: the shapes task at patch 8; recovery runs on the prune runs' images.
 # 6: the token-merging stage and its settings.
-STATE_VERSION = 6
+# 7: typed results, one record per stage (demo_results.DemoResults).
+STATE_VERSION = 7
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
 OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'recovery', 'compare',
@@ -53,16 +54,6 @@ class DemoError(Exception):
 class DemoInputError(DemoError):
     """The work dir or the saved state of an earlier run is unusable: bad
     input, found before anything runs."""
-
-
-def json_type(value: Any) -> str:
-    """How JSON names the type of a decoded ``value``."""
-    if isinstance(value, bool):
-        return 'a boolean'
-    if isinstance(value, (int, float)):
-        return 'a number'
-    return {dict: 'an object', list: 'an array', str: 'a string'}.get(
-        type(value), 'null')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,10 +7,18 @@ from typing import Any, Callable, Dict, List, Mapping
 
 import torch
 
-from ...analysis import count_macs
+from ...analysis import count_macs, macs_convention
 from ...record import load_backbone_checkpoint
 from ...speed import build_backbone_variants, time_runs
 from .. import demo_report
+from ..demo_results import (
+    AttnOnlyRun,
+    TomePoint,
+    TomeResult,
+    TomeTiming,
+    TomeTransfer,
+    TomeTransferPoint,
+)
 from ..jobs import Job
 from .settings import (
     BACKBONE_OPTIONS,
@@ -52,12 +60,12 @@ class TomeStages:
     def stage_tome(self) -> None:
         s = self.settings
         if not s.tome_r:
-            self.results['tome'] = dict(skipped=True)
+            self.results.tome_skipped = True
             return
         work = self.out('tome')
         attn_only = self.attention_only_run()
-        checkpoints = dict(dense=self.results['dense']['checkpoint'],
-                           MAP=self.results['prune']['merged'],
+        checkpoints = dict(dense=self.results.dense.checkpoint,
+                           MAP=self.results.merge.merged,
                            attention_only=attn_only['merged'])
         tests = self.run_tome_tests(work, checkpoints,
                                     attn_only['accuracy'])
@@ -66,19 +74,21 @@ class TomeStages:
         # this process, every model and r in one rotation.
         self.run_transfer_benchmarks(work)
         timing = self.time_tome_backbones(checkpoints)
-        points = [dict(model=model, r=r, removed_attn=removed_attn,
-                       accuracy=tests[point_name(model, r)],
-                       **timing['points'][point_name(model, r)])
+        points = [TomePoint(model=model, r=r, removed_attn=removed_attn,
+                            accuracy=tests[point_name(model, r)],
+                            **timing['points'][point_name(model, r)])
                   for model, _, removed_attn in TOME_MODELS
                   for r in s.tome_r]
         transfer = {}
         for kind, metric in TRANSFER_METRICS.items():
             bench = demo_report.read_json(work / f'benchmark-{kind}.json')
             speed = {m['name']: m for m in bench['models']}
-            transfer[kind] = dict(
+            transfer[kind] = TomeTransfer(
                 metric=metric, img_size=bench['settings']['img_size'],
                 batch_size=bench['settings']['batch_size'],
-                repeats=bench['settings']['repeats'], points=[dict(
+                repeats=bench['settings']['repeats'],
+                macs_convention=bench['settings']['macs_convention'],
+                points=[TomeTransferPoint(
                     r=r, metric=tests[point_name(kind, r)],
                     median_ms=speed[point_name(kind, r)]['timing'][
                         'median_ms'],
@@ -88,28 +98,27 @@ class TomeStages:
                     speedup=speed[point_name(kind, r)]['speedup'][
                         'paired_median'])
                     for r in self.transfer_r(kind)])
-        self.results['tome'] = dict(
+        self.results.tome = TomeResult(
             r=list(s.tome_r), points=points, timing=timing['settings'],
-            transfer=transfer, map_attn_removed=self.results['prune'][
-                'spec']['attn_removed'],
-            attn_only=dict(attn_removed=attn_only['attn_removed'],
-                           seed=attn_only['seed']))
+            transfer=transfer,
+            map_attn_removed=self.results.prune.spec['attn_removed'],
+            attn_only=AttnOnlyRun(attn_removed=attn_only['attn_removed'],
+                                  seed=attn_only['seed']))
 
     def attention_only_run(self) -> Dict[str, Any]:
         """The attention-only split's run of the first seed: its merged
         checkpoint, accuracy, seed and removed attention layers."""
         r = self.results
-        run = next(run for run in r['compare']['runs'].values()
-                   if 'attention_only' in run['splits'] and
-                   run['seed'] == self.settings.seeds[0])
-        if run.get('main'):  # the MAP split is attention only
-            merged, accuracy = r['prune']['merged'], r['prune'][
-                'merged_accuracy']
+        run = next(run for run in r.compare.runs.values()
+                   if 'attention_only' in run.splits and
+                   run.seed == self.settings.seeds[0])
+        if run.main:  # the MAP split is attention only
+            merged, accuracy = r.merge.merged, r.transfer.merged_accuracy
         else:
-            merged, accuracy = run['merged'], run['accuracy']
+            merged, accuracy = run.merged, run.accuracy
         spec = load_backbone_checkpoint(self.repo / merged,
                                         mmap=True).record.spec
-        return dict(merged=merged, accuracy=accuracy, seed=run['seed'],
+        return dict(merged=merged, accuracy=accuracy, seed=run.seed,
                     attn_removed=list(spec.attn_removed))
 
     def transfer_r(self, kind: str) -> List[int]:
@@ -123,9 +132,9 @@ class TomeStages:
         it); r=0 merges nothing (bit-identical), so its numbers are the
         earlier stages' tests of the same checkpoints."""
         r = self.results
-        merged = r['prune']['merged']
-        metrics = {point_name('dense', 0): r['dense']['accuracy'],
-                   point_name('hetdpt', 0): r['prune']['merged_accuracy'],
+        merged = r.merge.merged
+        metrics = {point_name('dense', 0): r.dense.accuracy,
+                   point_name('hetdpt', 0): r.transfer.merged_accuracy,
                    point_name('attn_only', 0): attn_only_accuracy,
                    point_name('attn_only_none', 0): attn_only_accuracy}
         runs = {}
@@ -138,11 +147,12 @@ class TomeStages:
                         token_merge_options(value, removed_attn))
         for kind, config in (('detr', DETR_CONFIG),
                              ('upernet', UPERNET_CONFIG)):
-            metrics[point_name(kind, 0)] = r[kind]['after'][
-                TRANSFER_METRICS[kind]]
+            metrics[point_name(kind, 0)] = getattr(
+                r.transfer, kind).after[TRANSFER_METRICS[kind]]
             for value in self.transfer_r(kind)[1:]:
                 runs[point_name(kind, value)] = (
-                    config, r[kind]['checkpoint'], TRANSFER_METRICS[kind],
+                    config, getattr(r.transfer, kind).checkpoint,
+                    TRANSFER_METRICS[kind],
                     [f'model.backbone.init_cfg.checkpoint={merged}'] +
                     self.data_options(kind) +
                     token_merge_options(value, 'norm'))
@@ -164,7 +174,7 @@ class TomeStages:
         file, timing does not need the trained weights)."""
         s = self.settings
         threads = self.options.threads or 1
-        merged = self.results['prune']['merged']
+        merged = self.results.merge.merged
         lane = []
         for kind, config in (('detr', DETR_CONFIG),
                              ('upernet', UPERNET_CONFIG)):
@@ -197,7 +207,7 @@ class TomeStages:
         s = self.settings
         threads = self.options.threads or 1
         clock = 'process' if threads == 1 else 'wall'
-        size = self.results['dense']['arch']['img_size']
+        size = self.results.dense.arch['img_size']
         inputs = torch.randn(s.bench_batch, 3, *size,
                              generator=torch.Generator().manual_seed(0))
         runs: Dict[str, Callable[[], Any]] = {}
@@ -220,9 +230,11 @@ class TomeStages:
         finally:
             torch.set_num_threads(previous)
         return dict(
-            settings=dict(batch_size=s.bench_batch, threads=threads,
-                          repeats=s.bench_repeats, clock=clock,
-                          img_size=list(size)),
+            settings=TomeTiming(batch_size=s.bench_batch, threads=threads,
+                                repeats=s.bench_repeats, clock=clock,
+                                img_size=list(size),
+                                # count_macs's default
+                                macs_convention=macs_convention(True)),
             points={name: dict(median_ms=1e3 * stats[name].median,
                                throughput=stats[name].throughput,
                                macs=macs[name]) for name in runs})

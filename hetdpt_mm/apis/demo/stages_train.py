@@ -16,11 +16,21 @@ from ...pruning import MAPFit, load_points, rank_across_types
 from ...record import load_backbone_checkpoint, read_backbone_checkpoint
 from ...spec import ACT, ATTN, PruneSpec
 from .. import demo_report
+from ..demo_claims import counts_label
+from ..demo_results import (
+    CompareResult,
+    CompareRun,
+    DenseResult,
+    MapFitResult,
+    MapPoints,
+    NaiveSplit,
+    PruneResult,
+    RecoveryRun,
+)
 from ..fit_map import load_allocation
 from ..jobs import Job
 from .helpers import (
     classifier_schedule_options,
-    counts_label,
     last_accuracy,
     last_checkpoint,
 )
@@ -46,14 +56,14 @@ class TrainingStages:
         checkpoint = last_checkpoint(self.out('vit-demo_digits'))
         record = load_backbone_checkpoint(checkpoint, mmap=True).record
         # The last validation is of the last checkpoint, on the test split.
-        self.results['dense'] = dict(
+        self.results.dense = DenseResult(
             checkpoint=self.rel(checkpoint), arch=record.arch,
             depth=record.spec.depth,
             accuracy=last_accuracy(self.out('vit-demo_digits')))
 
     def stage_map(self) -> None:
         s = self.settings
-        dense = self.results['dense']
+        dense = self.results.dense
         jobs = {}
         for schedule in MAP_SCHEDULES:
             steps = s.map_steps[schedule]
@@ -63,7 +73,7 @@ class TrainingStages:
                 dict(schedule=schedule, interval=s.map_interval,
                      max_removed=steps, calib_images=s.map_calib_images))
             options = [
-                f'load_from={dense["checkpoint"]}',
+                f'load_from={dense.checkpoint}',
                 f'train_cfg.max_epochs={steps * s.map_interval}',
                 f'train_dataloader.sampler.subset={s.map_subset}',
                 f'optim_wrapper.optimizer.lr={s.map_lr}',
@@ -85,9 +95,8 @@ class TrainingStages:
         writer.writeheader()
         writer.writerows(rows)
         atomic_write_text(self.out('map', 'map_points.csv'), text.getvalue())
-        load_points(self.out('map', 'map_points.csv'), depth=dense['depth'])
-        self.results['map'] = dict(points=rows,
-                                   interval=s.map_interval)
+        load_points(self.out('map', 'map_points.csv'), depth=dense.depth)
+        self.results.map = MapPoints(points=rows, interval=s.map_interval)
         self.logger.info(f'{len(rows)} MAP points in '
                          f'{self.rel(self.out("map", "map_points.csv"))}')
 
@@ -98,12 +107,12 @@ class TrainingStages:
         (``--validate-first``), then fine-tune ``recovery_epochs`` epochs,
         validating after each."""
         s = self.settings
-        depth = self.results['dense']['depth']
+        depth = self.results.dense.depth
         prune_lr = Config.fromfile(
             self.repo / PRUNE_CONFIG).optim_wrapper.optimizer.lr
         lanes, runs = [], {}
         for kind in (ATTN, ACT):
-            first = next(p for p in self.results['map']['points']
+            first = next(p for p in self.results.map.points
                          if p['schedule'] == kind and p['step'] == '1')
             block = int(first[f'removed_{kind}'])
             spec = PruneSpec(depth, **{f'{kind}_removed': [block]})
@@ -126,7 +135,7 @@ class TrainingStages:
                                f'{s.prune_train_images}')
             lanes.append([
                 Job(f'recovery-{kind}-remove', [
-                    'tools/merge_ckpt.py', self.results['dense']['checkpoint'],
+                    'tools/merge_ckpt.py', self.results.dense.checkpoint,
                     start, '--spec', spec.to_json(), '--form', 'pruned',
                     '--force'], in_process=True),
                 Job(f'recovery-{kind}-train', self.train_argv(
@@ -134,17 +143,17 @@ class TrainingStages:
                     validate_first=True))])
             runs[kind] = dict(block=block, work=work)
         self.jobs.run_lanes(lanes)
-        self.results['recovery'] = {}
+        self.results.recovery = {}
         for kind, run in runs.items():
             at_once, *after_epochs = [
                 record['accuracy/top1']
                 for record in demo_report.val_records(run['work'])]
-            self.results['recovery'][kind] = dict(
+            self.results.recovery[kind] = RecoveryRun(
                 block=run['block'], at_once=at_once,
                 after_epochs=after_epochs)
 
     def stage_fit(self) -> None:
-        depth = self.results['dense']['depth']
+        depth = self.results.dense.depth
         fit_path = self.out('map', 'map_fit.json')
         allocation_path = self.out('map', 'map_allocation.json')
         self.jobs.run_lanes([[Job('fit-map', [
@@ -157,7 +166,7 @@ class TrainingStages:
             in_process=True)]])
         fit = MAPFit.from_dict(demo_report.read_json(fit_path))
         allocation = load_allocation(allocation_path, 'full')
-        self.results['map'].update(
+        self.results.fit = MapFitResult(
             fit=fit.to_dict(), bounds='full', fit_path=self.rel(fit_path),
             allocation=allocation.to_dict(), degree=fit.degree,
             cv_mae=fit.cv_mae, cv_rmse=fit.cv_rmse,
@@ -175,7 +184,7 @@ class TrainingStages:
             dict(counts=dict(attn=counts[0], act=counts[1]),
                  log_score_grads=True),
             unset=('map_points', 'map_fit', 'budget'))
-        options = [f'load_from={self.results["dense"]["checkpoint"]}',
+        options = [f'load_from={self.results.dense.checkpoint}',
                    f'randomness.seed={seed}']
         options += classifier_schedule_options(s.prune_epochs,
                                                s.prune_train_images)
@@ -187,21 +196,21 @@ class TrainingStages:
         (not the main one: the later stages handle that); its accuracy is
         its last validation, gates closed: the merged model's function (the
         main run checks that merging changes no prediction)."""
-        run = self.results['compare']['runs'][key]
+        run = self.results.compare.runs[key]
         work = self.out('compare', key)
-        merged = work / f'{Path(PRUNE_CONFIG).stem}_merged.pth'
-        run.update(merged=self.rel(merged), work=self.rel(work))
-        return [self.prune_job(f'compare-{key}', run['counts'], run['seed'],
-                               work)]
+        run.merged = self.rel(work / f'{Path(PRUNE_CONFIG).stem}_merged.pth')
+        run.work = self.rel(work)
+        return [self.prune_job(f'compare-{key}', run.counts, run.seed, work)]
 
     def add_compare_run(self, split: str, counts: Sequence[int],
                         seed: int) -> str:
         """Register ``split`` (a name) at ``counts`` for ``seed``; splits
         with the same counts share one run.  Returns the run's key."""
-        runs = self.results['compare']['runs']
+        runs = self.results.compare.runs
         key = f'{counts_label(*counts)}_seed{seed}'
-        runs.setdefault(key, dict(counts=list(counts), seed=seed, splits=[]))
-        runs[key]['splits'].append(split)
+        runs.setdefault(key, CompareRun(counts=list(counts), seed=seed,
+                                        splits=[]))
+        runs[key].splits.append(split)
         return key
 
     def stage_prune(self) -> None:
@@ -209,10 +218,11 @@ class TrainingStages:
         the later stages) beside the single-type splits of the same budget,
         each with the same fine-tuning, once per seed."""
         s = self.settings
-        split = self.results['map']
-        counts = dict(MAP=(split['n_attn'], split['n_act']),
+        split = self.results.fit
+        counts = dict(MAP=(split.n_attn, split.n_act),
                       attention_only=(s.budget, 0), gelu_only=(0, s.budget))
-        self.results['compare'] = dict(runs={}, naive={}, seeds=list(s.seeds))
+        self.results.compare = CompareResult(runs={}, naive={},
+                                             seeds=list(s.seeds))
         main_key = None
         for seed in s.seeds:
             for name, value in counts.items():
@@ -220,17 +230,17 @@ class TrainingStages:
                 if main_key is None:
                     main_key = key
         work = self.out('vit-demo_digits_hetdpt')
-        self.results['compare']['runs'][main_key].update(
-            main=True, work=self.rel(work))
+        main = self.results.compare.runs[main_key]
+        main.main, main.work = True, self.rel(work)
         lanes = [[self.prune_job('prune-train', counts['MAP'], s.seeds[0],
                                  work)]]
         lanes += [self.compare_lane(key) for key in
-                  self.results['compare']['runs'] if key != main_key]
+                  self.results.compare.runs if key != main_key]
         self.jobs.run_lanes(lanes)
         checkpoint = last_checkpoint(work)
         loaded = load_checkpoint_file(checkpoint, mmap=True)
         spec = read_backbone_checkpoint(loaded, checkpoint).record.spec
-        self.results['prune'] = dict(
+        self.results.prune = PruneResult(
             checkpoint=self.rel(checkpoint),
             # The run's last validation: the last checkpoint, gates closed.
             accuracy=last_accuracy(work),
@@ -245,16 +255,15 @@ class TrainingStages:
     def read_compare_runs(self) -> None:
         """Checkpoint, decisions and merged accuracy of the finished
         compared runs (the main one's accuracy comes with the merge)."""
-        for run in self.results['compare']['runs'].values():
-            if run.get('main') or 'accuracy' in run:
+        for run in self.results.compare.runs.values():
+            if run.main or run.accuracy is not None:
                 continue
-            work = self.repo / run['work']
+            work = self.repo / run.work
             checkpoint = last_checkpoint(work)
-            run.update(
-                checkpoint=self.rel(checkpoint),
-                decisions=load_checkpoint_file(checkpoint, mmap=True)[
-                    'meta'][PRUNE_STATE]['decisions'],
-                accuracy=last_accuracy(work))
+            run.checkpoint = self.rel(checkpoint)
+            run.decisions = load_checkpoint_file(checkpoint, mmap=True)[
+                'meta'][PRUNE_STATE]['decisions']
+            run.accuracy = last_accuracy(work)
 
     def stage_compare(self) -> None:
         """The naive allocation HetDPT argues against: the budget's layers
@@ -262,22 +271,22 @@ class TrainingStages:
         from the MAP run of the same seed when it closed its first layer
         (every run of a seed is identical until then); then pruned with the
         same fine-tuning as the other splits."""
-        compare = self.results['compare']
-        runs = compare['runs']
+        compare = self.results.compare
+        runs = compare.runs
         new = []
-        for seed in compare['seeds']:
+        for seed in compare.seeds:
             source = next(run for run in runs.values()
-                          if 'MAP' in run['splits'] and run['seed'] == seed)
-            first = source['decisions'][0] if not source.get('main') else \
-                self.results['prune']['decisions'][0]
+                          if 'MAP' in run.splits and run.seed == seed)
+            first = self.results.prune.decisions[0] if source.main else \
+                source.decisions[0]
             removed = rank_across_types(first['gate_scores'],
                                         self.settings.budget)
             counts = (len(removed[ATTN]), len(removed[ACT]))
-            compare['naive'][str(seed)] = dict(
+            compare.naive[str(seed)] = NaiveSplit(
                 scores=first['gate_scores'], removed=removed,
                 counts=list(counts))
             key = self.add_compare_run('naive', counts, seed)
-            if 'accuracy' not in runs[key] and not runs[key].get('main'):
+            if runs[key].accuracy is None and not runs[key].main:
                 new.append(key)
         self.jobs.run_lanes([self.compare_lane(key) for key in new])
         self.read_compare_runs()

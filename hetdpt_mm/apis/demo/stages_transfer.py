@@ -1,17 +1,22 @@
 """The demo's stages from the merge on (8-11): merge, DETR and UperNet,
 HetDPT+, benchmarks."""
 from pathlib import Path
-from typing import Any, Dict
 
 import torch
 
 from ...checkpoint import load_checkpoint_file
 from .. import demo_report
+from ..demo_claims import split_benchmark_runs
+from ..demo_results import (
+    DensePredictionRun,
+    MergeResult,
+    PlusResult,
+    TransferResult,
+)
 from ..jobs import Job
 from .helpers import (
     classifier_schedule_options,
     condense_benchmark,
-    counts_label,
     last_checkpoint,
 )
 from .settings import DENSE_CONFIG, DETR_CONFIG, UPERNET_CONFIG
@@ -21,16 +26,16 @@ class TransferStages:
     """Stages 8-11 of :class:`~.pipeline.Demo`."""
 
     def stage_merge(self) -> None:
-        prune = self.results['prune']
+        prune = self.results.prune
         work = self.out('vit-demo_digits_hetdpt')
         merged = self.rel(work / 'merged.pth')
         self.jobs.run_lanes([
-            [Job('merge', ['tools/merge_ckpt.py', prune['checkpoint'], merged,
+            [Job('merge', ['tools/merge_ckpt.py', prune.checkpoint, merged,
                            '--force'], show_all=True, in_process=True)]])
-        prune.update(
+        self.results.merge = MergeResult(
             merged=merged,
             hook_output_identical=self.same_weights(
-                self.repo / merged, self.repo / prune['hook_merged']))
+                self.repo / merged, self.repo / prune.hook_merged))
 
     @staticmethod
     def same_weights(path_a: Path, path_b: Path) -> bool:
@@ -42,7 +47,7 @@ class TransferStages:
 
     def stage_transfer(self) -> None:
         s = self.settings
-        merged = self.results['prune']['merged']
+        merged = self.results.merge.merged
         overrides = dict(
             detr=[] if s.detr_epochs is None else [
                 f'train_cfg.max_epochs={s.detr_epochs}',
@@ -76,18 +81,21 @@ class TransferStages:
             self.rel(prune_work / 'test_metrics_merged.json'),
             self.data_options('cls')))])
         self.jobs.run_lanes(lanes)
-        self.results['prune']['merged_accuracy'] = demo_report.read_json(
-            prune_work / 'test_metrics_merged.json')['accuracy/top1']
+        runs = {}
         for kind, config, metric in (('detr', DETR_CONFIG, 'coco/bbox_mAP'),
                                      ('upernet', UPERNET_CONFIG, 'mIoU')):
             work = self.out(Path(config).stem)
             curve = demo_report.scalar_curve(demo_report.train_scalars(work))
             validations = demo_report.val_records(work, metric)
-            self.results[kind] = dict(
+            runs[kind] = DensePredictionRun(
                 before=validations[0], after=validations[-1],
                 loss_curve=curve, loss_first=curve[0][1],
                 loss_last=curve[-1][1], iterations=curve[-1][0],
                 checkpoint=self.rel(last_checkpoint(work)))
+        self.results.transfer = TransferResult(
+            merged_accuracy=demo_report.read_json(
+                prune_work / 'test_metrics_merged.json')['accuracy/top1'],
+            **runs)
 
     def stage_plus(self) -> None:
         """HetDPT+: the merged classifier pruned in width (magnitude
@@ -108,7 +116,7 @@ class TransferStages:
                  '=1.0']
         self.jobs.run_lanes([[
             Job('plus-prune', [
-                'tools/prune_width.py', self.results['prune']['merged'],
+                'tools/prune_width.py', self.results.merge.merged,
                 pruned, '--ratio', str(s.plus_ratio), '--importance',
                 'magnitude', '--report', self.rel(report), '--plot',
                 self.rel(work / 'widths.png'), '--force'], show_all=True,
@@ -134,10 +142,11 @@ class TransferStages:
         self.jobs.run_lanes(lanes)
         width = demo_report.read_json(report)
         validations = demo_report.val_records(work)
-        self.results['plus'] = dict(
+        self.results.plus = PlusResult(
             checkpoint=trained, ratio=width['ratio'], epochs=s.plus_epochs,
             widths=width['spec']['widths'],
             macs=[width['macs_before'], width['macs_after']],
+            macs_convention=width['macs_convention'],
             params=[width['params_before'], width['params_after']],
             accuracy_before=validations[0]['accuracy/top1'],
             accuracy=validations[-1]['accuracy/top1'],
@@ -154,15 +163,15 @@ class TransferStages:
             ['--clock', 'process'] if threads == 1 else [])
         runs = dict(demo=[
             'tools/benchmark.py', 'backbone', '--checkpoint',
-            self.results['prune']['checkpoint'], '--prefix', 'backbone.',
+            self.results.prune.checkpoint, '--prefix', 'backbone.',
             '--img-size', '32', '--batch-size', str(s.bench_batch),
             '--repeats', str(s.bench_repeats)])
         # The other splits of the comparison (speed depends on the counts
         # only): each one's first seed, dense vs merged.
-        for counts, run in self.split_benchmark_runs().items():
+        for counts, run in split_benchmark_runs(self.results).items():
             runs[f'split-{counts}'] = [
                 'tools/benchmark.py', 'backbone', '--checkpoint',
-                run['checkpoint'], '--prefix', 'backbone.', '--models',
+                run.checkpoint, '--prefix', 'backbone.', '--models',
                 'dense', 'merged', '--img-size', '32', '--batch-size',
                 str(s.bench_batch), '--repeats', str(s.bench_repeats)]
         if s.context_bench:
@@ -176,21 +185,8 @@ class TransferStages:
             for name, argv in runs.items()]
         # Timings only mean something with nothing else of ours running.
         self.jobs.run_lanes([lane])
-        self.results['benchmark'] = {
+        self.results.benchmark = {
             name: condense_benchmark(
                 demo_report.read_json(out / f'{name}.json'),
                 (out / f'{name}.md').read_text(encoding='utf-8'))
             for name in runs}
-
-    def split_benchmark_runs(self) -> Dict[str, Dict[str, Any]]:
-        """One run per removed-counts pair other than the main run's,
-        keyed ``attn<n>-act<m>``."""
-        main = self.results['prune']['spec']
-        chosen = {}
-        for run in self.results['compare']['runs'].values():
-            counts = counts_label(*run['counts'])
-            if run.get('main') or run['counts'] == [main['n_attn'],
-                                                    main['n_act']]:
-                continue
-            chosen.setdefault(counts, run)
-        return chosen
