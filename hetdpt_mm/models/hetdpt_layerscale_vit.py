@@ -37,11 +37,10 @@ from ..pruning.cost import AnalyticCost
 from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import layerscale_state_dict as ls_state_dict
 from . import vit_state_dict
+from .gates import GatedAttention, GatedSwiGLU
 from .hetdpt_vit import HetDPTViT
 from .layers import (
     WHOLE_BRANCH,
-    GatedAttention,
-    GatedSwiGLU,
     HetDPTBlock,
     MergedFFN,
     assemble_block,

@@ -10,7 +10,8 @@ from mmengine.logging import print_log
 from ..checkpoint import StateDictMismatch
 from ..record import EXTRA_STATE_KEY, load_backbone_checkpoint
 from ..spec import LAYER_KINDS, PruneSpec
-from .layers import GATE_SUFFIXES, WHOLE_BRANCH
+from .gates import GATE_SUFFIXES
+from .layers import WHOLE_BRANCH
 
 
 def absent_local_file(source: str) -> bool:

@@ -10,7 +10,7 @@ from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
 from ..models.family import HetDPTBackbone
-from ..models.layers import StraightThroughGate
+from ..models.gates import StraightThroughGate
 from ..models.vit_codec import resolve_arch
 from ..record import load_backbone_checkpoint
 from ..registry import get_family
