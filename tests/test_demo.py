@@ -21,10 +21,10 @@ from hetdpt_mm.apis.demo_tome_report import (
     tome_section,
     tome_summary_row,
 )
+from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models.token_merge import TokenMerge
 from hetdpt_mm.pruning import AnalyticCost
-from hetdpt_mm.record import read_backbone_checkpoint
 from hetdpt_mm.visualization import plot_split_comparison, plot_tome
 
 

@@ -31,6 +31,11 @@ from mmengine.registry import DefaultScope
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_macs, count_params
+from hetdpt_mm.backbone_checkpoint import (
+    load_backbone_checkpoint,
+    read_backbone_checkpoint,
+    read_classifier_heads,
+)
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width import (
@@ -40,12 +45,7 @@ from hetdpt_mm.pruning.width import (
     prune_width_checkpoint,
     read_widths,
 )
-from hetdpt_mm.record import (
-    load_backbone_checkpoint,
-    read_backbone_checkpoint,
-    read_classifier_heads,
-    with_record,
-)
+from hetdpt_mm.record import with_record
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import follow_backbone_width
 from hetdpt_mm.spec import Widths

@@ -109,7 +109,7 @@ def run_prune_width(options: PruneWidthOptions) -> None:
     checkpoint = load_checkpoint_file(options.input)
     calibration = None
     if options.calib_dir is not None:
-        from ..record import read_backbone_checkpoint
+        from ..backbone_checkpoint import read_backbone_checkpoint
         record = read_backbone_checkpoint(checkpoint, str(options.input),
                                           options.prefix).record
         img_size = (record.arch or {}).get('img_size', (224, 224))

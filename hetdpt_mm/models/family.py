@@ -46,6 +46,7 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
+from ..backbone_checkpoint import load_backbone_checkpoint
 from ..checkpoint import CheckpointError, StateDictMismatch
 from ..record import (
     EXTRA_STATE_KEY,
@@ -53,7 +54,6 @@ from ..record import (
     RecordError,
     RecordInStateDict,
     decode_record,
-    load_backbone_checkpoint,
     record_source,
     with_record,
 )

@@ -7,8 +7,9 @@ from typing import Dict, Mapping, Optional
 
 from mmengine.logging import print_log
 
+from ..backbone_checkpoint import load_backbone_checkpoint
 from ..checkpoint import StateDictMismatch
-from ..record import EXTRA_STATE_KEY, load_backbone_checkpoint
+from ..record import EXTRA_STATE_KEY
 from ..spec import LAYER_KINDS, PruneSpec
 from .gates import GATE_SUFFIXES
 from .layers import WHOLE_BRANCH

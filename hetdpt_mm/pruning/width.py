@@ -50,14 +50,13 @@ import torch.nn.functional as F
 from timm.layers import Attention, Mlp
 
 from ..analysis import count_macs, count_params
-from ..cli import require_extra
-from ..record import (
-    EXTRA_STATE_KEY,
+from ..backbone_checkpoint import (
     classifier_head_prefixes,
     read_backbone_checkpoint,
     read_classifier_heads,
-    with_record,
 )
+from ..cli import require_extra
+from ..record import EXTRA_STATE_KEY, with_record
 from ..registry import FAMILIES
 from ..spec import META_KEY, PruneSpec, Widths
 from .width_result import StageCost, WidthPruneResult, WidthTrial
@@ -119,7 +118,7 @@ class LinearHeads(nn.Module):
 def linear_heads(tensors: Mapping[str, Mapping[str, torch.Tensor]]
                  ) -> Dict[str, nn.Linear]:
     """``nn.Linear`` heads holding a checkpoint's head tensors
-    (:func:`~hetdpt_mm.record.read_classifier_heads`)."""
+    (:func:`~hetdpt_mm.backbone_checkpoint.read_classifier_heads`)."""
     heads = {}
     for name, params in tensors.items():
         out_features, in_features = params['weight'].shape
@@ -379,8 +378,8 @@ def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
                            source: str = 'checkpoint', **options
                            ) -> Tuple[Dict, WidthPruneResult]:
     """Width-prune the HetDPTViT backbone of a checkpoint (any layout
-    :func:`~hetdpt_mm.record.read_backbone_checkpoint` reads, merged,
-    pruned or dense) and the inputs of its classifier heads, with
+    :func:`~hetdpt_mm.backbone_checkpoint.read_backbone_checkpoint` reads,
+    merged, pruned or dense) and the inputs of its classifier heads, with
     :func:`prune_width`'s ``options``; return ``(checkpoint, result)``.
 
     The result is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record,

@@ -9,10 +9,10 @@ from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
+from ..backbone_checkpoint import load_backbone_checkpoint
 from ..models.family import HetDPTBackbone
 from ..models.gates import StraightThroughGate
 from ..models.vit_codec import resolve_arch
-from ..record import load_backbone_checkpoint
 from ..registry import get_family
 from ..spec import ACT, ATTN, PruneSpec
 
