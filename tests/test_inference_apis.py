@@ -38,7 +38,7 @@ from hetdpt_mm.datasets import (
     make_detection,
     make_segmentation,
 )
-from hetdpt_mm.pruning.width import prune_width_checkpoint
+from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]

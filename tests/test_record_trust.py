@@ -19,7 +19,7 @@ from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.checkpoint import CheckpointError, StateDictMismatch
 from hetdpt_mm.cli import RunError
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.pruning.width import prune_width_checkpoint
+from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.record import (
     EXTRA_STATE_KEY,
     RecordError,

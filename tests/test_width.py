@@ -38,12 +38,10 @@ from hetdpt_mm.backbone_checkpoint import (
 )
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.pruning.width import (
-    LinearHeads,
+from hetdpt_mm.pruning.width import LinearHeads, prune_width, read_widths
+from hetdpt_mm.pruning.width_checkpoint import (
     linear_heads,
-    prune_width,
     prune_width_checkpoint,
-    read_widths,
 )
 from hetdpt_mm.record import with_record
 from hetdpt_mm.registry import FAMILIES

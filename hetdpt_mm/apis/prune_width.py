@@ -15,7 +15,8 @@ from ..analysis import MACS_CONVENTIONS
 from ..checkpoint import load_checkpoint_file
 from ..fileio import check_output_paths, write_outputs
 from ..merge import parse_arch
-from ..pruning.width import IMPORTANCES, prune_width_checkpoint
+from ..pruning.width import IMPORTANCES
+from ..pruning.width_checkpoint import prune_width_checkpoint
 from ..visualization import figure_formats, plot_widths
 
 _MACS = re.compile(r'^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$')
