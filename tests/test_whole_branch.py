@@ -255,12 +255,14 @@ def test_prune_hook_removes_ffn_branches_with_map_counts():
     # FFN branches are gated only under whole-branch removal.
     (dict(type='HetDPTViT', arch=TINY), dict(attn=1, act=0, ffn=2),
      r"counts=\{'attn': 1, 'act': 0, 'ffn': 2\} asks for ffn removals "
-     r"\(FFN branch\), but the backbone has no ffn gates: HetDPTViT gates "
-     r"FFN branches only under whole-branch removal.*'identity'"),
+     r"\(FFN branch\), but the backbone has no ffn gates: "
+     r"HetDPTViT gates FFN branches only under whole-branch removal"
+     r".*'identity'"),
     # A SwiGLU FFN has no GELU to remove.
     (dict(type='HetDPTLayerScaleViT', arch=TINY_SWIGLU, **WHOLE),
      dict(attn=1, act=1), r'asks for act removals \(GELU\), but the backbone '
-     r'has no act gates: this HetDPTLayerScaleViT gates none \(a SwiGLU'),
+     r'has no act gates: '
+     r'this HetDPTLayerScaleViT gates none \(a SwiGLU'),
 ])
 def test_prune_hook_refuses_counts_without_gates(backbone, counts, message):
     """Before training, not at the first removal mid-run."""

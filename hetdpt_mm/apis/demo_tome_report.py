@@ -118,8 +118,8 @@ def tome_summary_row(summary: Mapping[str, Any]) -> List[str]:
     if tome.get('skipped'):
         return [what, 'not measured in the --quick demo']
     return [what, ', '.join(
-        f'r={row["r"]}: {row["speedup"]:.2f}x ({row["hetdpt_accuracy"]:.2f} '
-        f'vs {row["dense_accuracy"]:.2f} %)'
+        f'r={row["r"]}: {row["speedup"]:.2f}x '
+        f'({row["hetdpt_accuracy"]:.2f} vs {row["dense_accuracy"]:.2f} %)'
         for row in tome['claims']['equal_r'])]
 
 

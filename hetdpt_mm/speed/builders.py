@@ -24,8 +24,8 @@ BACKBONE_VARIANTS = ('dense', 'pruned', 'merged')
 #: The stock OpenMMLab configs the dense-prediction comparisons start from.
 STOCK_CONFIGS = {
     'detr': 'mmdet::detr/detr_r50_8xb2-150e_coco.py',
-    'upernet':
-    'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py',
+    'upernet': ('mmseg::vit/'
+                'vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'),
 }
 
 
