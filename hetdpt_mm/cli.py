@@ -20,6 +20,11 @@ class UsageError(Exception):
     """Invalid command-line usage, reported like any other error."""
 
 
+class RunError(ValueError):
+    """A run that cannot start or continue; the tools print it as
+    ``error: ...``."""
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """Reports usage errors as ``error: <message>`` with status 2."""
 

@@ -19,8 +19,8 @@ form, classifier heads kept.  The result
 carries the merged backbone's :class:`~hetdpt_mm.record.HetDPTRecord` (in the
 backbone's extra state, and in ``meta['hetdpt']`` with its ``prefix``), so
 the backbone rebuilds it from the file alone.  Checkpoint parsing is
-:func:`~hetdpt_mm.record.read_backbone_checkpoint`'s, all surgery the
-family's ``convert_state_dict``.
+:func:`~hetdpt_mm.backbone_checkpoint.read_backbone_checkpoint`'s, all
+surgery the family's ``convert_state_dict``.
 """
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -28,14 +28,9 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
+from .backbone_checkpoint import BackboneCheckpoint, read_backbone_checkpoint
 from .checkpoint import StateDictMismatch
-from .record import (
-    EXTRA_STATE_KEY,
-    BackboneCheckpoint,
-    HetDPTRecord,
-    read_backbone_checkpoint,
-    with_record,
-)
+from .record import EXTRA_STATE_KEY, HetDPTRecord, with_record
 from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
 
 #: Where MMEngine's EMAHook saves the averaged model: an

@@ -1,17 +1,13 @@
 """Runner construction and command-line options shared by tools/train.py
 and tools/test.py."""
 import argparse
-import contextlib
-import fcntl
 import gc
 import itertools
 import logging
 import os
 import os.path as osp
 import re
-import time
-from pathlib import Path
-from typing import Iterator, List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from mmengine.config import Config, DictAction
@@ -20,30 +16,12 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
+from .backbone_checkpoint import load_backbone_checkpoint
 from .checkpoint import TRUST_ENV, CheckpointError
-from .cli import INPUT_ERRORS
-from .fileio import same_file
+from .cli import INPUT_ERRORS, RunError
 from .hooks import EpochSeedHook
-from .record import load_backbone_checkpoint
 from .registry import FAMILIES
-
-#: Files a run writes into its work dir besides the config dump and the
-#: timestamped log folder (MMEngine's CheckpointHook, our merge hook).
-RUN_OUTPUT_NAMES = re.compile(
-    r'^((epoch|iter)_\d+\.pth|best_.*\.pth|last_checkpoint|.*_merged\.pth)$')
-#: The file a training run holds locked in its work dir (see
-#: :func:`work_dir_lock`).
-TRAIN_LOCK_NAME = '.hetdpt_train.lock'
-#: The variable that gives a process its rank in its job, per launcher,
-#: before the process group exists (what MMEngine's ``init_dist`` reads).
-RANK_VARIABLES = dict(pytorch='RANK', slurm='SLURM_PROCID',
-                      mpi='OMPI_COMM_WORLD_RANK')
-
-
-class RunError(ValueError):
-    """A run that cannot start or continue; the tools print it as
-    ``error: ...``."""
-
+from .work_dir import config_strings
 
 #: What tools/train.py and tools/test.py report as ``error: ...`` (exit 2):
 #: bad input, and a type missing from a registry (a ``KeyError``).
@@ -158,131 +136,11 @@ def release_distributed() -> None:
         torch.distributed.destroy_process_group()
 
 
-def _config_strings(node, key: str = '') -> Iterator[Tuple[str, str]]:
-    """Every string value of a config with its dotted key."""
-    if isinstance(node, dict):
-        for name, value in node.items():
-            yield from _config_strings(value, f'{key}.{name}' if key else name)
-    elif isinstance(node, (list, tuple)):
-        for index, value in enumerate(node):
-            yield from _config_strings(value, f'{key}[{index}]')
-    elif isinstance(node, str):
-        yield key, node
-
-
-def input_files(cfg, config_path: str) -> List[str]:
-    """The files a run reads: its config and every existing file the config
-    names (checkpoints, MAP points, spec files ...)."""
-    named = [value for _, value in _config_strings(cfg.to_dict())
-             if '://' not in value and osp.isfile(value)]
-    return [config_path] + named
-
-
-def check_work_dir(cfg, config_path: str, resume_from: Optional[str] = None
-                   ) -> None:
-    """Refuse a work dir where the run would write over one of its inputs:
-    MMEngine dumps the config to ``<work_dir>/<config name>`` and saves
-    ``epoch_N.pth`` / ``iter_N.pth`` / ``best_*.pth`` / ``last_checkpoint``
-    there, our merge hook ``*_merged.pth``.  (A checkpoint being resumed is
-    in its work dir by design: later saves do not reuse its name.)"""
-    work_dir = Path(cfg.work_dir)
-    if work_dir.exists() and not work_dir.is_dir():
-        raise RunError(f'work dir {work_dir} is a file, not a directory')
-    config_dump = work_dir / osp.basename(config_path)
-    for path in input_files(cfg, config_path):
-        if resume_from is not None and same_file(path, resume_from):
-            continue
-        if same_file(path, config_dump):
-            raise RunError(
-                f'{path} is an input of this run, and MMEngine writes the '
-                f'config it runs to {config_dump}; choose another --work-dir')
-        if same_file(Path(path).parent, work_dir) and \
-                RUN_OUTPUT_NAMES.match(Path(path).name):
-            raise RunError(
-                f'{path} is an input of this run, and the run saves files '
-                f'of that name into its work dir {work_dir}; move the file or '
-                'choose another --work-dir')
-
-
-def job_rank(launcher: str) -> int:
-    """This process's rank in its job (0 without a launcher)."""
-    variable = RANK_VARIABLES.get(launcher)
-    return int(os.environ.get(variable, 0)) if variable else 0
-
-
-@contextlib.contextmanager
-def work_dir_lock(work_dir) -> Iterator[None]:
-    """Hold the training lock of ``work_dir`` (made if missing), or raise
-    ``RunError`` naming the run that holds it.  An advisory ``flock`` on
-    ``<work_dir>/.hetdpt_train.lock``: the OS drops it when its holder
-    ends, killed or not, so a lock is never stale."""
-    work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    with open(work_dir / TRAIN_LOCK_NAME, 'a+') as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read(200).strip() or 'its pid not written yet'
-            raise RunError(
-                f'work dir {work_dir} is in use by another training run '
-                f'({holder}); wait for it to end or choose another '
-                '--work-dir') from None
-        try:
-            lock.truncate(0)
-            lock.write(f'pid {os.getpid()}, since '
-                       f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
-            lock.flush()
-            yield
-        finally:
-            # Forked data-loader workers share the lock; unlocking drops it
-            # for them too.
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def run_checkpoints(work_dir) -> List[Path]:
-    """The checkpoints a run saved in ``work_dir`` (its logs do not count),
-    in the order of their names' numbers."""
-    work_dir = Path(work_dir)
-    if not work_dir.is_dir():
-        return []
-    return sorted((path for path in work_dir.iterdir()
-                   if RUN_OUTPUT_NAMES.match(path.name)),
-                  key=lambda path: [int(part) if part.isdigit() else part
-                                    for part in re.split(r'(\d+)',
-                                                         path.name)])
-
-
-@contextlib.contextmanager
-def claim_work_dir(cfg, resume: bool, overwrite: bool) -> Iterator[None]:
-    """Keep the work dir to this run while it trains: a run already training
-    there, or (without ``resume``) the checkpoints of an earlier run there,
-    which the new run would replace one by one and mix with its own, are a
-    ``RunError``; ``overwrite`` removes those checkpoints instead.  Rank 0
-    of a job holds the lock for all its ranks."""
-    rank = job_rank(cfg.get('launcher', 'none'))
-    with work_dir_lock(cfg.work_dir) if rank == 0 else \
-            contextlib.nullcontext():
-        previous = [] if resume else run_checkpoints(cfg.work_dir)
-        if previous and not overwrite:
-            names = ', '.join(path.name for path in previous[:3]) + (
-                f', ... ({len(previous)} in all)' if len(previous) > 3
-                else '')
-            raise RunError(
-                f'work dir {cfg.work_dir} already holds checkpoints of a run '
-                f'({names}); pass --resume to continue it, --overwrite to '
-                'start over, or choose another --work-dir')
-        if rank == 0:
-            for path in previous:
-                path.unlink()
-        yield
-
-
 def check_pretrained_exist(cfg) -> None:
     """Fail before the runner is built (and its log written) if the model's
     ``init_cfg`` names a local ``Pretrained`` checkpoint that does not
     exist, e.g. the merged classifier a DETR / UperNet config starts from."""
-    for key, value in _config_strings(cfg.get('model', {}), 'model'):
+    for key, value in config_strings(cfg.get('model', {}), 'model'):
         if re.search(r'init_cfg(\[\d+\])?\.checkpoint$', key) and \
                 '://' not in value and not osp.exists(value):
             raise RunError(

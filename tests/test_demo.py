@@ -27,9 +27,9 @@ from hetdpt_mm.apis.demo_tome_report import (
     tome_section,
     tome_summary_row,
 )
+from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models.token_merge import TokenMerge
-from hetdpt_mm.record import read_backbone_checkpoint
 from hetdpt_mm.visualization import plot_tome
 
 

@@ -13,17 +13,13 @@ import torch.nn as nn
 from helpers import fake_runner, randomize_
 from timm.layers import Attention
 
+from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import FAMILIES, HetDPTBackbone, merge_ffn_weights
-from hetdpt_mm.models.layers import (
-    GATE_SUFFIXES,
-    AttentionBypass,
-    GatedAttention,
-    GatedGELU,
-)
-from hetdpt_mm.record import read_backbone_checkpoint
+from hetdpt_mm.models.gates import GATE_SUFFIXES, GatedAttention, GatedGELU
+from hetdpt_mm.models.layers import AttentionBypass
 from hetdpt_mm.spec import ACT, ATTN, PruneSpec
 
 BLOCK = re.compile(r'^layers\.(\d+)\.(.+)$')

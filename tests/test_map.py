@@ -385,8 +385,8 @@ def test_loads_csv_and_json_forms(tmp_path):
     ('empty.csv', '', None, 'empty.csv: file is empty'),
     ('header.csv', 'a,t,accuracy\n', None, 'no data rows'),
     ('cols.csv', 'x,y,acc\n1,2,3\n', None,
-     r"no usable columns: need \"accuracy\" \(or \"acc\"\) and either \"a\" "
-     r"and \"t\" .* found \['acc', 'x', 'y'\]"),
+     r"no usable columns: need \"accuracy\" \(or \"acc\"\) "
+     r"and either \"a\" and \"t\" .* found \['acc', 'x', 'y'\]"),
     ('nan.csv', 'a,t,accuracy\n1,1,80\n0.9,1,nan\n', None,
      r'nan.csv, row 2 \(line 3\): accuracy is nan'),
     ('inf.csv', 'a,t,accuracy\n1,1,inf\n', None,
@@ -406,7 +406,8 @@ def test_loads_csv_and_json_forms(tmp_path):
     ('missing.csv', 'a,t,accuracy\n1,,80\n', None,
      'row 1 .*missing value for "t"'),
     ('mismatch.csv', 'n_attn,n_act,a,t,accuracy\n1,0,0.8,1,80\n', 12,
-     r'a=0.8 disagrees with n_attn=1 at depth 12 \(which gives a=0.9167\)'),
+     r'a=0.8 disagrees with n_attn=1 at depth 12 '
+     r'\(which gives a=0.9167\)'),
     ('bad.json', '[{"a": 1, ', None, 'bad.json: not valid JSON'),
     ('nolist.json', '{"rows": []}', None, 'must have a "points" list'),
     ('none.json', '[]', None, 'contains no points'),

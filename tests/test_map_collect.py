@@ -505,7 +505,8 @@ def test_hook_collects_ffn_branch_points(tmp_path, digits_root, schedule,
     # A block keeps one of its two branches: 4 blocks, 5 branches.
     (dict(schedule=dict(type='cyclic', kinds=['attn', 'ffn']),
           max_removed=5), {}, 'ValueError',
-     r'removes 5 attention and FFN branches, but only 4 blocks have both'),
+     r'removes 5 attention and FFN branches, '
+     r'but only 4 blocks have both'),
 ])
 def test_ffn_schedules_are_checked_before_any_point(
         tmp_path, digits_root, hook, backbone, error, message):

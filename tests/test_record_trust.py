@@ -15,17 +15,18 @@ from helpers import randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.checkpoint import CheckpointError, StateDictMismatch
+from hetdpt_mm.cli import RunError
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.pruning.width import prune_width_checkpoint
+from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.record import (
     EXTRA_STATE_KEY,
     RecordError,
     decode_record,
     encode_record,
-    load_backbone_checkpoint,
 )
-from hetdpt_mm.runner import RunError, build_runner
+from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / 'configs/demo'

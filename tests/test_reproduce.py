@@ -21,9 +21,9 @@ from helpers import (
 )
 from mmengine.config import Config
 
+from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.record import read_backbone_checkpoint
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 CONFIGS = REPO / 'configs' / 'hetdpt'

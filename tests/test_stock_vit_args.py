@@ -17,9 +17,9 @@ from helpers import REPO, randomize_
 from mmpretrain.models.backbones import VisionTransformer as PretrainViT
 from mmseg.models.backbones import VisionTransformer as SegViT
 
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.datasets import make_segmentation
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
-from hetdpt_mm.record import load_backbone_checkpoint
 
 #: mmseg's spelling of a tiny ViT (with the LayerNorm epsilon its configs
 #: give: mmcv's LayerNorm default is 1e-5, DeiT's 1e-6).

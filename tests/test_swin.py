@@ -14,6 +14,7 @@ from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import analytic_macs
 from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
@@ -21,7 +22,6 @@ from hetdpt_mm.models import HetDPTSwin
 from hetdpt_mm.models.swin_state_dict import (
     resize_relative_position_bias_table,
 )
-from hetdpt_mm.record import load_backbone_checkpoint
 from hetdpt_mm.speed import build_from_config, make_test_batch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,10 +19,11 @@ from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_params
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
-from hetdpt_mm.record import HetDPTRecord, load_backbone_checkpoint
+from hetdpt_mm.record import HetDPTRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_POINTS = ROOT / 'tests' / 'data' / 'map_points_paper.csv'
@@ -254,12 +255,14 @@ def test_prune_hook_removes_ffn_branches_with_map_counts():
     # FFN branches are gated only under whole-branch removal.
     (dict(type='HetDPTViT', arch=TINY), dict(attn=1, act=0, ffn=2),
      r"counts=\{'attn': 1, 'act': 0, 'ffn': 2\} asks for ffn removals "
-     r"\(FFN branch\), but the backbone has no ffn gates: HetDPTViT gates "
-     r"FFN branches only under whole-branch removal.*'identity'"),
+     r"\(FFN branch\), but the backbone has no ffn gates: "
+     r"HetDPTViT gates FFN branches only under whole-branch removal"
+     r".*'identity'"),
     # A SwiGLU FFN has no GELU to remove.
     (dict(type='HetDPTLayerScaleViT', arch=TINY_SWIGLU, **WHOLE),
      dict(attn=1, act=1), r'asks for act removals \(GELU\), but the backbone '
-     r'has no act gates: this HetDPTLayerScaleViT gates none \(a SwiGLU'),
+     r'has no act gates: '
+     r'this HetDPTLayerScaleViT gates none \(a SwiGLU'),
 ])
 def test_prune_hook_refuses_counts_without_gates(backbone, counts, message):
     """Before training, not at the first removal mid-run."""

@@ -12,9 +12,9 @@ from helpers import DENSE_CONFIG, REPO, load_tool, small_config
 from mmengine.config import Config
 
 from hetdpt_mm.checkpoint import load_checkpoint_file
-from hetdpt_mm.runner import (
+from hetdpt_mm.cli import RunError
+from hetdpt_mm.work_dir import (
     TRAIN_LOCK_NAME,
-    RunError,
     claim_work_dir,
     run_checkpoints,
     work_dir_lock,
@@ -23,7 +23,7 @@ from hetdpt_mm.runner import (
 #: Holds the training lock of the work dir argv[1] until killed.
 HOLDER = """
 import sys, time
-from hetdpt_mm.runner import work_dir_lock
+from hetdpt_mm.work_dir import work_dir_lock
 with work_dir_lock(sys.argv[1]):
     print('locked', flush=True)
     time.sleep(600)

@@ -9,18 +9,16 @@ from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
 
 from ..checkpoint import CheckpointError
-from ..cli import UsageError
+from ..cli import RunError, UsageError
 from ..fileio import atomic_write_text, check_output_path, same_file
 from ..runner import (
-    RunError,
     build_runner,
-    check_work_dir,
     follow_backbone_width,
-    input_files,
     load_config,
     load_fitting,
     release_distributed,
 )
+from ..work_dir import check_work_dir, input_files
 
 #: mmdet's and mmpretrain's ``--out``: a pickle of raw predictions.
 PICKLE_SUFFIXES = ('.pkl', '.pickle')

@@ -132,8 +132,9 @@ def budget_section(allocation: Allocation, bounds: str,
     ratio_sum = 2 - allocation.budget / allocation.depth
     extra = None
     if cost is not None:
+        t_kind = allocation.t_kind
         extra = {'speedup': [
-            f'{cost.split_speedup(c.n_attn, c.n_act, allocation.t_kind):.3f}x'
+            f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):.3f}x'
             for c in allocation.candidates]}
     return '\n'.join([
         f'budget {allocation.budget} of depth {allocation.depth}, bounds '

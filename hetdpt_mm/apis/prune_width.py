@@ -15,7 +15,8 @@ from ..analysis import MACS_CONVENTIONS
 from ..checkpoint import load_checkpoint_file
 from ..fileio import check_output_paths, write_outputs
 from ..merge import parse_arch
-from ..pruning.width import IMPORTANCES, prune_width_checkpoint
+from ..pruning.width import IMPORTANCES
+from ..pruning.width_checkpoint import prune_width_checkpoint
 from ..visualization import figure_formats, plot_widths
 
 _MACS = re.compile(r'^\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*$')
@@ -109,7 +110,7 @@ def run_prune_width(options: PruneWidthOptions) -> None:
     checkpoint = load_checkpoint_file(options.input)
     calibration = None
     if options.calib_dir is not None:
-        from ..record import read_backbone_checkpoint
+        from ..backbone_checkpoint import read_backbone_checkpoint
         record = read_backbone_checkpoint(checkpoint, str(options.input),
                                           options.prefix).record
         img_size = (record.arch or {}).get('img_size', (224, 224))

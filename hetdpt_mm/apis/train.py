@@ -7,11 +7,10 @@ from ..runner import (
     apply_resume,
     build_runner,
     check_pretrained_exist,
-    check_work_dir,
-    claim_work_dir,
     load_config,
     release_distributed,
 )
+from ..work_dir import check_work_dir, claim_work_dir
 
 __all__ = ['run_train']
 

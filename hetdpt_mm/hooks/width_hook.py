@@ -6,7 +6,8 @@ from typing import Iterator, List, Optional, Tuple
 import torch
 from mmengine.registry import HOOKS
 
-from ..pruning.width import IMPORTANCES, prune_width_checkpoint
+from ..pruning.width import IMPORTANCES
+from ..pruning.width_checkpoint import prune_width_checkpoint
 from ..sharding import unwrap_model
 from .merge_hook import MergeCheckpointHook
 
@@ -15,10 +16,10 @@ from .merge_hook import MergeCheckpointHook
 class WidthPruneHook(MergeCheckpointHook):
     """After training, write ``<out_dir>/<name>_plus.pth``: what
     :class:`MergeCheckpointHook` writes, then width-pruned with
-    :func:`~hetdpt_mm.pruning.width.prune_width_checkpoint` (Torch-Pruning's
-    isomorphic pruning) to ``target_macs`` or by ``ratio``, with its widths
-    in the record.  So one config runs depth pruning, then width pruning;
-    ``configs/hetdpt_plus/`` fine-tunes the result.  The log gets the
+    :func:`~hetdpt_mm.pruning.width_checkpoint.prune_width_checkpoint`
+    (Torch-Pruning's isomorphic pruning) to ``target_macs`` or by ``ratio``,
+    with its widths in the record. So one config runs depth pruning, then width
+    pruning; ``configs/hetdpt_plus/`` fine-tunes the result. The log gets the
     search trials, the MACs and parameters per stage (dense, depth-pruned,
     width-pruned) and the per-block widths (also in the checkpoint's
     ``meta['hetdpt_width']``); ``<name>_plus_widths.png`` draws the widths.

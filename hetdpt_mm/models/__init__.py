@@ -2,9 +2,10 @@ from ..presets import ARCH_PRESETS
 from ..registry import FAMILIES, TOOLBOX_MODULES, get_family
 from . import heads  # noqa: F401  registers PretrainedHeads
 from .family import HetDPTBackbone
-from .hetdpt_layerscale_vit import LAYERSCALE_ARCH_PRESETS, HetDPTLayerScaleViT
+from .hetdpt_layerscale_vit import HetDPTLayerScaleViT
 from .hetdpt_swin import HetDPTSwin
 from .hetdpt_vit import HetDPTViT
+from .layerscale_codec import LAYERSCALE_ARCH_PRESETS
 from .swin_args import SWIN_ARCH_PRESETS
 from .vit_state_dict import convert_state_dict, merge_ffn_weights
 

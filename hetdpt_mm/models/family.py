@@ -5,16 +5,19 @@ A *family* is one :class:`HetDPTBackbone` subclass (``HetDPTViT`` is the
 first).  It names itself with ``family`` and is registered by that name when
 the class is defined, so that a checkpoint's record (``record.family``)
 finds the class that rebuilds it.  Adding a family means writing such a
-subclass, with its checkpoint conversion, and nothing in the hooks or tools:
+subclass, with its codec (the functions that read and convert its tensors,
+apart from the module: ``vit_codec.py``, ``swin_codec.py``,
+``layerscale_codec.py``), and nothing in the hooks or tools:
 
 =======================  ====================================================
-class level (no model)   ``recognizes(state)``, ``describe_keys()``,
+the codec (no model)     ``recognizes(state)``, ``describe_keys()``,
                          ``canonical_state(state)``,
-                         ``record_from_tensors(state, source)``,
+                         ``record_from_tensors(state, source, family)``,
                          ``check_record(record, state)``,
                          ``convert_state_dict(state, spec, form, sem.)``,
                          ``build_args_from_tensors(state, arch)``,
-                         ``layer_macs(arch, img_size, attention_products)``
+                         ``layer_macs(arch, img_size, attention_products)``,
+                         ``arch_depth(arch)``
 instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
                          ``gates(kind)``, ``gate_scores(kind)``,
                          ``class_feature(inputs)``,
@@ -31,6 +34,7 @@ first (through every loading path: ``load_state_dict``, MMEngine's
 ``load_checkpoint``, ``load_from``, ``--resume``, the toolboxes' inference
 APIs).
 """
+from types import ModuleType
 from typing import (
     ClassVar,
     Dict,
@@ -46,21 +50,20 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
-from ..checkpoint import CheckpointError, StateDictMismatch
+from ..checkpoint import StateDictMismatch
 from ..record import (
     EXTRA_STATE_KEY,
     HetDPTRecord,
     RecordError,
     RecordInStateDict,
     decode_record,
-    load_backbone_checkpoint,
     record_source,
     with_record,
 )
 from ..registry import FAMILIES, get_family
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .layers import SEMANTICS_CHOICES
-from .pretrained import PretrainedLoading, absent_local_file
+from .pretrained import PretrainedLoading
 from .record_check import (
     check_arch_agrees,
     check_tensors_fit,
@@ -71,6 +74,8 @@ from .record_check import (
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
     family: ClassVar[Optional[str]] = None
+    #: The family's codec module (see the module docstring).
+    codec: ClassVar[Optional[ModuleType]] = None
     #: The constructor arguments a record's ``arch`` may give: those of
     #: :meth:`build_args` (some only where not the default), which fix the
     #: structure.  A record never names how to load (``pretrained``,
@@ -103,33 +108,39 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """``args`` as ``toolbox``'s registry passes them to the family."""
         return {**cls.TOOLBOX_DEFAULTS[toolbox], **args}
 
-    # ------------------------------------------------- class level: tensors
+    # ------------------------------------------- class level: the codec
+    # The family's codec, a module of functions apart from the nn.Module
+    # (timm's checkpoint_filter_fn style), reads and converts its tensors;
+    # these class methods call it.
     @classmethod
     def recognizes(cls, state: Mapping) -> bool:
-        raise NotImplementedError
+        """Whether ``state`` holds the family's weights (any layout)."""
+        return cls.codec.recognizes(state)
 
     @classmethod
     def describe_keys(cls) -> str:
         """The keys that identify the family, for error messages."""
-        raise NotImplementedError
+        return cls.codec.describe_keys()
 
     @classmethod
     def canonical_state(cls, state: Mapping) -> Mapping:
         """``state`` (any layout :meth:`recognizes` accepts) in the family's
-        own layout, which every other method reads; the default keeps it."""
-        return state
+        own layout, which every other method reads; a codec without
+        ``canonical_state`` (one layout) keeps it."""
+        canonical = getattr(cls.codec, 'canonical_state', None)
+        return state if canonical is None else canonical(state)
 
     @classmethod
     def record_from_tensors(cls, state: Mapping,
                             source: str) -> HetDPTRecord:
         """The record that the key names of ``state`` imply."""
-        raise NotImplementedError
+        return cls.codec.record_from_tensors(state, source, cls.family)
 
     @classmethod
     def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
         """Raise :class:`StateDictMismatch` when the tensors contradict the
         record (the one check every reader runs)."""
-        raise NotImplementedError
+        cls.codec.check_record(record, state)
 
     @classmethod
     def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
@@ -137,13 +148,15 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
                            ) -> Dict:
         """The family's one tensor surgery (ViT: ``vit_state_dict.py``);
         only families with whole-branch removal take ``semantics``."""
-        raise NotImplementedError
+        if semantics is None:
+            return cls.codec.convert_state_dict(state, spec, form)
+        return cls.codec.convert_state_dict(state, spec, form, semantics)
 
     @classmethod
     def build_args_from_tensors(cls, state: Mapping,
                                 arch: Optional[Mapping] = None) -> Dict:
         """Constructor arguments of a backbone holding ``state``."""
-        raise NotImplementedError
+        return cls.codec.build_args_from_tensors(state, arch)
 
     @classmethod
     def layer_macs(cls, arch: Mapping, img_size,
@@ -154,12 +167,12 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         FFN (``'ffn'``) and merged FFN (``'merged_ffn'``), and the number
         for everything else (``'rest'``).  Blocks of a family may differ
         (Swin's stages)."""
-        raise NotImplementedError
+        return cls.codec.layer_macs(arch, img_size, attention_products)
 
     @classmethod
     def arch_depth(cls, arch) -> int:
         """Blocks of ``arch`` (over all stages), which specs index."""
-        raise NotImplementedError
+        return cls.codec.arch_depth(arch)
 
     @classmethod
     def sized_args(cls, img_size) -> Dict:
@@ -219,114 +232,6 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         cls.check_record(record, state)
         if record.arch is not None:
             check_tensors_fit(cls, record, state)
-
-    # ------------------------------------------- construction (init_cfg)
-    def _pretrained_cfg(self) -> Optional[dict]:
-        cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [
-            self.init_cfg]
-        for cfg in cfgs:
-            if isinstance(cfg, Mapping) and cfg.get('type') == 'Pretrained':
-                return dict(cfg)
-        return None
-
-    def _checkpoint_record(self) -> Optional[HetDPTRecord]:
-        """The structure of the ``init_cfg`` checkpoint (memory-mapped, so
-        only its records and key names are touched).  A local file that is
-        not there (a config's training start, read at inference time) gives
-        none: the weights loaded later bring their own structure."""
-        cfg = self._pretrained_cfg()
-        if cfg is None:
-            return None
-        source = cfg['checkpoint']
-        if absent_local_file(source):
-            print_log(f'{type(self).__name__}: init_cfg checkpoint {source} '
-                      'does not exist; building the configured structure '
-                      '(weights loaded later set theirs)', logger='current',
-                      level=30)
-            return None
-        return load_backbone_checkpoint(source, cfg.get('prefix'),
-                                        mmap=True).record
-
-    def _resolve_structure(self, depth: int, prune_spec, gated: bool,
-                           merged: Optional[bool], defaults: Mapping,
-                           **given_semantics
-                           ) -> Tuple[PruneSpec, str, Dict[str, str]]:
-        """The spec, form and semantics to build: the constructor's
-        arguments where given, else the ``init_cfg`` checkpoint's record,
-        else dense, unmerged and the family's ``defaults`` semantics
-        (``given_semantics``: the semantics arguments, ``None`` = not
-        given).  Sets :attr:`structure_given`."""
-        self.structure_given = gated or prune_spec is not None or \
-            merged is not None
-        record = self._checkpoint_record()
-        if prune_spec is None and record is not None and record.act_unknown:
-            raise CheckpointError(
-                f'{record.source} has no attention weights for blocks '
-                f'{list(record.spec.attn_removed)} but no HetDPT record, so '
-                'its removed GELUs are unknown (e.g. an authors\' stage-2 '
-                'checkpoint): pass prune_spec=dict(attn_removed=[...], '
-                'act_removed=[...]) to the backbone')
-        if record is not None and record.family != self.family:
-            raise StateDictMismatch(
-                f'{record.source} holds a {record.family} backbone, this is '
-                f'{self.family}')
-        if prune_spec is None:
-            spec = record.spec if record is not None else PruneSpec(depth)
-        else:
-            spec = PruneSpec.coerce(prune_spec, depth)
-        if spec.depth != depth:
-            raise ValueError(
-                f'{record.source if record else "the checkpoint"} has '
-                f'{spec.depth} blocks but arch has {depth}')
-        if gated and merged:
-            raise ValueError('a gated (search) backbone cannot be merged')
-        if gated:
-            form = 'gated'
-        elif merged is None:
-            form = 'merged' if record is not None and \
-                record.form == 'merged' else 'pruned'
-        else:
-            form = 'merged' if merged else 'pruned'
-        semantics = dict(defaults)
-        if record is not None:
-            semantics.update(record.semantics)
-        for name, value in given_semantics.items():
-            allowed = SEMANTICS_CHOICES[name]
-            if value is not None:
-                semantics[name] = value
-            if semantics[name] not in allowed:
-                raise ValueError(f'{name} must be one of {allowed}, got '
-                                 f'{semantics[name]!r}')
-        return spec, form, semantics
-
-    def _init_from_cfg(self) -> bool:
-        """``init_weights`` for what ``init_cfg`` asks: load its checkpoint
-        (converted to this structure) or run MMEngine's initialisers.
-        ``False`` when the family's own random initialisation is to run: no
-        ``init_cfg``, or a checkpoint that is absent, whose weights must
-        then come from a whole model loaded later (the toolboxes'
-        inference APIs, ``load_from``, ``--resume``)."""
-        cfg = self._pretrained_cfg()
-        if cfg is not None and absent_local_file(cfg['checkpoint']):
-            self.awaited_checkpoint = cfg['checkpoint']
-            return False
-        if cfg is not None:
-            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
-            return True
-        if self.init_cfg is not None:
-            super().init_weights()
-            return True
-        return False
-
-    def _check_weights_arrived(self) -> None:
-        """Called by ``forward``: without the awaited checkpoint's weights
-        the network would compute with random ones."""
-        if self.awaited_checkpoint is not None:
-            raise CheckpointError(
-                f'{type(self).__name__}: init_cfg checkpoint '
-                f'{self.awaited_checkpoint} does not exist and no weights '
-                'were loaded since; make it (docs/user_guides/transfer.md) or '
-                'load a whole model checkpoint')
 
     @staticmethod
     def _freeze(modules) -> None:

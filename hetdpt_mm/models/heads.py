@@ -6,8 +6,8 @@ mmengine's ``Pretrained`` loads keys as they are named, so the heads of a
 timm / DeiT / authors' file (``head``, ``head_dist``) never reach
 mmpretrain's ``DeiTClsHead`` (``layers.head``, ``layers.head_dist``).  This
 initializer reads the heads of any layout
-(:func:`~hetdpt_mm.record.read_classifier_heads`) and copies them into the
-linears of the head module it initialises: ``DeiTClsHead``,
+(:func:`~hetdpt_mm.backbone_checkpoint.read_classifier_heads`) and copies
+them into the linears of the head module it initialises: ``DeiTClsHead``,
 ``VisionTransformerClsHead``, ``LinearClsHead`` or a bare ``nn.Linear``.
 """
 import logging
@@ -18,8 +18,8 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
 
+from ..backbone_checkpoint import CLASS_HEAD, DIST_HEAD, load_classifier_heads
 from ..checkpoint import StateDictMismatch
-from ..record import CLASS_HEAD, DIST_HEAD, load_classifier_heads
 
 
 def head_linears(module: nn.Module) -> Dict[str, nn.Linear]:

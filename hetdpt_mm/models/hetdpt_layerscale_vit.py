@@ -1,7 +1,7 @@
 """HetDPTLayerScaleViT: LayerScale ViTs (DeiT-III, DINOv2 with and without
 register tokens, DINOv2-g's SwiGLU FFN) whose attention sublayers and FFN
 activations can be removed (HetDPT), for mmpretrain, mmdet and mmseg
-(docs/user_guides/dinov2.md).
+(docs/user_guides/dinov2.md).  Its codec is :mod:`.layerscale_codec`.
 
 A block is timm's ``Block`` with LayerScale (``init_values``)::
 
@@ -33,15 +33,13 @@ import torch.nn as nn
 from timm.layers import Attention, SwiGLUPacked
 
 from ..checkpoint import StateDictMismatch
-from ..pruning.cost import AnalyticCost
 from ..spec import ACT, ATTN, FFN, PruneSpec
+from . import layerscale_codec, vit_state_dict
 from . import layerscale_state_dict as ls_state_dict
-from . import vit_state_dict
+from .gates import GatedAttention, GatedSwiGLU
 from .hetdpt_vit import HetDPTViT
 from .layers import (
     WHOLE_BRANCH,
-    GatedAttention,
-    GatedSwiGLU,
     HetDPTBlock,
     MergedFFN,
     assemble_block,
@@ -50,51 +48,14 @@ from .layers import (
     remove_branches,
     set_block_gates,
 )
+from .layerscale_codec import (
+    DICT_ARCH_DEFAULTS,
+    LAYERSCALE_ARCH_PRESETS,
+    resolve_layerscale_arch,
+)
 from .stock_vit_args import arch_from_stock, frozen_by_exclude
-from .vit_codec import RELEASED_SEMANTICS, resolve_arch
+from .vit_codec import RELEASED_SEMANTICS
 
-#: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
-FFN_TYPES = ('mlp', 'swiglu')
-
-
-def _preset(embed_dims, num_layers, num_heads, *, patch_size, img_size,
-            layer_scale_init_value, mlp_ratio=4., ffn='mlp', reg_tokens=0,
-            no_embed_class=False) -> Dict:
-    return dict(arch=dict(embed_dims=embed_dims, num_layers=num_layers,
-                          num_heads=num_heads, mlp_ratio=mlp_ratio, ffn=ffn),
-                patch_size=patch_size, img_size=img_size,
-                layer_scale_init_value=layer_scale_init_value,
-                reg_tokens=reg_tokens, no_embed_class=no_embed_class)
-
-
-_DEIT3 = dict(patch_size=16, img_size=224, layer_scale_init_value=1e-6,
-              no_embed_class=True)
-_DINOV2 = dict(patch_size=14, img_size=518, layer_scale_init_value=1e-5)
-_REG4 = dict(_DINOV2, reg_tokens=4, no_embed_class=True)
-#: DINOv2-g: timm's packed SwiGLU, hidden 2 x 4096 (``fc1`` 1536 -> 8192).
-_GIANT = dict(mlp_ratio=2.66667 * 2, ffn='swiglu')
-#: timm's models of the same names (``deit3_*_patch16_224``,
-#: ``deit3_huge_patch14_224``, ``vit_*_patch14_dinov2``,
-#: ``vit_*_patch14_reg4_dinov2``).
-LAYERSCALE_ARCH_PRESETS = {
-    'deit3-small': _preset(384, 12, 6, **_DEIT3),
-    'deit3-medium': _preset(512, 12, 8, **_DEIT3),
-    'deit3-base': _preset(768, 12, 12, **_DEIT3),
-    'deit3-large': _preset(1024, 24, 16, **_DEIT3),
-    'deit3-huge': _preset(1280, 32, 16, **dict(_DEIT3, patch_size=14)),
-    'dinov2-small': _preset(384, 12, 6, **_DINOV2),
-    'dinov2-base': _preset(768, 12, 12, **_DINOV2),
-    'dinov2-large': _preset(1024, 24, 16, **_DINOV2),
-    'dinov2-giant': _preset(1536, 40, 24, **_GIANT, **_DINOV2),
-    'dinov2-small-reg4': _preset(384, 12, 6, **_REG4),
-    'dinov2-base-reg4': _preset(768, 12, 12, **_REG4),
-    'dinov2-large-reg4': _preset(1024, 24, 16, **_REG4),
-    'dinov2-giant-reg4': _preset(1536, 40, 24, **_GIANT, **_REG4),
-}
-#: Model settings of an arch given as a dict.
-DICT_ARCH_DEFAULTS = dict(patch_size=16, img_size=224,
-                          layer_scale_init_value=1e-5, reg_tokens=0,
-                          no_embed_class=False)
 #: What removed layers leave: the released ViT semantics, with the removed
 #: attention's residue ``LN1(x)`` scaled by the block's ``gamma1``
 #: (``x + gamma1 * LN1(x)``).  LayerScale exists to keep each residual
@@ -108,22 +69,6 @@ DICT_ARCH_DEFAULTS = dict(patch_size=16, img_size=224,
 #: case.  ``'zero'`` leaves ``x``; ``'identity'`` (whole-branch removal)
 #: leaves ``x`` without ``LN1`` and ``gamma1``.
 LAYERSCALE_SEMANTICS = dict(RELEASED_SEMANTICS)
-
-
-def resolve_layerscale_arch(arch: Union[str, Mapping]) -> Dict:
-    """Block shapes of a preset or an arch dict (the ViT's keys and
-    ``ffn``: ``'mlp'`` or ``'swiglu'``)."""
-    if isinstance(arch, str):
-        if arch not in LAYERSCALE_ARCH_PRESETS:
-            raise ValueError(f'unknown LayerScale ViT arch {arch!r}; choose '
-                             f'one of {sorted(LAYERSCALE_ARCH_PRESETS)} or '
-                             'pass a dict')
-        arch = LAYERSCALE_ARCH_PRESETS[arch]['arch']
-    arch = dict(arch)
-    ffn = arch.pop('ffn', 'mlp')
-    if ffn not in FFN_TYPES:
-        raise ValueError(f'arch ffn must be one of {FFN_TYPES}, got {ffn!r}')
-    return dict(resolve_arch(arch), ffn=ffn)
 
 
 def build_layerscale_block(dim: int, num_heads: int, mlp_ratio: float,
@@ -190,6 +135,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
             have no distillation token.
     """
     family = 'layerscale_vit'
+    codec = layerscale_codec
     RECORD_ARCH_KEYS = HetDPTViT.RECORD_ARCH_KEYS | {
         'reg_tokens', 'no_embed_class'}
     SMALL_ARGS = dict(HetDPTViT.SMALL_ARGS, layer_scale_init_value=1e-5,
@@ -257,95 +203,6 @@ class HetDPTLayerScaleViT(HetDPTViT):
     def num_positioned_tokens(self) -> int:
         """Prefix tokens with a position in ``pos_embed``."""
         return 0 if self.no_embed_class else self.num_prefix_tokens
-
-    # ------------------------------------------------ family: the tensors
-    @classmethod
-    def recognizes(cls, state: Mapping) -> bool:
-        return vit_state_dict.is_vit_state_dict(state) and \
-            ls_state_dict.has_layer_scale(state)
-
-    @classmethod
-    def describe_keys(cls) -> str:
-        return ('ViT keys with LayerScale: pos_embed, patch_embed.proj.weight '
-                'and blocks.0.ls1.gamma (timm deit3 / dinov2, official '
-                'DINOv2) or blocks.0.gamma_1 (official DeiT-III)')
-
-    @classmethod
-    def canonical_state(cls, state: Mapping) -> Mapping:
-        return ls_state_dict.canonical_layout(state)
-
-    @classmethod
-    def build_args_from_tensors(cls, state: Mapping,
-                                arch: Optional[Mapping] = None) -> Dict:
-        """Everything is read from tensor shapes except the number of heads,
-        which comes from ``arch`` (a preset, an arch dict, or a record's
-        build args) or from a preset with the same width, depth and FFN."""
-        if isinstance(arch, Mapping) and 'arch' in arch:
-            arch = arch['arch']
-        proj = state['patch_embed.proj.weight']
-        dim = int(proj.shape[0])
-        depth = vit_state_dict.infer_layout(state)['depth']
-        fc1 = next((k for k in state if k.endswith('mlp.fc1.weight')), None)
-        found = {}
-        if fc1 is not None:
-            hidden = state[fc1].shape[0]
-            fc2_in = state[fc1.replace('fc1', 'fc2')].shape[1]
-            found = dict(ffn='swiglu' if 2 * fc2_in == hidden else 'mlp',
-                         mlp_ratio=hidden / dim)
-        if not arch:
-            matches = [dict(p['arch']) for p in
-                       LAYERSCALE_ARCH_PRESETS.values()
-                       if p['arch']['embed_dims'] == dim and
-                       p['arch']['num_layers'] == depth and
-                       found.get('ffn', p['arch']['ffn']) == p['arch']['ffn']]
-            if not matches:
-                raise ValueError(
-                    f'the checkpoint has no HetDPT record and its shape '
-                    f'(width {dim}, {depth} blocks) matches no preset in '
-                    f'{sorted(LAYERSCALE_ARCH_PRESETS)}: give the '
-                    'architecture (number of heads) with --arch')
-            arch = matches[0]
-        arch = dict(resolve_layerscale_arch(arch), **found)
-        if arch['embed_dims'] != dim or arch['num_layers'] != depth:
-            raise StateDictMismatch(
-                f'arch {arch} does not match the checkpoint (width {dim}, '
-                f'{depth} blocks)')
-        positioned = ls_state_dict.positioned_prefix_tokens(state)
-        side = math.isqrt(state['pos_embed'].shape[1] - positioned)
-        patch = int(proj.shape[-1])
-        reg = state['reg_token'].shape[1] if 'reg_token' in state else 0
-        return dict(arch=arch, img_size=(side * patch, side * patch),
-                    patch_size=patch, in_channels=int(proj.shape[1]),
-                    reg_tokens=int(reg), no_embed_class=positioned == 0,
-                    distilled=False, with_cls_token='cls_token' in state,
-                    qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
-                    final_norm='norm.weight' in state)
-
-    @classmethod
-    def arch_depth(cls, arch) -> int:
-        return resolve_layerscale_arch(arch)['num_layers']
-
-    @classmethod
-    def layer_macs(cls, arch: Mapping, img_size,
-                   attention_products: bool = True) -> Dict[str, object]:
-        """The ViT's count over the class and register tokens; a packed
-        SwiGLU FFN (``D -> 2H``, ``H -> D``) costs 3/4 of a GELU FFN of
-        hidden width ``2H``."""
-        settings = resolve_layerscale_arch(arch['arch'])
-        cost = AnalyticCost(
-            embed_dim=settings['embed_dims'], num_heads=settings['num_heads'],
-            mlp_ratio=settings['mlp_ratio'], depth=settings['num_layers'],
-            img_size=tuple(img_size), patch_size=arch['patch_size'],
-            in_chans=arch['in_channels'],
-            num_prefix_tokens=int(arch['with_cls_token']) +
-            arch['reg_tokens'], attention_products=attention_products)
-        ffn_macs = cost.ffn_macs * (0.75 if settings['ffn'] == 'swiglu'
-                                    else 1.)
-        depth = settings['num_layers']
-        return dict(attn=[cost.attention_macs] * depth,
-                    ffn=[ffn_macs] * depth,
-                    merged_ffn=[cost.merged_ffn_macs] * depth,
-                    rest=cost.patch_embed_macs)
 
     # --------------------------------------------------------- structure
     def check_removable(self, spec: PruneSpec) -> None:

@@ -1,7 +1,7 @@
 """HetDPTSwin: a Swin Transformer backbone whose window-attention sublayers
 (W-MSA and SW-MSA) and FFN GELUs can be removed (HetDPT), for mmpretrain,
-mmdet and mmseg (docs/user_guides/swin.md)."""
-from dataclasses import replace
+mmdet and mmseg (docs/user_guides/swin.md).  Its codec is
+:mod:`.swin_codec`."""
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -10,33 +10,23 @@ from mmengine.logging import print_log
 from timm.layers import trunc_normal_
 from torch.utils.checkpoint import checkpoint
 
-from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, PruneSpec
-from . import swin_state_dict, vit_codec
+from . import swin_codec, swin_state_dict
 from .family import HetDPTBackbone
+from .layer_decay import swin_layer_depth
 from .layers import WHOLE_BRANCH
 from .swin_args import (
     TOOLBOX_DEFAULTS,
     read_stock_args,
-    resolve_swin_arch,
     toolbox_args,
 )
+from .swin_codec import SWIN_SEMANTICS
 from .swin_layers import (
     PatchMerging,
     SwinPatchEmbed,
     SwinStage,
     build_swin_block,
 )
-
-#: What removed layers leave in a Swin block.  A removed W-MSA / SW-MSA
-#: leaves ``x + LN1(x)`` by default: the released ViT semantics carried
-#: over, because a Swin block is the same pre-norm residual block (only the
-#: attention's token set differs), so a model pruned from dense Swin
-#: weights starts from the function the method's recipe was tuned on;
-#: ``removed_attn_output='zero'`` leaves ``x``, a true identity, for
-#: recipes that want one (docs/user_guides/swin.md).
-SWIN_SEMANTICS = dict(removed_attn_output='norm',
-                      residual_gelu='both_removed')
 
 
 class HetDPTSwin(HetDPTBackbone):
@@ -89,6 +79,7 @@ class HetDPTSwin(HetDPTBackbone):
             weights, converted to this form.
     """
     family = 'swin'
+    codec = swin_codec
     RECORD_ARCH_KEYS = frozenset({
         'arch', 'window_size', 'patch_size', 'in_channels', 'qkv_bias',
         'patch_norm', 'out_indices', 'qk_scale', 'out_after_downsample'})
@@ -203,87 +194,6 @@ class HetDPTSwin(HetDPTBackbone):
     def toolbox_args(cls, toolbox: str, args: Mapping) -> Dict:
         return toolbox_args(toolbox, args)
 
-    @classmethod
-    def recognizes(cls, state: Mapping) -> bool:
-        return swin_state_dict.is_swin_state_dict(state)
-
-    @classmethod
-    def describe_keys(cls) -> str:
-        return ('Swin keys like patch_embed.proj.weight and '
-                'layers.0.blocks.0.norm1.weight (official, timm), '
-                'patch_embed.projection.weight and '
-                'stages.0.blocks.0.norm1.weight (mmpretrain, mmdet, mmseg)')
-
-    @classmethod
-    def canonical_state(cls, state: Mapping) -> Mapping:
-        return swin_state_dict.canonical_layout(state)
-
-    # Once the blocks are numbered over all stages, a Swin state dict's
-    # per-block keys say what a ViT's do (attention missing, FFN merged,
-    # gates): the ViT family reads them.
-    @classmethod
-    def record_from_tensors(cls, state: Mapping,
-                            source: str) -> HetDPTRecord:
-        flat = swin_state_dict.to_global_blocks(state)[0]
-        return replace(vit_codec.record_from_tensors(flat, source),
-                       family=cls.family, semantics=dict(SWIN_SEMANTICS))
-
-    @classmethod
-    def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
-        vit_codec.check_record(
-            record, swin_state_dict.to_global_blocks(state)[0])
-
-    @classmethod
-    def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str) -> Dict:
-        return swin_state_dict.convert_state_dict(state, spec, form)
-
-    @classmethod
-    def build_args_from_tensors(cls, state: Mapping,
-                                arch: Optional[Mapping] = None) -> Dict:
-        """Everything from tensor shapes: widths, depths, heads (the bias
-        tables' columns), window (their rows), MLP ratio, the outputs with
-        a norm (an official or timm classifier: the last); ``arch`` (or
-        the preset of the same width and depths) gives the heads of a
-        stage whose attention is all removed."""
-        return swin_state_dict.build_args_from_tensors(state, arch)
-
-    @classmethod
-    def arch_depth(cls, arch) -> int:
-        return sum(resolve_swin_arch(arch)['depths'])
-
-    @classmethod
-    def layer_macs(cls, arch: Mapping, img_size,
-                   attention_products: bool = True) -> Dict[str, object]:
-        """Per block (global index): attention (qkv, both attention
-        products over the padded windows unless ``attention_products`` is
-        false, proj), FFN and merged FFN; the rest: patch embedding and
-        patch merging."""
-        settings = resolve_swin_arch(arch['arch'])
-        window = arch['window_size']
-        patch = arch['patch_size']
-        height = -(-img_size[0] // patch)
-        width = -(-img_size[1] // patch)
-        dim = settings['embed_dims']
-        rest = height * width * dim * arch['in_channels'] * patch * patch
-        macs = dict(attn=[], ffn=[], merged_ffn=[])
-        stages = len(settings['depths'])
-        for stage, count in enumerate(settings['depths']):
-            tokens = height * width
-            side = min(height, width, window)
-            padded = (-(-height // side) * side) * (-(-width // side) * side)
-            hidden = int(dim * settings['mlp_ratio'])
-            products = 2 * side * side * dim if attention_products else 0
-            macs['attn'] += [padded * (4 * dim * dim + products)] * count
-            macs['ffn'] += [2 * tokens * dim * hidden] * count
-            macs['merged_ffn'] += [tokens * dim * dim] * count
-            if stage < stages - 1:
-                height, width = -(-height // 2), -(-width // 2)
-                rest += height * width * 4 * dim * 2 * dim
-                dim *= 2
-        macs['rest'] = rest
-        return macs
-
     # --------------------------------------------------------- structure
     def _build_structure(self, spec: PruneSpec, form: str,
                          semantics: Mapping) -> None:
@@ -343,37 +253,9 @@ class HetDPTSwin(HetDPTBackbone):
     def get_layer_depth(self, param_name: str,
                         prefix: str = '') -> Tuple[int, int]:
         """Layer depth of a parameter for layer-wise learning-rate decay
-        (mmpretrain's ``LearningRateDecayOptimWrapperConstructor``, or
-        :class:`~hetdpt_mm.optim.HetDPTLayerDecayOptimWrapperConstructor`
-        for detectors and segmentors), numbered as mmpretrain's
-        ``SwinTransformer.get_layer_depth`` (mmdet's and mmseg's layer-decay
-        constructors have no Swin rule): of ``depth + 2`` depths, the patch
-        embedding is depth 0, block ``j`` of stage ``s`` depth
-        ``sum(depths[:s]) + j + 1`` (its global index + 1), the patch
-        merging after stage ``s`` the depth of that stage's last block, and
-        everything else (the output norms ``norm{i}``, neck, heads) the
-        last depth, ``depth + 1``.
-
-        Blocks keep their depth whatever HetDPT removed from them, as in
-        :meth:`HetDPTViT.get_layer_depth`: a block whose attention (or
-        GELU, or both) is gone still holds weights at that depth, and every
-        other block keeps the decay of the dense Swin the recipe was tuned
-        for.
-        """
-        depths = self.arch_settings['depths']
-        num_layers = sum(depths) + 2
-        if not param_name.startswith(prefix):
-            return num_layers - 1, num_layers
-        name = param_name[len(prefix):]
-        if name.startswith('patch_embed'):
-            return 0, num_layers
-        if name.startswith('stages.'):
-            parts = name.split('.')
-            stage = int(parts[1])
-            if parts[2] == 'blocks':
-                return sum(depths[:stage]) + int(parts[3]) + 1, num_layers
-            return sum(depths[:stage + 1]), num_layers  # patch merging
-        return num_layers - 1, num_layers
+        (:func:`~.layer_decay.swin_layer_depth`)."""
+        return swin_layer_depth(param_name, prefix,
+                                self.arch_settings['depths'])
 
     def gates(self, kind: str) -> List[nn.Module]:
         if self.form != 'gated':

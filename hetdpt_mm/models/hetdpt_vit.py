@@ -1,32 +1,27 @@
 """HetDPTViT: a DeiT/ViT backbone whose attention sublayers and FFN GELUs can
-be removed (HetDPT), for mmpretrain, mmdet and mmseg."""
+be removed (HetDPT), for mmpretrain, mmdet and mmseg.  Its codec is
+:mod:`.vit_codec`, its forward pass :mod:`.vit_forward`."""
 from functools import partial
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
-from timm.layers import (
-    PatchEmbed,
-    is_exporting,
-    resample_abs_pos_embed,
-    trunc_normal_,
-)
+from timm.layers import PatchEmbed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
-from torch.utils.checkpoint import checkpoint
 
-from ..record import HetDPTRecord
 from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import stock_vit_args as stock_vit
 from . import vit_codec, vit_state_dict
 from .family import HetDPTBackbone
+from .layer_decay import vit_layer_depth
 from .layers import build_block, gated_ffn
-from .layerscale_state_dict import has_layer_scale
-from .token_merge import TokenMerge, merging_block_forward, unmerge_tokens
+from .token_merge import TokenMerge
 from .vit_codec import RELEASED_SEMANTICS, resolve_arch
+from .vit_forward import ViTForward
 
 
-class HetDPTViT(HetDPTBackbone):
+class HetDPTViT(ViTForward, HetDPTBackbone):
     """DeiT/ViT with removable attention sublayers and FFN GELUs (HetDPT).
 
     Args:
@@ -77,6 +72,7 @@ class HetDPTViT(HetDPTBackbone):
             arguments, with their meaning (:mod:`.stock_vit_args`).
     """
     family = 'vit'
+    codec = vit_codec
     RECORD_ARCH_KEYS = frozenset({
         'arch', 'img_size', 'patch_size', 'in_channels', 'distilled',
         'with_cls_token', 'qkv_bias', 'final_norm', 'norm_cfg',
@@ -88,7 +84,6 @@ class HetDPTViT(HetDPTBackbone):
     REMOVABLE_KINDS = (ATTN, ACT, FFN)
     MERGES_TOKENS = True
     TOOLBOX_DEFAULTS = stock_vit.TOOLBOX_DEFAULTS
-    OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
     #: Antialiased position-embedding resampling (timm's for LayerScale ViTs).
     POS_EMBED_ANTIALIAS = False
 
@@ -130,15 +125,8 @@ class HetDPTViT(HetDPTBackbone):
         self.arch_settings = resolve_arch(arch)
         depth = self.arch_settings['num_layers']
         dim = self.arch_settings['embed_dims']
-        if out_type not in self.OUT_TYPES:
-            raise ValueError(f'unknown out_type {out_type!r}; choose one of '
-                             f'{self.OUT_TYPES}')
-        if out_type == 'cls_token' and not with_cls_token:
-            raise ValueError('out_type="cls_token" needs with_cls_token=True')
-        if output_cls_token and not with_cls_token:
-            raise ValueError('output_cls_token=True needs with_cls_token=True')
-        if distilled and not with_cls_token:
-            raise ValueError('a distilled ViT needs with_cls_token=True')
+        stock_vit.check_output_args(out_type, with_cls_token,
+                                    output_cls_token, distilled)
         if not -1 <= frozen_stages <= depth:
             raise ValueError(f'frozen_stages must be in -1..{depth} (the '
                              f'number of blocks), got {frozen_stages}')
@@ -190,70 +178,13 @@ class HetDPTViT(HetDPTBackbone):
         self.norm = nn.LayerNorm(self.embed_dims, eps=self.norm_eps) if \
             final_norm else nn.Identity()
 
-        if isinstance(out_indices, int):
-            out_indices = [out_indices]
-        self.out_indices = []
-        for index in out_indices:
-            resolved = index + depth if index < 0 else index
-            if not 0 <= resolved < depth:
-                raise ValueError(f'out_indices entry {index} is out of range '
-                                 f'for {depth} blocks')
-            self.out_indices.append(resolved)
+        self.out_indices = stock_vit.block_indices(out_indices, depth)
         self._freeze(self._frozen_modules())
         stock_vit.frozen_by_exclude(self, self.frozen_exclude)
-
-    # ------------------------------------------------ family: the tensors
-    @classmethod
-    def recognizes(cls, state: Mapping) -> bool:
-        # LayerScale ViTs are their own family (HetDPTLayerScaleViT).
-        return (vit_state_dict.is_vit_state_dict(state) or
-                vit_state_dict.is_openmmlab_vit_state_dict(state)) and \
-            not has_layer_scale(state)
-
-    @classmethod
-    def describe_keys(cls) -> str:
-        return ('ViT keys like pos_embed, patch_embed.proj.weight and '
-                'blocks.0.norm1.weight (timm / DeiT), or '
-                'patch_embed.projection.weight and layers.0.ln1.weight '
-                '(mmpretrain / mmseg)')
-
-    @classmethod
-    def canonical_state(cls, state: Mapping) -> Mapping:
-        return vit_state_dict.canonical_layout(state)
-
-    @classmethod
-    def record_from_tensors(cls, state: Mapping,
-                            source: str) -> HetDPTRecord:
-        return vit_codec.record_from_tensors(state, source, cls.family)
-
-    @classmethod
-    def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
-        vit_codec.check_record(record, state)
-
-    @classmethod
-    def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str, semantics: Optional[Mapping] = None
-                           ) -> Dict:
-        return vit_state_dict.convert_state_dict(state, spec, form,
-                                                 semantics)
-
-    @classmethod
-    def build_args_from_tensors(cls, state: Mapping,
-                                arch: Optional[Mapping] = None) -> Dict:
-        return vit_codec.build_args_from_tensors(state, arch)
-
-    @classmethod
-    def arch_depth(cls, arch) -> int:
-        return resolve_arch(arch)['num_layers']
 
     @classmethod
     def sized_args(cls, img_size) -> Dict:
         return dict(img_size=img_size)  # the position embedding's size
-
-    @classmethod
-    def layer_macs(cls, arch: Mapping, img_size,
-                   attention_products: bool = True) -> Dict[str, object]:
-        return vit_codec.layer_macs(arch, img_size, attention_products)
 
     # --------------------------------------------------------- structure
     def _build_embedding(self, dim: int) -> None:
@@ -334,27 +265,8 @@ class HetDPTViT(HetDPTBackbone):
     def get_layer_depth(self, param_name: str,
                         prefix: str = '') -> Tuple[int, int]:
         """Layer depth of a parameter for layer-wise learning-rate decay
-        (mmpretrain's ``LearningRateDecayOptimWrapperConstructor``, or
-        :class:`~hetdpt_mm.optim.HetDPTLayerDecayOptimWrapperConstructor`
-        for detectors and segmentors): the embeddings are depth 0, block
-        ``i`` depth ``i + 1`` and everything after the blocks (final norm,
-        neck, heads) the last depth, ``depth + 1``, of ``depth + 2``.
-
-        Blocks keep their index whatever HetDPT removed from them: a block
-        whose attention (or GELU, or both) is gone still holds weights at
-        that depth (its norms, its FFN), and the decay of every other block
-        stays that of the dense model the recipe was tuned for.
-        """
-        num_layers = len(self.blocks) + 2
-        if not param_name.startswith(prefix):
-            return num_layers - 1, num_layers
-        name = param_name[len(prefix):]
-        if name in ('cls_token', 'dist_token', 'pos_embed') or \
-                name.startswith('patch_embed.'):
-            return 0, num_layers
-        if name.startswith('blocks.'):
-            return int(name.split('.')[1]) + 1, num_layers
-        return num_layers - 1, num_layers
+        (:func:`~.layer_decay.vit_layer_depth`)."""
+        return vit_layer_depth(param_name, prefix, len(self.blocks))
 
     @property
     def depth(self) -> int:
@@ -415,86 +327,3 @@ class HetDPTViT(HetDPTBackbone):
     def num_positioned_tokens(self) -> int:
         """Prefix tokens with a position in ``pos_embed``."""
         return self.num_prefix_tokens
-
-    # -------------------------------------------------------------- forward
-    def _pos_embed(self, grid: Tuple[int, int]) -> torch.Tensor:
-        # Exported graphs always resample (an identity copy at the stored
-        # grid), so that the grid stays a computed, dynamic size.
-        if not is_exporting() and tuple(grid) == tuple(self.patch_grid):
-            return self.pos_embed
-        return resample_abs_pos_embed(
-            self.pos_embed, list(grid), old_size=list(self.patch_grid),
-            num_prefix_tokens=self.num_positioned_tokens,
-            interpolation=self.interpolate_mode,
-            antialias=self.POS_EMBED_ANTIALIAS)
-
-    def forward(self, x: torch.Tensor) -> tuple:
-        self._check_weights_arrived()
-        height, width = x.shape[-2:]
-        if height < self.patch_size or width < self.patch_size:
-            raise ValueError(
-                f'input of {height}x{width} pixels is smaller than one '
-                f'{self.patch_size}x{self.patch_size} patch')
-        x, grid = self._embed_tokens(x)
-        merging = self._merge_schedule()
-        size = source = None
-        outs = [self._format_output(x, grid)] if self.out_origin else []
-        last = len(self.blocks) - 1
-        for index, block in enumerate(self.blocks):
-            if merging:
-                run = partial(merging_block_forward, block, r=merging[index],
-                              num_prefix=self.num_prefix_tokens,
-                              removed_attn=self.token_merge.removed_attn)
-                args = (x, size, source)
-            else:
-                run, args = block, (x, )
-            if self.with_cp and self.training:
-                result = checkpoint(run, *args, use_reentrant=False)
-            else:
-                result = run(*args)
-            if merging:
-                x, size, source = result
-            else:
-                x = result
-            if index == last:
-                x = self.norm(x)
-            if index in self.out_indices:
-                # Class tokens are never merged; maps need every position.
-                tokens = x if self.out_type == 'cls_token' else \
-                    unmerge_tokens(x, source)
-                outs.append(self._format_output(tokens, grid))
-        return tuple(outs)
-
-    def _merge_schedule(self) -> List[int]:
-        """Tokens merged per block; empty when nothing is merged (the
-        blocks then run as they are, so ``r=0`` is no merging at all)."""
-        if self.token_merge is None:
-            return []
-        schedule = self.token_merge.per_block(len(self.blocks))
-        return schedule if any(schedule) else []
-
-    def _embed_tokens(self, x: torch.Tensor):
-        """Patch tokens with the prefix tokens and positions added, and
-        the patch grid."""
-        x = self.patch_embed(x)
-        grid = x.shape[1:3]
-        x = x.flatten(1, 2)
-        prefix = [token.expand(x.shape[0], -1, -1)
-                  for token in (self.cls_token, self.dist_token)
-                  if token is not None]
-        if prefix:
-            x = torch.cat(prefix + [x], dim=1)
-        return self.pos_drop(x + self._pos_embed(grid)), grid
-
-    def _format_output(self, x: torch.Tensor, grid):
-        if self.out_type == 'raw':
-            return x
-        if self.out_type == 'cls_token':
-            return (x[:, 0], x[:, 1]) if self.distilled else x[:, 0]
-        patches = x[:, self.num_prefix_tokens:]
-        if self.out_type == 'avg_featmap':
-            return self.fc_norm(patches.mean(dim=1))
-        featmap = patches.reshape(x.shape[0], *grid, -1).permute(0, 3, 1, 2)
-        if self.output_cls_token:
-            return featmap, x[:, 0]
-        return featmap

@@ -19,7 +19,7 @@ docs/user_guides/dinov2.md) a removed attention branch and a removed FFN branch
 (``PruneSpec.ffn_removed``) lose their LayerNorm, sublayer and LayerScale
 and leave ``x``: the pruned and merged forms hold none of their tensors
 (:func:`remove_branches`), the gated form gates every FFN branch as well
-(:class:`GatedMlp`, :class:`GatedSwiGLU`).
+(:class:`~.gates.GatedMlp`, :class:`~.gates.GatedSwiGLU`).
 
 The pruned and merged forms have no gates and no per-block Python branches.
 After width pruning (HetDPT+) a block of either form may have its own number
@@ -31,11 +31,11 @@ from typing import Optional, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import Attention, GluMlp, Mlp
+from timm.layers import Attention, Mlp
 from timm.models.vision_transformer import Block
 
-#: Names of a gate's parameters (score ``m``) and buffers (gate ``b``).
-GATE_SUFFIXES = ('hetdpt_score', 'hetdpt_gate')
+from .gates import GatedAttention, GatedGELU, GatedMlp, GatedResidualBranch
+
 #: What a removed attention sublayer leaves on its residual branch;
 #: ``'identity'`` removes whole branches (attention and FFN, each with its
 #: LayerNorm and LayerScale) and makes FFN branches removable.
@@ -47,106 +47,6 @@ RESIDUAL_GELU_MODES = ('both_removed', 'act_removed', 'never')
 #: The semantics options of every family, with their allowed values.
 SEMANTICS_CHOICES = dict(removed_attn_output=REMOVED_ATTN_OUTPUTS,
                          residual_gelu=RESIDUAL_GELU_MODES)
-
-
-class StraightThroughGate:
-    """Mixin: a hard 0/1 gate ``b`` with a learnable importance score ``m``.
-
-    The forward pass uses ``b``; the gradient with respect to the gate is
-    routed to ``m`` (straight-through).  For ``out = b * f(x) + (1 - b) * x``
-    that gradient is ``sum((f(x) - x) * dL/dout)`` (METHOD.md section 3).
-    ``m`` starts at 0 and is trained like any weight (without weight decay);
-    a closed gate skips ``f`` entirely, so ``m`` then stops changing.
-    """
-
-    def init_gate(self) -> None:
-        self.hetdpt_score = nn.Parameter(torch.zeros(()))
-        self.register_buffer('hetdpt_gate', torch.ones(()))
-        self.is_open = True
-
-    def set_open(self, is_open: bool) -> None:
-        self.hetdpt_gate.fill_(float(is_open))
-        self.is_open = bool(is_open)
-
-    def gate_value(self) -> torch.Tensor:
-        score = self.hetdpt_score
-        return self.hetdpt_gate + score - score.detach()
-
-    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-        # Keep the Python flag that forward() reads in step with the buffer.
-        self.is_open = bool(self.hetdpt_gate.item() > 0.5)
-
-
-class GatedResidualBranch(StraightThroughGate):
-    """Mixin for an attention sublayer behind a straight-through gate
-    (search form), whatever the family's attention computes and takes.
-
-    ``passthrough`` selects what the closed layer leaves: its input (released
-    HetDPT models: ``x + LN1(x)``) or nothing.
-    """
-
-    passthrough = True
-
-    def forward(self, x, *args, **kwargs):
-        if not self.is_open:
-            return self.bypass(x)
-        return self.blend(super().forward(x, *args, **kwargs), x)
-
-    def bypass(self, x):
-        """What the closed layer leaves for input ``x``."""
-        return x if self.passthrough else torch.zeros_like(x)
-
-    def blend(self, out, x):
-        """The gated output for the open layer's output ``out``."""
-        gate = self.gate_value()
-        return gate * out + (1 - gate) * self.bypass(x)
-
-
-class GatedAttention(GatedResidualBranch, Attention):
-    """timm Attention behind a straight-through gate (search form)."""
-
-    def __init__(self, *args, **kwargs):
-        Attention.__init__(self, *args, **kwargs)
-        self.init_gate()
-
-
-class GatedMlp(GatedResidualBranch, Mlp):
-    """A whole FFN branch behind a straight-through gate (search form of
-    whole-branch removal): a closed gate leaves nothing, so the block
-    leaves ``x``."""
-
-    passthrough = False
-
-    def __init__(self, *args, **kwargs):
-        Mlp.__init__(self, *args, **kwargs)
-        self.init_gate()
-
-
-class GatedSwiGLU(GatedResidualBranch, GluMlp):
-    """DINOv2-g's packed SwiGLU FFN (timm's ``SwiGLUPacked``) behind a
-    straight-through gate, as :class:`GatedMlp`."""
-
-    passthrough = False
-
-    def __init__(self, *args, **kwargs):
-        kwargs.update(act_layer=nn.SiLU, gate_last=False)
-        GluMlp.__init__(self, *args, **kwargs)
-        self.init_gate()
-
-
-class GatedGELU(StraightThroughGate, nn.GELU):
-    """The FFN activation behind a straight-through gate (search form)."""
-
-    def __init__(self):
-        nn.GELU.__init__(self)
-        self.init_gate()
-
-    def forward(self, x):
-        if not self.is_open:
-            return x
-        gate = self.gate_value()
-        return gate * nn.GELU.forward(self, x) + (1 - gate) * x
 
 
 class AttentionBypass(nn.Module):

@@ -1,16 +1,19 @@
-"""Loading a pretrained file into a backbone of a given structure: the
-file's weights converted to this backbone's form and spec (``init_cfg``'s
-``Pretrained``; docs/user_guides/transfer.md)."""
+"""The ``init_cfg`` checkpoint of a backbone: the structure it gives a
+backbone built without one, and loading a pretrained file into a backbone
+of a given structure, the file's weights converted to this backbone's form
+and spec (``init_cfg``'s ``Pretrained``; docs/user_guides/transfer.md)."""
 import os.path as osp
 from contextlib import contextmanager
-from typing import Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, Tuple
 
 from mmengine.logging import print_log
 
-from ..checkpoint import StateDictMismatch
-from ..record import EXTRA_STATE_KEY, load_backbone_checkpoint
+from ..backbone_checkpoint import load_backbone_checkpoint
+from ..checkpoint import CheckpointError, StateDictMismatch
+from ..record import EXTRA_STATE_KEY, HetDPTRecord
 from ..spec import LAYER_KINDS, PruneSpec
-from .layers import GATE_SUFFIXES, WHOLE_BRANCH
+from .gates import GATE_SUFFIXES
+from .layers import SEMANTICS_CHOICES, WHOLE_BRANCH
 
 
 def absent_local_file(source: str) -> bool:
@@ -22,6 +25,114 @@ class PretrainedLoading:
 
     #: Set while :meth:`_load_checked` loads weights it converted itself.
     _loading_converted: bool = False
+
+    # ------------------------------------------- construction (init_cfg)
+    def _pretrained_cfg(self) -> Optional[dict]:
+        cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [
+            self.init_cfg]
+        for cfg in cfgs:
+            if isinstance(cfg, Mapping) and cfg.get('type') == 'Pretrained':
+                return dict(cfg)
+        return None
+
+    def _checkpoint_record(self) -> Optional[HetDPTRecord]:
+        """The structure of the ``init_cfg`` checkpoint (memory-mapped, so
+        only its records and key names are touched).  A local file that is
+        not there (a config's training start, read at inference time) gives
+        none: the weights loaded later bring their own structure."""
+        cfg = self._pretrained_cfg()
+        if cfg is None:
+            return None
+        source = cfg['checkpoint']
+        if absent_local_file(source):
+            print_log(f'{type(self).__name__}: init_cfg checkpoint {source} '
+                      'does not exist; building the configured structure '
+                      '(weights loaded later set theirs)', logger='current',
+                      level=30)
+            return None
+        return load_backbone_checkpoint(source, cfg.get('prefix'),
+                                        mmap=True).record
+
+    def _resolve_structure(self, depth: int, prune_spec, gated: bool,
+                           merged: Optional[bool], defaults: Mapping,
+                           **given_semantics
+                           ) -> Tuple[PruneSpec, str, Dict[str, str]]:
+        """The spec, form and semantics to build: the constructor's
+        arguments where given, else the ``init_cfg`` checkpoint's record,
+        else dense, unmerged and the family's ``defaults`` semantics
+        (``given_semantics``: the semantics arguments, ``None`` = not
+        given).  Sets :attr:`structure_given`."""
+        self.structure_given = gated or prune_spec is not None or \
+            merged is not None
+        record = self._checkpoint_record()
+        if prune_spec is None and record is not None and record.act_unknown:
+            raise CheckpointError(
+                f'{record.source} has no attention weights for blocks '
+                f'{list(record.spec.attn_removed)} but no HetDPT record, so '
+                'its removed GELUs are unknown (e.g. an authors\' stage-2 '
+                'checkpoint): pass prune_spec=dict(attn_removed=[...], '
+                'act_removed=[...]) to the backbone')
+        if record is not None and record.family != self.family:
+            raise StateDictMismatch(
+                f'{record.source} holds a {record.family} backbone, this is '
+                f'{self.family}')
+        if prune_spec is None:
+            spec = record.spec if record is not None else PruneSpec(depth)
+        else:
+            spec = PruneSpec.coerce(prune_spec, depth)
+        if spec.depth != depth:
+            raise ValueError(
+                f'{record.source if record else "the checkpoint"} has '
+                f'{spec.depth} blocks but arch has {depth}')
+        if gated and merged:
+            raise ValueError('a gated (search) backbone cannot be merged')
+        if gated:
+            form = 'gated'
+        elif merged is None:
+            form = 'merged' if record is not None and \
+                record.form == 'merged' else 'pruned'
+        else:
+            form = 'merged' if merged else 'pruned'
+        semantics = dict(defaults)
+        if record is not None:
+            semantics.update(record.semantics)
+        for name, value in given_semantics.items():
+            allowed = SEMANTICS_CHOICES[name]
+            if value is not None:
+                semantics[name] = value
+            if semantics[name] not in allowed:
+                raise ValueError(f'{name} must be one of {allowed}, got '
+                                 f'{semantics[name]!r}')
+        return spec, form, semantics
+
+    def _init_from_cfg(self) -> bool:
+        """``init_weights`` for what ``init_cfg`` asks: load its checkpoint
+        (converted to this structure) or run MMEngine's initialisers.
+        ``False`` when the family's own random initialisation is to run: no
+        ``init_cfg``, or a checkpoint that is absent, whose weights must
+        then come from a whole model loaded later (the toolboxes'
+        inference APIs, ``load_from``, ``--resume``)."""
+        cfg = self._pretrained_cfg()
+        if cfg is not None and absent_local_file(cfg['checkpoint']):
+            self.awaited_checkpoint = cfg['checkpoint']
+            return False
+        if cfg is not None:
+            self.load_pretrained(cfg['checkpoint'], cfg.get('prefix'))
+            return True
+        if self.init_cfg is not None:
+            super().init_weights()
+            return True
+        return False
+
+    def _check_weights_arrived(self) -> None:
+        """Called by ``forward``: without the awaited checkpoint's weights
+        the network would compute with random ones."""
+        if self.awaited_checkpoint is not None:
+            raise CheckpointError(
+                f'{type(self).__name__}: init_cfg checkpoint '
+                f'{self.awaited_checkpoint} does not exist and no weights '
+                'were loaded since; make it (docs/user_guides/transfer.md) or '
+                'load a whole model checkpoint')
 
     @contextmanager
     def _converted_load(self):

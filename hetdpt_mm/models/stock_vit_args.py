@@ -3,12 +3,14 @@
 changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
 *Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
 HetDPT removes is an error naming what to write instead."""
-from typing import Dict, Mapping, Optional, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
 from ..presets import ARCH_PRESETS
 
+#: What the backbone returns per output (mmpretrain's ``out_type``).
+OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
 #: The LayerNorm epsilon of DeiT / timm (and of mmpretrain's ViT).
 DEFAULT_NORM_EPS = 1e-6
 #: mmseg's spelling of the architecture, with its defaults.
@@ -112,6 +114,37 @@ def take_stock_args(arch, default_arch, stock: Dict
     if stock:
         raise TypeError(f'unexpected keyword arguments {sorted(stock)}')
     return arch, kept
+
+
+def check_output_args(out_type: str, with_cls_token: bool,
+                      output_cls_token: bool, distilled: bool) -> None:
+    """Refuse outputs (mmpretrain's ``out_type``, mmseg's
+    ``output_cls_token``) and tokens that do not go together."""
+    if out_type not in OUT_TYPES:
+        raise ValueError(f'unknown out_type {out_type!r}; choose one of '
+                         f'{OUT_TYPES}')
+    if out_type == 'cls_token' and not with_cls_token:
+        raise ValueError('out_type="cls_token" needs with_cls_token=True')
+    if output_cls_token and not with_cls_token:
+        raise ValueError('output_cls_token=True needs with_cls_token=True')
+    if distilled and not with_cls_token:
+        raise ValueError('a distilled ViT needs with_cls_token=True')
+
+
+def block_indices(out_indices: Union[int, Sequence[int]],
+                  depth: int) -> List[int]:
+    """``out_indices`` (an index or a list; negative from the last block)
+    as block indices."""
+    if isinstance(out_indices, int):
+        out_indices = [out_indices]
+    resolved = []
+    for index in out_indices:
+        block = index + depth if index < 0 else index
+        if not 0 <= block < depth:
+            raise ValueError(f'out_indices entry {index} is out of range '
+                             f'for {depth} blocks')
+        resolved.append(block)
+    return resolved
 
 
 def structural_args(eps: float, out_type: str) -> Dict:

@@ -25,8 +25,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 
+from .gates import GatedResidualBranch
 from .layers import (
-    GatedResidualBranch,
     choose_block_layers,
     residual_gelu_applies,
     set_block_gates,

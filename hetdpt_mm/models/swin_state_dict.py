@@ -162,7 +162,10 @@ def stage_depths(state: Mapping) -> List[int]:
 
 def build_args_from_tensors(state: Mapping, arch=None) -> Dict:
     """HetDPTSwin's structural arguments from tensor shapes (own layout):
-    see :meth:`HetDPTSwin.build_args_from_tensors`."""
+    widths, depths, heads (the bias tables' columns), window (their rows),
+    MLP ratio, the outputs with a norm (an official or timm classifier: the
+    last); ``arch`` (or the preset of the same width and depths) gives the
+    heads of a stage whose attention is all removed."""
     if isinstance(arch, Mapping) and 'arch' in arch:
         arch = arch['arch']
     depths = stage_depths(state)

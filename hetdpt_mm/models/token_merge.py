@@ -19,7 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import Attention
 
-from .layers import AttentionBypass, GatedResidualBranch
+from .gates import GatedResidualBranch
+from .layers import AttentionBypass
 
 #: What a block whose attention was removed merges on: ``'norm'`` (its
 #: LN1-normalised tokens, the features its residual branch carries) or

@@ -1,7 +1,8 @@
-"""The ViT family's codec: what its tensors say (a record, build arguments)
-and its MACs per block, as functions apart from the module (timm's
-``checkpoint_filter_fn`` style); the Swin and LayerScale families reuse
-them.  The tensor surgery is :mod:`.state_dict`."""
+"""The ViT family's codec: which tensors are a ViT's, what they say (a
+record, build arguments), their conversion and the MACs per block, as
+functions apart from the module (timm's ``checkpoint_filter_fn`` style);
+the Swin and LayerScale families reuse them.  The tensor surgery is
+:mod:`.vit_state_dict`."""
 import math
 from typing import Dict, Mapping, Optional, Union
 
@@ -12,6 +13,7 @@ from ..record import HetDPTRecord
 from ..spec import PruneSpec
 from . import vit_state_dict
 from .layers import WHOLE_BRANCH
+from .layerscale_state_dict import has_layer_scale
 
 #: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
 RELEASED_SEMANTICS = dict(removed_attn_output='norm',
@@ -37,6 +39,28 @@ def resolve_arch(arch: Union[str, Mapping]) -> Dict:
     if unknown:
         raise ValueError(f'unknown arch keys {sorted(unknown)}')
     return arch
+
+
+def recognizes(state: Mapping) -> bool:
+    # LayerScale ViTs are their own family (HetDPTLayerScaleViT).
+    return (vit_state_dict.is_vit_state_dict(state) or
+            vit_state_dict.is_openmmlab_vit_state_dict(state)) and \
+        not has_layer_scale(state)
+
+
+def describe_keys() -> str:
+    return ('ViT keys like pos_embed, patch_embed.proj.weight and '
+            'blocks.0.norm1.weight (timm / DeiT), or '
+            'patch_embed.projection.weight and layers.0.ln1.weight '
+            '(mmpretrain / mmseg)')
+
+
+def canonical_state(state: Mapping) -> Mapping:
+    return vit_state_dict.canonical_layout(state)
+
+
+#: The family's tensor surgery.
+convert_state_dict = vit_state_dict.convert_state_dict
 
 
 def record_from_tensors(state: Mapping, source: str,
@@ -146,6 +170,10 @@ def build_args_from_tensors(state: Mapping,
                 final_norm='norm.weight' in state,
                 **({'out_type': 'avg_featmap'} if 'fc_norm.weight' in state
                    else {}))
+
+
+def arch_depth(arch) -> int:
+    return resolve_arch(arch)['num_layers']
 
 
 def layer_macs(arch: Mapping, img_size,

@@ -26,7 +26,8 @@ import torch
 
 from ..checkpoint import StateDictMismatch
 from ..spec import FFN, PruneSpec
-from .layers import GATE_SUFFIXES, WHOLE_BRANCH
+from .gates import GATE_SUFFIXES
+from .layers import WHOLE_BRANCH
 
 _BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
 #: Keys every ViT backbone checkpoint has; used to recognise one.

@@ -9,10 +9,10 @@ from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
+from ..backbone_checkpoint import load_backbone_checkpoint
 from ..models.family import HetDPTBackbone
-from ..models.layers import StraightThroughGate
+from ..models.gates import StraightThroughGate
 from ..models.vit_codec import resolve_arch
-from ..record import load_backbone_checkpoint
 from ..registry import get_family
 from ..spec import ACT, ATTN, PruneSpec
 
@@ -24,8 +24,8 @@ BACKBONE_VARIANTS = ('dense', 'pruned', 'merged')
 #: The stock OpenMMLab configs the dense-prediction comparisons start from.
 STOCK_CONFIGS = {
     'detr': 'mmdet::detr/detr_r50_8xb2-150e_coco.py',
-    'upernet':
-    'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py',
+    'upernet': ('mmseg::vit/'
+                'vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'),
 }
 
 

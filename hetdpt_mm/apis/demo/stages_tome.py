@@ -8,7 +8,7 @@ from typing import Any, Callable, Dict, List, Mapping
 import torch
 
 from ...analysis import count_macs, macs_convention
-from ...record import load_backbone_checkpoint
+from ...backbone_checkpoint import load_backbone_checkpoint
 from ...speed import build_backbone_variants, time_runs
 from .. import demo_report
 from ..demo_results import (

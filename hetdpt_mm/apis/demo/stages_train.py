@@ -7,13 +7,16 @@ from typing import List, Sequence
 
 from mmengine.config import Config
 
+from ...backbone_checkpoint import (
+    load_backbone_checkpoint,
+    read_backbone_checkpoint,
+)
 from ...checkpoint import load_checkpoint_file
 from ...datasets import make_all
 from ...fileio import atomic_write_text
 from ...hooks.map_collect_hook import POINT_COLUMNS
 from ...hooks.prune_hook import STATE_KEY as PRUNE_STATE
 from ...pruning import MAPFit, load_points, rank_across_types
-from ...record import load_backbone_checkpoint, read_backbone_checkpoint
 from ...spec import ACT, ATTN, PruneSpec
 from .. import demo_report
 from ..demo_claims import counts_label
