@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
 from .checkpoint import TRUST_ENV, CheckpointError
-from .cli import INPUT_ERRORS
+from .cli import INPUT_ERRORS, ConfigOptionsAction
 from .fileio import same_file
 from .hooks import EpochSeedHook
 from .record import load_backbone_checkpoint
@@ -62,7 +62,8 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         '--trust-checkpoint', action='store_true',
         help='load checkpoints with full pickle (only for files you trust)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+',
+                        action=ConfigOptionsAction,
                         help='override config settings, key=value')
     parser.add_argument('--launcher', default='none',
                         choices=['none', 'pytorch', 'slurm', 'mpi'])
