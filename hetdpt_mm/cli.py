@@ -2,12 +2,15 @@
 reported as ``error: <message>`` on stderr with exit status 2, no
 traceback."""
 import argparse
+import ast
 import importlib
 import math
 import signal
 import sys
 import threading
-from typing import Callable, Tuple, Type, TypeVar
+from typing import Any, Callable, Tuple, Type, TypeVar
+
+from mmengine.config import DictAction
 
 T = TypeVar('T')
 
@@ -56,6 +59,70 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f'must be a positive number, got {text!r}')
     return value
+
+
+#: JSON's spellings of the constants, in a dict typed on the command line.
+_JSON_NAMES = {'true': True, 'false': False, 'null': None, 'True': True,
+               'False': False, 'None': None}
+
+
+def _literal(node: ast.AST, text: str) -> Any:
+    """The value of a literal expression in ``text``: Python's (or JSON's)
+    constants, lists, tuples, dicts and ``dict(key=...)`` calls."""
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        return {_literal(k, text): _literal(v, text)
+                for k, v in zip(node.keys, node.values)}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id == 'dict' and not node.args and \
+            all(kw.arg is not None for kw in node.keywords):
+        return {kw.arg: _literal(kw.value, text) for kw in node.keywords}
+    if isinstance(node, (ast.List, ast.Tuple)):
+        values = [_literal(e, text) for e in node.elts]
+        return values if isinstance(node, ast.List) else tuple(values)
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ValueError(f'{ast.get_source_segment(text, node)} is not a '
+                         'literal (quote strings)') from None
+
+
+class ConfigOptionsAction(DictAction):
+    """``--cfg-options KEY=VALUE ...`` as MMEngine's ``DictAction`` reads
+    them, and also values holding a dict, which it cannot split:
+    ``KEY={"a": [1, 2]}`` (JSON or Python), ``KEY=dict(a=[1, 2])``,
+    ``KEY=[dict(type='T', b=1)]``.  Such a dict merges into the config's
+    value as a child config's dict does (``"_delete_": true`` replaces it).
+    """
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        plain = []
+        options = dict(getattr(namespace, self.dest, None) or {})
+        for item in values:
+            key, sep, value = item.partition('=')
+            if not sep or not key:
+                raise UsageError(f'{option_string} takes KEY=VALUE, got '
+                                 f'{item!r}')
+            text = value.strip()
+            if not (text.startswith(('{', '[', '(', 'dict(')) and
+                    ('{' in text or 'dict(' in text)):
+                plain.append(item)
+                continue
+            try:
+                options[key] = _literal(ast.parse(text, mode='eval').body,
+                                        text)
+            except (SyntaxError, ValueError, TypeError) as err:
+                reason = f'{err.msg} at column {err.offset}' if isinstance(
+                    err, SyntaxError) else err
+                raise UsageError(
+                    f'{option_string} {item!r}: the value is not a dict of '
+                    f'literals ({reason}); write it as JSON, '
+                    f"""'{key}={{"name": [1, 2]}}', as """
+                    f'dict(name=[1, 2]), or one entry: {key}.name=[1,2]'
+                    ) from None
+        setattr(namespace, self.dest, options)
+        super().__call__(parser, namespace, plain, option_string)
 
 
 def require_extra(module: str, extra: str):

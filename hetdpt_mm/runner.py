@@ -10,7 +10,7 @@ import re
 from typing import Optional, Tuple
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
@@ -18,7 +18,7 @@ from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
 from .backbone_checkpoint import load_backbone_checkpoint
 from .checkpoint import TRUST_ENV, CheckpointError
-from .cli import INPUT_ERRORS, RunError
+from .cli import INPUT_ERRORS, ConfigOptionsAction, RunError
 from .hooks import EpochSeedHook
 from .registry import FAMILIES
 from .work_dir import config_strings
@@ -40,7 +40,8 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         '--trust-checkpoint', action='store_true',
         help='load checkpoints with full pickle (only for files you trust)')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+    parser.add_argument('--cfg-options', nargs='+',
+                        action=ConfigOptionsAction,
                         help='override config settings, key=value')
     parser.add_argument('--launcher', default='none',
                         choices=['none', 'pytorch', 'slurm', 'mpi'])
