@@ -1,7 +1,7 @@
 """The repository keeps its layers and its style: `lint-imports` (the layer
-contract of .importlinter, docs/advanced/architecture.md), `ruff check`
-(ruff.toml) and `codespell` (.codespellrc), as .pre-commit-config.yaml runs
-them for contributors."""
+contract of .importlinter, docs/advanced/architecture.md), `ruff check` and
+`ruff format --check` (ruff.toml) and `codespell` (.codespellrc), as
+.pre-commit-config.yaml runs them for contributors."""
 import subprocess
 import sys
 from pathlib import Path
@@ -10,16 +10,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ['hetdpt_mm', 'tools', 'tests', 'configs']
+#: Check name -> the tool of the environment and its arguments.
 CHECKS = {
-    'lint-imports': ['--no-cache'],
-    'ruff': ['check', '--no-cache', *SOURCES],
-    'codespell': [*SOURCES, 'docs', 'README.md'],
+    'lint-imports': ['lint-imports', '--no-cache'],
+    'ruff check': ['ruff', 'check', '--no-cache', *SOURCES],
+    'ruff format': ['ruff', 'format', '--check', '--no-cache', *SOURCES],
+    'codespell': ['codespell', *SOURCES, 'docs', 'README.md'],
 }
 
 
-@pytest.mark.parametrize('tool', list(CHECKS))
-def test_the_repository_passes(tool):
+@pytest.mark.parametrize('check', list(CHECKS))
+def test_the_repository_passes(check):
+    tool, *arguments = CHECKS[check]
     executable = Path(sys.executable).with_name(tool)
-    result = subprocess.run([str(executable), *CHECKS[tool]], cwd=ROOT,
+    result = subprocess.run([str(executable), *arguments], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
