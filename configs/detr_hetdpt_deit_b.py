@@ -6,9 +6,11 @@ _base_ = './_base_/models/detr_hetdpt_vit.py'
 hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
 
 model = dict(
-    backbone=dict(arch='deit-base',
-                  init_cfg=dict(checkpoint=hetdpt_checkpoint)),
-    neck=dict(in_channels=[768]))
+    backbone=dict(
+        arch='deit-base', init_cfg=dict(checkpoint=hetdpt_checkpoint)
+    ),
+    neck=dict(in_channels=[768]),
+)
 
 # The optimizer is mmdet's DETR one: AdamW lr 1e-4, weight decay 1e-4,
 # gradient clipping 0.1 and custom_keys backbone lr_mult=0.1.
@@ -17,6 +19,12 @@ model = dict(
 max_epochs = 12
 train_cfg = dict(max_epochs=max_epochs)
 param_scheduler = [
-    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True,
-         milestones=[8, 11], gamma=0.1)
+    dict(
+        type='MultiStepLR',
+        begin=0,
+        end=max_epochs,
+        by_epoch=True,
+        milestones=[8, 11],
+        gamma=0.1,
+    )
 ]

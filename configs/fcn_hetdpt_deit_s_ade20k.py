@@ -26,24 +26,37 @@ model = dict(
         out_indices=(7, 11),
         final_norm=True,  # not mmseg's ViT default (False)
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint)),
+        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
+    ),
     decode_head=dict(in_channels=embed_dims, in_index=1),
-    auxiliary_head=dict(in_channels=embed_dims, in_index=0))
+    auxiliary_head=dict(in_channels=embed_dims, in_index=0),
+)
 
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999),
-                   weight_decay=0.01),
-    paramwise_cfg=dict(custom_keys={
-        'pos_embed': dict(decay_mult=0.0),
-        'cls_token': dict(decay_mult=0.0),
-        'dist_token': dict(decay_mult=0.0),
-        'norm': dict(decay_mult=0.0),
-    }))
+    optimizer=dict(
+        type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01
+    ),
+    paramwise_cfg=dict(
+        custom_keys={
+            'pos_embed': dict(decay_mult=0.0),
+            'cls_token': dict(decay_mult=0.0),
+            'dist_token': dict(decay_mult=0.0),
+            'norm': dict(decay_mult=0.0),
+        }
+    ),
+)
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0,
-         end=1500),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=80000,
-         by_epoch=False),
+    dict(
+        type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500
+    ),
+    dict(
+        type='PolyLR',
+        eta_min=0.0,
+        power=1.0,
+        begin=1500,
+        end=80000,
+        by_epoch=False,
+    ),
 ]

@@ -25,19 +25,25 @@ model = dict(
         out_type='featmap',
         out_indices=(3, 5, 7, 11),
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint)),
+        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
+    ),
     neck=[
-        dict(type='mmseg.MultiLevelNeck', in_channels=[embed_dims] * 4,
-             out_channels=256, scales=[4, 2, 1, 0.5]),
-        dict(type='FPN', in_channels=[256] * 4, out_channels=256,
-             num_outs=5),
-    ])
+        dict(
+            type='mmseg.MultiLevelNeck',
+            in_channels=[embed_dims] * 4,
+            out_channels=256,
+            scales=[4, 2, 1, 0.5],
+        ),
+        dict(type='FPN', in_channels=[256] * 4, out_channels=256, num_outs=5),
+    ],
+)
 
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999),
-                   weight_decay=0.05),
+    optimizer=dict(
+        type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05
+    ),
     paramwise_cfg=dict(
         norm_decay_mult=0.0,
         bias_decay_mult=0.0,
@@ -45,4 +51,6 @@ optim_wrapper = dict(
             '.cls_token': dict(decay_mult=0.0),
             '.dist_token': dict(decay_mult=0.0),
             '.pos_embed': dict(decay_mult=0.0),
-        }))
+        },
+    ),
+)

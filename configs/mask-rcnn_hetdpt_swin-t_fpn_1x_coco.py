@@ -21,4 +21,6 @@ model = dict(
         out_indices=(0, 1, 2, 3),
         pad_small_map=True,
         with_cp=False,
-        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint)))
+        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
+    )
+)

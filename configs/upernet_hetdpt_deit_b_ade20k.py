@@ -7,5 +7,7 @@ _base_ = './_base_/models/upernet_hetdpt_vit.py'
 hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
 
 model = dict(
-    backbone=dict(arch='deit-base',
-                  init_cfg=dict(checkpoint=hetdpt_checkpoint)))
+    backbone=dict(
+        arch='deit-base', init_cfg=dict(checkpoint=hetdpt_checkpoint)
+    )
+)

@@ -6,8 +6,10 @@ _base_ = './_base_/models/upernet_hetdpt_vit.py'
 hetdpt_checkpoint = 'checkpoints/hetdpt_deit-s_10l_merged.pth'
 
 model = dict(
-    backbone=dict(arch='deit-small',
-                  init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+    backbone=dict(
+        arch='deit-small', init_cfg=dict(checkpoint=hetdpt_checkpoint)
+    ),
     neck=dict(in_channels=[384, 384, 384, 384], out_channels=384),
     decode_head=dict(in_channels=[384, 384, 384, 384]),
-    auxiliary_head=dict(in_channels=384))
+    auxiliary_head=dict(in_channels=384),
+)

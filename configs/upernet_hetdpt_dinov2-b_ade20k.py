@@ -20,4 +20,6 @@ model = dict(
         img_size=(518, 518),
         patch_size=14,
         distilled=False,
-        init_cfg=dict(checkpoint=hetdpt_checkpoint)))
+        init_cfg=dict(checkpoint=hetdpt_checkpoint),
+    )
+)

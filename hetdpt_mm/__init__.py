@@ -1,4 +1,5 @@
 """hetdpt_mm: heterogeneity-aware depth pruning of ViTs for OpenMMLab."""
+
 from . import (
     hooks,  # noqa: F401  registers the hooks in MMEngine
     models,  # noqa: F401  fills the family table

@@ -11,6 +11,7 @@ attention (the physical work, the default) or without them (what counters
 blind to fused attention report, and the paper's pruned rows;
 docs/user_guides/reproduce.md).
 """
+
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Sequence, Tuple, Union
 
@@ -22,22 +23,36 @@ from mmengine.analysis.jit_handles import get_shape
 from .spec import ACT, ATTN, FFN
 
 #: mmengine operator names whose count is a matrix product (multiply-adds).
-MATMUL_OPS = ('linear', 'conv', 'matmul', 'mm', 'bmm', 'addmm', 'baddbmm',
-              'einsum', 'scaled_dot_product_attention')
+MATMUL_OPS = (
+    'linear',
+    'conv',
+    'matmul',
+    'mm',
+    'bmm',
+    'addmm',
+    'baddbmm',
+    'einsum',
+    'scaled_dot_product_attention',
+)
 #: The operators through which the networks here compute attention's token x
 #: token products: the fused kernel, and ``nn.MultiheadAttention``'s unfused
 #: path (none of them computes anything else with ``bmm`` / ``baddbmm``).
 ATTENTION_PRODUCT_OPS = ('scaled_dot_product_attention', 'bmm', 'baddbmm')
 #: The MACs conventions by name (``--macs-convention``): whether the two
 #: token x token products of every attention (``q k^T``, ``attn v``) count.
-MACS_CONVENTIONS = {'with-attention-products': True,
-                    'without-attention-products': False}
+MACS_CONVENTIONS = {
+    'with-attention-products': True,
+    'without-attention-products': False,
+}
 
 
 def macs_convention(attention_products: bool) -> str:
     """The name of a MACs convention, for reports."""
-    return next(name for name, value in MACS_CONVENTIONS.items()
-                if value == bool(attention_products))
+    return next(
+        name
+        for name, value in MACS_CONVENTIONS.items()
+        if value == bool(attention_products)
+    )
 
 
 def sdpa_macs_jit(inputs: List[Any], outputs: List[Any]) -> int:
@@ -60,6 +75,7 @@ def baddbmm_macs_jit(inputs: List[Any], outputs: List[Any]) -> int:
 @dataclass
 class MacCount:
     """Multiply-accumulates of one forward pass (per image)."""
+
     total: int
     matmul: int
     by_operator: Dict[str, int] = field(default_factory=dict)
@@ -67,14 +83,20 @@ class MacCount:
     attention_products: bool = True
 
     def to_dict(self) -> Dict[str, Any]:
-        return dict(total=self.total, matmul=self.matmul,
-                    convention=macs_convention(self.attention_products),
-                    by_operator=self.by_operator,
-                    uncounted_ops=self.uncounted_ops)
+        return dict(
+            total=self.total,
+            matmul=self.matmul,
+            convention=macs_convention(self.attention_products),
+            by_operator=self.by_operator,
+            uncounted_ops=self.uncounted_ops,
+        )
 
 
-def count_macs(model: nn.Module, inputs: Union[torch.Tensor, Tuple],
-               attention_products: bool = True) -> MacCount:
+def count_macs(
+    model: nn.Module,
+    inputs: Union[torch.Tensor, Tuple],
+    attention_products: bool = True,
+) -> MacCount:
     """MACs of ``model(*inputs)`` traced by mmengine's FlopAnalyzer, plus
     the attention products (``scaled_dot_product_attention``, ``baddbmm``)
     it leaves out by default. ``matmul`` sums the matrix products only
@@ -84,13 +106,14 @@ def count_macs(model: nn.Module, inputs: Union[torch.Tensor, Tuple],
     and any gap).  Without ``attention_products`` the
     :data:`ATTENTION_PRODUCT_OPS` are left out of every figure."""
     if isinstance(inputs, torch.Tensor):
-        inputs = (inputs, )
+        inputs = (inputs,)
     analyzer = FlopAnalyzer(model, inputs)
     analyzer.set_op_handle(
         **{
             'aten::scaled_dot_product_attention': sdpa_macs_jit,
             'aten::baddbmm': baddbmm_macs_jit,
-        })
+        }
+    )
     analyzer.unsupported_ops_warnings(False)
     analyzer.uncalled_modules_warnings(False)
     analyzer.tracer_warnings('none')
@@ -104,14 +127,18 @@ def count_macs(model: nn.Module, inputs: Union[torch.Tensor, Tuple],
     finally:
         torch.backends.mha.set_fastpath_enabled(fastpath)
     if not attention_products:
-        by_operator = {k: v for k, v in by_operator.items()
-                       if k not in ATTENTION_PRODUCT_OPS}
+        by_operator = {
+            k: v
+            for k, v in by_operator.items()
+            if k not in ATTENTION_PRODUCT_OPS
+        }
     return MacCount(
         total=int(sum(by_operator.values())),
         matmul=int(sum(v for k, v in by_operator.items() if k in MATMUL_OPS)),
         by_operator={k: int(v) for k, v in by_operator.items()},
         uncounted_ops=dict(analyzer.unsupported_ops()),
-        attention_products=bool(attention_products))
+        attention_products=bool(attention_products),
+    )
 
 
 def count_params(model: nn.Module) -> int:
@@ -119,14 +146,18 @@ def count_params(model: nn.Module) -> int:
     return int(parameter_count(model)[''])
 
 
-def analytic_macs(backbone: nn.Module, img_size: Sequence[int],
-                  attention_products: bool = True) -> int:
+def analytic_macs(
+    backbone: nn.Module,
+    img_size: Sequence[int],
+    attention_products: bool = True,
+) -> int:
     """Analytic MACs of ``backbone`` at ``img_size`` (``H, W``; multiples of
     the patch size, like the analytic model), from its family's MACs per
     block, with or without the attention products. Unmerged FFNs cost as
     much as dense ones, with or without their GELU."""
-    macs = type(backbone).layer_macs(backbone.build_args(), img_size,
-                                     attention_products=attention_products)
+    macs = type(backbone).layer_macs(
+        backbone.build_args(), img_size, attention_products=attention_products
+    )
     spec = backbone.prune_spec
     merged = backbone.form == 'merged'
     total = macs['rest']
@@ -135,6 +166,9 @@ def analytic_macs(backbone: nn.Module, img_size: Sequence[int],
             total += macs['attn'][index]
         if spec.is_removed(FFN, index):
             continue  # a removed FFN branch computes nothing
-        total += macs['merged_ffn'][index] if merged and spec.is_removed(
-            ACT, index) else macs['ffn'][index]
+        total += (
+            macs['merged_ffn'][index]
+            if merged and spec.is_removed(ACT, index)
+            else macs['ffn'][index]
+        )
     return int(total)

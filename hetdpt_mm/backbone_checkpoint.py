@@ -2,6 +2,7 @@
 backbone, its record (read in the order of :mod:`hetdpt_mm.record`, or
 inferred from the tensors) checked against its tensors, and its linear
 classifier heads.  Checkpoint parsing lives here and nowhere else."""
+
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional
@@ -29,6 +30,7 @@ class BackboneCheckpoint:
     state dict of the checkpoint, and ``layout_keys`` the backbone's keys in
     it (relative, as the file has them: another layout's names).
     """
+
     record: HetDPTRecord
     state: Dict[str, Any]
     state_dict: Mapping[str, Any]
@@ -48,12 +50,15 @@ def unwrap_state_dict(checkpoint: Mapping) -> Mapping:
     return checkpoint
 
 
-def extra_state_records(state_dict: Mapping, source: str = 'checkpoint'
-                        ) -> Dict[str, Dict]:
+def extra_state_records(
+    state_dict: Mapping, source: str = 'checkpoint'
+) -> Dict[str, Dict]:
     """Every HetDPT backbone's record in a state dict, by prefix."""
-    return {prefix: record
-            for prefix, record in records_in(state_dict, source).items()
-            if 'spec' in record and 'form' in record}
+    return {
+        prefix: record
+        for prefix, record in records_in(state_dict, source).items()
+        if 'spec' in record and 'form' in record
+    }
 
 
 def _meta_record(checkpoint: Mapping) -> Optional[Mapping]:
@@ -63,13 +68,19 @@ def _meta_record(checkpoint: Mapping) -> Optional[Mapping]:
     return None
 
 
-def _choose_prefix(state_dict: Mapping, extra: Mapping[str, Mapping],
-                   meta: Optional[Mapping], teacher_prefix: Optional[str]
-                   ) -> str:
+def _choose_prefix(
+    state_dict: Mapping,
+    extra: Mapping[str, Mapping],
+    meta: Optional[Mapping],
+    teacher_prefix: Optional[str],
+) -> str:
     """Where the backbone is: where its record is, else where the meta says,
     else ``''`` for a bare backbone and ``'backbone.'`` for a model."""
-    students = [p for p in extra
-                if not (teacher_prefix and p.startswith(teacher_prefix))]
+    students = [
+        p
+        for p in extra
+        if not (teacher_prefix and p.startswith(teacher_prefix))
+    ]
     if 'backbone.' in students:
         return 'backbone.'
     if students:
@@ -77,14 +88,17 @@ def _choose_prefix(state_dict: Mapping, extra: Mapping[str, Mapping],
     if isinstance(meta, Mapping) and isinstance(meta.get('prefix'), str):
         return meta['prefix']
     if recognising_family(state_dict) is None and any(
-            k.startswith('backbone.') for k in state_dict):
+        k.startswith('backbone.') for k in state_dict
+    ):
         return 'backbone.'
     return ''
 
 
-def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
-                             prefix: Optional[str] = None
-                             ) -> BackboneCheckpoint:
+def read_backbone_checkpoint(
+    checkpoint: Mapping,
+    source: str = 'checkpoint',
+    prefix: Optional[str] = None,
+) -> BackboneCheckpoint:
     """Find the HetDPT backbone of a checkpoint of any supported layout,
     read (or infer) its record and check the record against the tensors.
 
@@ -96,30 +110,38 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
     state_dict = unwrap_state_dict(checkpoint)
     extra = extra_state_records(state_dict, source)
     meta = _meta_record(checkpoint)
-    teacher_prefix = meta.get('teacher_prefix') if isinstance(
-        meta, Mapping) else None
+    teacher_prefix = (
+        meta.get('teacher_prefix') if isinstance(meta, Mapping) else None
+    )
     if teacher_prefix is not None and not isinstance(teacher_prefix, str):
-        raise RecordError(f'{source}: meta["{META_KEY}"]["teacher_prefix"] '
-                          f'is a {type(teacher_prefix).__name__}, not a '
-                          'string')
+        raise RecordError(
+            f'{source}: meta["{META_KEY}"]["teacher_prefix"] '
+            f'is a {type(teacher_prefix).__name__}, not a '
+            'string'
+        )
     teacher_prefix = teacher_prefix or _teacher_prefix_of(state_dict, source)
     if prefix is None:
         prefix = _choose_prefix(state_dict, extra, meta, teacher_prefix)
     elif prefix and not prefix.endswith('.'):
         prefix += '.'  # MMEngine's Pretrained reads prefix='backbone' so
-    raw = {k[len(prefix):]: v for k, v in state_dict.items()
-           if k.startswith(prefix) and k != prefix + EXTRA_STATE_KEY}
+    raw = {
+        k[len(prefix) :]: v
+        for k, v in state_dict.items()
+        if k.startswith(prefix) and k != prefix + EXTRA_STATE_KEY
+    }
     if prefix and not raw:
         raise CheckpointError(
             f'{source} has no keys with prefix {prefix!r} (first keys: '
-            f'{list(state_dict)[:5]})')
+            f'{list(state_dict)[:5]})'
+        )
     # Other layouts of a family's weights (mmpretrain's, mmseg's ViT) are
     # read in the family's own.
     family = recognising_family(raw)
     state = family.canonical_state(raw) if family is not None else raw
     if prefix in extra:
-        record = HetDPTRecord.from_dict(extra[prefix], source,
-                                        origin='extra_state')
+        record = HetDPTRecord.from_dict(
+            extra[prefix], source, origin='extra_state'
+        )
         if isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
             _check_meta_agrees(record, meta, source)
     elif isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
@@ -131,17 +153,25 @@ def read_backbone_checkpoint(checkpoint: Mapping, source: str = 'checkpoint',
                 f'{source} does not hold the weights of a known backbone '
                 f'family: expected {expected}'
                 f'{" after prefix " + repr(prefix) if prefix else ""}, found '
-                f'{list(state)[:5]}')
+                f'{list(state)[:5]}'
+            )
         record = family.record_from_tensors(state, source)
-    record = replace(record, prefix=prefix, source=source,
-                     teacher_prefix=teacher_prefix)
+    record = replace(
+        record, prefix=prefix, source=source, teacher_prefix=teacher_prefix
+    )
     # A bare classifier file (timm's, DeiT's) has its heads beside the
     # backbone's keys.
-    heads = tuple(classifier_head_prefixes(state).values()) if not prefix \
-        else ()
-    get_family(record.family).verify_record(record, {
-        k: v for k, v in state.items() if not heads or
-        not k.startswith(heads)})
+    heads = (
+        tuple(classifier_head_prefixes(state).values()) if not prefix else ()
+    )
+    get_family(record.family).verify_record(
+        record,
+        {
+            k: v
+            for k, v in state.items()
+            if not heads or not k.startswith(heads)
+        },
+    )
     return BackboneCheckpoint(record, state, state_dict, frozenset(raw))
 
 
@@ -153,22 +183,26 @@ def _teacher_prefix_of(state_dict: Mapping, source: str) -> Optional[str]:
     return None
 
 
-def _check_meta_agrees(record: HetDPTRecord, meta: Mapping,
-                       source: str) -> None:
+def _check_meta_agrees(
+    record: HetDPTRecord, meta: Mapping, source: str
+) -> None:
     other = HetDPTRecord.from_dict(meta, source, origin='meta')
     if other.spec != record.spec or other.form != record.form:
         raise StateDictMismatch(
             f'{source}: meta["{META_KEY}"] says {other.describe()} but the '
-            f'backbone\'s weights carry {record.describe()}')
+            f"backbone's weights carry {record.describe()}"
+        )
 
 
-def load_backbone_checkpoint(source: str, prefix: Optional[str] = None,
-                             mmap: bool = False) -> BackboneCheckpoint:
+def load_backbone_checkpoint(
+    source: str, prefix: Optional[str] = None, mmap: bool = False
+) -> BackboneCheckpoint:
     """:func:`read_backbone_checkpoint` of a file or of any URL MMEngine
     can load (through the same safe loaders)."""
     source = os.fspath(source)
-    return read_backbone_checkpoint(load_any_checkpoint(source, mmap),
-                                    source, prefix)
+    return read_backbone_checkpoint(
+        load_any_checkpoint(source, mmap), source, prefix
+    )
 
 
 def load_any_checkpoint(source: str, mmap: bool = False) -> Mapping:
@@ -176,6 +210,7 @@ def load_any_checkpoint(source: str, mmap: bool = False) -> Mapping:
     loaders (a URL through torch.hub's cache)."""
     if '://' in source:
         from mmengine.runner.checkpoint import CheckpointLoader
+
         return CheckpointLoader.load_checkpoint(source, 'cpu')
     return load_checkpoint_file(source, mmap=mmap)
 
@@ -194,8 +229,9 @@ HEAD_LAYOUTS = (
 CLASS_HEAD, DIST_HEAD = 'head', 'head_dist'
 
 
-def read_classifier_heads(checkpoint: Mapping, source: str = 'checkpoint'
-                          ) -> Dict[str, Dict[str, torch.Tensor]]:
+def read_classifier_heads(
+    checkpoint: Mapping, source: str = 'checkpoint'
+) -> Dict[str, Dict[str, torch.Tensor]]:
     """The linear classifier heads of a checkpoint of any supported layout:
     ``{'head': {'weight': ..., 'bias': ...}, 'head_dist': {...}}`` (the
     distillation head only where the file has one).
@@ -206,14 +242,21 @@ def read_classifier_heads(checkpoint: Mapping, source: str = 'checkpoint'
     state_dict = unwrap_state_dict(checkpoint)
     prefixes = classifier_head_prefixes(state_dict)
     if prefixes:
-        return {name: {k: state_dict[prefix + k] for k in ('weight', 'bias')
-                       if prefix + k in state_dict}
-                for name, prefix in prefixes.items()}
-    expected = ', '.join(f'{head}weight ({name})'
-                         for name, head, _ in HEAD_LAYOUTS)
+        return {
+            name: {
+                k: state_dict[prefix + k]
+                for k in ('weight', 'bias')
+                if prefix + k in state_dict
+            }
+            for name, prefix in prefixes.items()
+        }
+    expected = ', '.join(
+        f'{head}weight ({name})' for name, head, _ in HEAD_LAYOUTS
+    )
     raise CheckpointError(
         f'{source} holds no classifier head: expected one of {expected}; '
-        f'found {list(state_dict)[:5]}...')
+        f'found {list(state_dict)[:5]}...'
+    )
 
 
 def classifier_head_prefixes(state_dict: Mapping) -> Dict[str, str]:
@@ -223,9 +266,14 @@ def classifier_head_prefixes(state_dict: Mapping) -> Dict[str, str]:
     for _, head_prefix, dist_prefix in HEAD_LAYOUTS:
         if head_prefix + 'weight' not in state_dict:
             continue
-        return {name: prefix for name, prefix in ((CLASS_HEAD, head_prefix),
-                                                  (DIST_HEAD, dist_prefix))
-                if prefix is not None and prefix + 'weight' in state_dict}
+        return {
+            name: prefix
+            for name, prefix in (
+                (CLASS_HEAD, head_prefix),
+                (DIST_HEAD, dist_prefix),
+            )
+            if prefix is not None and prefix + 'weight' in state_dict
+        }
     return {}
 
 

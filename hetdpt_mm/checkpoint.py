@@ -18,6 +18,7 @@ torch.hub's cache by torch.hub, or taken from there), ``torchvision://``,
 MMEngine fetches it and then loaded only by :func:`load_checkpoint_file`, with
 the same opt-in; messages name the URL.
 """
+
 import io
 import logging
 import os
@@ -58,18 +59,34 @@ class StateDictMismatch(ValueError):
 
 def _numpy_safe_globals():
     """numpy objects MMEngine stores in ``message_hub`` and ``meta``."""
-    multiarray = np._core.multiarray if hasattr(np, '_core') else \
-        np.core.multiarray
-    scalar_types = (np.bool_, np.int8, np.int16, np.int32, np.int64,
-                    np.uint8, np.uint16, np.uint32, np.uint64, np.float16,
-                    np.float32, np.float64)
+    multiarray = (
+        np._core.multiarray if hasattr(np, '_core') else np.core.multiarray
+    )
+    scalar_types = (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+    )
     entries = [np.ndarray, np.dtype]
     entries += [type(np.dtype(t)) for t in scalar_types]
     # Checkpoints written under numpy 1 name these `numpy.core.*`.
-    for obj, name in ((multiarray.scalar, 'scalar'),
-                      (multiarray._reconstruct, '_reconstruct')):
-        entries += [(obj, f'numpy.core.multiarray.{name}'),
-                    (obj, f'numpy._core.multiarray.{name}')]
+    for obj, name in (
+        (multiarray.scalar, 'scalar'),
+        (multiarray._reconstruct, '_reconstruct'),
+    ):
+        entries += [
+            (obj, f'numpy.core.multiarray.{name}'),
+            (obj, f'numpy._core.multiarray.{name}'),
+        ]
     return entries
 
 
@@ -78,31 +95,40 @@ def _history_buffer_getattr(obj, name):
     statistics methods as ``getattr(HistoryBuffer, 'mean')``; nothing else
     may be looked up."""
     from mmengine.logging.history_buffer import HistoryBuffer
+
     allowed = {'min', 'max', 'current', 'mean'} | set(
-        HistoryBuffer._statistics_methods)
+        HistoryBuffer._statistics_methods
+    )
     if obj is HistoryBuffer and name in allowed:
         return getattr(obj, name)
     raise pickle.UnpicklingError(
-        f'getattr({obj!r}, {name!r}) is not allowed in a checkpoint')
+        f'getattr({obj!r}, {name!r}) is not allowed in a checkpoint'
+    )
 
 
 def mmengine_safe_globals():
     """The exact non-tensor types found in MMEngine 0.10 checkpoints."""
     from mmengine.logging.history_buffer import HistoryBuffer
-    return [HistoryBuffer, OrderedDict,
-            (_history_buffer_getattr, 'builtins.getattr'),
-            (_history_buffer_getattr, '__builtin__.getattr')
-            ] + _numpy_safe_globals()
+
+    return [
+        HistoryBuffer,
+        OrderedDict,
+        (_history_buffer_getattr, 'builtins.getattr'),
+        (_history_buffer_getattr, '__builtin__.getattr'),
+    ] + _numpy_safe_globals()
 
 
 def trust_from_env() -> bool:
     return os.environ.get(TRUST_ENV, '').lower() in ('1', 'true', 'yes')
 
 
-def load_checkpoint_file(path, map_location: Any = 'cpu',
-                         trusted: Optional[bool] = None,
-                         mmap: bool = False,
-                         source: Optional[str] = None) -> Mapping:
+def load_checkpoint_file(
+    path,
+    map_location: Any = 'cpu',
+    trusted: Optional[bool] = None,
+    mmap: bool = False,
+    source: Optional[str] = None,
+) -> Mapping:
     """Load a checkpoint with ``weights_only=True`` plus MMEngine's types.
 
     ``path`` is a local file or a binary file object (bytes fetched from
@@ -129,8 +155,11 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
             checkpoint = torch.load(path, **kwargs)
     except pickle.UnpicklingError as error:
         lines = [line.strip() for line in str(error).splitlines()]
-        refused = [line for line in lines if 'global' in line.lower() or
-                   'not allowed' in line]
+        refused = [
+            line
+            for line in lines
+            if 'global' in line.lower() or 'not allowed' in line
+        ]
         if refused:
             detail = refused[0].split('WeightsUnpickler error:')[-1].strip()
             # Not every tool has --trust-checkpoint (tools/merge_ckpt.py
@@ -141,24 +170,46 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
                 f'if you trust its source: set {TRUST_ENV}=1 '
                 '(tools/train.py, tools/test.py: --trust-checkpoint).'
             ) from None
-        reason = next((line for line in lines[1:] if line and not any(
-            noise in line for noise in ('documentation', 'file an issue',
-                                        'WeightsUnpickler error:'))),
-            lines[0])
+        reason = next(
+            (
+                line
+                for line in lines[1:]
+                if line
+                and not any(
+                    noise in line
+                    for noise in (
+                        'documentation',
+                        'file an issue',
+                        'WeightsUnpickler error:',
+                    )
+                )
+            ),
+            lines[0],
+        )
         raise CheckpointError(
             f'{name} is not a PyTorch checkpoint (unreadable pickle: '
-            f'{reason[:200]})') from None
+            f'{reason[:200]})'
+        ) from None
     # Random bytes also reach the weights-only unpickler's stack and memo
     # lookups (IndexError, KeyError in about 6% of 4 KiB noise files).
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError,
-            ValueError, LookupError) as error:
+    except (
+        RuntimeError,
+        EOFError,
+        zipfile.BadZipFile,
+        OSError,
+        ValueError,
+        LookupError,
+    ) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         raise CheckpointError(
             f'{name} is not a readable PyTorch checkpoint (truncated or '
-            f'corrupt: {lines[-1][:200]})') from None
+            f'corrupt: {lines[-1][:200]})'
+        ) from None
     if not isinstance(checkpoint, Mapping):
-        raise CheckpointError(f'{name} holds a {type(checkpoint).__name__}, '
-                              'not a checkpoint dict or state dict')
+        raise CheckpointError(
+            f'{name} holds a {type(checkpoint).__name__}, '
+            'not a checkpoint dict or state dict'
+        )
     _tag_extra_states(checkpoint, name)
     return checkpoint
 
@@ -166,12 +217,16 @@ def load_checkpoint_file(path, map_location: Any = 'cpu',
 def _tag_extra_states(checkpoint: Mapping, name: str) -> None:
     """Name the file on the extra-state tensors of the checkpoint's state
     dicts (the checkpoint itself and its dict entries)."""
-    dicts = [checkpoint] + [v for v in checkpoint.values()
-                            if isinstance(v, Mapping)]
+    dicts = [checkpoint] + [
+        v for v in checkpoint.values() if isinstance(v, Mapping)
+    ]
     for state_dict in dicts:
         for key, value in state_dict.items():
-            if isinstance(key, str) and key.endswith(EXTRA_STATE_KEY) and \
-                    isinstance(value, torch.Tensor):
+            if (
+                isinstance(key, str)
+                and key.endswith(EXTRA_STATE_KEY)
+                and isinstance(value, torch.Tensor)
+            ):
                 setattr(value, _SOURCE_ATTR, str(name))
 
 
@@ -186,6 +241,7 @@ def source_of(tensor: Any) -> Optional[str]:
 # the bytes the way MMEngine does and leaves the loading to
 # load_checkpoint_file.
 
+
 def load_from_local(filename, map_location=None):
     return load_checkpoint_file(filename, map_location)
 
@@ -194,15 +250,15 @@ def _fetch_into_hub_cache(url: str) -> str:
     """The file ``torch.hub.load_state_dict_from_url(url)`` would load,
     downloaded by torch.hub unless it is already cached; rank 0 first, as in
     MMEngine's ``load_from_http``."""
-    cached = osp.join(torch.hub.get_dir(), 'checkpoints',
-                      osp.basename(urlparse(url).path))
+    cached = osp.join(
+        torch.hub.get_dir(), 'checkpoints', osp.basename(urlparse(url).path)
+    )
 
     def download_if_absent():
         if not osp.exists(cached):
             os.makedirs(osp.dirname(cached), exist_ok=True)
             print_log(f'Downloading: "{url}" to {cached}', logger='current')
-            torch.hub.download_url_to_file(url, cached,
-                                           progress=os.isatty(0))
+            torch.hub.download_url_to_file(url, cached, progress=os.isatty(0))
 
     rank, world_size = get_dist_info()
     if rank == 0:
@@ -216,15 +272,19 @@ def _fetch_into_hub_cache(url: str) -> str:
 
 def load_from_http(url, map_location=None):
     cached = _fetch_into_hub_cache(url)
-    return load_checkpoint_file(cached, map_location,
-                                source=f'{url} (cached as {cached})')
+    return load_checkpoint_file(
+        cached, map_location, source=f'{url} (cached as {cached})'
+    )
 
 
 def load_from_torchvision(filename, map_location=None):
     if filename.startswith('modelzoo://'):
-        print_log('The URL scheme of "modelzoo://" is deprecated, please '
-                  'use "torchvision://" instead', logger='current',
-                  level=logging.WARNING)
+        print_log(
+            'The URL scheme of "modelzoo://" is deprecated, please '
+            'use "torchvision://" instead',
+            logger='current',
+            level=logging.WARNING,
+        )
     model_name = filename.split('://', 1)[1]
     model_urls = mmengine_checkpoint.get_torchvision_models()
     return load_from_http(model_urls[model_name], map_location)
@@ -234,24 +294,30 @@ def load_from_openmmlab(filename, map_location=None):
     prefix, model_name = filename.split('://', 1)
     deprecated = mmengine_checkpoint.get_deprecated_model_names()
     if model_name in deprecated:
-        print_log(f'{prefix}://{model_name} is deprecated in favor of '
-                  f'{prefix}://{deprecated[model_name]}', logger='current',
-                  level=logging.WARNING)
+        print_log(
+            f'{prefix}://{model_name} is deprecated in favor of '
+            f'{prefix}://{deprecated[model_name]}',
+            logger='current',
+            level=logging.WARNING,
+        )
         model_name = deprecated[model_name]
     model_url = mmengine_checkpoint.get_external_models()[model_name]
     if model_url.startswith(('http://', 'https://')):
         return load_from_http(model_url, map_location)
     # Not a URL: a file under MMEngine's home directory.
     local = osp.join(mmengine_checkpoint._get_mmengine_home(), model_url)
-    return load_checkpoint_file(local, map_location,
-                                source=f'{filename} ({local})')
+    return load_checkpoint_file(
+        local, map_location, source=f'{filename} ({local})'
+    )
 
 
 def load_from_mmcls(filename, map_location=None):
     model_url = mmengine_checkpoint.get_mmcls_models()[
-        filename.split('://', 1)[1]]
+        filename.split('://', 1)[1]
+    ]
     return mmengine_checkpoint._process_mmcls_checkpoint(
-        load_from_http(model_url, map_location))
+        load_from_http(model_url, map_location)
+    )
 
 
 def load_from_pavi(filename, map_location=None):
@@ -265,13 +331,13 @@ def load_from_pavi(filename, map_location=None):
     with TemporaryDirectory() as tmp_dir:
         downloaded = osp.join(tmp_dir, model.name)
         model.download(downloaded)
-        return load_checkpoint_file(downloaded, map_location,
-                                    source=filename)
+        return load_checkpoint_file(downloaded, map_location, source=filename)
 
 
 def load_from_ceph(filename, map_location=None):
-    backend = fileio.get_file_backend(filename,
-                                      backend_args={'backend': 'petrel'})
+    backend = fileio.get_file_backend(
+        filename, backend_args={'backend': 'petrel'}
+    )
     with io.BytesIO(backend.get(filename)) as buffer:
         return load_checkpoint_file(buffer, map_location, source=filename)
 
@@ -295,4 +361,5 @@ def register_mmengine_loader():
     extension point."""
     for prefixes, loader in SAFE_LOADERS.items():
         mmengine_checkpoint.CheckpointLoader.register_scheme(
-            prefixes, loader, force=True)
+            prefixes, loader, force=True
+        )

@@ -1,6 +1,7 @@
 """Conventions shared by the command-line tools: bad usage and bad input are
 reported as ``error: <message>`` on stderr with exit status 2, no
 traceback."""
+
 import argparse
 import ast
 import importlib
@@ -62,19 +63,31 @@ def positive_float(text: str) -> float:
 
 
 #: JSON's spellings of the constants, in a dict typed on the command line.
-_JSON_NAMES = {'true': True, 'false': False, 'null': None, 'True': True,
-               'False': False, 'None': None}
+_JSON_NAMES = {
+    'true': True,
+    'false': False,
+    'null': None,
+    'True': True,
+    'False': False,
+    'None': None,
+}
 
 
 def _literal(node: ast.AST, text: str) -> Any:
     """The value of a literal expression in ``text``: Python's (or JSON's)
     constants, lists, tuples, dicts and ``dict(key=...)`` calls."""
     if isinstance(node, ast.Dict) and None not in node.keys:
-        return {_literal(k, text): _literal(v, text)
-                for k, v in zip(node.keys, node.values)}
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-            node.func.id == 'dict' and not node.args and \
-            all(kw.arg is not None for kw in node.keywords):
+        return {
+            _literal(k, text): _literal(v, text)
+            for k, v in zip(node.keys, node.values)
+        }
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == 'dict'
+        and not node.args
+        and all(kw.arg is not None for kw in node.keywords)
+    ):
         return {kw.arg: _literal(kw.value, text) for kw in node.keywords}
     if isinstance(node, (ast.List, ast.Tuple)):
         values = [_literal(e, text) for e in node.elts]
@@ -84,8 +97,10 @@ def _literal(node: ast.AST, text: str) -> Any:
     try:
         return ast.literal_eval(node)
     except ValueError:
-        raise ValueError(f'{ast.get_source_segment(text, node)} is not a '
-                         'literal (quote strings)') from None
+        raise ValueError(
+            f'{ast.get_source_segment(text, node)} is not a '
+            'literal (quote strings)'
+        ) from None
 
 
 class ConfigOptionsAction(DictAction):
@@ -102,25 +117,32 @@ class ConfigOptionsAction(DictAction):
         for item in values:
             key, sep, value = item.partition('=')
             if not sep or not key:
-                raise UsageError(f'{option_string} takes KEY=VALUE, got '
-                                 f'{item!r}')
+                raise UsageError(
+                    f'{option_string} takes KEY=VALUE, got {item!r}'
+                )
             text = value.strip()
-            if not (text.startswith(('{', '[', '(', 'dict(')) and
-                    ('{' in text or 'dict(' in text)):
+            if not (
+                text.startswith(('{', '[', '(', 'dict('))
+                and ('{' in text or 'dict(' in text)
+            ):
                 plain.append(item)
                 continue
             try:
-                options[key] = _literal(ast.parse(text, mode='eval').body,
-                                        text)
+                options[key] = _literal(
+                    ast.parse(text, mode='eval').body, text
+                )
             except (SyntaxError, ValueError, TypeError) as err:
-                reason = f'{err.msg} at column {err.offset}' if isinstance(
-                    err, SyntaxError) else err
+                reason = (
+                    f'{err.msg} at column {err.offset}'
+                    if isinstance(err, SyntaxError)
+                    else err
+                )
                 raise UsageError(
                     f'{option_string} {item!r}: the value is not a dict of '
                     f'literals ({reason}); write it as JSON, '
                     f"""'{key}={{"name": [1, 2]}}', as """
                     f'dict(name=[1, 2]), or one entry: {key}.name=[1,2]'
-                    ) from None
+                ) from None
         setattr(namespace, self.dest, options)
         super().__call__(parser, namespace, plain, option_string)
 
@@ -133,16 +155,18 @@ def require_extra(module: str, extra: str):
     except ImportError:
         raise UsageError(
             f'{module} is not installed: pip install -r '
-            f'requirements/{extra}.txt (or hetdpt_mm[{extra}])') from None
+            f'requirements/{extra}.txt (or hetdpt_mm[{extra}])'
+        ) from None
 
 
 def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def run_reporting_errors(action: Callable[[], None],
-                         errors: Tuple[Type[BaseException], ...] = INPUT_ERRORS
-                         ) -> int:
+def run_reporting_errors(
+    action: Callable[[], None],
+    errors: Tuple[Type[BaseException], ...] = INPUT_ERRORS,
+) -> int:
     """Run a tool's work; return its exit status.
 
     SIGTERM ends the tool like an error would, through the ``finally``
@@ -152,10 +176,11 @@ def run_reporting_errors(action: Callable[[], None],
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         action()
-    except (UsageError, ) + errors as err:
+    except (UsageError,) + errors as err:
         # A KeyError's str() is its repr; the message is its argument.
-        message = err.args[0] if isinstance(err, KeyError) and err.args \
-            else err
+        message = (
+            err.args[0] if isinstance(err, KeyError) and err.args else err
+        )
         print(f'error: {message}', file=sys.stderr)
         return EXIT_USAGE
     return 0

@@ -1,5 +1,6 @@
 """Atomic outputs, and the checks of input and output paths shared by every
 tool and hook."""
+
 import contextlib
 import errno
 import logging
@@ -28,9 +29,13 @@ class NotARegularFileError(OSError):
     regular file is needed."""
 
 
-_KINDS = ((stat.S_ISDIR, 'a directory'), (stat.S_ISFIFO, 'a FIFO'),
-          (stat.S_ISCHR, 'a character device'),
-          (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
+_KINDS = (
+    (stat.S_ISDIR, 'a directory'),
+    (stat.S_ISFIFO, 'a FIFO'),
+    (stat.S_ISCHR, 'a character device'),
+    (stat.S_ISBLK, 'a block device'),
+    (stat.S_ISSOCK, 'a socket'),
+)
 
 
 def _special_kind(path: Path) -> Union[str, None]:
@@ -42,8 +47,9 @@ def _special_kind(path: Path) -> Union[str, None]:
         return None
     if stat.S_ISREG(mode):
         return None
-    return next((kind for is_kind, kind in _KINDS if is_kind(mode)),
-                'a special file')
+    return next(
+        (kind for is_kind, kind in _KINDS if is_kind(mode)), 'a special file'
+    )
 
 
 def check_input_file(path: PathLike, what: str) -> Path:
@@ -58,8 +64,9 @@ def check_input_file(path: PathLike, what: str) -> Path:
         raise FileNotFoundError(f'{what} {path} does not exist')
     kind = _special_kind(path)
     if kind is not None:
-        raise NotARegularFileError(f'{what} {path} is not a regular file '
-                                   f'({kind})')
+        raise NotARegularFileError(
+            f'{what} {path} is not a regular file ({kind})'
+        )
     return path
 
 
@@ -70,11 +77,13 @@ def _check_replaceable(out: Path) -> None:
     if kind is not None:
         raise NotARegularFileError(
             f'output {out} is not a regular file ({kind}); it is never '
-            'replaced, even with --force: choose a file path')
+            'replaced, even with --force: choose a file path'
+        )
 
 
-def check_output_path(out: PathLike, inputs: Iterable[PathLike] = (),
-                      force: bool = False) -> Path:
+def check_output_path(
+    out: PathLike, inputs: Iterable[PathLike] = (), force: bool = False
+) -> Path:
     """Validate an output path before anything is computed or written.
 
     Raises ``ValueError`` if ``out`` is one of ``inputs`` (never write over an
@@ -86,33 +95,41 @@ def check_output_path(out: PathLike, inputs: Iterable[PathLike] = (),
     out = Path(out)
     for inp in map(Path, inputs):
         if same_file(out, inp):
-            raise ValueError(f'output {out} is the same file as input {inp}; '
-                             'choose another output path')
+            raise ValueError(
+                f'output {out} is the same file as input {inp}; '
+                'choose another output path'
+            )
     _check_replaceable(out)
     if out.exists() and not force:
         raise FileExistsError(
-            f'output {out} already exists; pass --force to replace it')
+            f'output {out} already exists; pass --force to replace it'
+        )
     # The nearest existing folder: atomic_path creates the missing ones.
     folder = next(p for p in out.absolute().parents if p.exists())
     if not folder.is_dir():
         raise NotADirectoryError(f'output {out}: {folder} is not a directory')
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(f'output {out}: directory {folder} is not '
-                              'writable')
+        raise PermissionError(
+            f'output {out}: directory {folder} is not writable'
+        )
     return out
 
 
-def check_output_paths(outputs: Iterable[PathLike],
-                       inputs: Iterable[PathLike] = (),
-                       force: bool = False) -> None:
+def check_output_paths(
+    outputs: Iterable[PathLike],
+    inputs: Iterable[PathLike] = (),
+    force: bool = False,
+) -> None:
     """:func:`check_output_path` for every output of one run, and no two of
     them the same file (one path twice, or links to one another)."""
     outputs, inputs = [Path(p) for p in outputs], list(inputs)
     for index, out in enumerate(outputs):
-        for other in outputs[index + 1:]:
+        for other in outputs[index + 1 :]:
             if same_file(out, other):
-                raise ValueError(f'outputs {out} and {other} are the same '
-                                 'file; give each output its own path')
+                raise ValueError(
+                    f'outputs {out} and {other} are the same '
+                    'file; give each output its own path'
+                )
         check_output_path(out, inputs, force)
 
 
@@ -120,7 +137,8 @@ def same_file(a: PathLike, b: PathLike) -> bool:
     """The same path, or the same file through a symlink or hard link."""
     a, b = Path(a), Path(b)
     return a.resolve() == b.resolve() or (
-        a.exists() and b.exists() and os.path.samefile(a, b))
+        a.exists() and b.exists() and os.path.samefile(a, b)
+    )
 
 
 def current_umask() -> int:
@@ -157,9 +175,12 @@ def remove_stale_temps(path: PathLike) -> None:
         if match and not _process_alive(int(match.group(1))):
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
-                print_log(f'removed {entry}, a partial file left by an '
-                          f'interrupted write of {path}', logger='current',
-                          level=logging.WARNING)
+                print_log(
+                    f'removed {entry}, a partial file left by an '
+                    f'interrupted write of {path}',
+                    logger='current',
+                    level=logging.WARNING,
+                )
 
 
 def _new_temp(path: Path) -> Path:
@@ -170,15 +191,22 @@ def _new_temp(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f'.{path.name}.{os.getpid()}.',
-                                   suffix='.tmp', dir=path.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f'.{path.name}.{os.getpid()}.',
+            suffix='.tmp',
+            dir=path.parent,
+        )
     except OSError as err:  # it names the temporary file
-        raise OSError(err.errno, f'{err.strerror} while writing {path}'
-                      ) from None
+        raise OSError(
+            err.errno, f'{err.strerror} while writing {path}'
+        ) from None
     os.close(fd)
     tmp = Path(tmp)
-    tmp.chmod(path.stat().st_mode & 0o7777 if path.exists() else
-              0o666 & ~current_umask())
+    tmp.chmod(
+        path.stat().st_mode & 0o7777
+        if path.exists()
+        else 0o666 & ~current_umask()
+    )
     return tmp
 
 
@@ -192,13 +220,16 @@ def _errors_naming(path: Path, tmp: Path) -> Iterator[None]:
     except OSError as err:
         if err.errno is None or err.filename not in (None, str(tmp)):
             raise
-        raise OSError(err.errno,
-                      f'{err.strerror} while writing {path}') from None
+        raise OSError(
+            err.errno, f'{err.strerror} while writing {path}'
+        ) from None
     except Exception as err:
         if shutil.disk_usage(path.parent).free >= FULL_DISK_BYTES:
             raise
-        raise OSError(errno.ENOSPC, 'no space left on the device while '
-                      f'writing {path} ({err})') from None
+        raise OSError(
+            errno.ENOSPC,
+            f'no space left on the device while writing {path} ({err})',
+        ) from None
 
 
 def _move_in_place(temps: Mapping[Path, Path], exclusive: bool) -> None:
@@ -219,7 +250,8 @@ def _move_in_place(temps: Mapping[Path, Path], exclusive: bool) -> None:
             path.unlink()
         raise FileExistsError(
             f'output {path} was created by another process while this one '
-            'was writing it; pass --force to replace it') from None
+            'was writing it; pass --force to replace it'
+        ) from None
 
 
 def _remove(tmp: Path) -> None:
@@ -248,8 +280,9 @@ def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
         _remove(tmp)
 
 
-def write_outputs(outputs: Mapping[PathLike, Content],
-                  exclusive: bool = False) -> None:
+def write_outputs(
+    outputs: Mapping[PathLike, Content], exclusive: bool = False
+) -> None:
     """Write the outputs of one run all or nothing: each (text, bytes, or a
     function that writes the path it is given, e.g. ``torch.save``) into a
     temporary file, and only when all succeeded are they moved in place; a
@@ -273,8 +306,9 @@ def write_outputs(outputs: Mapping[PathLike, Content],
             _remove(tmp)
 
 
-def atomic_write_text(path: PathLike, text: str,
-                      exclusive: bool = False) -> None:
+def atomic_write_text(
+    path: PathLike, text: str, exclusive: bool = False
+) -> None:
     with atomic_path(path, exclusive) as tmp:
         tmp.write_text(text)
 
@@ -291,8 +325,9 @@ class AtomicLocalBackend(LocalBackend):
         with atomic_path(filepath) as tmp:
             tmp.write_bytes(obj)
 
-    def put_text(self, obj: str, filepath: PathLike,
-                 encoding: str = 'utf-8') -> None:
+    def put_text(
+        self, obj: str, filepath: PathLike, encoding: str = 'utf-8'
+    ) -> None:
         with atomic_path(filepath) as tmp:
             tmp.write_text(obj, encoding=encoding)
 

@@ -22,6 +22,7 @@ the backbone rebuilds it from the file alone.  Checkpoint parsing is
 :func:`~hetdpt_mm.backbone_checkpoint.read_backbone_checkpoint`'s, all
 surgery the family's ``convert_state_dict``.
 """
+
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, Mapping, Optional, Tuple, Union
@@ -43,6 +44,7 @@ EMA_MODULE = 'module.'
 @dataclass
 class MergeSummary:
     """What :func:`merge_checkpoint` did, for logs and the command line."""
+
     prefix: str
     form_in: str
     spec: PruneSpec
@@ -60,51 +62,60 @@ class MergeSummary:
     dropped_entries: Tuple[str, ...] = ()
 
     def format(self) -> str:
-        where = f'under prefix {self.prefix!r}' if self.prefix else \
-            '(bare backbone state dict)'
+        where = (
+            f'under prefix {self.prefix!r}'
+            if self.prefix
+            else '(bare backbone state dict)'
+        )
         spec_in = self.spec_in or self.spec
         lines = [f'backbone {where}: {self.form_in} form, {spec_in}']
         if self.spec_in is not None and self.spec_in != self.spec:
             lines.append(f'spec applied: {self.spec} ({self.form_out} form)')
         if self.unchanged:
-            lines.append('the checkpoint is already merged: written '
-                         'unchanged')
+            lines.append('the checkpoint is already merged: written unchanged')
         lines += [
             f'attention layers removed: {self.spec.n_attn} '
             f'{list(self.spec.attn_removed)}',
             f'GELU layers removed:      {self.spec.n_act} '
-            f'{list(self.spec.act_removed)} ' + (
-                '(FFNs merged to one linear)' if self.form_out == 'merged'
-                else '(FFNs kept as two linears: pruned form)'),
+            f'{list(self.spec.act_removed)} '
+            + (
+                '(FFNs merged to one linear)'
+                if self.form_out == 'merged'
+                else '(FFNs kept as two linears: pruned form)'
+            ),
             f'backbone parameters: {self.backbone_before:,} -> '
             f'{self.backbone_after:,}',
             f'all tensors:         {self.total_before:,} -> '
             f'{self.total_after:,}',
         ]
         if self.ema is not None:
-            lines.append(f'EMA weights ({EMA_KEY}): merged the same way, '
-                         f'backbone parameters {self.ema[0]:,} -> '
-                         f'{self.ema[1]:,}')
+            lines.append(
+                f'EMA weights ({EMA_KEY}): merged the same way, '
+                f'backbone parameters {self.ema[0]:,} -> '
+                f'{self.ema[1]:,}'
+            )
         for what, count in self.dropped.items():
             lines.append(f'dropped {what}: {count}')
         if self.dropped_entries:
             lines.append(
                 f'dropped training state: {", ".join(self.dropped_entries)} '
-                '(it refers to the unmerged parameters and a finished run)')
+                '(it refers to the unmerged parameters and a finished run)'
+            )
         return '\n'.join(lines)
 
 
 def _numel(state: Mapping) -> int:
     """Number of weights (records are not)."""
-    return sum(v.numel() for k, v in state.items()
-               if isinstance(v, torch.Tensor) and
-               not k.endswith(EXTRA_STATE_KEY))
+    return sum(
+        v.numel()
+        for k, v in state.items()
+        if isinstance(v, torch.Tensor) and not k.endswith(EXTRA_STATE_KEY)
+    )
 
 
 def parse_arch(value: Union[None, str, Mapping]) -> Union[None, str, Dict]:
     """``--arch``: a preset name, a JSON object, or a dict (or None)."""
-    return read_json_value(value, 'arch') if isinstance(value, str) \
-        else value
+    return read_json_value(value, 'arch') if isinstance(value, str) else value
 
 
 def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
@@ -117,60 +128,75 @@ def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
     if record.form in ('gated', 'merged'):
         if spec is not None and spec != found:
             raise StateDictMismatch(
-                f'the given spec {spec} does not match the checkpoint\'s '
+                f"the given spec {spec} does not match the checkpoint's "
                 f'{record.form} spec {found} (a spec applies to dense or '
-                'pruned weights only)')
+                'pruned weights only)'
+            )
         return found
     if spec is None:
         if record.act_unknown:
             raise ValueError(
                 f'the checkpoint has no attention weights for blocks '
                 f'{list(found.attn_removed)} and no HetDPT record, so its '
-                'removed GELUs are unknown (an authors\' stage-2 checkpoint?):'
-                ' pass the spec with --spec')
+                "removed GELUs are unknown (an authors' stage-2 checkpoint?):"
+                ' pass the spec with --spec'
+            )
         if found.is_dense:
             raise ValueError(
                 'the checkpoint is dense (no layer removed): give the spec '
-                'to apply with --spec')
+                'to apply with --spec'
+            )
         return found
-    lost = {kind: sorted(set(found.removed(kind)) - set(spec.removed(kind)))
-            for kind in LAYER_KINDS}
+    lost = {
+        kind: sorted(set(found.removed(kind)) - set(spec.removed(kind)))
+        for kind in LAYER_KINDS
+    }
     if lost['attn']:
         raise StateDictMismatch(
-            f'the spec does not match the checkpoint\'s tensors: it keeps '
+            f"the spec does not match the checkpoint's tensors: it keeps "
             f'attention in blocks {lost["attn"]}, but the checkpoint lacks '
-            f'attention weights for blocks {list(found.attn_removed)}')
+            f'attention weights for blocks {list(found.attn_removed)}'
+        )
     if lost[FFN]:
         raise StateDictMismatch(
             f'the spec keeps the FFN branches of blocks {lost[FFN]}, which '
-            f'the checkpoint lacks ({found})')
+            f'the checkpoint lacks ({found})'
+        )
     if lost['act'] and not record.from_tensors:
         raise StateDictMismatch(
             f'the spec keeps the GELU of blocks {lost["act"]}, which the '
-            f'checkpoint\'s record removes ({found})')
+            f"checkpoint's record removes ({found})"
+        )
     return spec
 
 
 def _check_loadable(state: Mapping, network) -> None:
-    expected = {k: v for k, v in network.state_dict().items()
-                if k != EXTRA_STATE_KEY}
+    expected = {
+        k: v for k, v in network.state_dict().items() if k != EXTRA_STATE_KEY
+    }
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
-    shapes = [f'{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}'
-              for k, v in expected.items()
-              if k in state and state[k].shape != v.shape]
+    shapes = [
+        f'{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}'
+        for k, v in expected.items()
+        if k in state and state[k].shape != v.shape
+    ]
     if missing or unexpected or shapes:
         raise StateDictMismatch(
             f'the converted weights do not fit a {network.form} '
             f'{type(network).__name__}'
             f' with {network.prune_spec}: missing {missing[:5]}, unexpected '
-            f'{unexpected[:5]}, shape mismatches {shapes[:5]}')
+            f'{unexpected[:5]}, shape mismatches {shapes[:5]}'
+        )
 
 
-def merge_checkpoint(checkpoint: Mapping, spec=None,
-                     prefix: Optional[str] = None,
-                     arch: Union[None, str, Mapping] = None,
-                     form: str = 'merged') -> Tuple[Dict, MergeSummary]:
+def merge_checkpoint(
+    checkpoint: Mapping,
+    spec=None,
+    prefix: Optional[str] = None,
+    arch: Union[None, str, Mapping] = None,
+    form: str = 'merged',
+) -> Tuple[Dict, MergeSummary]:
     """Return ``(merged checkpoint, summary)``; ``checkpoint`` is not
     modified.  ``spec`` (PruneSpec, dict or JSON; ``depth`` may be left
     out) is needed where the checkpoint cannot say it (an authors' stage-2
@@ -197,33 +223,53 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
         raise ValueError(f'form must be merged or pruned, got {form!r}')
     final_spec = _resolve_spec(record, spec)
     if record.form == 'merged' and form == 'pruned':
-        raise StateDictMismatch('the checkpoint is merged; merging is '
-                                'one-way, it cannot be written pruned')
+        raise StateDictMismatch(
+            'the checkpoint is merged; merging is '
+            'one-way, it cannot be written pruned'
+        )
     if record.form == 'merged':
         size = _numel(backbone)
         return dict(checkpoint), MergeSummary(
-            prefix, 'merged', final_spec, _numel(state), _numel(state), size,
-            size, unchanged=True)
+            prefix,
+            'merged',
+            final_spec,
+            _numel(state),
+            _numel(state),
+            size,
+            size,
+            unchanged=True,
+        )
 
     family = loaded.family
     # Shapes come from the tensors; the record (or --arch) says what they
     # cannot, such as the number of heads.  A width-pruned record's widths
     # give every shape its arch does not.
-    build_args = record.arch if final_spec.widths is not None else \
-        family.build_args_from_tensors(
-            backbone, parse_arch(arch) if arch is not None else record.arch)
+    build_args = (
+        record.arch
+        if final_spec.widths is not None
+        else family.build_args_from_tensors(
+            backbone, parse_arch(arch) if arch is not None else record.arch
+        )
+    )
     merged_record = HetDPTRecord(
-        spec=final_spec, form=form, family=record.family,
-        arch=build_args, semantics=dict(record.semantics), prefix=prefix)
+        spec=final_spec,
+        form=form,
+        family=record.family,
+        arch=build_args,
+        semantics=dict(record.semantics),
+        prefix=prefix,
+    )
     network = family.from_record(merged_record)
 
     def merge_state(source: BackboneCheckpoint):
         """``source``'s state dict with its backbone converted to the
         merged record (the model's, and its EMA's the same way)."""
-        converted = family.convert_weights(source.state, final_spec, form,
-                                           record.semantics)
-        return _assemble_state(source, converted, network, merged_record,
-                               record.teacher_prefix)
+        converted = family.convert_weights(
+            source.state, final_spec, form, record.semantics
+        )
+        return _assemble_state(
+            source, converted, network, merged_record, record.teacher_prefix
+        )
 
     out_state, dropped, backbone_after = merge_state(loaded)
     out = {'state_dict': out_state}
@@ -231,31 +277,58 @@ def merge_checkpoint(checkpoint: Mapping, spec=None,
     ema_sizes = None
     if isinstance(ema, Mapping):
         ema_loaded = read_backbone_checkpoint(
-            {'state_dict': OrderedDict(
-                (k[len(EMA_MODULE):], v) for k, v in ema.items()
-                if k.startswith(EMA_MODULE))}, EMA_KEY, prefix)
+            {
+                'state_dict': OrderedDict(
+                    (k[len(EMA_MODULE) :], v)
+                    for k, v in ema.items()
+                    if k.startswith(EMA_MODULE)
+                )
+            },
+            EMA_KEY,
+            prefix,
+        )
         ema_state, _, ema_after = merge_state(ema_loaded)
         out[EMA_KEY] = _with_module_prefix(ema, ema_state)
         ema_sizes = (_numel(ema_loaded.state), ema_after)
 
-    meta = checkpoint.get('meta') if isinstance(checkpoint.get('meta'),
-                                                Mapping) else {}
+    meta = (
+        checkpoint.get('meta')
+        if isinstance(checkpoint.get('meta'), Mapping)
+        else {}
+    )
     out_meta = {k: v for k, v in meta.items() if k != META_KEY}
     out_meta[META_KEY] = merged_record.to_dict()
     out['meta'] = out_meta
     summary = MergeSummary(
-        prefix=prefix, form_in=record.form, spec=final_spec,
-        total_before=_numel(state), total_after=_numel(out_state),
-        backbone_before=_numel(loaded.state), backbone_after=backbone_after,
-        dropped=dropped, form_out=form, spec_in=record.spec,
-        ema=ema_sizes, dropped_entries=tuple(
-            k for k in checkpoint if k not in out and
-            checkpoint[k] is not state) if state is not checkpoint else ())
+        prefix=prefix,
+        form_in=record.form,
+        spec=final_spec,
+        total_before=_numel(state),
+        total_after=_numel(out_state),
+        backbone_before=_numel(loaded.state),
+        backbone_after=backbone_after,
+        dropped=dropped,
+        form_out=form,
+        spec_in=record.spec,
+        ema=ema_sizes,
+        dropped_entries=tuple(
+            k
+            for k in checkpoint
+            if k not in out and checkpoint[k] is not state
+        )
+        if state is not checkpoint
+        else (),
+    )
     return out, summary
 
 
-def _assemble_state(source: BackboneCheckpoint, converted: Mapping, network,
-                    merged_record: HetDPTRecord, teacher: Optional[str]):
+def _assemble_state(
+    source: BackboneCheckpoint,
+    converted: Mapping,
+    network,
+    merged_record: HetDPTRecord,
+    teacher: Optional[str],
+):
     """``source``'s whole state dict with ``converted`` (its backbone in the
     merged record's form) in place of its backbone; returns it, what was
     dropped, and the merged backbone's size."""
@@ -263,27 +336,38 @@ def _assemble_state(source: BackboneCheckpoint, converted: Mapping, network,
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.
     own = network.state_dict()
-    foreign = set() if prefix else {
-        k for k, v in converted.items() if k not in own and
-        source.state.get(k) is v}
+    foreign = (
+        set()
+        if prefix
+        else {
+            k
+            for k, v in converted.items()
+            if k not in own and source.state.get(k) is v
+        }
+    )
     merged_backbone = {k: v for k, v in converted.items() if k not in foreign}
     _check_loadable(merged_backbone, network)
     # The merged backbone takes the place of the first backbone key, so the
     # key order of the input is kept.
     out_state, dropped, backbone_written = OrderedDict(), {}, False
     for key, value in source.state_dict.items():
-        relative = key[len(prefix):] if key.startswith(prefix) else None
+        relative = key[len(prefix) :] if key.startswith(prefix) else None
         if teacher and key.startswith(teacher):
-            dropped['distillation teacher tensors'] = dropped.get(
-                'distillation teacher tensors', 0) + 1
+            dropped['distillation teacher tensors'] = (
+                dropped.get('distillation teacher tensors', 0) + 1
+            )
         elif key.endswith(EXTRA_STATE_KEY) and (
-                relative == EXTRA_STATE_KEY or teacher):
+            relative == EXTRA_STATE_KEY or teacher
+        ):
             continue  # rewritten below, or the teacher's whereabouts
         elif relative in source.layout_keys and relative not in foreign:
             if not backbone_written:
                 out_state.update(
-                    (prefix + k, v) for k, v in with_record(
-                        merged_backbone, merged_record).items())
+                    (prefix + k, v)
+                    for k, v in with_record(
+                        merged_backbone, merged_record
+                    ).items()
+                )
                 backbone_written = True
         else:
             out_state[key] = value

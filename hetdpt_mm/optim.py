@@ -12,6 +12,7 @@ cannot answer; it reads mmpretrain's and mmseg's ``paramwise_cfg``
 (``layer_decay_rate``; mmseg's ``num_layers`` is not needed: the backbone
 knows its depth).
 """
+
 from functools import partial
 
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
@@ -24,19 +25,25 @@ from .models.lookup import find_hetdpt_backbones
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class HetDPTLayerDecayOptimWrapperConstructor(
-        LearningRateDecayOptimWrapperConstructor):
-
-    def add_params(self, params, module, prefix='', get_layer_depth=None,
-                   **kwargs):
+    LearningRateDecayOptimWrapperConstructor
+):
+    def add_params(
+        self, params, module, prefix='', get_layer_depth=None, **kwargs
+    ):
         if get_layer_depth is None and not hasattr(module, 'get_layer_depth'):
             backbones = dict(find_hetdpt_backbones(module))
             if not backbones:
                 raise NotImplementedError(
                     f'layer-wise learning-rate decay needs a HetDPT backbone '
                     f'or a get_layer_depth method; {type(module).__name__} '
-                    'has neither')
-            main = 'backbone.' if 'backbone.' in backbones else next(
-                iter(backbones))
-            get_layer_depth = partial(backbones[main].get_layer_depth,
-                                      prefix=main)
+                    'has neither'
+                )
+            main = (
+                'backbone.'
+                if 'backbone.' in backbones
+                else next(iter(backbones))
+            )
+            get_layer_depth = partial(
+                backbones[main].get_layer_depth, prefix=main
+            )
         super().add_params(params, module, prefix, get_layer_depth, **kwargs)

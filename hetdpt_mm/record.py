@@ -22,6 +22,7 @@ Whatever the source, the record is checked against the tensors
 checkpoint parsing lives), so a file whose record disagrees with its weights
 is refused in one place by every tool.
 """
+
 import json
 import numbers
 import re
@@ -48,6 +49,8 @@ from .spec import FORMS, PruneSpec
 #: Version of the record layout written into checkpoints.
 RECORD_VERSION = 2
 _FAMILY_NAME = re.compile(r'[a-z][a-z0-9_]{0,63}')
+
+
 @dataclass(frozen=True)
 class HetDPTRecord:
     """The structure of one HetDPT backbone, as stored with its weights.
@@ -57,6 +60,7 @@ class HetDPTRecord:
     all); ``origin`` says where the record was read from (``'extra_state'``,
     ``'meta'`` or ``'tensors'``) and ``source`` names the file.
     """
+
     spec: PruneSpec
     form: str
     family: str = 'vit'
@@ -73,8 +77,10 @@ class HetDPTRecord:
 
     def __post_init__(self):
         if self.form not in FORMS:
-            raise CheckpointError(f'{self.source}: unknown form '
-                                  f'{self.form!r}; expected one of {FORMS}')
+            raise CheckpointError(
+                f'{self.source}: unknown form '
+                f'{self.form!r}; expected one of {FORMS}'
+            )
         if not isinstance(self.spec, PruneSpec):
             object.__setattr__(self, 'spec', PruneSpec.from_dict(self.spec))
 
@@ -84,9 +90,14 @@ class HetDPTRecord:
 
     def to_dict(self, with_prefix: bool = True) -> Dict[str, Any]:
         """Plain data (safe for ``weights_only`` loading and JSON)."""
-        data = dict(version=RECORD_VERSION, family=self.family,
-                    spec=self.spec.to_dict(), form=self.form,
-                    arch=_plain(self.arch), semantics=dict(self.semantics))
+        data = dict(
+            version=RECORD_VERSION,
+            family=self.family,
+            spec=self.spec.to_dict(),
+            form=self.form,
+            arch=_plain(self.arch),
+            semantics=dict(self.semantics),
+        )
         if with_prefix:
             data['prefix'] = self.prefix
             if self.teacher_prefix:
@@ -94,63 +105,89 @@ class HetDPTRecord:
         return data
 
     @classmethod
-    def from_dict(cls, data: Mapping, source: str = 'checkpoint',
-                  origin: str = 'meta') -> 'HetDPTRecord':
+    def from_dict(
+        cls, data: Mapping, source: str = 'checkpoint', origin: str = 'meta'
+    ) -> 'HetDPTRecord':
         """A record from plain data, checked against the record's schema
         (fields, types, bounds); the family checks what its arguments
         mean (:meth:`HetDPTBackbone.verify_record`)."""
         if not isinstance(data, Mapping):
-            raise RecordError(f'{source}: the HetDPT record is a '
-                              f'{type(data).__name__}, not a dict')
+            raise RecordError(
+                f'{source}: the HetDPT record is a '
+                f'{type(data).__name__}, not a dict'
+            )
         check_plain(data, source)
         unknown = set(data) - RECORD_FIELDS
         if unknown:
-            raise RecordError(f'{source}: the HetDPT record has unknown '
-                              f'fields {sorted(unknown)} (a record has '
-                              f'{sorted(RECORD_FIELDS)})')
+            raise RecordError(
+                f'{source}: the HetDPT record has unknown '
+                f'fields {sorted(unknown)} (a record has '
+                f'{sorted(RECORD_FIELDS)})'
+            )
         version = data.get('version', 1)
         if version not in (1, RECORD_VERSION) or isinstance(version, bool):
             raise RecordError(
                 f'{source}: HetDPT record version {version!r} is not known '
-                f'to this hetdpt_mm (reads 1..{RECORD_VERSION})')
+                f'to this hetdpt_mm (reads 1..{RECORD_VERSION})'
+            )
         family = data.get('family', 'vit')
         if not isinstance(family, str) or not _FAMILY_NAME.fullmatch(family):
-            raise RecordError(f'{source}: the HetDPT record\'s family '
-                              f'{family!r} is not a family name')
+            raise RecordError(
+                f"{source}: the HetDPT record's family "
+                f'{family!r} is not a family name'
+            )
         form = data.get('form')
         if form not in FORMS:
-            raise RecordError(f'{source}: unknown form {form!r} in the '
-                              f'HetDPT record; expected one of {FORMS}')
+            raise RecordError(
+                f'{source}: unknown form {form!r} in the '
+                f'HetDPT record; expected one of {FORMS}'
+            )
         spec = data.get('spec')
         if isinstance(spec, Mapping) and not (
-                isinstance(spec.get('depth'), numbers.Integral) and
-                0 < spec['depth'] <= MAX_DEPTH):
-            raise RecordError(f'{source}: the HetDPT record\'s spec has depth '
-                              f'{spec.get("depth")!r}; a depth is 1 to '
-                              f'{MAX_DEPTH} blocks')
+            isinstance(spec.get('depth'), numbers.Integral)
+            and 0 < spec['depth'] <= MAX_DEPTH
+        ):
+            raise RecordError(
+                f"{source}: the HetDPT record's spec has depth "
+                f'{spec.get("depth")!r}; a depth is 1 to '
+                f'{MAX_DEPTH} blocks'
+            )
         try:
             spec = PruneSpec.from_dict(spec)
         except (TypeError, ValueError) as err:
-            raise RecordError(f'{source}: invalid HetDPT record spec '
-                              f'({err})') from None
-        for name, kind in (('arch', Mapping), ('semantics', Mapping),
-                           ('prefix', str), ('teacher_prefix', str)):
-            if data.get(name) is not None and \
-                    not isinstance(data[name], kind):
+            raise RecordError(
+                f'{source}: invalid HetDPT record spec ({err})'
+            ) from None
+        for name, kind in (
+            ('arch', Mapping),
+            ('semantics', Mapping),
+            ('prefix', str),
+            ('teacher_prefix', str),
+        ):
+            if data.get(name) is not None and not isinstance(data[name], kind):
                 raise RecordError(
-                    f'{source}: the HetDPT record\'s {name} is a '
+                    f"{source}: the HetDPT record's {name} is a "
                     f'{type(data[name]).__name__}, not a '
-                    f'{"dict" if kind is Mapping else "string"}')
+                    f'{"dict" if kind is Mapping else "string"}'
+                )
         semantics = dict(data.get('semantics') or {})
         wrong = {k: v for k, v in semantics.items() if not isinstance(v, str)}
         if wrong:
-            raise RecordError(f'{source}: the HetDPT record\'s semantics must '
-                              f'be names, got {wrong}')
-        return cls(spec=spec, form=form, family=family,
-                   arch=data.get('arch'), semantics=semantics,
-                   prefix=data.get('prefix') or '',
-                   teacher_prefix=data.get('teacher_prefix'), source=source,
-                   origin=origin)
+            raise RecordError(
+                f"{source}: the HetDPT record's semantics must "
+                f'be names, got {wrong}'
+            )
+        return cls(
+            spec=spec,
+            form=form,
+            family=family,
+            arch=data.get('arch'),
+            semantics=semantics,
+            prefix=data.get('prefix') or '',
+            teacher_prefix=data.get('teacher_prefix'),
+            source=source,
+            origin=origin,
+        )
 
     def describe(self) -> str:
         return f'{self.family} {self.form} {self.spec}'
@@ -159,8 +196,12 @@ class HetDPTRecord:
         """Whether two records build the same modules (the spec of a gated
         network lives in its gate buffers, not in its modules)."""
         same_spec = self.form == 'gated' or self.spec == other.spec
-        return (self.family == other.family and self.form == other.form and
-                same_spec and dict(self.semantics) == dict(other.semantics))
+        return (
+            self.family == other.family
+            and self.form == other.form
+            and same_spec
+            and dict(self.semantics) == dict(other.semantics)
+        )
 
 
 def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
@@ -175,8 +216,9 @@ def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
     return torch.tensor(list(text.encode('utf-8')), dtype=torch.uint8)
 
 
-def decode_record(value: Any, where: str = 'a state dict entry'
-                  ) -> Optional[Dict[str, Any]]:
+def decode_record(
+    value: Any, where: str = 'a state dict entry'
+) -> Optional[Dict[str, Any]]:
     """The record in a state-dict entry, or ``None`` if it holds none (not
     a byte tensor or a dict).  A byte tensor that is not a readable record
     (or over :data:`MAX_RECORD_BYTES`) is a :class:`RecordError` naming
@@ -186,19 +228,26 @@ def decode_record(value: Any, where: str = 'a state dict entry'
         if value.dtype != torch.uint8 or value.dim() != 1:
             return None
         if value.numel() > MAX_RECORD_BYTES:
-            raise RecordError(f'{where}: a HetDPT record of {value.numel()} '
-                              f'bytes (at most {MAX_RECORD_BYTES})')
+            raise RecordError(
+                f'{where}: a HetDPT record of {value.numel()} '
+                f'bytes (at most {MAX_RECORD_BYTES})'
+            )
         try:
             value = json.loads(value.numpy().tobytes().decode('utf-8'))
         except RecursionError:
-            raise RecordError(f'{where}: the HetDPT record is nested deeper '
-                              f'than {MAX_RECORD_NESTING}') from None
+            raise RecordError(
+                f'{where}: the HetDPT record is nested deeper '
+                f'than {MAX_RECORD_NESTING}'
+            ) from None
         except ValueError as err:  # bad UTF-8, bad JSON, 5000-digit ints
-            raise RecordError(f'{where} holds a corrupt HetDPT record '
-                              f'({str(err)[:120]})') from None
+            raise RecordError(
+                f'{where} holds a corrupt HetDPT record ({str(err)[:120]})'
+            ) from None
         if not isinstance(value, Mapping):
-            raise RecordError(f'{where} holds a corrupt HetDPT record (a '
-                              f'{type(value).__name__}, not a dict)')
+            raise RecordError(
+                f'{where} holds a corrupt HetDPT record (a '
+                f'{type(value).__name__}, not a dict)'
+            )
     if not isinstance(value, Mapping):
         return None
     return dict(value)
@@ -209,16 +258,18 @@ def record_source(value: Any, default: str) -> str:
     return source_of(value) or default
 
 
-def records_in(state_dict: Mapping, source: str = 'the loaded state dict'
-               ) -> Dict[str, Dict[str, Any]]:
+def records_in(
+    state_dict: Mapping, source: str = 'the loaded state dict'
+) -> Dict[str, Dict[str, Any]]:
     """Every record of a state dict, by the prefix of its module."""
     found = {}
     for key, value in state_dict.items():
         if key.endswith(EXTRA_STATE_KEY):
             record = decode_record(
-                value, f'{record_source(value, source)}: {key}')
+                value, f'{record_source(value, source)}: {key}'
+            )
             if record is not None:
-                found[key[:-len(EXTRA_STATE_KEY)]] = record
+                found[key[: -len(EXTRA_STATE_KEY)]] = record
     return found
 
 
@@ -236,22 +287,44 @@ class RecordInStateDict:
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
         destination[prefix + EXTRA_STATE_KEY] = encode_record(
-            self.state_record())
+            self.state_record()
+        )
 
     def set_extra_state(self, state) -> None:
         # torch's loader hands the record over here.
-        record = decode_record(state, record_source(
-            state, f'{EXTRA_STATE_KEY} of {type(self).__name__}'))
+        record = decode_record(
+            state,
+            record_source(
+                state, f'{EXTRA_STATE_KEY} of {type(self).__name__}'
+            ),
+        )
         if record is None:
-            raise RecordError(f'{EXTRA_STATE_KEY} of {type(self).__name__}'
-                              ' holds no readable record')
+            raise RecordError(
+                f'{EXTRA_STATE_KEY} of {type(self).__name__}'
+                ' holds no readable record'
+            )
         self.load_state_record(record)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata,
-                              strict, missing_keys, *args, **kwargs):
+    def _load_from_state_dict(
+        self,
+        state_dict,
+        prefix,
+        local_metadata,
+        strict,
+        missing_keys,
+        *args,
+        **kwargs,
+    ):
         key = prefix + EXTRA_STATE_KEY
-        super()._load_from_state_dict(state_dict, prefix, local_metadata,
-                                      strict, missing_keys, *args, **kwargs)
+        super()._load_from_state_dict(
+            state_dict,
+            prefix,
+            local_metadata,
+            strict,
+            missing_keys,
+            *args,
+            **kwargs,
+        )
         if key not in state_dict and key in missing_keys:
             missing_keys.remove(key)  # written before records travelled
 

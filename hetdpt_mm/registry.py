@@ -13,6 +13,7 @@ toolbox (mmdet's ``FusedAttentionDETR``).
 hetdpt_mm's own registries hold what its pruning hooks take from a config:
 layer selection policies and removal schedules.
 """
+
 import importlib
 from typing import Callable, Dict, Mapping, Optional, Type
 
@@ -30,15 +31,17 @@ def get_family(name: str) -> Type:
     if name not in FAMILIES:
         raise StateDictMismatch(
             f'unknown backbone family {name!r}; this hetdpt_mm knows '
-            f'{sorted(FAMILIES)}')
+            f'{sorted(FAMILIES)}'
+        )
     return FAMILIES[name]
 
 
 def recognising_family(state: Mapping) -> Optional[Type]:
     """The family whose tensors ``state`` holds (keys relative to the
     backbone), or ``None``."""
-    return next((cls for cls in FAMILIES.values() if cls.recognizes(state)),
-                None)
+    return next(
+        (cls for cls in FAMILIES.values() if cls.recognizes(state)), None
+    )
 
 
 def build_registered(cfg: dict, registry: Registry):
@@ -49,17 +52,25 @@ def build_registered(cfg: dict, registry: Registry):
     name = args.pop('type', None)
     module = registry.get(name) if isinstance(name, str) else None
     if module is None:
-        raise ValueError(f'{name!r} is not a registered {registry.name}; '
-                         f'use one of {sorted(registry.module_dict)}')
+        raise ValueError(
+            f'{name!r} is not a registered {registry.name}; '
+            f'use one of {sorted(registry.module_dict)}'
+        )
     return module(**args)
 
 
 SELECTION_POLICIES = Registry(
-    'selection policy', build_func=build_registered, scope='hetdpt_mm',
-    locations=['hetdpt_mm.pruning.selection'])
+    'selection policy',
+    build_func=build_registered,
+    scope='hetdpt_mm',
+    locations=['hetdpt_mm.pruning.selection'],
+)
 REMOVAL_SCHEDULES = Registry(
-    'removal schedule', build_func=build_registered, scope='hetdpt_mm',
-    locations=['hetdpt_mm.pruning.schedules'])
+    'removal schedule',
+    build_func=build_registered,
+    scope='hetdpt_mm',
+    locations=['hetdpt_mm.pruning.schedules'],
+)
 
 
 def toolbox_model_registries():
@@ -68,7 +79,8 @@ def toolbox_model_registries():
     for toolbox in ('mmpretrain', 'mmdet', 'mmseg'):
         try:
             registries[toolbox] = importlib.import_module(
-                f'{toolbox}.registry').MODELS
+                f'{toolbox}.registry'
+            ).MODELS
         except ImportError:
             continue
     return registries
@@ -84,5 +96,6 @@ def register_all_modules():
     for toolbox, modules in TOOLBOX_MODULES.items():
         if toolbox in registries:
             for name, builder in modules.items():
-                registries[toolbox].register_module(name=name, force=True,
-                                                    module=builder)
+                registries[toolbox].register_module(
+                    name=name, force=True, module=builder
+                )

@@ -1,5 +1,6 @@
 """Runner construction and command-line options shared by tools/train.py
 and tools/test.py."""
+
 import argparse
 import gc
 import itertools
@@ -25,7 +26,7 @@ from .work_dir import config_strings
 
 #: What tools/train.py and tools/test.py report as ``error: ...`` (exit 2):
 #: bad input, and a type missing from a registry (a ``KeyError``).
-RUN_ERRORS = INPUT_ERRORS + (KeyError, )
+RUN_ERRORS = INPUT_ERRORS + (KeyError,)
 
 
 def trust_checkpoints() -> None:
@@ -38,13 +39,21 @@ def add_runner_arguments(parser: argparse.ArgumentParser) -> None:
     """The options mmdet / mmseg / mmpretrain users type for any run."""
     parser.add_argument('--work-dir', help='the dir to save logs and models')
     parser.add_argument(
-        '--trust-checkpoint', action='store_true',
-        help='load checkpoints with full pickle (only for files you trust)')
-    parser.add_argument('--cfg-options', nargs='+',
-                        action=ConfigOptionsAction,
-                        help='override config settings, key=value')
-    parser.add_argument('--launcher', default='none',
-                        choices=['none', 'pytorch', 'slurm', 'mpi'])
+        '--trust-checkpoint',
+        action='store_true',
+        help='load checkpoints with full pickle (only for files you trust)',
+    )
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=ConfigOptionsAction,
+        help='override config settings, key=value',
+    )
+    parser.add_argument(
+        '--launcher',
+        default='none',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+    )
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
 
 
@@ -58,18 +67,26 @@ def load_config(args: argparse.Namespace) -> Config:
         raise RunError(f'config {args.config} does not exist')
     try:
         cfg = Config.fromfile(args.config)
-    except (SyntaxError, ImportError, KeyError, ValueError, TypeError,
-            OSError) as err:
-        raise RunError(f'config {args.config} cannot be read: '
-                       f'{str(err).strip()}') from None
+    except (
+        SyntaxError,
+        ImportError,
+        KeyError,
+        ValueError,
+        TypeError,
+        OSError,
+    ) as err:
+        raise RunError(
+            f'config {args.config} cannot be read: {str(err).strip()}'
+        ) from None
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir
     elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
+        cfg.work_dir = osp.join(
+            './work_dirs', osp.splitext(osp.basename(args.config))[0]
+        )
     return cfg
 
 
@@ -83,19 +100,24 @@ def prepare_cpu_distributed(cfg) -> None:
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend='gloo')
     strategy = cfg.get('strategy')
-    if isinstance(strategy, dict) and str(strategy.get('type', '')).split(
-            '.')[-1] in ('FSDPStrategy', 'HetDPTFSDPStrategy'):
+    if isinstance(strategy, dict) and str(strategy.get('type', '')).split('.')[
+        -1
+    ] in ('FSDPStrategy', 'HetDPTFSDPStrategy'):
         # FSDPStrategy gives FSDP device_id=LOCAL_RANK (a CUDA device); on
         # CPU, FSDP runs with device_id=cpu (docs/user_guides/dinov2.md,
         # Sharding).
-        wrapper = dict(strategy.get('model_wrapper') or
-                       dict(type='HetDPTFullyShardedDataParallel'))
+        wrapper = dict(
+            strategy.get('model_wrapper')
+            or dict(type='HetDPTFullyShardedDataParallel')
+        )
         wrapper['device_id'] = torch.device('cpu')
         strategy['model_wrapper'] = wrapper
         return
     wrapper = cfg.get('model_wrapper_cfg') or dict(
-        type='MMDistributedDataParallel', broadcast_buffers=False,
-        find_unused_parameters=cfg.get('find_unused_parameters', False))
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False),
+    )
     wrapper['device_ids'] = None
     cfg.model_wrapper_cfg = wrapper
 
@@ -112,13 +134,18 @@ def apply_resume(cfg, resume: Optional[str]) -> None:
         return
     latest = find_latest_checkpoint(cfg.work_dir)
     if latest is not None and not osp.isfile(latest):
-        raise RunError(f'--resume: {cfg.work_dir}/last_checkpoint names '
-                       f'{latest!r}, which is not a file; give the checkpoint '
-                       'to resume from: --resume PATH')
+        raise RunError(
+            f'--resume: {cfg.work_dir}/last_checkpoint names '
+            f'{latest!r}, which is not a file; give the checkpoint '
+            'to resume from: --resume PATH'
+        )
     if latest is None:
-        print_log(f'--resume: no checkpoint in {cfg.work_dir} yet; starting '
-                  f'from load_from={cfg.get("load_from")!r}', logger='current',
-                  level=logging.WARNING)
+        print_log(
+            f'--resume: no checkpoint in {cfg.work_dir} yet; starting '
+            f'from load_from={cfg.get("load_from")!r}',
+            logger='current',
+            level=logging.WARNING,
+        )
         return
     cfg.resume, cfg.load_from = True, None
 
@@ -131,8 +158,7 @@ def release_distributed() -> None:
     failing the launcher.  The DDP wrapper holds the group, and a runner
     and its loops reference each other, so only a garbage collection frees
     them: callers drop their runner before calling this."""
-    if torch.distributed.is_available() and \
-            torch.distributed.is_initialized():
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
         gc.collect()
         torch.distributed.destroy_process_group()
 
@@ -142,13 +168,17 @@ def check_pretrained_exist(cfg) -> None:
     ``init_cfg`` names a local ``Pretrained`` checkpoint that does not
     exist, e.g. the merged classifier a DETR / UperNet config starts from."""
     for key, value in config_strings(cfg.get('model', {}), 'model'):
-        if re.search(r'init_cfg(\[\d+\])?\.checkpoint$', key) and \
-                '://' not in value and not osp.exists(value):
+        if (
+            re.search(r'init_cfg(\[\d+\])?\.checkpoint$', key)
+            and '://' not in value
+            and not osp.exists(value)
+        ):
             raise RunError(
                 f'{key} = {value!r}: no such file. Make it first (a config '
                 'that starts from a pruned classifier needs its merged '
                 'checkpoint: docs/user_guides/transfer.md) or give yours: '
-                f'--cfg-options {key}=PATH')
+                f'--cfg-options {key}=PATH'
+            )
 
 
 def checked_load_or_resume(runner: Runner) -> None:
@@ -159,8 +189,9 @@ def checked_load_or_resume(runner: Runner) -> None:
 
     def load_or_resume_checked():
         action = 'resume from' if runner._resume else 'load'
-        source = runner._load_from or 'the latest checkpoint of ' \
-            f'{runner.work_dir}'
+        source = (
+            runner._load_from or f'the latest checkpoint of {runner.work_dir}'
+        )
         try:
             load_or_resume()
         except KeyError as err:
@@ -173,10 +204,15 @@ def checked_load_or_resume(runner: Runner) -> None:
         except (ValueError, RuntimeError) as err:
             if isinstance(err, RunError):
                 raise
-            hint = ' (was it saved by another config? --resume needs the ' \
-                'same model and optimizer)' if runner._resume else ''
-            raise RunError(f'cannot {action} {source}: '
-                           f'{str(err).strip()}{hint}') from None
+            hint = (
+                ' (was it saved by another config? --resume needs the '
+                'same model and optimizer)'
+                if runner._resume
+                else ''
+            )
+            raise RunError(
+                f'cannot {action} {source}: {str(err).strip()}{hint}'
+            ) from None
 
     runner.load_or_resume = load_or_resume_checked
 
@@ -185,13 +221,19 @@ def add_epoch_seed_hook(cfg) -> None:
     """Every run of ours gets :class:`EpochSeedHook` (exact ``--resume``),
     also from configs that do not name it."""
     hooks = list((cfg.get('default_hooks') or {}).values()) + list(
-        cfg.get('custom_hooks') or [])
-    if not any(isinstance(hook, EpochSeedHook) or (
-            isinstance(hook, dict) and
-            hook.get('type') in ('EpochSeedHook', EpochSeedHook))
-            for hook in hooks):
+        cfg.get('custom_hooks') or []
+    )
+    if not any(
+        isinstance(hook, EpochSeedHook)
+        or (
+            isinstance(hook, dict)
+            and hook.get('type') in ('EpochSeedHook', EpochSeedHook)
+        )
+        for hook in hooks
+    ):
         cfg.setdefault('default_hooks', {})['epoch_seed'] = dict(
-            type='EpochSeedHook')
+            type='EpochSeedHook'
+        )
 
 
 def take_resumed_structure(cfg) -> None:
@@ -203,25 +245,35 @@ def take_resumed_structure(cfg) -> None:
         return
     checkpoint = cfg.get('load_from') or find_latest_checkpoint(cfg.work_dir)
     backbone = cfg.get('model', {}).get('backbone')
-    if checkpoint is None or not isinstance(backbone, dict) or any(
+    if (
+        checkpoint is None
+        or not isinstance(backbone, dict)
+        or any(
             backbone.get(key) is not None
-            for key in ('prune_spec', 'gated', 'merged')):
+            for key in ('prune_spec', 'gated', 'merged')
+        )
+    ):
         return
     families = {family.__name__ for family in FAMILIES.values()}
     if str(backbone.get('type', '')).split('.')[-1] not in families:
         return
     try:
-        record = load_backbone_checkpoint(checkpoint, 'backbone.',
-                                          mmap=True).record
+        record = load_backbone_checkpoint(
+            checkpoint, 'backbone.', mmap=True
+        ).record
     except (CheckpointError, OSError) as err:
         raise RunError(f'cannot resume from {checkpoint}: {err}') from None
-    backbone.update(prune_spec=record.spec.to_dict(),
-                    gated=record.form == 'gated',
-                    merged=record.form == 'merged', **record.semantics)
+    backbone.update(
+        prune_spec=record.spec.to_dict(),
+        gated=record.form == 'gated',
+        merged=record.form == 'merged',
+        **record.semantics,
+    )
 
 
-def _backbone_source(cfg, weights: Optional[str] = None
-                     ) -> Tuple[Optional[str], Optional[str]]:
+def _backbone_source(
+    cfg, weights: Optional[str] = None
+) -> Tuple[Optional[str], Optional[str]]:
     """The checkpoint the backbone's structure comes from, and its prefix
     (``None``: found in the file): ``weights`` (the model a test loads),
     else the backbone's ``init_cfg`` file, else the model the run loads
@@ -229,15 +281,22 @@ def _backbone_source(cfg, weights: Optional[str] = None
     backbone = cfg.get('model', {}).get('backbone') or {}
     init_cfgs = backbone.get('init_cfg') or []
     sources = [(weights, None)]
-    sources += [(init_cfg['checkpoint'], init_cfg.get('prefix'))
-                for init_cfg in (init_cfgs if isinstance(init_cfgs, list)
-                                 else [init_cfgs])
-                if init_cfg.get('type') == 'Pretrained' and
-                init_cfg.get('checkpoint')]
+    sources += [
+        (init_cfg['checkpoint'], init_cfg.get('prefix'))
+        for init_cfg in (
+            init_cfgs if isinstance(init_cfgs, list) else [init_cfgs]
+        )
+        if init_cfg.get('type') == 'Pretrained' and init_cfg.get('checkpoint')
+    ]
     sources.append((cfg.get('load_from'), None))
-    return next(((source, prefix) for source, prefix in sources
-                 if source and ('://' in source or osp.isfile(source))),
-                (None, None))
+    return next(
+        (
+            (source, prefix)
+            for source, prefix in sources
+            if source and ('://' in source or osp.isfile(source))
+        ),
+        (None, None),
+    )
 
 
 def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
@@ -253,8 +312,9 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
     if not isinstance(backbone, dict) or source is None:
         return
     try:
-        widths = load_backbone_checkpoint(source, prefix,
-                                          mmap=True).record.spec.widths
+        widths = load_backbone_checkpoint(
+            source, prefix, mmap=True
+        ).record.spec.widths
     except (ValueError, OSError):  # CheckpointError, StateDictMismatch
         return  # loading it reports what is wrong, where it is loaded
     if widths is None:
@@ -262,36 +322,55 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
     neck = model.get('neck')
     if isinstance(neck, (list, tuple)):
         neck = neck[0]
-    takers = {'neck': neck} if neck else {
-        key: model.get(key) for key in ('head', 'decode_head',
-                                        'auxiliary_head')}
+    takers = (
+        {'neck': neck}
+        if neck
+        else {
+            key: model.get(key)
+            for key in ('head', 'decode_head', 'auxiliary_head')
+        }
+    )
     for key, taker in takers.items():
         if not isinstance(taker, dict) or 'in_channels' not in taker:
             continue
         channels = taker['in_channels']
-        taker['in_channels'] = [widths.embed_dims] * len(channels) \
-            if isinstance(channels, (list, tuple)) else widths.embed_dims
+        taker['in_channels'] = (
+            [widths.embed_dims] * len(channels)
+            if isinstance(channels, (list, tuple))
+            else widths.embed_dims
+        )
         if taker['in_channels'] == channels:
             continue
-        print_log(f'model.{key}.in_channels: {channels} -> '
-                  f'{taker["in_channels"]} (the embedding width of the '
-                  f'width-pruned backbone in {source})', logger='current')
+        print_log(
+            f'model.{key}.in_channels: {channels} -> '
+            f'{taker["in_channels"]} (the embedding width of the '
+            f'width-pruned backbone in {source})',
+            logger='current',
+        )
 
 
-def load_fitting(model, checkpoint: str, where: str, strict: bool = True,
-                 logger: str = 'current') -> None:
+def load_fitting(
+    model,
+    checkpoint: str,
+    where: str,
+    strict: bool = True,
+    logger: str = 'current',
+) -> None:
     """MMEngine's ``load_checkpoint``, with weights that do not fit the
     model (of ``where``) as a :class:`CheckpointError` naming the keys and
     shapes."""
     try:
-        load_checkpoint(model, checkpoint, map_location='cpu', strict=strict,
-                        logger=logger)
+        load_checkpoint(
+            model, checkpoint, map_location='cpu', strict=strict, logger=logger
+        )
     except RuntimeError as err:
         summary = load_mismatch(err)
         if summary is None:
             raise
-        raise CheckpointError(f'checkpoint {checkpoint} does not fit the '
-                              f'model of {where} ({summary})') from None
+        raise CheckpointError(
+            f'checkpoint {checkpoint} does not fit the '
+            f'model of {where} ({summary})'
+        ) from None
 
 
 def load_mismatch(err: RuntimeError, shown: int = 4) -> Optional[str]:
@@ -324,8 +403,11 @@ def experiment_name(cfg, number: int) -> Optional[str]:
     ``vis_data``, into the first run's work dir."""
     if number == 1 or cfg.get('experiment_name') is not None:
         return None
-    stem = osp.splitext(osp.basename(cfg.filename))[0] if cfg.filename \
+    stem = (
+        osp.splitext(osp.basename(cfg.filename))[0]
+        if cfg.filename
         else 'experiment'
+    )
     return f'{stem}_{number}'
 
 

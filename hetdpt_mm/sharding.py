@@ -35,6 +35,7 @@ collective that sums the shards' norms over the ranks and adds the
 replicated gate scores once.  Clipping by value is elementwise and needs
 nothing.
 """
+
 import contextlib
 from typing import Dict, List
 
@@ -45,8 +46,14 @@ from mmengine.model import is_model_wrapper
 from mmengine.registry import MODEL_WRAPPERS, STRATEGIES
 from mmengine.runner.checkpoint import weights_to_cpu
 
-__all__ = ['unwrap_model', 'is_fsdp', 'full_params', 'full_state_dict',
-           'HetDPTFullyShardedDataParallel', 'HetDPTFSDPStrategy']
+__all__ = [
+    'unwrap_model',
+    'is_fsdp',
+    'full_params',
+    'full_state_dict',
+    'HetDPTFullyShardedDataParallel',
+    'HetDPTFSDPStrategy',
+]
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -66,7 +73,8 @@ def is_fsdp(model: nn.Module) -> bool:
     """Whether ``model`` is (or holds) an FSDP1-wrapped module."""
     fsdp = _fsdp_class()
     return fsdp is not None and any(
-        isinstance(module, fsdp) for module in model.modules())
+        isinstance(module, fsdp) for module in model.modules()
+    )
 
 
 def full_params(model: nn.Module):
@@ -75,8 +83,9 @@ def full_params(model: nn.Module):
     (it all-gathers); a no-op for an unsharded model."""
     if not is_fsdp(model):
         return contextlib.nullcontext()
-    return _fsdp_class().summon_full_params(model, writeback=False,
-                                            recurse=True)
+    return _fsdp_class().summon_full_params(
+        model, writeback=False, recurse=True
+    )
 
 
 def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
@@ -86,16 +95,20 @@ def full_state_dict(model: nn.Module) -> Dict[str, torch.Tensor]:
     this."""
     from mmengine.dist import is_main_process
     from mmengine.model import is_model_wrapper
+
     if not is_fsdp(model):
         if not is_main_process():
             return {}
         inner = model.module if is_model_wrapper(model) else model
         return weights_to_cpu(inner.state_dict())
     from torch.distributed.fsdp import FullStateDictConfig, StateDictType
+
     fsdp = _fsdp_class()
     with fsdp.state_dict_type(
-            model, StateDictType.FULL_STATE_DICT,
-            FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
+        model,
+        StateDictType.FULL_STATE_DICT,
+        FullStateDictConfig(offload_to_cpu=True, rank0_only=True),
+    ):
         state = model.state_dict()
     return weights_to_cpu(state)
 
@@ -128,38 +141,48 @@ if MMFullyShardedDataParallel is not None:
 
         def __init__(self, module: nn.Module, *args, **kwargs):
             if not torch.cuda.is_available() and not isinstance(
-                    kwargs.get('device_id'), torch.device):
+                kwargs.get('device_id'), torch.device
+            ):
                 kwargs['device_id'] = torch.device('cpu')
             replicated = scalar_parameters(module)
             if replicated:
-                if 'ignored_parameters' in kwargs or \
-                        'ignored_modules' in kwargs:
+                if (
+                    'ignored_parameters' in kwargs
+                    or 'ignored_modules' in kwargs
+                ):
                     raise ValueError(
                         'HetDPTFullyShardedDataParallel sets ignored_states '
                         '(the scalar gate scores) itself; give extra ones '
-                        'as ignored_states=[...] parameters')
-                kwargs['ignored_states'] = list(
-                    kwargs.get('ignored_states') or []) + replicated
+                        'as ignored_states=[...] parameters'
+                    )
+                kwargs['ignored_states'] = (
+                    list(kwargs.get('ignored_states') or []) + replicated
+                )
             super().__init__(module, *args, **kwargs)
             self._replicated = replicated
             self._reduce_queued = False
             for param in replicated:
                 param.register_post_accumulate_grad_hook(
-                    self._queue_replicated_reduce)
+                    self._queue_replicated_reduce
+                )
 
         def _queue_replicated_reduce(self, _param) -> None:
             if not self._reduce_queued:
                 self._reduce_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(
-                    self._reduce_replicated)
+                    self._reduce_replicated
+                )
 
         def _reduce_replicated(self) -> None:
             """Average the replicated parameters' gradients over the ranks
             (every rank runs the same graph, so the same ones have one)."""
             self._reduce_queued = False
             grads = [p.grad for p in self._replicated if p.grad is not None]
-            if not grads or not dist.is_initialized() or \
-                    dist.get_world_size() == 1:
+            if (
+                not grads
+                or not dist.is_initialized()
+                or dist.get_world_size() == 1
+            ):
                 return
             flat = torch.cat([g.reshape(1) for g in grads])
             dist.all_reduce(flat)
@@ -196,8 +219,10 @@ if FSDPStrategy is not None:
             built = super().build_optim_wrapper(optim_wrapper, model)
             wrappers = built.values() if hasattr(built, 'values') else [built]
             for wrapper in wrappers:
-                if getattr(wrapper, 'clip_func', None) is \
-                        torch.nn.utils.clip_grad_norm_:
+                if (
+                    getattr(wrapper, 'clip_func', None)
+                    is torch.nn.utils.clip_grad_norm_
+                ):
                     self._check_clip_arguments(wrapper.clip_grad_kwargs)
                     wrapper.clip_func = self._clip_grad_norm
             return built
@@ -209,7 +234,8 @@ if FSDPStrategy is not None:
                 raise ValueError(
                     f'clip_grad {sorted(unsupported)}: under FSDP the norm '
                     'is clipped by FullyShardedDataParallel.clip_grad_norm_'
-                    ', which takes max_norm and norm_type only')
+                    ', which takes max_norm and norm_type only'
+                )
 
         def _clip_grad_norm(self, params, max_norm, norm_type=2.0):
             # FSDP clips every parameter of the model (those the optimizer
@@ -221,6 +247,7 @@ if FSDPStrategy is not None:
             from torch.distributed.checkpoint.state_dict import (
                 StateDictOptions,
             )
+
             full = self._is_full_state_dict()
             # Not cpu_offload when FSDP computes on the CPU: PyTorch's FSDP1
             # gathers every optimizer state of a flat parameter into one
@@ -230,20 +257,28 @@ if FSDPStrategy is not None:
             # it.  Without offloading it clones.
             return StateDictOptions(
                 full_state_dict=full,
-                cpu_offload=full and torch.cuda.is_available())
+                cpu_offload=full and torch.cuda.is_available(),
+            )
 
         def optim_state_dict(self) -> dict:
             from torch.distributed.checkpoint.state_dict import (
                 get_optimizer_state_dict,
             )
+
             return get_optimizer_state_dict(
-                self.model, self.optim_wrapper.optimizer,
-                options=self._optim_options())
+                self.model,
+                self.optim_wrapper.optimizer,
+                options=self._optim_options(),
+            )
 
         def load_optim_state_dict(self, state_dict: dict) -> None:
             from torch.distributed.checkpoint.state_dict import (
                 set_optimizer_state_dict,
             )
+
             set_optimizer_state_dict(
-                self.model, self.optim_wrapper.optimizer, state_dict,
-                options=self._optim_options())
+                self.model,
+                self.optim_wrapper.optimizer,
+                state_dict,
+                options=self._optim_options(),
+            )

@@ -8,6 +8,7 @@ and travels with the weights inside a :class:`~hetdpt_mm.record.HetDPTRecord`
 (together with the form of the weights and the architecture), so that any
 tool can rebuild the exact network.
 """
+
 import json
 import numbers
 import os
@@ -49,14 +50,16 @@ def loads_json(text: str, source: str) -> Any:
         if len(digits.lstrip('-')) > MAX_JSON_INT_DIGITS:
             raise ValueError(
                 f'{source}: the integer {digits[:12]}... has {len(digits)} '
-                f'digits; no value here has more than {MAX_JSON_INT_DIGITS}')
+                f'digits; no value here has more than {MAX_JSON_INT_DIGITS}'
+            )
         return int(digits)
 
     return json.loads(text, parse_int=bounded_int)
 
 
-def read_json_value(value: str, what: str, file: bool = False,
-                    hint: str = '') -> Any:
+def read_json_value(
+    value: str, what: str, file: bool = False, hint: str = ''
+) -> Any:
     """The one reading of an option that is inline JSON (an object or a
     list), else with ``file`` the path of a JSON file (``hint`` says who
     writes it), else a name, returned as it is."""
@@ -65,11 +68,11 @@ def read_json_value(value: str, what: str, file: bool = False,
     elif file:
         path = os.path.expanduser(value)
         if not os.path.exists(path):
-            raise FileNotFoundError(f'{what} file {path} does not exist'
-                                    f'{hint}')
+            raise FileNotFoundError(f'{what} file {path} does not exist{hint}')
         source = f'{what} file {path}'
         text = check_input_file(path, f'{what} file').read_text(
-            encoding='utf-8')
+            encoding='utf-8'
+        )
     else:
         return value
     try:
@@ -80,19 +83,24 @@ def read_json_value(value: str, what: str, file: bool = False,
 
 def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f'{name} must be a list of block indices, '
-                        f'got {values!r}')
+        raise TypeError(
+            f'{name} must be a list of block indices, got {values!r}'
+        )
     indices = []
     for value in values:
         # bool is an int subclass, and 2.0 is not an index: both are
         # almost always a mistake in a hand-written spec.
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f'{name} must hold integers, got {value!r} '
-                            f'({type(value).__name__})')
+            raise TypeError(
+                f'{name} must hold integers, got {value!r} '
+                f'({type(value).__name__})'
+            )
         value = int(value)
         if not 0 <= value < depth:
-            raise ValueError(f'{name} index {value} is out of range for '
-                             f'depth {depth} (valid: 0..{depth - 1})')
+            raise ValueError(
+                f'{name} index {value} is out of range for '
+                f'depth {depth} (valid: 0..{depth - 1})'
+            )
         indices.append(value)
     duplicates = sorted(i for i, n in Counter(indices).items() if n > 1)
     if duplicates:
@@ -101,8 +109,11 @@ def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
 
 
 def _positive(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
-            or value < 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < 1
+    ):
         raise ValueError(f'{name} must be a positive integer, got {value!r}')
     return int(value)
 
@@ -117,6 +128,7 @@ class Widths:
     ``None`` for an FFN that was width-pruned merged (one ``D x D`` linear):
     such a network has no unmerged form.
     """
+
     embed_dims: int
     num_heads: Tuple[int, ...]
     head_dims: Tuple[int, ...]
@@ -125,46 +137,71 @@ class Widths:
     FIELDS = ('embed_dims', 'num_heads', 'head_dims', 'ffn_hidden')
 
     def __post_init__(self):
-        object.__setattr__(self, 'embed_dims',
-                           _positive(self.embed_dims, 'widths.embed_dims'))
+        object.__setattr__(
+            self, 'embed_dims', _positive(self.embed_dims, 'widths.embed_dims')
+        )
         lengths = set()
         for name in self.FIELDS[1:]:
             values = getattr(self, name)
-            if isinstance(values, (str, bytes)) or \
-                    not isinstance(values, Iterable):
-                raise TypeError(f'widths.{name} must be a list with one '
-                                f'entry per block, got {values!r}')
+            if isinstance(values, (str, bytes)) or not isinstance(
+                values, Iterable
+            ):
+                raise TypeError(
+                    f'widths.{name} must be a list with one '
+                    f'entry per block, got {values!r}'
+                )
             values = tuple(values)
             for value in values:
                 if value is None and name == 'ffn_hidden':
                     continue
-                if isinstance(value, bool) or not isinstance(
-                        value, numbers.Integral) or value < 0:
-                    raise ValueError(f'widths.{name} must hold non-negative '
-                                     f'integers, got {value!r}')
-            object.__setattr__(self, name, tuple(
-                None if v is None else int(v) for v in values))
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, numbers.Integral)
+                    or value < 0
+                ):
+                    raise ValueError(
+                        f'widths.{name} must hold non-negative '
+                        f'integers, got {value!r}'
+                    )
+            object.__setattr__(
+                self,
+                name,
+                tuple(None if v is None else int(v) for v in values),
+            )
             lengths.add(len(values))
         if len(lengths) != 1:
-            raise ValueError('widths.num_heads, head_dims and ffn_hidden '
-                             'must have one entry per block each')
+            raise ValueError(
+                'widths.num_heads, head_dims and ffn_hidden '
+                'must have one entry per block each'
+            )
 
     def block(self, index: int) -> Tuple[int, int, Optional[int]]:
         """``(num_heads, head_dim, ffn_hidden)`` of block ``index``."""
-        return (self.num_heads[index], self.head_dims[index],
-                self.ffn_hidden[index])
+        return (
+            self.num_heads[index],
+            self.head_dims[index],
+            self.ffn_hidden[index],
+        )
 
     def to_dict(self) -> Dict[str, Any]:
-        return {name: (list(getattr(self, name)) if name != 'embed_dims'
-                       else self.embed_dims) for name in self.FIELDS}
+        return {
+            name: (
+                list(getattr(self, name))
+                if name != 'embed_dims'
+                else self.embed_dims
+            )
+            for name in self.FIELDS
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping) -> 'Widths':
         if not isinstance(data, Mapping):
             raise TypeError(f'widths must be a dict, got {data!r}')
         if set(data) != set(cls.FIELDS):
-            raise ValueError(f'widths need exactly the fields {cls.FIELDS}, '
-                             f'got {sorted(data)}')
+            raise ValueError(
+                f'widths need exactly the fields {cls.FIELDS}, '
+                f'got {sorted(data)}'
+            )
         return cls(**data)
 
 
@@ -182,38 +219,57 @@ class PruneSpec:
     ffn_removed: Tuple[int, ...] = field(default=())
 
     def __post_init__(self):
-        if isinstance(self.depth, bool) or not isinstance(
-                self.depth, numbers.Integral) or self.depth < 1:
-            raise ValueError(f'depth must be a positive integer, '
-                             f'got {self.depth!r}')
+        if (
+            isinstance(self.depth, bool)
+            or not isinstance(self.depth, numbers.Integral)
+            or self.depth < 1
+        ):
+            raise ValueError(
+                f'depth must be a positive integer, got {self.depth!r}'
+            )
         object.__setattr__(self, 'depth', int(self.depth))
         object.__setattr__(
-            self, 'attn_removed',
-            _as_indices(self.attn_removed, self.depth, 'attn_removed'))
+            self,
+            'attn_removed',
+            _as_indices(self.attn_removed, self.depth, 'attn_removed'),
+        )
         object.__setattr__(
-            self, 'act_removed',
-            _as_indices(self.act_removed, self.depth, 'act_removed'))
+            self,
+            'act_removed',
+            _as_indices(self.act_removed, self.depth, 'act_removed'),
+        )
         object.__setattr__(
-            self, 'ffn_removed',
-            _as_indices(self.ffn_removed, self.depth, 'ffn_removed'))
+            self,
+            'ffn_removed',
+            _as_indices(self.ffn_removed, self.depth, 'ffn_removed'),
+        )
         both = sorted(set(self.act_removed) & set(self.ffn_removed))
         if both:
-            raise ValueError(f'blocks {both} are in act_removed and in '
-                             'ffn_removed: a removed FFN branch has no GELU '
-                             'left to remove')
+            raise ValueError(
+                f'blocks {both} are in act_removed and in '
+                'ffn_removed: a removed FFN branch has no GELU '
+                'left to remove'
+            )
         if self.widths is not None:
             self._check_widths()
 
     def _check_widths(self) -> None:
-        widths = self.widths if isinstance(self.widths, Widths) else \
-            Widths.from_dict(self.widths)
+        widths = (
+            self.widths
+            if isinstance(self.widths, Widths)
+            else Widths.from_dict(self.widths)
+        )
         object.__setattr__(self, 'widths', widths)
         if self.ffn_removed:
-            raise ValueError('HetDPT+ width pruning is for networks without '
-                             'removed FFN branches (ffn_removed)')
+            raise ValueError(
+                'HetDPT+ width pruning is for networks without '
+                'removed FFN branches (ffn_removed)'
+            )
         if len(widths.num_heads) != self.depth:
-            raise ValueError(f'widths are given for {len(widths.num_heads)} '
-                             f'blocks, the spec has {self.depth}')
+            raise ValueError(
+                f'widths are given for {len(widths.num_heads)} '
+                f'blocks, the spec has {self.depth}'
+            )
         for index in range(self.depth):
             heads, head_dim, hidden = widths.block(index)
             removed = index in self.attn_removed
@@ -223,13 +279,17 @@ class PruneSpec:
                     f'{head_dim}, but its attention is '
                     f'{"removed" if removed else "kept"} (removed attention '
                     'has 0 heads of dimension 0, kept attention at least '
-                    'one)')
+                    'one)'
+                )
             if hidden is None and index not in self.act_removed:
-                raise ValueError(f'widths of block {index}: no FFN hidden '
-                                 'width, but its GELU is kept')
+                raise ValueError(
+                    f'widths of block {index}: no FFN hidden '
+                    'width, but its GELU is kept'
+                )
             if hidden == 0:
-                raise ValueError(f'widths of block {index}: FFN hidden width '
-                                 '0')
+                raise ValueError(
+                    f'widths of block {index}: FFN hidden width 0'
+                )
 
     # ----------------------------------------------------------- queries
     @property
@@ -251,8 +311,10 @@ class PruneSpec:
     @property
     def ratios(self) -> Tuple[float, float]:
         """Retained ratios ``(a, t)`` of attention and GELU layers (MAP)."""
-        return ((self.depth - self.n_attn) / self.depth,
-                (self.depth - self.n_act) / self.depth)
+        return (
+            (self.depth - self.n_attn) / self.depth,
+            (self.depth - self.n_act) / self.depth,
+        )
 
     def removed(self, kind: str) -> Tuple[int, ...]:
         if kind == ATTN:
@@ -261,8 +323,9 @@ class PruneSpec:
             return self.act_removed
         if kind == FFN:
             return self.ffn_removed
-        raise ValueError(f'unknown layer kind {kind!r}; use one of '
-                         f'{LAYER_KINDS}')
+        raise ValueError(
+            f'unknown layer kind {kind!r}; use one of {LAYER_KINDS}'
+        )
 
     def is_removed(self, kind: str, index: int) -> bool:
         return index in self.removed(kind)
@@ -276,21 +339,32 @@ class PruneSpec:
         if self.is_removed(kind, index):
             raise ValueError(f'{kind} layer {index} is already removed')
         if self.widths is not None:
-            raise ValueError('layers are removed before width pruning, not '
-                             'from a width-pruned network')
+            raise ValueError(
+                'layers are removed before width pruning, not '
+                'from a width-pruned network'
+            )
         removed = {kind: self.removed(kind) for kind in LAYER_KINDS}
-        removed[kind] = removed[kind] + (index, )
-        return PruneSpec(self.depth, removed[ATTN], removed[ACT],
-                         ffn_removed=removed[FFN])
+        removed[kind] = removed[kind] + (index,)
+        return PruneSpec(
+            self.depth, removed[ATTN], removed[ACT], ffn_removed=removed[FFN]
+        )
 
     # ---------------------------------------------------- serialisation
     def with_widths(self, widths: Optional[Widths]) -> 'PruneSpec':
-        return PruneSpec(self.depth, self.attn_removed, self.act_removed,
-                         widths, self.ffn_removed)
+        return PruneSpec(
+            self.depth,
+            self.attn_removed,
+            self.act_removed,
+            widths,
+            self.ffn_removed,
+        )
 
     def to_dict(self) -> Dict[str, Any]:
-        data = dict(depth=self.depth, attn_removed=list(self.attn_removed),
-                    act_removed=list(self.act_removed))
+        data = dict(
+            depth=self.depth,
+            attn_removed=list(self.attn_removed),
+            act_removed=list(self.act_removed),
+        )
         # Written only when used: a spec without removed FFN branches has
         # the fields it always had.
         if self.ffn_removed:
@@ -303,19 +377,29 @@ class PruneSpec:
     def from_dict(cls, data: Mapping) -> 'PruneSpec':
         if not isinstance(data, Mapping):
             raise TypeError(f'a prune spec must be a dict, got {data!r}')
-        unknown = set(data) - {'depth', 'attn_removed', 'act_removed',
-                               'ffn_removed', 'widths'}
+        unknown = set(data) - {
+            'depth',
+            'attn_removed',
+            'act_removed',
+            'ffn_removed',
+            'widths',
+        }
         if unknown:
-            raise ValueError(f'unknown prune spec fields {sorted(unknown)}; '
-                             'expected depth, attn_removed, act_removed '
-                             '(and ffn_removed, widths)')
+            raise ValueError(
+                f'unknown prune spec fields {sorted(unknown)}; '
+                'expected depth, attn_removed, act_removed '
+                '(and ffn_removed, widths)'
+            )
         if 'depth' not in data:
             raise ValueError('a prune spec needs `depth`')
         widths = data.get('widths')
-        return cls(data['depth'], data.get('attn_removed', ()),
-                   data.get('act_removed', ()),
-                   None if widths is None else Widths.from_dict(widths),
-                   data.get('ffn_removed', ()))
+        return cls(
+            data['depth'],
+            data.get('attn_removed', ()),
+            data.get('act_removed', ()),
+            None if widths is None else Widths.from_dict(widths),
+            data.get('ffn_removed', ()),
+        )
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -330,8 +414,11 @@ class PruneSpec:
         file (e.g. the spec a search run wrote) or ``None`` (dense)."""
         if isinstance(value, str):
             value = read_json_value(
-                value, 'prune spec', file=True,
-                hint=" (a search run writes it: HetDPTPruneHook's spec_file)")
+                value,
+                'prune spec',
+                file=True,
+                hint=" (a search run writes it: HetDPTPruneHook's spec_file)",
+            )
         if isinstance(value, cls):
             spec = value
         elif value is None:
@@ -344,16 +431,28 @@ class PruneSpec:
                 data.setdefault('depth', depth)
             spec = cls.from_dict(data)
         if depth is not None and spec.depth != depth:
-            raise ValueError(f'prune spec is for depth {spec.depth} but the '
-                             f'network has {depth} blocks')
+            raise ValueError(
+                f'prune spec is for depth {spec.depth} but the '
+                f'network has {depth} blocks'
+            )
         return spec
 
     def __str__(self) -> str:
-        widths = '' if self.widths is None else (
-            f', embed_dims={self.widths.embed_dims}, '
-            f'num_heads={list(self.widths.num_heads)}')
-        ffn = f', ffn_removed={list(self.ffn_removed)}' \
-            if self.ffn_removed else ''
-        return (f'PruneSpec(depth={self.depth}, '
-                f'attn_removed={list(self.attn_removed)}, '
-                f'act_removed={list(self.act_removed)}{ffn}{widths})')
+        widths = (
+            ''
+            if self.widths is None
+            else (
+                f', embed_dims={self.widths.embed_dims}, '
+                f'num_heads={list(self.widths.num_heads)}'
+            )
+        )
+        ffn = (
+            f', ffn_removed={list(self.ffn_removed)}'
+            if self.ffn_removed
+            else ''
+        )
+        return (
+            f'PruneSpec(depth={self.depth}, '
+            f'attn_removed={list(self.attn_removed)}, '
+            f'act_removed={list(self.act_removed)}{ffn}{widths})'
+        )

@@ -1,6 +1,7 @@
 """A run's work dir and inputs: a work dir where the run would write over
 one of its inputs is refused, a training run holds its work dir locked, and
 the checkpoints of an earlier run there are not mixed with its own."""
+
 import contextlib
 import fcntl
 import os
@@ -16,14 +17,16 @@ from .fileio import same_file
 #: Files a run writes into its work dir besides the config dump and the
 #: timestamped log folder (MMEngine's CheckpointHook, our merge hook).
 RUN_OUTPUT_NAMES = re.compile(
-    r'^((epoch|iter)_\d+\.pth|best_.*\.pth|last_checkpoint|.*_merged\.pth)$')
+    r'^((epoch|iter)_\d+\.pth|best_.*\.pth|last_checkpoint|.*_merged\.pth)$'
+)
 #: The file a training run holds locked in its work dir (see
 #: :func:`work_dir_lock`).
 TRAIN_LOCK_NAME = '.hetdpt_train.lock'
 #: The variable that gives a process its rank in its job, per launcher,
 #: before the process group exists (what MMEngine's ``init_dist`` reads).
-RANK_VARIABLES = dict(pytorch='RANK', slurm='SLURM_PROCID',
-                      mpi='OMPI_COMM_WORLD_RANK')
+RANK_VARIABLES = dict(
+    pytorch='RANK', slurm='SLURM_PROCID', mpi='OMPI_COMM_WORLD_RANK'
+)
 
 
 def config_strings(node, key: str = '') -> Iterator[Tuple[str, str]]:
@@ -41,13 +44,17 @@ def config_strings(node, key: str = '') -> Iterator[Tuple[str, str]]:
 def input_files(cfg, config_path: str) -> List[str]:
     """The files a run reads: its config and every existing file the config
     names (checkpoints, MAP points, spec files ...)."""
-    named = [value for _, value in config_strings(cfg.to_dict())
-             if '://' not in value and osp.isfile(value)]
+    named = [
+        value
+        for _, value in config_strings(cfg.to_dict())
+        if '://' not in value and osp.isfile(value)
+    ]
     return [config_path] + named
 
 
-def check_work_dir(cfg, config_path: str, resume_from: Optional[str] = None
-                   ) -> None:
+def check_work_dir(
+    cfg, config_path: str, resume_from: Optional[str] = None
+) -> None:
     """Refuse a work dir where the run would write over one of its inputs:
     MMEngine dumps the config to ``<work_dir>/<config name>`` and saves
     ``epoch_N.pth`` / ``iter_N.pth`` / ``best_*.pth`` / ``last_checkpoint``
@@ -63,13 +70,16 @@ def check_work_dir(cfg, config_path: str, resume_from: Optional[str] = None
         if same_file(path, config_dump):
             raise RunError(
                 f'{path} is an input of this run, and MMEngine writes the '
-                f'config it runs to {config_dump}; choose another --work-dir')
-        if same_file(Path(path).parent, work_dir) and \
-                RUN_OUTPUT_NAMES.match(Path(path).name):
+                f'config it runs to {config_dump}; choose another --work-dir'
+            )
+        if same_file(Path(path).parent, work_dir) and RUN_OUTPUT_NAMES.match(
+            Path(path).name
+        ):
             raise RunError(
                 f'{path} is an input of this run, and the run saves files '
                 f'of that name into its work dir {work_dir}; move the file or '
-                'choose another --work-dir')
+                'choose another --work-dir'
+            )
 
 
 def job_rank(launcher: str) -> int:
@@ -95,11 +105,14 @@ def work_dir_lock(work_dir) -> Iterator[None]:
             raise RunError(
                 f'work dir {work_dir} is in use by another training run '
                 f'({holder}); wait for it to end or choose another '
-                '--work-dir') from None
+                '--work-dir'
+            ) from None
         try:
             lock.truncate(0)
-            lock.write(f'pid {os.getpid()}, since '
-                       f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n')
+            lock.write(
+                f'pid {os.getpid()}, since '
+                f'{time.strftime("%Y-%m-%d %H:%M:%S")}\n'
+            )
             lock.flush()
             yield
         finally:
@@ -114,11 +127,17 @@ def run_checkpoints(work_dir) -> List[Path]:
     work_dir = Path(work_dir)
     if not work_dir.is_dir():
         return []
-    return sorted((path for path in work_dir.iterdir()
-                   if RUN_OUTPUT_NAMES.match(path.name)),
-                  key=lambda path: [int(part) if part.isdigit() else part
-                                    for part in re.split(r'(\d+)',
-                                                         path.name)])
+    return sorted(
+        (
+            path
+            for path in work_dir.iterdir()
+            if RUN_OUTPUT_NAMES.match(path.name)
+        ),
+        key=lambda path: [
+            int(part) if part.isdigit() else part
+            for part in re.split(r'(\d+)', path.name)
+        ],
+    )
 
 
 @contextlib.contextmanager
@@ -129,17 +148,19 @@ def claim_work_dir(cfg, resume: bool, overwrite: bool) -> Iterator[None]:
     ``RunError``; ``overwrite`` removes those checkpoints instead.  Rank 0
     of a job holds the lock for all its ranks."""
     rank = job_rank(cfg.get('launcher', 'none'))
-    with work_dir_lock(cfg.work_dir) if rank == 0 else \
-            contextlib.nullcontext():
+    with (
+        work_dir_lock(cfg.work_dir) if rank == 0 else contextlib.nullcontext()
+    ):
         previous = [] if resume else run_checkpoints(cfg.work_dir)
         if previous and not overwrite:
             names = ', '.join(path.name for path in previous[:3]) + (
-                f', ... ({len(previous)} in all)' if len(previous) > 3
-                else '')
+                f', ... ({len(previous)} in all)' if len(previous) > 3 else ''
+            )
             raise RunError(
                 f'work dir {cfg.work_dir} already holds checkpoints of a run '
                 f'({names}); pass --resume to continue it, --overwrite to '
-                'start over, or choose another --work-dir')
+                'start over, or choose another --work-dir'
+            )
         if rank == 0:
             for path in previous:
                 path.unlink()

@@ -1,4 +1,5 @@
 """Fixtures shared by the test modules, and the order they run in."""
+
 import os
 
 import pytest
@@ -33,8 +34,11 @@ def one_thread():
 
 def visualizer_classes(cls):
     """``cls`` and its subclasses (each keeps its own instances)."""
-    return [cls] + [sub for child in cls.__subclasses__()
-                    for sub in visualizer_classes(child)]
+    return [cls] + [
+        sub
+        for child in cls.__subclasses__()
+        for sub in visualizer_classes(child)
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +49,7 @@ def scopes_and_loggers_stay_in_their_test():
     from a config of the same name would reuse that test's logger, whose
     handler writes to its captured (now closed) stream, or that test's
     visualizer, whose files are in its (now removed) work dir."""
+
     def kinds():  # toolboxes' visualizers may be imported by the test
         return [DefaultScope, MMLogger, *visualizer_classes(Visualizer)]
 

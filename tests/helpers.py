@@ -1,4 +1,5 @@
 """Helpers shared by the tests (importable as `helpers`, see pytest.ini)."""
+
 import importlib.util
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -28,7 +29,8 @@ def load_tool(name: str) -> ModuleType:
     command-line surface only (exit status, ``error:`` messages): its logic
     is in the package, where the tests import it."""
     spec = importlib.util.spec_from_file_location(
-        f'{name}_tool', REPO / 'tools' / f'{name}.py')
+        f'{name}_tool', REPO / 'tools' / f'{name}.py'
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -41,15 +43,16 @@ DENSE_CONFIG = REPO / 'configs/demo/vit-demo_digits.py'
 def small_config(path, base, data_root, **overrides) -> str:
     """A demo config on a few images of ``data_root``: two epochs of 16
     images, a checkpoint after each."""
-    lines = [f'_base_ = [{str(base)!r}]',
-             f'data_root = {str(data_root)!r}',
-             'train_dataloader = dict(dataset=dict(data_root=data_root, '
-             'indices=16))',
-             'val_dataloader = dict(dataset=dict(data_root=data_root, '
-             'indices=16))',
-             'test_dataloader = val_dataloader',
-             'train_cfg = dict(max_epochs=2, val_interval=2)',
-             'default_hooks = dict(checkpoint=dict(interval=1))']
+    lines = [
+        f'_base_ = [{str(base)!r}]',
+        f'data_root = {str(data_root)!r}',
+        'train_dataloader = dict(dataset=dict(data_root=data_root, '
+        'indices=16))',
+        'val_dataloader = dict(dataset=dict(data_root=data_root, indices=16))',
+        'test_dataloader = val_dataloader',
+        'train_cfg = dict(max_epochs=2, val_interval=2)',
+        'default_hooks = dict(checkpoint=dict(interval=1))',
+    ]
     lines += [f'{key} = {value}' for key, value in overrides.items()]
     path.write_text('\n'.join(lines) + '\n')
     return str(path)
@@ -70,8 +73,11 @@ def config_backbone_on_meta(config):
 def timm_state_dict(module: torch.nn.Module) -> dict:
     """The tensors as timm, DeiT and the authors' release save them: without
     the HetDPT record our backbones add to their state dicts."""
-    return {k: v for k, v in module.state_dict().items()
-            if not k.endswith('_extra_state')}
+    return {
+        k: v
+        for k, v in module.state_dict().items()
+        if not k.endswith('_extra_state')
+    }
 
 
 def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):
@@ -89,20 +95,32 @@ def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):
     return module
 
 
-def fake_runner(model, paramwise_cfg=None, max_epochs=3, iters_per_epoch=4,
-                cfg=None):
+def fake_runner(
+    model, paramwise_cfg=None, max_epochs=3, iters_per_epoch=4, cfg=None
+):
     """What the HetDPT hooks read from a Runner before and during training:
     AdamW with weight decay, not on the gate scores unless
     ``paramwise_cfg`` says otherwise."""
-    optim_wrapper = build_optim_wrapper(model, dict(
-        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
-        paramwise_cfg=paramwise_cfg if paramwise_cfg is not None else dict(
-            custom_keys={'hetdpt_score': dict(decay_mult=0.0)})))
+    optim_wrapper = build_optim_wrapper(
+        model,
+        dict(
+            optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+            paramwise_cfg=paramwise_cfg
+            if paramwise_cfg is not None
+            else dict(custom_keys={'hetdpt_score': dict(decay_mult=0.0)}),
+        ),
+    )
     return SimpleNamespace(
-        model=model, optim_wrapper=optim_wrapper, cfg=cfg or Config(),
-        train_dataloader=[None] * iters_per_epoch, max_epochs=max_epochs,
-        max_iters=max_epochs * iters_per_epoch, iter=0, epoch=0,
-        logger=MMLogger.get_current_instance())
+        model=model,
+        optim_wrapper=optim_wrapper,
+        cfg=cfg or Config(),
+        train_dataloader=[None] * iters_per_epoch,
+        max_epochs=max_epochs,
+        max_iters=max_epochs * iters_per_epoch,
+        iter=0,
+        epoch=0,
+        logger=MMLogger.get_current_instance(),
+    )
 
 
 def build_model(cfg):
@@ -116,17 +134,26 @@ def detection_batch(shapes, num_classes):
     generator = torch.Generator().manual_seed(0)
     inputs, samples = [], []
     for h, w in shapes:
-        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
-                                    generator=generator))
+        inputs.append(
+            torch.randint(
+                0, 256, (3, h, w), dtype=torch.uint8, generator=generator
+            )
+        )
         corner = torch.rand(3, 2, generator=generator) * torch.tensor(
-            [w / 2, h / 2])
-        size = (torch.rand(3, 2, generator=generator) * 0.4 + 0.1) * \
-            torch.tensor([w, h])
-        sample = DetDataSample(metainfo=dict(
-            img_shape=(h, w), ori_shape=(h, w), scale_factor=(1., 1.)))
+            [w / 2, h / 2]
+        )
+        size = (
+            torch.rand(3, 2, generator=generator) * 0.4 + 0.1
+        ) * torch.tensor([w, h])
+        sample = DetDataSample(
+            metainfo=dict(
+                img_shape=(h, w), ori_shape=(h, w), scale_factor=(1.0, 1.0)
+            )
+        )
         sample.gt_instances = InstanceData(
             bboxes=torch.cat([corner, corner + size], dim=1),
-            labels=torch.randint(0, num_classes, (3, ), generator=generator))
+            labels=torch.randint(0, num_classes, (3,), generator=generator),
+        )
         samples.append(sample)
     return dict(inputs=inputs, data_samples=samples)
 
@@ -135,12 +162,17 @@ def segmentation_batch(shapes, num_classes):
     generator = torch.Generator().manual_seed(0)
     inputs, samples = [], []
     for h, w in shapes:
-        inputs.append(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
-                                    generator=generator))
-        sample = SegDataSample(metainfo=dict(img_shape=(h, w),
-                                             ori_shape=(h, w)))
-        sample.gt_sem_seg = PixelData(data=torch.randint(
-            0, num_classes, (1, h, w), generator=generator))
+        inputs.append(
+            torch.randint(
+                0, 256, (3, h, w), dtype=torch.uint8, generator=generator
+            )
+        )
+        sample = SegDataSample(
+            metainfo=dict(img_shape=(h, w), ori_shape=(h, w))
+        )
+        sample.gt_sem_seg = PixelData(
+            data=torch.randint(0, num_classes, (1, h, w), generator=generator)
+        )
         samples.append(sample)
     return dict(inputs=inputs, data_samples=samples)
 
@@ -162,20 +194,29 @@ def write_tiny_deit_inputs(root: Path) -> dict:
     import numpy as np
     from timm.models.deit import VisionTransformerDistilled
     from timm.models.vision_transformer import VisionTransformer
+
     rng = np.random.default_rng(0)
     for label in range(TINY_DEIT_CLASSES):
         for index in range(2):
-            mmcv.imwrite(rng.integers(0, 255, (48, 40, 3), dtype=np.uint8),
-                         str(root / 'data' / f'class{label}' /
-                             f'{index}.png'))
+            mmcv.imwrite(
+                rng.integers(0, 255, (48, 40, 3), dtype=np.uint8),
+                str(root / 'data' / f'class{label}' / f'{index}.png'),
+            )
     files = {}
-    for name, cls in (('dense', VisionTransformer),
-                      ('distilled', VisionTransformerDistilled)):
-        model = randomize_(cls(embed_dim=TINY_DEIT_DIMS, depth=12,
-                               num_heads=TINY_DEIT_ARCH['num_heads'],
-                               patch_size=TINY_DEIT_PATCH,
-                               num_classes=TINY_DEIT_CLASSES),
-                           seed=len(name))
+    for name, cls in (
+        ('dense', VisionTransformer),
+        ('distilled', VisionTransformerDistilled),
+    ):
+        model = randomize_(
+            cls(
+                embed_dim=TINY_DEIT_DIMS,
+                depth=12,
+                num_heads=TINY_DEIT_ARCH['num_heads'],
+                patch_size=TINY_DEIT_PATCH,
+                num_classes=TINY_DEIT_CLASSES,
+            ),
+            seed=len(name),
+        )
         files[name] = root / f'deit_tiny_{name}.pth'
         torch.save(dict(model=model.state_dict()), files[name])
     return files
@@ -191,22 +232,27 @@ def write_tiny_config(config: Path, root: Path, start, teacher=None) -> Path:
     model = cfg.model
     model.backbone.update(arch=TINY_DEIT_ARCH, patch_size=TINY_DEIT_PATCH)
     model.backbone.init_cfg.checkpoint = str(start)
-    model.head.update(num_classes=TINY_DEIT_CLASSES,
-                      in_channels=TINY_DEIT_DIMS)
+    model.head.update(
+        num_classes=TINY_DEIT_CLASSES, in_channels=TINY_DEIT_DIMS
+    )
     model.head.init_cfg.checkpoint = str(start)
     if teacher is not None:
-        model.teacher.backbone.update(arch=TINY_DEIT_ARCH,
-                                      patch_size=TINY_DEIT_PATCH)
-        model.teacher.head.update(num_classes=TINY_DEIT_CLASSES,
-                                  in_channels=TINY_DEIT_DIMS)
+        model.teacher.backbone.update(
+            arch=TINY_DEIT_ARCH, patch_size=TINY_DEIT_PATCH
+        )
+        model.teacher.head.update(
+            num_classes=TINY_DEIT_CLASSES, in_channels=TINY_DEIT_DIMS
+        )
         model.teacher_checkpoint = str(teacher)
     cfg.data_preprocessor.num_classes = TINY_DEIT_CLASSES
     data = dict(type='CustomDataset', data_root=str(root / 'data'))
-    for loader, pipeline in ((cfg.train_dataloader, cfg.train_pipeline),
-                             (cfg.val_dataloader, cfg.test_pipeline)):
+    for loader, pipeline in (
+        (cfg.train_dataloader, cfg.train_pipeline),
+        (cfg.val_dataloader, cfg.test_pipeline),
+    ):
         loader.update(batch_size=2, num_workers=0, persistent_workers=False)
         loader.dataset = dict(data, pipeline=pipeline)
-    cfg.val_evaluator = dict(type='Accuracy', topk=(1, ))
+    cfg.val_evaluator = dict(type='Accuracy', topk=(1,))
     cfg.train_cfg.max_epochs = 1
     cfg.model_wrapper_cfg = None
     path = root / config.name

@@ -1,4 +1,5 @@
 """HetDPTViT: forms, semantics, outputs, weights (issue 3)."""
+
 import pytest
 import torch
 import torch.nn as nn
@@ -27,8 +28,9 @@ def three_forms(arch, **kwargs):
 
 @pytest.mark.parametrize('arch', ['deit-small', 'deit-base'])
 def test_three_forms_compute_the_same_function(arch):
-    kwargs = dict(out_type='featmap', out_indices=(2, 5, 8, 11),
-                  output_cls_token=True)
+    kwargs = dict(
+        out_type='featmap', out_indices=(2, 5, 8, 11), output_cls_token=True
+    )
     gated, pruned, merged = three_forms(arch, **kwargs)
     x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -88,11 +90,15 @@ def test_block_semantics_match_method(mode):
     for index, block in enumerate(model.blocks):
         attn_removed = spec.is_removed('attn', index)
         act_removed = spec.is_removed('act', index)
-        wants_gelu = {'both_removed': attn_removed and act_removed,
-                      'act_removed': act_removed, 'never': False}[mode]
+        wants_gelu = {
+            'both_removed': attn_removed and act_removed,
+            'act_removed': act_removed,
+            'never': False,
+        }[mode]
         with torch.no_grad():
-            expected = reference_block(block, x, attn_removed, act_removed,
-                                       wants_gelu)
+            expected = reference_block(
+                block, x, attn_removed, act_removed, wants_gelu
+            )
             assert torch.allclose(block(x), expected, atol=1e-6)
 
 
@@ -147,30 +153,40 @@ def test_authors_deit_b_parameter_counts():
     pruned = HetDPTViT('deit-base', distilled=True, prune_spec=MIXED_SPEC)
     assert count(pruned) + heads == 75_526_352
     assert count(pruned) == 73_988_352
-    merged = HetDPTViT('deit-base', distilled=True, prune_spec=MIXED_SPEC,
-                       merged=True)
+    merged = HetDPTViT(
+        'deit-base', distilled=True, prune_spec=MIXED_SPEC, merged=True
+    )
     assert count(merged) + heads == 54_867_152
     assert count(merged) == 53_329_152
     dense = HetDPTViT('deit-base', distilled=True)
     assert count(dense) + heads == 87_338_192
 
 
-@pytest.mark.parametrize('name,distilled', [('deit_small_patch16_224', False),
-                                             ('deit_small_distilled_patch16_224',
-                                              True)])
+@pytest.mark.parametrize(
+    'name,distilled',
+    [
+        ('deit_small_patch16_224', False),
+        ('deit_small_distilled_patch16_224', True),
+    ],
+)
 def test_reproduces_timm_deit(tmp_path, name, distilled):
     import timm
+
     reference = randomize_(timm.create_model(name, pretrained=False)).eval()
     path = tmp_path / 'deit.pth'
     torch.save({'model': timm_state_dict(reference)}, path)
-    model = HetDPTViT('deit-small', distilled=distilled, out_type='raw',
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = HetDPTViT(
+        'deit-small',
+        distilled=distilled,
+        out_type='raw',
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     model.init_weights()
     model.eval()
     x = torch.randn(2, 3, 224, 224)
     with torch.no_grad():
         expected = reference.forward_features(x)
-        (tokens, ) = model(x)
+        (tokens,) = model(x)
     assert (tokens - expected).abs().max() <= 1e-5
     if distilled:
         model.out_type = 'cls_token'
@@ -178,7 +194,8 @@ def test_reproduces_timm_deit(tmp_path, name, distilled):
             cls, dist = model(x)[0]
             logits = reference.forward_head(expected)  # eval: mean of heads
         assert torch.allclose(cls, expected[:, 0]) and torch.allclose(
-            dist, expected[:, 1])
+            dist, expected[:, 1]
+        )
         assert logits.shape == (2, 1000)
 
 
@@ -187,21 +204,33 @@ def test_builds_from_every_scope(scope):
     import importlib
 
     from mmengine.registry import DefaultScope
+
     registry = importlib.import_module(f'{scope}.registry').MODELS
     with DefaultScope.overwrite_default_scope(scope):
         assert DefaultScope.get_current_instance().scope_name == scope
-        model = registry.build(dict(type='HetDPTViT', arch='deit-tiny',
-                                    prune_spec=MIXED_SPEC))
+        model = registry.build(
+            dict(type='HetDPTViT', arch='deit-tiny', prune_spec=MIXED_SPEC)
+        )
     assert isinstance(model, HetDPTViT)
 
 
-@pytest.mark.parametrize('shape,grid', [((1, 3, 224, 224), (14, 14)),
-                                        ((2, 3, 512, 512), (32, 32)),
-                                        ((1, 3, 800, 1216), (50, 76)),
-                                        ((1, 3, 250, 330), (16, 21))])
+@pytest.mark.parametrize(
+    'shape,grid',
+    [
+        ((1, 3, 224, 224), (14, 14)),
+        ((2, 3, 512, 512), (32, 32)),
+        ((1, 3, 800, 1216), (50, 76)),
+        ((1, 3, 250, 330), (16, 21)),
+    ],
+)
 def test_dense_outputs_any_input_size(shape, grid):
-    model = build('deit-small', out_type='featmap', out_indices=(2, 5, 8, 11),
-                  merged=True, img_size=512)
+    model = build(
+        'deit-small',
+        out_type='featmap',
+        out_indices=(2, 5, 8, 11),
+        merged=True,
+        img_size=512,
+    )
     with torch.no_grad():
         outs = model(torch.randn(shape))
     assert len(outs) == 4
@@ -211,27 +240,37 @@ def test_dense_outputs_any_input_size(shape, grid):
 
 
 def test_input_smaller_than_a_patch_is_rejected():
-    with pytest.raises(ValueError, match='8x20 pixels is smaller than one '
-                       '16x16 patch'):
+    with pytest.raises(
+        ValueError, match='8x20 pixels is smaller than one 16x16 patch'
+    ):
         build('deit-tiny')(torch.randn(1, 3, 8, 20))
 
 
 def test_cls_token_output_for_mmpretrain_heads():
     model = build('deit-tiny')
-    (out, ) = model(torch.randn(3, 3, 224, 224))
+    (out,) = model(torch.randn(3, 3, 224, 224))
     assert out.shape == (3, 192)
     model = build('deit-tiny', distilled=True)
-    (cls, dist), = model(torch.randn(3, 3, 224, 224))
+    ((cls, dist),) = model(torch.randn(3, 3, 224, 224))
     assert cls.shape == dist.shape == (3, 192)
 
 
 def test_position_embedding_is_resized_on_load(tmp_path):
     source = randomize_(build('deit-tiny', merged=True))
     path = tmp_path / 'small.pth'
-    torch.save({'state_dict': source.state_dict(),
-                'meta': {META_KEY: source.record().to_dict()}}, path)
-    model = HetDPTViT('deit-tiny', img_size=512, out_type='featmap',
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    torch.save(
+        {
+            'state_dict': source.state_dict(),
+            'meta': {META_KEY: source.record().to_dict()},
+        },
+        path,
+    )
+    model = HetDPTViT(
+        'deit-tiny',
+        img_size=512,
+        out_type='featmap',
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     model.init_weights()
     assert model.pos_embed.shape == (1, 1 + 32 * 32, 192)
     assert model.form == 'merged'
@@ -240,21 +279,34 @@ def test_position_embedding_is_resized_on_load(tmp_path):
 
 @pytest.mark.parametrize('form', ['pruned', 'merged', 'gated'])
 def test_spec_round_trips_through_checkpoint_meta(tmp_path, form):
-    source = randomize_(build('deit-tiny', gated=form == 'gated',
-                              merged=form == 'merged'))
+    source = randomize_(
+        build('deit-tiny', gated=form == 'gated', merged=form == 'merged')
+    )
     path = tmp_path / 'ckpt.pth'
-    torch.save({'state_dict': {f'backbone.{k}': v
-                               for k, v in source.state_dict().items()},
-                'meta': {META_KEY: source.record().to_dict()}}, path)
+    torch.save(
+        {
+            'state_dict': {
+                f'backbone.{k}': v for k, v in source.state_dict().items()
+            },
+            'meta': {META_KEY: source.record().to_dict()},
+        },
+        path,
+    )
     checkpoint = torch.load(path, weights_only=True)
-    assert PruneSpec.from_dict(
-        checkpoint['meta'][META_KEY]['spec']) == source.prune_spec
+    assert (
+        PruneSpec.from_dict(checkpoint['meta'][META_KEY]['spec'])
+        == source.prune_spec
+    )
     # Stock configs write prefix='backbone' (MMEngine adds the dot).
     for prefix in ('backbone.', 'backbone'):
-        model = HetDPTViT('deit-tiny', prune_spec=None,
-                          gated=form == 'gated',
-                          init_cfg=dict(type='Pretrained',
-                                        checkpoint=str(path), prefix=prefix))
+        model = HetDPTViT(
+            'deit-tiny',
+            prune_spec=None,
+            gated=form == 'gated',
+            init_cfg=dict(
+                type='Pretrained', checkpoint=str(path), prefix=prefix
+            ),
+        )
         model.init_weights()
         model.eval()
         assert model.prune_spec == source.prune_spec
@@ -272,10 +324,15 @@ def test_authors_stage2_checkpoint_loads_with_explicit_spec(tmp_path):
     path = tmp_path / 'authors.pth'
     torch.save({'model': state}, path)
     with pytest.raises(ValueError, match='removed GELUs are unknown'):
-        HetDPTViT('deit-tiny', init_cfg=dict(type='Pretrained',
-                                             checkpoint=str(path)))
-    model = HetDPTViT('deit-tiny', prune_spec=MIXED_SPEC, merged=True,
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+        HetDPTViT(
+            'deit-tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path))
+        )
+    model = HetDPTViT(
+        'deit-tiny',
+        prune_spec=MIXED_SPEC,
+        merged=True,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     model.init_weights()
     model.eval()
     x = torch.randn(1, 3, 224, 224)
@@ -283,15 +340,18 @@ def test_authors_stage2_checkpoint_loads_with_explicit_spec(tmp_path):
         assert (model(x)[0] - reference(x)[0]).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize('spec,message', [
-    (dict(attn_removed=[12]), 'out of range'),
-    (dict(attn_removed=[-1]), 'out of range'),
-    (dict(act_removed=[1, 1]), 'duplicated'),
-    (dict(act_removed=[1.0]), 'must hold integers'),
-    (dict(act_removed=['2']), 'must hold integers'),
-    (dict(depth=6), 'depth 6'),
-    (dict(removed=[1]), 'unknown prune spec fields'),
-])
+@pytest.mark.parametrize(
+    'spec,message',
+    [
+        (dict(attn_removed=[12]), 'out of range'),
+        (dict(attn_removed=[-1]), 'out of range'),
+        (dict(act_removed=[1, 1]), 'duplicated'),
+        (dict(act_removed=[1.0]), 'must hold integers'),
+        (dict(act_removed=['2']), 'must hold integers'),
+        (dict(depth=6), 'depth 6'),
+        (dict(removed=[1]), 'unknown prune spec fields'),
+    ],
+)
 def test_invalid_specs_are_named(spec, message):
     with pytest.raises((ValueError, TypeError), match=message):
         HetDPTViT('deit-tiny', prune_spec=spec)
@@ -307,32 +367,49 @@ def test_mismatched_checkpoints_are_named(tmp_path):
     small = randomize_(build('deit-small', prune_spec=None))
     path = tmp_path / 'small.pth'
     torch.save({'model': timm_state_dict(small)}, path)
-    tiny = HetDPTViT('deit-tiny', init_cfg=dict(type='Pretrained',
-                                                checkpoint=str(path)))
-    with pytest.raises(StateDictMismatch,
-                       match=r'blocks\.0\.norm1\.weight: checkpoint \(384,\)'):
+    tiny = HetDPTViT(
+        'deit-tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path))
+    )
+    with pytest.raises(
+        StateDictMismatch,
+        match=r'blocks\.0\.norm1\.weight: checkpoint \(384,\)',
+    ):
         tiny.init_weights()
 
     pruned = randomize_(build('deit-tiny', merged=True))
     path = tmp_path / 'merged.pth'
-    torch.save({'state_dict': pruned.state_dict(),
-                'meta': {META_KEY: pruned.record().to_dict()}}, path)
-    model = HetDPTViT('deit-tiny', prune_spec=MIXED_SPEC, merged=False,
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    torch.save(
+        {
+            'state_dict': pruned.state_dict(),
+            'meta': {META_KEY: pruned.record().to_dict()},
+        },
+        path,
+    )
+    model = HetDPTViT(
+        'deit-tiny',
+        prune_spec=MIXED_SPEC,
+        merged=False,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     with pytest.raises(StateDictMismatch, match='merging is one-way'):
         model.init_weights()
-    model = HetDPTViT('deit-tiny', prune_spec=dict(attn_removed=[0]),
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    model = HetDPTViT(
+        'deit-tiny',
+        prune_spec=dict(attn_removed=[0]),
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     with pytest.raises(StateDictMismatch, match='spec does not match'):
         model.init_weights()
 
     resnet = {'conv1.weight': torch.zeros(64, 3, 7, 7)}
     path = tmp_path / 'resnet.pth'
     torch.save({'state_dict': resnet}, path)
-    with pytest.raises(ValueError, match='does not hold the weights of a '
-                       'known backbone'):
-        HetDPTViT('deit-tiny', init_cfg=dict(type='Pretrained',
-                                             checkpoint=str(path)))
+    with pytest.raises(
+        ValueError, match='does not hold the weights of a known backbone'
+    ):
+        HetDPTViT(
+            'deit-tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path))
+        )
 
 
 def test_loaded_weights_bring_their_structure():
@@ -343,8 +420,14 @@ def test_loaded_weights_bring_their_structure():
     with torch.no_grad():
         expected = merged(x)[0]
     state = merged.state_dict()
-    for source in (state, {k: v for k, v in state.items()  # no record:
-                           if k != '_extra_state'}):     # from the tensors
+    for source in (
+        state,
+        {
+            k: v
+            for k, v in state.items()  # no record:
+            if k != '_extra_state'
+        },
+    ):  # from the tensors
         unconfigured = HetDPTViT('deit-small').eval()
         unconfigured.load_state_dict(source)
         assert unconfigured.form == 'merged'
@@ -353,12 +436,18 @@ def test_loaded_weights_bring_their_structure():
             assert (unconfigured(x)[0] - expected).abs().max() <= 1e-5
     # A structure given in the config must fit the weights.
     other = build('deit-small', prune_spec=dict(attn_removed=[1]))
-    with pytest.raises(StateDictMismatch, match=r'vit merged PruneSpec.*'
-                       r'built as a vit pruned PruneSpec\(depth=12, '
-                       r'attn_removed=\[1\]'):
+    with pytest.raises(
+        StateDictMismatch,
+        match=r'vit merged PruneSpec.*'
+        r'built as a vit pruned PruneSpec\(depth=12, '
+        r'attn_removed=\[1\]',
+    ):
         other.load_state_dict(state)
     wider = HetDPTViT('deit-base')
-    with pytest.raises(StateDictMismatch, match=r"saved by a network with "
-                       r"arch=\{'embed_dims': 384.*configured with "
-                       r"arch=\{'embed_dims': 768"):
+    with pytest.raises(
+        StateDictMismatch,
+        match=r'saved by a network with '
+        r"arch=\{'embed_dims': 384.*configured with "
+        r"arch=\{'embed_dims': 768",
+    ):
         wider.load_state_dict(state)

@@ -1,6 +1,7 @@
 """``--cfg-options`` of tools/train.py and tools/test.py: MMEngine's
 ``KEY=VALUE`` forms, and values holding a dict (a prune spec typed inline),
 which MMEngine's ``DictAction`` splits at their commas or recurses on."""
+
 import pytest
 import torch
 from helpers import DENSE_CONFIG, REPO, load_tool, small_config
@@ -21,56 +22,83 @@ def train():
 
 
 def configured_spec(train, config, *options):
-    cfg = load_config(train.parse_args([str(config), '--cfg-options',
-                                        *options]))
+    cfg = load_config(
+        train.parse_args([str(config), '--cfg-options', *options])
+    )
     return cfg.model.backbone.get('prune_spec')
 
 
-@pytest.mark.parametrize('option', [
-    'model.backbone.prune_spec={"attn_removed":[1],"act_removed":[2,4]}',
-    'model.backbone.prune_spec={"attn_removed": [1], "act_removed": [2, 4]}',
-    "model.backbone.prune_spec={'attn_removed': [1], 'act_removed': (2, 4)}",
-    'model.backbone.prune_spec=dict(attn_removed=[1],act_removed=[2,4])',
-])
+@pytest.mark.parametrize(
+    'option',
+    [
+        'model.backbone.prune_spec={"attn_removed":[1],"act_removed":[2,4]}',
+        'model.backbone.prune_spec='
+        '{"attn_removed": [1], "act_removed": [2, 4]}',
+        'model.backbone.prune_spec='
+        "{'attn_removed': [1], 'act_removed': (2, 4)}",
+        'model.backbone.prune_spec=dict(attn_removed=[1],act_removed=[2,4])',
+    ],
+)
 def test_a_prune_spec_typed_inline(train, option):
-    assert PruneSpec.coerce(configured_spec(train, DENSE_CONFIG, option),
-                            6) == SPEC
+    assert (
+        PruneSpec.coerce(configured_spec(train, DENSE_CONFIG, option), 6)
+        == SPEC
+    )
 
 
 def test_an_inline_dict_merges_as_a_child_configs_dict(train):
     """Into the config's spec key by key, as MMEngine merges a dict (and
     the one-entry form does); ``_delete_`` replaces it."""
     given = '{"attn_removed": [1, 2]}'
-    for option in (f'model.backbone.prune_spec={given}',
-                   'model.backbone.prune_spec.attn_removed=[1,2]'):
+    for option in (
+        f'model.backbone.prune_spec={given}',
+        'model.backbone.prune_spec.attn_removed=[1,2]',
+    ):
         assert configured_spec(train, FINETUNE, option) == dict(
-            attn_removed=[1, 2], act_removed=[2, 7, 8, 10, 11])
+            attn_removed=[1, 2], act_removed=[2, 7, 8, 10, 11]
+        )
     assert configured_spec(
-        train, FINETUNE, 'model.backbone.prune_spec={"_delete_": true, '
-        '"attn_removed": [1, 2]}') == dict(attn_removed=[1, 2])
+        train,
+        FINETUNE,
+        'model.backbone.prune_spec={"_delete_": true, "attn_removed": [1, 2]}',
+    ) == dict(attn_removed=[1, 2])
 
 
 def test_other_values_are_mmengines(train):
-    cfg = load_config(train.parse_args([
-        str(DENSE_CONFIG), '--cfg-options', 'work_dir=/tmp/{run}',
-        'model.head.num_classes=5', 'train_cfg.max_epochs=2',
-        "custom_hooks=[dict(type='EMAHook',momentum=0.5)]",
-        'model.backbone.out_indices=[0,1]', 'randomness.seed=None']))
+    cfg = load_config(
+        train.parse_args(
+            [
+                str(DENSE_CONFIG),
+                '--cfg-options',
+                'work_dir=/tmp/{run}',
+                'model.head.num_classes=5',
+                'train_cfg.max_epochs=2',
+                "custom_hooks=[dict(type='EMAHook',momentum=0.5)]",
+                'model.backbone.out_indices=[0,1]',
+                'randomness.seed=None',
+            ]
+        )
+    )
     assert cfg.work_dir == '/tmp/{run}' and cfg.model.head.num_classes == 5
     assert cfg.custom_hooks == [dict(type='EMAHook', momentum=0.5)]
     assert cfg.model.backbone.out_indices == [0, 1]
     assert cfg.randomness.seed is None
 
 
-@pytest.mark.parametrize('option, message', [
-    ('model.backbone.prune_spec={attn_removed:[1]}',
-     'attn_removed is not a literal'),
-    ('model.backbone.prune_spec={"attn_removed":[1]',
-     "was never closed"),
-    ('model.backbone.prune_spec', 'takes KEY=VALUE'),
-])
-def test_a_value_that_is_no_dict_names_the_forms(train, capsys, option,
-                                                message):
+@pytest.mark.parametrize(
+    'option, message',
+    [
+        (
+            'model.backbone.prune_spec={attn_removed:[1]}',
+            'attn_removed is not a literal',
+        ),
+        ('model.backbone.prune_spec={"attn_removed":[1]', 'was never closed'),
+        ('model.backbone.prune_spec', 'takes KEY=VALUE'),
+    ],
+)
+def test_a_value_that_is_no_dict_names_the_forms(
+    train, capsys, option, message
+):
     assert train.main([str(DENSE_CONFIG), '--cfg-options', option]) == 2
     err = capsys.readouterr().err
     assert err.startswith('error: ') and message in err, err
@@ -80,15 +108,25 @@ def test_a_value_that_is_no_dict_names_the_forms(train, capsys, option,
 
 def test_training_with_an_inline_spec(train, tmp_path):
     make_classification(tmp_path / 'cls')
-    config = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
-                          tmp_path / 'cls')
+    config = small_config(
+        tmp_path / 'dense.py', DENSE_CONFIG, tmp_path / 'cls'
+    )
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert train.main([config, '--work-dir', str(tmp_path / 'work'),
-                           '--cfg-options', 'model.backbone.prune_spec='
-                           '{"attn_removed": [1], "act_removed": [2, 4]}']
-                          ) == 0
+        assert (
+            train.main(
+                [
+                    config,
+                    '--work-dir',
+                    str(tmp_path / 'work'),
+                    '--cfg-options',
+                    'model.backbone.prune_spec='
+                    '{"attn_removed": [1], "act_removed": [2, 4]}',
+                ]
+            )
+            == 0
+        )
     finally:
         torch.set_num_threads(previous)
     checkpoint = load_checkpoint_file(tmp_path / 'work/epoch_2.pth')

@@ -1,6 +1,7 @@
 """Safe checkpoint loading (issues 8, 14): MMEngine's own checkpoints load
 and resume on torch >= 2.6 with weights_only=True; nothing else is trusted,
 from a local file or from any of MMEngine's remote schemes."""
+
 import functools
 import http.server
 import os
@@ -33,7 +34,6 @@ from hetdpt_mm.fileio import NotARegularFileError
 
 
 class ToyModel(BaseModel):
-
     def __init__(self):
         super().__init__()
         self.linear = nn.Linear(2, 1)
@@ -41,34 +41,40 @@ class ToyModel(BaseModel):
     def forward(self, inputs, labels, mode='tensor'):
         out = self.linear(inputs).squeeze(1)
         if mode == 'loss':
-            return dict(loss=((out - labels)**2).mean())
+            return dict(loss=((out - labels) ** 2).mean())
         return out
 
 
 class ToyData(Dataset):
-
     def __len__(self):
         return 8
 
     def __getitem__(self, index):
-        return dict(inputs=torch.tensor([float(index), 1.0]),
-                    labels=torch.tensor(float(index % 2)))
+        return dict(
+            inputs=torch.tensor([float(index), 1.0]),
+            labels=torch.tensor(float(index % 2)),
+        )
 
 
 def toy_runner(work_dir, max_epochs, resume=False, load_from=None):
     """A stock MMEngine run: nothing of hetdpt_mm in it."""
     return Runner(
-        model=ToyModel(), work_dir=str(work_dir),
-        train_dataloader=dict(dataset=ToyData(), batch_size=4,
-                              sampler=dict(type='DefaultSampler',
-                                           shuffle=False),
-                              collate_fn=dict(type='default_collate')),
+        model=ToyModel(),
+        work_dir=str(work_dir),
+        train_dataloader=dict(
+            dataset=ToyData(),
+            batch_size=4,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='default_collate'),
+        ),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.01)),
         param_scheduler=dict(type='MultiStepLR', milestones=[1], end=100),
         train_cfg=dict(by_epoch=True, max_epochs=max_epochs),
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook',
-                                           interval=1)),
-        resume=resume, load_from=load_from, randomness=dict(seed=0))
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', interval=1)),
+        resume=resume,
+        load_from=load_from,
+        randomness=dict(seed=0),
+    )
 
 
 def test_stock_mmengine_resume_works_without_disabling_safety(tmp_path):
@@ -79,8 +85,9 @@ def test_stock_mmengine_resume_works_without_disabling_safety(tmp_path):
     with pytest.raises(pickle.UnpicklingError):
         torch.load(path)
     checkpoint = load_checkpoint_file(path)
-    assert isinstance(checkpoint['message_hub']['log_scalars']['train/loss'],
-                      HistoryBuffer)
+    assert isinstance(
+        checkpoint['message_hub']['log_scalars']['train/loss'], HistoryBuffer
+    )
     resumed = toy_runner(tmp_path, 2, resume=True)
     resumed.train()
     assert resumed.epoch == 2 and resumed.iter == 4
@@ -91,28 +98,25 @@ def test_stock_mmengine_resume_works_without_disabling_safety(tmp_path):
 
 
 class Payload:
-
     def __reduce__(self):
         return (os.getcwd, ())
 
 
 class SneakyGetattr:
-
     def __reduce__(self):
         return (getattr, (HistoryBuffer, '__init__'))
 
 
 @pytest.mark.parametrize('payload', [Payload(), SneakyGetattr()])
-def test_full_objects_need_an_explicit_opt_in(tmp_path, monkeypatch,
-                                              payload):
+def test_full_objects_need_an_explicit_opt_in(tmp_path, monkeypatch, payload):
     path = tmp_path / 'unsafe.pth'
     torch.save({'state_dict': {}, 'extra': payload}, path)
-    with pytest.raises(CheckpointError, match='not safe to load.*'
-                       'HETDPT_TRUST_CHECKPOINTS=1'):
+    with pytest.raises(
+        CheckpointError, match='not safe to load.*HETDPT_TRUST_CHECKPOINTS=1'
+    ):
         load_checkpoint_file(path)
     if isinstance(payload, Payload):
-        assert load_checkpoint_file(path, trusted=True)['extra'] == \
-            os.getcwd()
+        assert load_checkpoint_file(path, trusted=True)['extra'] == os.getcwd()
         monkeypatch.setenv(TRUST_ENV, '1')
         assert load_checkpoint_file(path)['extra'] == os.getcwd()
 
@@ -120,8 +124,9 @@ def test_full_objects_need_an_explicit_opt_in(tmp_path, monkeypatch,
 def test_unreadable_files_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match='does not exist'):
         load_checkpoint_file(tmp_path / 'missing.pth')
-    with pytest.raises(NotARegularFileError,
-                       match=r'is not a regular file \(a directory\)'):
+    with pytest.raises(
+        NotARegularFileError, match=r'is not a regular file \(a directory\)'
+    ):
         load_checkpoint_file(tmp_path)
     noise = tmp_path / 'noise.pth'
     noise.write_bytes(os.urandom(4096))
@@ -141,6 +146,7 @@ def test_unreadable_files_are_named(tmp_path):
 
 # Remote checkpoints (issue 14): every scheme MMEngine can load from is
 # fetched and then loaded by load_checkpoint_file, with the same opt-in.
+
 
 def test_every_mmengine_scheme_is_loaded_safely():
     # Enumerates MMEngine's schemes: one it adds in a new version fails here.
@@ -162,13 +168,14 @@ class MarkerPayload:
 
 
 def mmengine_style_checkpoint():
-    return {'state_dict': OrderedDict(w=torch.ones(2)),
-            'meta': {'epoch': np.int64(1)},
-            'message_hub': {'loss': HistoryBuffer([1.0, 0.5], [1, 1])}}
+    return {
+        'state_dict': OrderedDict(w=torch.ones(2)),
+        'meta': {'epoch': np.int64(1)},
+        'message_hub': {'loss': HistoryBuffer([1.0, 0.5], [1, 1])},
+    }
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-
     def log_message(self, *args):
         pass
 
@@ -179,20 +186,25 @@ def served(tmp_path, monkeypatch):
     cache (``TORCH_HOME``); the server stops when the test ends."""
     root = tmp_path / 'served'
     root.mkdir()
-    torch.save({'state_dict': {}, 'extra': MarkerPayload(tmp_path / 'ran')},
-               root / 'evil.pth')
+    torch.save(
+        {'state_dict': {}, 'extra': MarkerPayload(tmp_path / 'ran')},
+        root / 'evil.pth',
+    )
     torch.save(mmengine_style_checkpoint(), root / 'good.pth')
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
     monkeypatch.delenv(TRUST_ENV, raising=False)
     server = http.server.ThreadingHTTPServer(
-        ('127.0.0.1', 0), functools.partial(QuietHandler, directory=root))
+        ('127.0.0.1', 0), functools.partial(QuietHandler, directory=root)
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         yield types.SimpleNamespace(
-            url=f'http://127.0.0.1:{server.server_port}', root=root,
+            url=f'http://127.0.0.1:{server.server_port}',
+            root=root,
             marker=tmp_path / 'ran',
-            cache=tmp_path / 'torch_home' / 'hub' / 'checkpoints')
+            cache=tmp_path / 'torch_home' / 'hub' / 'checkpoints',
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -201,15 +213,20 @@ def served(tmp_path, monkeypatch):
 
 def test_http_checkpoint_with_code_is_refused(served, monkeypatch):
     url = f'{served.url}/evil.pth'
-    with pytest.raises(CheckpointError, match=(
+    with pytest.raises(
+        CheckpointError,
+        match=(
             f'checkpoint {url} \\(cached as .*evil.pth\\) contains objects '
             'that are not safe.*HETDPT_TRUST_CHECKPOINTS=1 '
-            '\\(tools/train.py, tools/test.py: --trust-checkpoint\\)')):
+            '\\(tools/train.py, tools/test.py: --trust-checkpoint\\)'
+        ),
+    ):
         mmengine_checkpoint._load_checkpoint(url, map_location='cpu')
     assert not served.marker.exists()
     # Downloaded where torch.hub.load_state_dict_from_url keeps it.
-    assert (served.cache / 'evil.pth').read_bytes() == \
-        (served.root / 'evil.pth').read_bytes()
+    assert (served.cache / 'evil.pth').read_bytes() == (
+        served.root / 'evil.pth'
+    ).read_bytes()
     # init_cfg=dict(type='Pretrained', checkpoint=URL) takes the same path.
     with pytest.raises(CheckpointError, match='not safe'):
         PretrainedInit(checkpoint=url)(nn.Linear(2, 1))
@@ -224,7 +241,8 @@ def test_a_cached_copy_is_refused_too(served):
     url = 'http://127.0.0.1:9/models/evil.pth'
     served.cache.mkdir(parents=True)
     (served.cache / 'evil.pth').write_bytes(
-        (served.root / 'evil.pth').read_bytes())
+        (served.root / 'evil.pth').read_bytes()
+    )
     with pytest.raises(CheckpointError, match=f'checkpoint {url} \\(cached'):
         mmengine_checkpoint._load_checkpoint(url)
     assert not served.marker.exists()
@@ -234,7 +252,8 @@ def test_benign_http_checkpoint_loads(served):
     model = nn.Module()
     model.w = nn.Parameter(torch.zeros(2))
     checkpoint = mmengine_checkpoint.load_checkpoint(
-        model, f'{served.url}/good.pth', map_location='cpu')
+        model, f'{served.url}/good.pth', map_location='cpu'
+    )
     assert torch.equal(model.w.data, torch.ones(2))
     assert isinstance(checkpoint['message_hub']['loss'], HistoryBuffer)
 
@@ -242,24 +261,39 @@ def test_benign_http_checkpoint_loads(served):
 def test_unreadable_http_checkpoint_is_named(served):
     (served.root / 'noise.pth').write_bytes(b'<html>not found</html>' * 50)
     url = f'{served.url}/noise.pth'
-    with pytest.raises(CheckpointError, match=(
-            f'{url} \\(cached as .*noise.pth\\) is not a .*PyTorch '
-            'checkpoint')):
+    with pytest.raises(
+        CheckpointError,
+        match=(
+            f'{url} \\(cached as .*noise.pth\\) is not a .*PyTorch checkpoint'
+        ),
+    ):
         mmengine_checkpoint._load_checkpoint(url)
 
 
-@pytest.mark.parametrize('scheme, url_map', [
-    ('torchvision://', 'get_torchvision_models'),
-    ('modelzoo://', 'get_torchvision_models'),
-    ('open-mmlab://', 'get_external_models'),
-    ('openmmlab://', 'get_external_models'),
-    ('mmcls://', 'get_mmcls_models')])
+@pytest.mark.parametrize(
+    'scheme, url_map',
+    [
+        ('torchvision://', 'get_torchvision_models'),
+        ('modelzoo://', 'get_torchvision_models'),
+        ('open-mmlab://', 'get_external_models'),
+        ('openmmlab://', 'get_external_models'),
+        ('mmcls://', 'get_mmcls_models'),
+    ],
+)
 def test_model_zoo_names_resolve_to_the_safe_http_loader(
-        served, monkeypatch, scheme, url_map):
-    monkeypatch.setattr(mmengine_checkpoint, url_map, lambda: {
-        'evil': f'{served.url}/evil.pth', 'good': f'{served.url}/good.pth'})
-    with pytest.raises(CheckpointError,
-                       match=f'checkpoint {served.url}/evil.pth \\(cached'):
+    served, monkeypatch, scheme, url_map
+):
+    monkeypatch.setattr(
+        mmengine_checkpoint,
+        url_map,
+        lambda: {
+            'evil': f'{served.url}/evil.pth',
+            'good': f'{served.url}/good.pth',
+        },
+    )
+    with pytest.raises(
+        CheckpointError, match=f'checkpoint {served.url}/evil.pth \\(cached'
+    ):
         mmengine_checkpoint._load_checkpoint(f'{scheme}evil')
     assert not served.marker.exists()
     good = mmengine_checkpoint._load_checkpoint(f'{scheme}good')
@@ -271,10 +305,14 @@ def test_model_zoo_names_resolve_to_the_safe_http_loader(
 
 def test_open_mmlab_name_of_a_local_file(served, monkeypatch):
     monkeypatch.setenv('MMENGINE_HOME', str(served.root))
-    monkeypatch.setattr(mmengine_checkpoint, 'get_external_models',
-                        lambda: {'evil': 'evil.pth'})
-    with pytest.raises(CheckpointError,
-                       match='checkpoint open-mmlab://evil .*not safe'):
+    monkeypatch.setattr(
+        mmengine_checkpoint,
+        'get_external_models',
+        lambda: {'evil': 'evil.pth'},
+    )
+    with pytest.raises(
+        CheckpointError, match='checkpoint open-mmlab://evil .*not safe'
+    ):
         mmengine_checkpoint._load_checkpoint('open-mmlab://evil')
     assert not served.marker.exists()
 
@@ -282,24 +320,26 @@ def test_open_mmlab_name_of_a_local_file(served, monkeypatch):
 def test_storage_backends(served, monkeypatch):
     evil = (served.root / 'evil.pth').read_bytes()
     # Without their packages: the errors of MMEngine's own loaders.
-    for url, theirs in (('s3://bucket/evil.pth',
-                         mmengine_checkpoint.load_from_ceph),
-                        ('pavi://evil', mmengine_checkpoint.load_from_pavi)):
+    for url, theirs in (
+        ('s3://bucket/evil.pth', mmengine_checkpoint.load_from_ceph),
+        ('pavi://evil', mmengine_checkpoint.load_from_pavi),
+    ):
         with pytest.raises(ImportError) as expected:
             theirs(url)
         with pytest.raises(ImportError, match=re.escape(str(expected.value))):
             mmengine_checkpoint._load_checkpoint(url)
 
     class Backend:
-
         def get(self, filepath):
             return evil
 
-    monkeypatch.setattr(fileio, 'get_file_backend',
-                        lambda *args, **kwargs: Backend())
+    monkeypatch.setattr(
+        fileio, 'get_file_backend', lambda *args, **kwargs: Backend()
+    )
     for url in ('s3://bucket/evil.pth', 'open-mmlab:petrel://evil.pth'):
-        with pytest.raises(CheckpointError,
-                           match=f'checkpoint {url} contains objects'):
+        with pytest.raises(
+            CheckpointError, match=f'checkpoint {url} contains objects'
+        ):
             mmengine_checkpoint._load_checkpoint(url)
 
     class Model:
@@ -310,18 +350,21 @@ def test_storage_backends(served, monkeypatch):
                 file.write(evil)
 
     modelcloud = types.SimpleNamespace(get=lambda name: Model())
-    monkeypatch.setitem(sys.modules, 'pavi',
-                        types.SimpleNamespace(modelcloud=modelcloud))
-    with pytest.raises(CheckpointError,
-                       match='checkpoint pavi://evil contains objects'):
+    monkeypatch.setitem(
+        sys.modules, 'pavi', types.SimpleNamespace(modelcloud=modelcloud)
+    )
+    with pytest.raises(
+        CheckpointError, match='checkpoint pavi://evil contains objects'
+    ):
         mmengine_checkpoint._load_checkpoint('pavi://evil')
     assert not served.marker.exists()
 
 
 @pytest.mark.parametrize('resume', [False, True])
 def test_runner_load_from_url_is_refused(served, tmp_path, resume):
-    runner = toy_runner(tmp_path / 'work', 1, resume=resume,
-                        load_from=f'{served.url}/evil.pth')
+    runner = toy_runner(
+        tmp_path / 'work', 1, resume=resume, load_from=f'{served.url}/evil.pth'
+    )
     with pytest.raises(CheckpointError, match='not safe'):
         runner.train()
     assert not served.marker.exists()

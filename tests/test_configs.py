@@ -12,6 +12,7 @@ pruned checkpoint's ``meta`` describes is checked too:
 * any other backbone checkpoint stands for an official dense DeiT file
   (``{'model': state_dict}``, no meta) -> the built backbone must be dense.
 """
+
 import ast
 import os.path as osp
 from pathlib import Path
@@ -33,23 +34,28 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(
     str(path.relative_to(ROOT / 'configs'))
     for path in (ROOT / 'configs').rglob('*.py')
-    if '_base_' not in path.parts)
+    if '_base_' not in path.parts
+)
 #: Swin and DINOv2 configs build in tests/test_swin.py and
 #: tests/test_layerscale.py (this module writes stand-ins for ViT
 #: checkpoints).
-VIT_CONFIGS = [name for name in CONFIGS
-               if 'swin' not in name and 'dinov2' not in name]
+VIT_CONFIGS = [
+    name for name in CONFIGS if 'swin' not in name and 'dinov2' not in name
+]
 BASES = sorted(
     str(path.relative_to(ROOT / 'configs'))
-    for path in (ROOT / 'configs' / '_base_').rglob('*.py'))
+    for path in (ROOT / 'configs' / '_base_').rglob('*.py')
+)
 
 
 def local_bases(path: Path) -> set:
     """The files under configs/ that `path` inherits, directly or through
     its bases (a toolbox's ``pkg::`` bases are not followed)."""
     for node in ast.parse(path.read_text()).body:
-        if (isinstance(node, ast.Assign)
-                and getattr(node.targets[0], 'id', None) == '_base_'):
+        if (
+            isinstance(node, ast.Assign)
+            and getattr(node.targets[0], 'id', None) == '_base_'
+        ):
             names = ast.literal_eval(node.value)
             break
     else:
@@ -67,8 +73,9 @@ def mixed_spec(depth: int) -> PruneSpec:
     """Blocks of all four kinds (full, attention removed, GELU removed,
     both removed) for any depth >= 4."""
     half = depth // 2
-    return PruneSpec(depth, attn_removed=[0, half],
-                     act_removed=[half, depth - 1])
+    return PruneSpec(
+        depth, attn_removed=[0, half], act_removed=[half, depth - 1]
+    )
 
 
 def write_stand_in(path: Path, depth: int, spec=None) -> None:
@@ -89,11 +96,19 @@ def write_stand_in(path: Path, depth: int, spec=None) -> None:
         torch.save(dict(model=state), path)
         return
     torch.save(
-        dict(state_dict={f'backbone.{k}': v for k, v in state.items()},
-             meta={META_KEY: HetDPTRecord(
-                 spec, 'merged', semantics=RELEASED_SEMANTICS,
-                 prefix='backbone.').to_dict()}),
-        path)
+        dict(
+            state_dict={f'backbone.{k}': v for k, v in state.items()},
+            meta={
+                META_KEY: HetDPTRecord(
+                    spec,
+                    'merged',
+                    semantics=RELEASED_SEMANTICS,
+                    prefix='backbone.',
+                ).to_dict()
+            },
+        ),
+        path,
+    )
 
 
 def test_configs_are_found():
@@ -113,8 +128,9 @@ def test_configs_load_and_every_base_is_used():
     assert not unused, f'no config inherits {sorted(unused)}'
 
 
-def test_configs_run_from_any_folder_and_under_any_runner(tmp_path,
-                                                          monkeypatch):
+def test_configs_run_from_any_folder_and_under_any_runner(
+    tmp_path, monkeypatch
+):
     """The files a config names in the repository are found from its own
     folder (MMEngine's ``{{ fileDirname }}``), not the working directory;
     a loader without workers has no persistent ones, which mmpretrain's,
@@ -122,17 +138,25 @@ def test_configs_run_from_any_folder_and_under_any_runner(tmp_path,
     monkeypatch.chdir(tmp_path)
     for name in CONFIGS:
         cfg = Config.fromfile(ROOT / 'configs' / name)
-        points = [hook['map_points'] for hook in cfg.get('custom_hooks', [])
-                  if 'map_points' in hook]
+        points = [
+            hook['map_points']
+            for hook in cfg.get('custom_hooks', [])
+            if 'map_points' in hook
+        ]
         for path in points:
             if 'work_dirs' not in path:  # written by a MAP collection run
                 assert Path(path).is_file(), (name, path)
-        for loader in ('train_dataloader', 'val_dataloader',
-                       'test_dataloader'):
+        for loader in (
+            'train_dataloader',
+            'val_dataloader',
+            'test_dataloader',
+        ):
             settings = cfg.get(loader) or {}
             if settings.get('num_workers') == 0:
                 assert settings.get('persistent_workers') is False, (
-                    name, loader)
+                    name,
+                    loader,
+                )
 
 
 @pytest.mark.parametrize('name', VIT_CONFIGS)
@@ -177,8 +201,12 @@ def test_config_builds(name, tmp_path):
         # Closed gates skip their layer, so DDP must allow unused
         # parameters, and the learned importances get no weight decay.
         wrapper = cfg.get('model_wrapper_cfg') or {}
-        assert wrapper.get('find_unused_parameters',
-                           cfg.get('find_unused_parameters')) is True
+        assert (
+            wrapper.get(
+                'find_unused_parameters', cfg.get('find_unused_parameters')
+            )
+            is True
+        )
         custom_keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
         assert custom_keys['hetdpt_score'] == dict(decay_mult=0.0)
     for hook in cfg.get('custom_hooks', []):

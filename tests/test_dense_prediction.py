@@ -9,6 +9,7 @@
 * The docs/user_guides/transfer.md recipe swaps the backbone of stock mmdet
   and mmseg configs.
 """
+
 import json
 import os
 import re
@@ -47,8 +48,9 @@ def full_config(name: str) -> Config:
     """A full-size config whose backbone has the merged HetDPT structure a
     checkpoint's meta would give it (random weights: no download)."""
     cfg = Config.fromfile(ROOT / 'configs' / name)
-    cfg.model.backbone.update(init_cfg=None, prune_spec=MIXED_SPEC,
-                              merged=True)
+    cfg.model.backbone.update(
+        init_cfg=None, prune_spec=MIXED_SPEC, merged=True
+    )
     return cfg
 
 
@@ -69,10 +71,12 @@ def test_detr_full_config_trains_and_predicts():
     optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     base_lr = cfg.optim_wrapper.optimizer.lr
     # mmdet's DETR recipe: the backbone learns at a tenth of the rate.
-    assert lr_and_decay(optim_wrapper, backbone.pos_embed)[0] == \
-        pytest.approx(0.1 * base_lr)
-    assert lr_and_decay(optim_wrapper, model.bbox_head.fc_cls.weight)[0] == \
-        pytest.approx(base_lr)
+    assert lr_and_decay(optim_wrapper, backbone.pos_embed)[0] == pytest.approx(
+        0.1 * base_lr
+    )
+    assert lr_and_decay(optim_wrapper, model.bbox_head.fc_cls.weight)[
+        0
+    ] == pytest.approx(base_lr)
 
     shapes = [(64, 96), (80, 64)]
     data = detection_batch(shapes, num_classes=80)
@@ -80,8 +84,14 @@ def test_detr_full_config_trains_and_predicts():
     before = merged_fc.detach().clone()
     model.train()
     log_vars = model.train_step(data, optim_wrapper)
-    for key in ('loss', 'loss_cls', 'loss_bbox', 'loss_iou', 'd0.loss_cls',
-                'd4.loss_iou'):
+    for key in (
+        'loss',
+        'loss_cls',
+        'loss_bbox',
+        'loss_iou',
+        'd0.loss_cls',
+        'd4.loss_iou',
+    ):
         assert torch.isfinite(log_vars[key]), key
     assert log_vars['loss'] > 0
     assert not torch.equal(merged_fc, before)
@@ -93,7 +103,7 @@ def test_detr_full_config_trains_and_predicts():
     for result, (h, w) in zip(results, shapes):
         pred = result.pred_instances
         assert pred.bboxes.shape == (100, 4)  # one per query
-        assert pred.scores.shape == pred.labels.shape == (100, )
+        assert pred.scores.shape == pred.labels.shape == (100,)
         assert int(pred.labels.min()) >= 0 and int(pred.labels.max()) < 80
         assert (pred.bboxes >= 0).all()
         assert (pred.bboxes[:, 0::2] <= w).all()
@@ -106,13 +116,16 @@ def test_fused_attention_detr_is_mmdet_detr_with_fused_attention():
     fused = build_model(cfg)
     assert type(fused).__name__ == 'FusedAttentionDETR'
     # 6 encoder self-, 6 decoder self- and 6 decoder cross-attentions.
-    assert sum(isinstance(m, FusedMultiheadAttention)
-               for m in fused.modules()) == 18
+    assert (
+        sum(isinstance(m, FusedMultiheadAttention) for m in fused.modules())
+        == 18
+    )
     cfg = full_config('detr_hetdpt_deit_b.py')  # building consumed cfg
     cfg.model.type = 'DETR'
     stock = build_model(cfg)
-    assert not any(isinstance(m, FusedMultiheadAttention)
-                   for m in stock.modules())
+    assert not any(
+        isinstance(m, FusedMultiheadAttention) for m in stock.modules()
+    )
     assert fused.state_dict().keys() == stock.state_dict().keys()
     stock.load_state_dict(fused.state_dict())
 
@@ -120,18 +133,23 @@ def test_fused_attention_detr_is_mmdet_detr_with_fused_attention():
     data = detection_batch([(64, 96), (80, 64)], num_classes=80)
     fused.eval(), stock.eval()
     with torch.no_grad():
-        losses = [model.loss(*model.data_preprocessor(data, True).values())
-                  for model in (fused, stock)]
+        losses = [
+            model.loss(*model.data_preprocessor(data, True).values())
+            for model in (fused, stock)
+        ]
         results = [model.test_step(data) for model in (fused, stock)]
     for key, value in losses[1].items():
-        torch.testing.assert_close(losses[0][key], value, atol=1e-5,
-                                   rtol=1e-4, msg=key)
+        torch.testing.assert_close(
+            losses[0][key], value, atol=1e-5, rtol=1e-4, msg=key
+        )
     for got, want in zip(*results):
         got, want = got.pred_instances, want.pred_instances
-        torch.testing.assert_close(got.scores, want.scores, atol=1e-5,
-                                   rtol=1e-4)
-        torch.testing.assert_close(got.bboxes, want.bboxes, atol=1e-3,
-                                   rtol=1e-4)
+        torch.testing.assert_close(
+            got.scores, want.scores, atol=1e-5, rtol=1e-4
+        )
+        torch.testing.assert_close(
+            got.bboxes, want.bboxes, atol=1e-3, rtol=1e-4
+        )
 
 
 def test_upernet_full_config_trains_and_predicts():
@@ -144,11 +162,15 @@ def test_upernet_full_config_trains_and_predicts():
     assert backbone.out_indices == [2, 5, 8, 11]
     optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     # mmseg's recipe names pos_embed, cls_token and norm: our names match.
-    for param in (backbone.pos_embed, backbone.cls_token,
-                  backbone.blocks[0].norm1.weight):
+    for param in (
+        backbone.pos_embed,
+        backbone.cls_token,
+        backbone.blocks[0].norm1.weight,
+    ):
         assert lr_and_decay(optim_wrapper, param)[1] == 0
     assert lr_and_decay(optim_wrapper, backbone.blocks[1].attn.qkv.weight)[
-        1] == pytest.approx(0.01)
+        1
+    ] == pytest.approx(0.01)
 
     data = segmentation_batch([(64, 64), (64, 64)], num_classes=150)
     model.train()
@@ -179,9 +201,13 @@ def workspace(tmp_path_factory):
     cfg = Config.fromfile(ROOT / 'configs/demo/vit-demo_digits.py')
     cfg.model.backbone.prune_spec = DEMO_SPEC
     classifier = randomize_(build_model(cfg))
-    torch.save(dict(state_dict=classifier.state_dict(),
-                    meta={META_KEY: classifier.backbone.record().to_dict()}),
-               root / 'pruned_cls.pth')
+    torch.save(
+        dict(
+            state_dict=classifier.state_dict(),
+            meta={META_KEY: classifier.backbone.record().to_dict()},
+        ),
+        root / 'pruned_cls.pth',
+    )
     return root
 
 
@@ -190,8 +216,12 @@ def run_tool(cwd: Path, tool: str, *args) -> str:
     # OpenMP thread mostly spins waiting for the first.
     result = subprocess.run(
         [sys.executable, str(ROOT / 'tools' / tool), *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, OMP_NUM_THREADS='1'))
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS='1'),
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     return output
@@ -207,9 +237,12 @@ def assert_every_backbone_tensor_loaded(output: str) -> None:
 
 def validation_metrics(work_dir: Path, key: str) -> dict:
     """The last validation metrics the training run logged."""
-    lines = [json.loads(line) for path in work_dir.glob('*/vis_data/*.json')
-             if path.name != 'scalars.json'
-             for line in path.read_text().splitlines()]
+    lines = [
+        json.loads(line)
+        for path in work_dir.glob('*/vis_data/*.json')
+        if path.name != 'scalars.json'
+        for line in path.read_text().splitlines()
+    ]
     return [line for line in lines if key in line][-1]
 
 
@@ -219,14 +252,20 @@ def check_structure(checkpoint: Path, form: str) -> None:
     assert record.spec == PruneSpec(6, **DEMO_SPEC)
 
 
-def train_merge_test(workspace, config, name, train_options, metric_key,
-                     saved, test_options=()):
+def train_merge_test(
+    workspace, config, name, train_options, metric_key, saved, test_options=()
+):
     work_dir = workspace / name
     output = run_tool(
-        workspace, 'train.py', ROOT / 'configs/demo' / config,
-        '--work-dir', work_dir, '--cfg-options',
+        workspace,
+        'train.py',
+        ROOT / 'configs/demo' / config,
+        '--work-dir',
+        work_dir,
+        '--cfg-options',
         f'model.backbone.init_cfg.checkpoint={workspace / "pruned_cls.pth"}',
-        *train_options)
+        *train_options,
+    )
     assert_every_backbone_tensor_loaded(output)
     trained = validation_metrics(work_dir, metric_key)
     checkpoint = work_dir / saved
@@ -236,9 +275,17 @@ def train_merge_test(workspace, config, name, train_options, metric_key,
     run_tool(workspace, 'merge_ckpt.py', checkpoint, merged)
     check_structure(merged, 'merged')
     metrics_file = workspace / f'{name}_metrics.json'
-    run_tool(workspace, 'test.py', ROOT / 'configs/demo' / config, merged,
-             '--work-dir', workspace / f'{name}_test', '--out-metrics',
-             metrics_file, *test_options)
+    run_tool(
+        workspace,
+        'test.py',
+        ROOT / 'configs/demo' / config,
+        merged,
+        '--work-dir',
+        workspace / f'{name}_test',
+        '--out-metrics',
+        metrics_file,
+        *test_options,
+    )
     tested = json.loads(metrics_file.read_text())
     assert tested.keys() <= trained.keys()
     for key, value in tested.items():
@@ -248,16 +295,27 @@ def train_merge_test(workspace, config, name, train_options, metric_key,
 
 def test_detr_demo_train_merge_test(workspace):
     metrics = train_merge_test(
-        workspace, 'detr_hetdpt_demo.py', 'detr',
-        ['train_cfg.max_epochs=1', 'train_cfg.val_interval=1',
-         'train_dataloader.batch_size=4'], 'coco/bbox_mAP', 'epoch_1.pth')
+        workspace,
+        'detr_hetdpt_demo.py',
+        'detr',
+        [
+            'train_cfg.max_epochs=1',
+            'train_cfg.val_interval=1',
+            'train_dataloader.batch_size=4',
+        ],
+        'coco/bbox_mAP',
+        'epoch_1.pth',
+    )
     assert {'coco/bbox_mAP', 'coco/bbox_mAP_50'} <= metrics.keys()
 
 
 def first_losses(work_dir: Path) -> list:
-    return [line['loss'] for path in work_dir.glob('*/vis_data/scalars.json')
-            for line in map(json.loads, path.read_text().splitlines())
-            if 'loss' in line]
+    return [
+        line['loss']
+        for path in work_dir.glob('*/vis_data/scalars.json')
+        for line in map(json.loads, path.read_text().splitlines())
+        if 'loss' in line
+    ]
 
 
 def test_mmdet_tools_train_matches_ours(workspace):
@@ -265,35 +323,52 @@ def test_mmdet_tools_train_matches_ours(workspace):
     its wheel under .mim/tools): the config alone makes it build and save
     the same network as ours, with the record in its checkpoints."""
     import mmdet
+
     mmdet_train = Path(mmdet.__file__).parent / '.mim/tools/train.py'
-    options = ['--cfg-options',
-               f'model.backbone.init_cfg.checkpoint='
-               f'{workspace / "pruned_cls.pth"}',
-               'train_cfg.max_epochs=1', 'train_cfg.val_interval=2',
-               'train_dataloader.batch_size=4',
-               'default_hooks.logger.interval=1']
+    options = [
+        '--cfg-options',
+        f'model.backbone.init_cfg.checkpoint={workspace / "pruned_cls.pth"}',
+        'train_cfg.max_epochs=1',
+        'train_cfg.val_interval=2',
+        'train_dataloader.batch_size=4',
+        'default_hooks.logger.interval=1',
+    ]
     config = ROOT / 'configs/demo/detr_hetdpt_demo.py'
-    ours = run_tool(workspace, 'train.py', config, '--work-dir',
-                    workspace / 'ours', *options)
+    ours = run_tool(
+        workspace,
+        'train.py',
+        config,
+        '--work-dir',
+        workspace / 'ours',
+        *options,
+    )
     result = subprocess.run(
-        [sys.executable, str(mmdet_train), str(config), '--work-dir',
-         str(workspace / 'mmdet'), *options], cwd=workspace,
-        capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, OMP_NUM_THREADS='1'))
+        [
+            sys.executable,
+            str(mmdet_train),
+            str(config),
+            '--work-dir',
+            str(workspace / 'mmdet'),
+            *options,
+        ],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, OMP_NUM_THREADS='1'),
+    )
     theirs = result.stdout + result.stderr
     assert result.returncode == 0, theirs[-4000:]
     assert LOADED.findall(ours) == LOADED.findall(theirs) != []
     losses = first_losses(workspace / 'ours')
     assert len(losses) == 2
-    assert first_losses(workspace / 'mmdet') == pytest.approx(losses,
-                                                              rel=1e-6)
+    assert first_losses(workspace / 'mmdet') == pytest.approx(losses, rel=1e-6)
     # The record travels in the state dict (no meta hook in mmdet's
     # runner), and loading the file rebuilds the structure.
     checkpoint = workspace / 'mmdet/epoch_1.pth'
     saved = torch.load(checkpoint, map_location='cpu', weights_only=False)
     assert 'backbone._extra_state' in saved['state_dict']
-    assert load_backbone_checkpoint(checkpoint).record.origin == \
-        'extra_state'
+    assert load_backbone_checkpoint(checkpoint).record.origin == 'extra_state'
     check_structure(checkpoint, 'pruned')
     cfg = Config.fromfile(config)
     cfg.model.backbone.init_cfg = None
@@ -305,11 +380,19 @@ def test_mmdet_tools_train_matches_ours(workspace):
 
 def test_upernet_demo_train_merge_test(workspace):
     metrics = train_merge_test(
-        workspace, 'upernet_hetdpt_demo.py', 'upernet',
-        ['train_cfg.max_iters=2', 'train_cfg.val_interval=2',
-         'train_dataloader.batch_size=4'], 'mIoU', 'iter_2.pth',
+        workspace,
+        'upernet_hetdpt_demo.py',
+        'upernet',
+        [
+            'train_cfg.max_iters=2',
+            'train_cfg.val_interval=2',
+            'train_dataloader.batch_size=4',
+        ],
+        'mIoU',
+        'iter_2.pth',
         # mmseg's --out: a directory of predicted masks.
-        ['--out', workspace / 'upernet_masks'])
+        ['--out', workspace / 'upernet_masks'],
+    )
     assert 0 < metrics['mIoU'] <= 100
     assert len(list((workspace / 'upernet_masks').glob('*.png'))) == 8
 
@@ -321,8 +404,10 @@ def doc_recipes():
     text = (ROOT / 'docs/user_guides/transfer.md').read_text()
     section = text.split('## Any mmdet / mmseg config')[1].split('\n## ')[0]
     blocks = re.findall(r'```python\n(.*?)```', section, re.S)
-    return {re.search(r"_base_ = '(.*?)'", block).group(1): block
-            for block in blocks}
+    return {
+        re.search(r"_base_ = '(.*?)'", block).group(1): block
+        for block in blocks
+    }
 
 
 RECIPES = doc_recipes()
@@ -339,7 +424,8 @@ DETECTOR_STRIDES = {
 def test_every_doc_recipe_is_tested():
     assert RECIPES.keys() == DETECTOR_STRIDES.keys() | {
         'mmseg::segmenter/segmenter_vit-s_mask_8xb1-160k_ade20k-512x512.py',
-        'mmseg::fcn/fcn_r50-d8_4xb4-80k_ade20k-512x512.py'}
+        'mmseg::fcn/fcn_r50-d8_4xb4-80k_ade20k-512x512.py',
+    }
 
 
 def as_deit_tiny(recipe: str, checkpoint) -> str:
@@ -348,18 +434,26 @@ def as_deit_tiny(recipe: str, checkpoint) -> str:
         recipe = recipe.replace(f"'{arch}'", "'deit-tiny'")
         recipe = re.sub(rf'\b{width}\b', '192', recipe)
     recipe = recipe.replace('distilled=True', 'distilled=False')
-    return re.sub(r"checkpoint='[^']*'", f'checkpoint={str(checkpoint)!r}',
-                  recipe)
+    return re.sub(
+        r"checkpoint='[^']*'", f'checkpoint={str(checkpoint)!r}', recipe
+    )
 
 
 @pytest.fixture(scope='module')
 def merged_tiny_checkpoint(tmp_path_factory):
-    backbone = randomize_(HetDPTViT('deit-tiny', prune_spec=MIXED_SPEC,
-                                    merged=True))
+    backbone = randomize_(
+        HetDPTViT('deit-tiny', prune_spec=MIXED_SPEC, merged=True)
+    )
     path = tmp_path_factory.mktemp('recipe') / 'hetdpt_deit-t_merged.pth'
-    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
-                                backbone.state_dict().items()},
-                    meta={META_KEY: backbone.record().to_dict()}), path)
+    torch.save(
+        dict(
+            state_dict={
+                f'backbone.{k}': v for k, v in backbone.state_dict().items()
+            },
+            meta={META_KEY: backbone.record().to_dict()},
+        ),
+        path,
+    )
     return path
 
 
@@ -372,6 +466,7 @@ def recipe_config(recipe, checkpoint, tmp_path):
 def with_masks(data):
     """Box-filling instance masks, for Mask R-CNN."""
     from mmdet.structures.mask import BitmapMasks
+
     for sample in data['data_samples']:
         h, w = sample.img_shape
         boxes = sample.gt_instances.bboxes.round().long()
@@ -418,7 +513,8 @@ def check_detector(cfg, strides, size=64):
 
 def check_segmentor(cfg):
     model, log_vars = train_one_step(
-        cfg, segmentation_batch([(64, 64), (64, 64)], 150))
+        cfg, segmentation_batch([(64, 64), (64, 64)], 150)
+    )
     assert torch.isfinite(log_vars['decode.loss_ce'])
     with torch.no_grad():
         results = model.test_step(segmentation_batch([(64, 64)], 150))
@@ -440,9 +536,10 @@ def test_doc_recipe_trains_one_step(base, merged_tiny_checkpoint, tmp_path):
 
 
 def test_mask_rcnn_config_trains_one_step():
-    check_detector(full_config('mask-rcnn_hetdpt_deit_s_fpn_1x_coco.py'),
-                   DETECTOR_STRIDES[
-                       'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'])
+    check_detector(
+        full_config('mask-rcnn_hetdpt_deit_s_fpn_1x_coco.py'),
+        DETECTOR_STRIDES['mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'],
+    )
 
 
 def test_fcn_config_trains_one_step():

@@ -3,6 +3,7 @@
 ``ffn.inp`` / ``ffn.act`` / ``ffn.out`` (merged: ``ffn.fused``) and whose
 attention is ``mixer``.  The unchanged prune hook prunes it, the unchanged
 merge merges it, and loading its state dict rebuilds its structure."""
+
 import re
 from collections import OrderedDict
 from typing import Dict, Mapping, Optional
@@ -26,18 +27,19 @@ BLOCK = re.compile(r'^layers\.(\d+)\.(.+)$')
 
 
 class ToyFFN(nn.Module):
-
     def __init__(self, dim: int, act: nn.Module):
         super().__init__()
-        self.inp, self.act, self.out = nn.Linear(dim, 2 * dim), act, \
-            nn.Linear(2 * dim, dim)
+        self.inp, self.act, self.out = (
+            nn.Linear(dim, 2 * dim),
+            act,
+            nn.Linear(2 * dim, dim),
+        )
 
     def forward(self, x):
         return self.out(self.act(self.inp(x)))
 
 
 class ToyFusedFFN(nn.Module):
-
     def __init__(self, dim: int):
         super().__init__()
         self.fused = nn.Linear(dim, dim)
@@ -47,7 +49,6 @@ class ToyFusedFFN(nn.Module):
 
 
 class ToyBlock(nn.Module):
-
     def __init__(self, dim, form, attn_removed, act_removed):
         super().__init__()
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
@@ -56,11 +57,17 @@ class ToyBlock(nn.Module):
             self.mixer.set_open(not attn_removed)
             act.set_open(not act_removed)
         else:
-            self.mixer = AttentionBypass() if attn_removed else Attention(
-                dim, num_heads=2)
+            self.mixer = (
+                AttentionBypass()
+                if attn_removed
+                else Attention(dim, num_heads=2)
+            )
             act = nn.Identity() if act_removed else nn.GELU()
-        self.ffn = ToyFusedFFN(dim) if form == 'merged' and act_removed \
+        self.ffn = (
+            ToyFusedFFN(dim)
+            if form == 'merged' and act_removed
             else ToyFFN(dim, act)
+        )
 
     def forward(self, x):
         x = x + self.mixer(self.norm1(x))
@@ -71,8 +78,16 @@ class ToyNet(HetDPTBackbone):
     family = 'toy'
     RECORD_ARCH_KEYS = frozenset({'depth', 'dim', 'in_features'})
 
-    def __init__(self, dim=16, depth=4, in_features=12, prune_spec=None,
-                 gated=False, merged=False, init_cfg=None):
+    def __init__(
+        self,
+        dim=16,
+        depth=4,
+        in_features=12,
+        prune_spec=None,
+        gated=False,
+        merged=False,
+        init_cfg=None,
+    ):
         super().__init__(init_cfg=init_cfg)
         self._args = dict(dim=dim, depth=depth, in_features=in_features)
         self.stem = nn.Linear(in_features, dim)
@@ -90,35 +105,53 @@ class ToyNet(HetDPTBackbone):
 
     @staticmethod
     def _layout(state):
-        depth = 1 + max(int(BLOCK.match(k).group(1))
-                        for k in state if BLOCK.match(k))
+        depth = 1 + max(
+            int(BLOCK.match(k).group(1)) for k in state if BLOCK.match(k)
+        )
         return depth, dict(
-            attn=[i for i in range(depth)
-                  if f'layers.{i}.mixer.qkv.weight' not in state],
-            merged=[i for i in range(depth)
-                    if f'layers.{i}.ffn.fused.weight' in state],
-            gated=any(k.endswith(GATE_SUFFIXES) for k in state))
+            attn=[
+                i
+                for i in range(depth)
+                if f'layers.{i}.mixer.qkv.weight' not in state
+            ],
+            merged=[
+                i
+                for i in range(depth)
+                if f'layers.{i}.ffn.fused.weight' in state
+            ],
+            gated=any(k.endswith(GATE_SUFFIXES) for k in state),
+        )
 
     @classmethod
     def record_from_tensors(cls, state, source):
         from hetdpt_mm.record import HetDPTRecord
+
         depth, layout = cls._layout(state)
         form = 'merged' if layout['merged'] else 'pruned'
-        return HetDPTRecord(PruneSpec(depth, layout['attn'], layout['merged']),
-                            form, family='toy', source=source,
-                            origin='tensors')
+        return HetDPTRecord(
+            PruneSpec(depth, layout['attn'], layout['merged']),
+            form,
+            family='toy',
+            source=source,
+            origin='tensors',
+        )
 
     @classmethod
     def check_record(cls, record, state):
         if record.form == 'gated':
             return
         depth, layout = cls._layout(state)
-        merged = list(record.spec.act_removed) if record.form == 'merged' \
-            else []
+        merged = (
+            list(record.spec.act_removed) if record.form == 'merged' else []
+        )
         if (depth, layout['attn'], layout['merged']) != (
-                record.spec.depth, list(record.spec.attn_removed), merged):
-            raise StateDictMismatch(f'{record.source}: toy record does not '
-                                    'match the tensors')
+            record.spec.depth,
+            list(record.spec.attn_removed),
+            merged,
+        ):
+            raise StateDictMismatch(
+                f'{record.source}: toy record does not match the tensors'
+            )
 
     @classmethod
     def convert_state_dict(cls, state, spec, form):
@@ -128,8 +161,8 @@ class ToyNet(HetDPTBackbone):
             if match and form != 'gated':
                 index, rest = int(match.group(1)), match.group(2)
                 if rest.endswith(GATE_SUFFIXES) or (
-                        spec.is_removed(ATTN, index) and
-                        rest.startswith('mixer.')):
+                    spec.is_removed(ATTN, index) and rest.startswith('mixer.')
+                ):
                     continue
             out[key] = value
         for index in spec.act_removed:
@@ -139,7 +172,8 @@ class ToyNet(HetDPTBackbone):
                     out.pop(f'{prefix}inp.weight'),
                     out.pop(f'{prefix}inp.bias'),
                     out.pop(f'{prefix}out.weight'),
-                    out.pop(f'{prefix}out.bias'))
+                    out.pop(f'{prefix}out.bias'),
+                )
                 out[f'{prefix}fused.weight'] = weight
                 out[f'{prefix}fused.bias'] = bias
         return out
@@ -147,18 +181,24 @@ class ToyNet(HetDPTBackbone):
     @classmethod
     def build_args_from_tensors(cls, state, arch: Optional[Mapping] = None):
         weight = state['stem.weight']
-        return dict(dim=weight.shape[0], depth=cls._layout(state)[0],
-                    in_features=weight.shape[1])
+        return dict(
+            dim=weight.shape[0],
+            depth=cls._layout(state)[0],
+            in_features=weight.shape[1],
+        )
 
     @classmethod
-    def layer_macs(cls, arch, img_size,
-                   attention_products=True) -> Dict[str, object]:
+    def layer_macs(
+        cls, arch, img_size, attention_products=True
+    ) -> Dict[str, object]:
         tokens, dim, depth = img_size[0], arch['dim'], arch['depth']
         products = 2 * tokens**2 * dim if attention_products else 0
-        return dict(attn=[4 * tokens * dim**2 + products] * depth,
-                    ffn=[4 * tokens * dim**2] * depth,
-                    merged_ffn=[tokens * dim**2] * depth,
-                    rest=tokens * arch['in_features'] * dim)
+        return dict(
+            attn=[4 * tokens * dim**2 + products] * depth,
+            ffn=[4 * tokens * dim**2] * depth,
+            merged_ffn=[tokens * dim**2] * depth,
+            rest=tokens * arch['in_features'] * dim,
+        )
 
     # the network
     @property
@@ -168,8 +208,10 @@ class ToyNet(HetDPTBackbone):
     def gates(self, kind):
         if self.form != 'gated':
             raise RuntimeError('no gates')
-        return [layer.mixer if kind == ATTN else layer.ffn.act
-                for layer in self.layers]
+        return [
+            layer.mixer if kind == ATTN else layer.ffn.act
+            for layer in self.layers
+        ]
 
     def build_args(self):
         return dict(self._args)
@@ -177,18 +219,23 @@ class ToyNet(HetDPTBackbone):
     def _build_structure(self, spec, form, semantics):
         self.form, self.semantics, self._spec = form, dict(semantics), spec
         self.layers = nn.ModuleList(
-            ToyBlock(self._args['dim'], form, spec.is_removed(ATTN, i),
-                     spec.is_removed(ACT, i)) for i in range(spec.depth))
+            ToyBlock(
+                self._args['dim'],
+                form,
+                spec.is_removed(ATTN, i),
+                spec.is_removed(ACT, i),
+            )
+            for i in range(spec.depth)
+        )
 
     def forward(self, x):
         x = self.stem(x)
         for layer in self.layers:
             x = layer(x)
-        return (x.mean(dim=1), )
+        return (x.mean(dim=1),)
 
 
 class ToyClassifier(nn.Module):
-
     def __init__(self, backbone):
         super().__init__()
         self.backbone, self.head = backbone, nn.Linear(16, 3)
@@ -228,8 +275,7 @@ def test_a_second_family_is_pruned_merged_and_rebuilt(toy_family):
     HetDPTMetaHook().before_save_checkpoint(runner, checkpoint)
     merged, summary = merge_checkpoint(checkpoint)
     record = read_backbone_checkpoint(merged).record
-    assert (record.family, record.form, record.spec) == ('toy', 'merged',
-                                                         spec)
+    assert (record.family, record.form, record.spec) == ('toy', 'merged', spec)
     assert summary.backbone_after < summary.backbone_before
     assert 'backbone.layers.1.ffn.fused.weight' in merged['state_dict']
     assert not any('layers.1.mixer' in k for k in merged['state_dict'])
@@ -241,8 +287,9 @@ def test_a_second_family_is_pruned_merged_and_rebuilt(toy_family):
     assert rebuilt.backbone.prune_spec == spec
     x = torch.randn(2, 5, 12)
     with torch.no_grad():
-        torch.testing.assert_close(rebuilt.eval()(x), model.eval()(x),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            rebuilt.eval()(x), model.eval()(x), atol=1e-5, rtol=1e-5
+        )
 
     # The record names the family: another family refuses it.
     with pytest.raises(StateDictMismatch, match='unknown backbone family'):

@@ -2,6 +2,7 @@
 what the hooks, the merge, the record and the loaders rely on.  A new
 family is held to it by being defined; its own test file covers the rest
 (its checkpoint layouts, its semantics)."""
+
 import pytest
 import torch
 from helpers import randomize_
@@ -17,8 +18,11 @@ from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec
 
 #: The project's families (tests define toy ones of their own).
-PROJECT_FAMILIES = sorted(name for name, cls in FAMILIES.items()
-                          if cls.__module__.startswith('hetdpt_mm.'))
+PROJECT_FAMILIES = sorted(
+    name
+    for name, cls in FAMILIES.items()
+    if cls.__module__.startswith('hetdpt_mm.')
+)
 
 
 def small(family: str, **kwargs):
@@ -29,8 +33,9 @@ def small(family: str, **kwargs):
 def spec_of(depth: int) -> PruneSpec:
     """Blocks of all four kinds: both kept, attention or GELU removed, both
     removed."""
-    return PruneSpec(depth, attn_removed=[0, depth - 1],
-                     act_removed=[1, depth - 1])
+    return PruneSpec(
+        depth, attn_removed=[0, depth - 1], act_removed=[1, depth - 1]
+    )
 
 
 def outputs(network, image):
@@ -68,8 +73,10 @@ def test_gated_pruned_and_merged_compute_the_same_function(family):
     for form in ('pruned', 'merged'):
         network = cls.from_record(gated.record(form))
         state = cls.convert_state_dict(gated.state_dict(), spec, form)
-        network.load_state_dict({k: v for k, v in state.items()
-                                 if k != EXTRA_STATE_KEY}, strict=False)
+        network.load_state_dict(
+            {k: v for k, v in state.items() if k != EXTRA_STATE_KEY},
+            strict=False,
+        )
         network.eval()
         assert (network.form, network.prune_spec) == (form, spec)
         for got, want in zip(outputs(network, image), expected, strict=True):
@@ -90,18 +97,26 @@ def test_records_verify_against_their_tensors_and_rebuild(family, form):
     if form == 'gated':
         reference.set_spec(spec)
     else:
-        reference = cls.from_record(HetDPTRecord(
-            spec=spec, form=form, family=family,
-            arch=reference.build_args(), semantics=reference.semantics))
+        reference = cls.from_record(
+            HetDPTRecord(
+                spec=spec,
+                form=form,
+                family=family,
+                arch=reference.build_args(),
+                semantics=reference.semantics,
+            )
+        )
     state = reference.state_dict()
     record = reference.record()
-    cls.verify_record(record, {k: v for k, v in state.items()
-                               if k != EXTRA_STATE_KEY})
+    cls.verify_record(
+        record, {k: v for k, v in state.items() if k != EXTRA_STATE_KEY}
+    )
     rebuilt = cls(**cls.SMALL_ARGS)
     rebuilt.load_state_dict(state)
     assert (rebuilt.form, rebuilt.prune_spec) == (form, spec)
     found = cls.record_from_tensors(
-        {k: v for k, v in state.items() if k != EXTRA_STATE_KEY}, 'state')
+        {k: v for k, v in state.items() if k != EXTRA_STATE_KEY}, 'state'
+    )
     assert found.form == form
     assert found.spec.attn_removed == spec.attn_removed
     if form != 'pruned':  # unmerged FFNs do not show their GELU
@@ -128,6 +143,7 @@ def test_layer_macs_count_every_block(family):
     macs = cls.layer_macs(network.build_args(), (32, 32))
     for kind in ('attn', 'ffn', 'merged_ffn'):
         assert len(macs[kind]) == network.depth
-    assert all(m <= f for m, f in zip(macs['merged_ffn'], macs['ffn'],
-                                      strict=True))
+    assert all(
+        m <= f for m, f in zip(macs['merged_ffn'], macs['ffn'], strict=True)
+    )
     assert macs['rest'] >= 0

@@ -1,6 +1,7 @@
 """ViT fine-tuning options with the toolboxes' semantics (issue 18 item 5):
 gradient checkpointing, frozen stages, norm_eval, layer-wise learning-rate
 decay, and the CIFAR-100 fine-tuning and linear-probing configs."""
+
 import pickle
 from pathlib import Path
 
@@ -27,8 +28,9 @@ def tiny_vit(**kwargs):
 
 @pytest.mark.parametrize('form', ['pruned', 'merged', 'gated'])
 def test_with_cp_computes_the_same_outputs_and_gradients(form):
-    structure = dict(prune_spec=MIXED_SPEC, merged=form == 'merged',
-                     gated=form == 'gated')
+    structure = dict(
+        prune_spec=MIXED_SPEC, merged=form == 'merged', gated=form == 'gated'
+    )
     plain = tiny_vit(**structure, drop_path_rate=0.1)
     checkpointed = tiny_vit(**structure, drop_path_rate=0.1, with_cp=True)
     checkpointed.load_state_dict(plain.state_dict())
@@ -41,8 +43,9 @@ def test_with_cp_computes_the_same_outputs_and_gradients(form):
         output.square().sum().backward()
         outputs.append(output)
     torch.testing.assert_close(outputs[0], outputs[1])
-    for (name, a), b in zip(plain.named_parameters(),
-                            checkpointed.parameters()):
+    for (name, a), b in zip(
+        plain.named_parameters(), checkpointed.parameters()
+    ):
         if a.grad is None:
             assert b.grad is None, name
         else:
@@ -50,19 +53,29 @@ def test_with_cp_computes_the_same_outputs_and_gradients(form):
 
 
 def frozen_names(model):
-    return {name for name, p in model.named_parameters()
-            if not p.requires_grad}
+    return {
+        name for name, p in model.named_parameters() if not p.requires_grad
+    }
 
 
 def test_frozen_stages_freeze_the_stem_and_first_blocks():
-    backbone = tiny_vit(prune_spec=MIXED_SPEC, merged=True, distilled=True,
-                        frozen_stages=3)
+    backbone = tiny_vit(
+        prune_spec=MIXED_SPEC, merged=True, distilled=True, frozen_stages=3
+    )
     frozen = frozen_names(backbone)
-    stem = {'cls_token', 'dist_token', 'pos_embed', 'patch_embed.proj.weight',
-            'patch_embed.proj.bias'}
-    blocks = {name for name, _ in backbone.named_parameters()
-              if name.split('.')[:2] in (['blocks', '0'], ['blocks', '1'],
-                                         ['blocks', '2'])}
+    stem = {
+        'cls_token',
+        'dist_token',
+        'pos_embed',
+        'patch_embed.proj.weight',
+        'patch_embed.proj.bias',
+    }
+    blocks = {
+        name
+        for name, _ in backbone.named_parameters()
+        if name.split('.')[:2]
+        in (['blocks', '0'], ['blocks', '1'], ['blocks', '2'])
+    }
     assert frozen == stem | blocks
     backbone.train()
     for index, block in enumerate(backbone.blocks):
@@ -73,8 +86,9 @@ def test_frozen_stages_freeze_the_stem_and_first_blocks():
     # A linear probe: everything frozen, in eval mode while training.
     probe = tiny_vit(frozen_stages=12).train()
     assert all(not p.requires_grad for p in probe.parameters())
-    assert not any(m.training for m in probe.modules()
-                   if not list(m.children()))
+    assert not any(
+        m.training for m in probe.modules() if not list(m.children())
+    )
 
 
 def test_frozen_stages_hold_after_a_loaded_structure_rebuilds_the_blocks():
@@ -84,8 +98,7 @@ def test_frozen_stages_hold_after_a_loaded_structure_rebuilds_the_blocks():
     assert backbone.form == 'merged'
     backbone.train()
     for index, block in enumerate(backbone.blocks):
-        assert all(p.requires_grad == (index >= 2)
-                   for p in block.parameters())
+        assert all(p.requires_grad == (index >= 2) for p in block.parameters())
         assert block.training == (index >= 2)
 
 
@@ -102,10 +115,13 @@ def test_frozen_stages_are_checked():
 
 
 def test_get_layer_depth_follows_mmpretrain_vit():
-    backbone = HetDPTViT(TINY, prune_spec=MIXED_SPEC, merged=True,
-                         distilled=True)
-    assert backbone.get_layer_depth('backbone.pos_embed', 'backbone.') == \
-        (0, 14)
+    backbone = HetDPTViT(
+        TINY, prune_spec=MIXED_SPEC, merged=True, distilled=True
+    )
+    assert backbone.get_layer_depth('backbone.pos_embed', 'backbone.') == (
+        0,
+        14,
+    )
     assert backbone.get_layer_depth('dist_token') == (0, 14)
     assert backbone.get_layer_depth('patch_embed.proj.weight') == (0, 14)
     # Block 0 lost its attention, block 11 both layers: same depths.
@@ -117,43 +133,58 @@ def test_get_layer_depth_follows_mmpretrain_vit():
 
 def layer_lrs(model, optim_wrapper_cfg):
     wrapper = build_optim_wrapper(model, optim_wrapper_cfg)
-    return {name: group['lr'] for group in wrapper.optimizer.param_groups
-            for name in [group['param_name']]}
+    return {
+        name: group['lr']
+        for group in wrapper.optimizer.param_groups
+        for name in [group['param_name']]
+    }
 
 
 def test_layer_decay_with_mmpretrain_and_for_detectors_and_segmentors():
     decay, base_lr = 0.5, 1.0
     classifier_cfg = Config.fromfile(
-        ROOT / 'configs/demo/vit-demo_digits.py').model
+        ROOT / 'configs/demo/vit-demo_digits.py'
+    ).model
     classifier_cfg.backbone.prune_spec = dict(attn_removed=[0])
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         classifier = MODELS.build(classifier_cfg)
-        lrs = layer_lrs(classifier, dict(
-            optimizer=dict(type='AdamW', lr=base_lr, weight_decay=0.05),
-            constructor='LearningRateDecayOptimWrapperConstructor',
-            paramwise_cfg=dict(layer_decay_rate=decay)))
+        lrs = layer_lrs(
+            classifier,
+            dict(
+                optimizer=dict(type='AdamW', lr=base_lr, weight_decay=0.05),
+                constructor='LearningRateDecayOptimWrapperConstructor',
+                paramwise_cfg=dict(layer_decay_rate=decay),
+            ),
+        )
     # 6 blocks: depths 0 (embeddings) .. 7 (head), scale decay^(7 - d).
-    assert lrs['backbone.pos_embed'] == pytest.approx(decay ** 7)
-    assert lrs['backbone.blocks.0.norm1.weight'] == pytest.approx(decay ** 6)
+    assert lrs['backbone.pos_embed'] == pytest.approx(decay**7)
+    assert lrs['backbone.blocks.0.norm1.weight'] == pytest.approx(decay**6)
     assert lrs['backbone.blocks.5.mlp.fc1.weight'] == pytest.approx(decay)
     assert lrs['head.layers.head.weight'] == pytest.approx(1.0)
 
     for config, scope, head in (
-            ('detr_hetdpt_demo.py', 'mmdet', 'bbox_head.fc_cls.weight'),
-            ('upernet_hetdpt_demo.py', 'mmseg',
-             'decode_head.conv_seg.weight')):
+        ('detr_hetdpt_demo.py', 'mmdet', 'bbox_head.fc_cls.weight'),
+        ('upernet_hetdpt_demo.py', 'mmseg', 'decode_head.conv_seg.weight'),
+    ):
         cfg = Config.fromfile(ROOT / 'configs/demo' / config)
         cfg.model.backbone.init_cfg = None
         with DefaultScope.overwrite_default_scope(scope):
             model = MODELS.build(cfg.model)
             # mmseg's paramwise_cfg (num_layers) is read too.
-            lrs = layer_lrs(model, dict(
-                optimizer=dict(type='AdamW', lr=base_lr, weight_decay=0.05),
-                constructor='HetDPTLayerDecayOptimWrapperConstructor',
-                paramwise_cfg=dict(num_layers=6, layer_decay_rate=decay)))
-        assert lrs['backbone.cls_token'] == pytest.approx(decay ** 7)
-        assert lrs['backbone.blocks.2.attn.qkv.weight'] == \
-            pytest.approx(decay ** 4)
+            lrs = layer_lrs(
+                model,
+                dict(
+                    optimizer=dict(
+                        type='AdamW', lr=base_lr, weight_decay=0.05
+                    ),
+                    constructor='HetDPTLayerDecayOptimWrapperConstructor',
+                    paramwise_cfg=dict(num_layers=6, layer_decay_rate=decay),
+                ),
+            )
+        assert lrs['backbone.cls_token'] == pytest.approx(decay**7)
+        assert lrs['backbone.blocks.2.attn.qkv.weight'] == pytest.approx(
+            decay**4
+        )
         assert lrs[head] == pytest.approx(1.0)
 
 
@@ -163,36 +194,52 @@ def write_fake_cifar100(root: Path, monkeypatch, num_images: int = 4):
     checks the real files' md5 sums: the test lists the fake files
     without)."""
     from mmpretrain.datasets import CIFAR100
+
     folder = root / 'data/cifar100' / CIFAR100.base_folder
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     for split in ('train', 'test'):
-        entry = dict(data=rng.integers(0, 256, (num_images, 3072),
-                                       dtype=np.uint8),
-                     fine_labels=list(range(num_images)))
+        entry = dict(
+            data=rng.integers(0, 256, (num_images, 3072), dtype=np.uint8),
+            fine_labels=list(range(num_images)),
+        )
         (folder / split).write_bytes(pickle.dumps(entry))
     monkeypatch.setattr(CIFAR100, 'train_list', [['train', None]])
     monkeypatch.setattr(CIFAR100, 'test_list', [['test', None]])
 
 
 @pytest.mark.parametrize('mode', ['finetune', 'linear-probe'])
-def test_cifar100_transfer_configs_train_one_step(mode, tmp_path, monkeypatch,
-                                                  one_thread):
+def test_cifar100_transfer_configs_train_one_step(
+    mode, tmp_path, monkeypatch, one_thread
+):
     write_fake_cifar100(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
-    merged = HetDPTViT(TINY, distilled=True, prune_spec=MIXED_SPEC,
-                       merged=True)
-    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
-                                randomize_(merged).state_dict().items()}),
-               tmp_path / 'merged.pth')
+    merged = HetDPTViT(
+        TINY, distilled=True, prune_spec=MIXED_SPEC, merged=True
+    )
+    torch.save(
+        dict(
+            state_dict={
+                f'backbone.{k}': v
+                for k, v in randomize_(merged).state_dict().items()
+            }
+        ),
+        tmp_path / 'merged.pth',
+    )
     cfg = Config.fromfile(
-        ROOT / f'configs/hetdpt/deit-b_prune-10l_{mode}_cifar100.py')
+        ROOT / f'configs/hetdpt/deit-b_prune-10l_{mode}_cifar100.py'
+    )
     # The recipe as written, on a narrow 12-block ViT, one step of 4 images.
-    cfg.model.backbone.update(arch=TINY, init_cfg=dict(
-        type='Pretrained', checkpoint=str(tmp_path / 'merged.pth')))
+    cfg.model.backbone.update(
+        arch=TINY,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(tmp_path / 'merged.pth')
+        ),
+    )
     cfg.model.head.in_channels = TINY['embed_dims']
-    cfg.train_dataloader.update(batch_size=4, num_workers=0,
-                                persistent_workers=False)
+    cfg.train_dataloader.update(
+        batch_size=4, num_workers=0, persistent_workers=False
+    )
     cfg.train_cfg.update(max_epochs=1, val_interval=10)
     cfg.param_scheduler = None
     cfg.work_dir = str(tmp_path / 'work_dir')
@@ -204,8 +251,13 @@ def test_cifar100_transfer_configs_train_one_step(mode, tmp_path, monkeypatch,
     trained = model.state_dict()
     # init_weights ran inside train(): compare with the loaded file.
     start = torch.load(tmp_path / 'merged.pth')['state_dict']
-    changed = {k for k, v in start.items() if k in trained and
-               v.dtype.is_floating_point and not torch.equal(v, trained[k])}
+    changed = {
+        k
+        for k, v in start.items()
+        if k in trained
+        and v.dtype.is_floating_point
+        and not torch.equal(v, trained[k])
+    }
     assert model.head.layers.head.weight.abs().sum() > 0
     if mode == 'linear-probe':
         assert not changed

@@ -17,6 +17,7 @@ module taking the backbone's features set to the embedding width
 (docs/user_guides/hetdpt_plus.md); the backbone's widths come from the
 checkpoint.
 """
+
 import copy
 import os
 from dataclasses import dataclass
@@ -45,9 +46,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / 'configs/demo'
 #: A spec of the 6-block demo ViT with blocks of all four kinds.
 DEMO_SPEC = PruneSpec(6, attn_removed=[0, 3, 4], act_removed=[2, 4, 5])
-VIT_CONFIGS = dict(det=DEMO / 'detr_hetdpt_demo.py',
-                   seg=DEMO / 'upernet_hetdpt_demo.py',
-                   cls=DEMO / 'vit-demo_digits.py')
+VIT_CONFIGS = dict(
+    det=DEMO / 'detr_hetdpt_demo.py',
+    seg=DEMO / 'upernet_hetdpt_demo.py',
+    cls=DEMO / 'vit-demo_digits.py',
+)
 
 
 @dataclass
@@ -66,22 +69,31 @@ VARIANTS = {
     'depth+width': Variant('vit', VIT_CONFIGS, DEMO_SPEC, width_ratio=0.3),
     # 8 blocks over four stages, blocks of all four kinds.
     'swin': Variant(
-        'swin', dict(det=DEMO / 'mask-rcnn_hetdpt-swin_demo.py',
-                     seg=DEMO / 'upernet_hetdpt-swin_demo.py',
-                     cls=DEMO / 'swin-demo_digits.py'),
-        PruneSpec(8, attn_removed=[0, 3, 5], act_removed=[1, 3, 6])),
+        'swin',
+        dict(
+            det=DEMO / 'mask-rcnn_hetdpt-swin_demo.py',
+            seg=DEMO / 'upernet_hetdpt-swin_demo.py',
+            cls=DEMO / 'swin-demo_digits.py',
+        ),
+        PruneSpec(8, attn_removed=[0, 3, 5], act_removed=[1, 3, 6]),
+    ),
     'layerscale_vit': Variant(
-        'layerscale_vit', dict(seg=DEMO / 'upernet_hetdpt-dinov2_demo.py',
-                               cls=DEMO / 'dinov2-demo_digits.py'),
-        DEMO_SPEC),
+        'layerscale_vit',
+        dict(
+            seg=DEMO / 'upernet_hetdpt-dinov2_demo.py',
+            cls=DEMO / 'dinov2-demo_digits.py',
+        ),
+        DEMO_SPEC,
+    ),
 }
 #: What the training run of each task saves after its one iteration.
 SAVED = dict(det='epoch_1.pth', seg='iter_1.pth', cls='epoch_1.pth')
 
 
 def variants_with(task: str) -> list:
-    return [name for name, variant in VARIANTS.items()
-            if task in variant.configs]
+    return [
+        name for name, variant in VARIANTS.items() if task in variant.configs
+    ]
 
 
 def first_image(pattern: str) -> str:
@@ -110,7 +122,8 @@ class Workspace:
             cfg.model.head.in_channels = width
         else:
             cfg.model.neck.in_channels = [width] * len(
-                cfg.model.neck.in_channels)
+                cfg.model.neck.in_channels
+            )
         return cfg
 
     def loaded_config(self, task: str) -> Config:
@@ -134,21 +147,26 @@ def workspace(request, tmp_path_factory, one_thread):
         make_segmentation('data/demo/ade', num_train=4, num_val=2)
         make_classification('data/demo/cls')
         cfg = Config.fromfile(variant.configs['cls'])
-        cfg.model.backbone.update(prune_spec=variant.spec.to_dict(),
-                                  merged=True)
+        cfg.model.backbone.update(
+            prune_spec=variant.spec.to_dict(), merged=True
+        )
         with DefaultScope.overwrite_default_scope(cfg.default_scope):
             classifier = randomize_(MODELS.build(cfg.model))
         start = dict(state_dict=classifier.state_dict())
         if variant.width_ratio is not None:
-            start, _ = prune_width_checkpoint(start, ratio=variant.width_ratio,
-                                              importance='magnitude')
+            start, _ = prune_width_checkpoint(
+                start, ratio=variant.width_ratio, importance='magnitude'
+            )
         torch.save(start, root / 'merged_cls.pth')
         spec = load_backbone_checkpoint(root / 'merged_cls.pth').record.spec
         assert (spec.widths is None) == (variant.width_ratio is None)
-        checkpoints = {task: train_one_iteration(config, task, root)
-                       for task, config in variant.configs.items()}
-        yield Workspace(root, variant.family, variant.configs, checkpoints,
-                        spec)
+        checkpoints = {
+            task: train_one_iteration(config, task, root)
+            for task, config in variant.configs.items()
+        }
+        yield Workspace(
+            root, variant.family, variant.configs, checkpoints, spec
+        )
     finally:
         os.chdir(cwd)
 
@@ -172,7 +190,8 @@ def train_one_iteration(config: Path, task: str, root: Path) -> Path:
     work_dir = root / f'train_{task}'
     cfg.work_dir = str(work_dir)
     cfg.model.backbone.init_cfg = dict(
-        type='Pretrained', checkpoint=str(root / 'merged_cls.pth'))
+        type='Pretrained', checkpoint=str(root / 'merged_cls.pth')
+    )
     build_runner(cfg).train()
     return work_dir / SAVED[task]
 
@@ -201,6 +220,7 @@ def assert_merged_demo(model, workspace: Workspace) -> None:
 # ------------------------------------------------------------- detection
 def detections(model_or_inferencer, image):
     from mmdet.apis import DetInferencer, inference_detector
+
     if isinstance(model_or_inferencer, DetInferencer):
         result = model_or_inferencer(image, return_datasamples=True)
         sample = result['predictions'][0]
@@ -218,21 +238,25 @@ def assert_same_detections(got, want):
 @pytest.mark.parametrize('workspace', variants_with('det'), indirect=True)
 def test_mmdet_apis_rebuild_the_trained_detector(workspace, tmp_path):
     from mmdet.apis import DetInferencer, init_detector
+
     checkpoint = workspace.checkpoints['det']
     image = first_image('data/demo/coco/val2017/*.jpg')
-    reference = reference_model(workspace.configs['det'], checkpoint,
-                                tmp_path)
+    reference = reference_model(workspace.configs['det'], checkpoint, tmp_path)
     assert_merged_demo(reference, workspace)
     want = detections(reference, image)
 
-    model = init_detector(workspace.config('det'), str(checkpoint),
-                          device='cpu')
+    model = init_detector(
+        workspace.config('det'), str(checkpoint), device='cpu'
+    )
     assert_merged_demo(model, workspace)
     assert_same_detections(detections(model, image), want)
 
-    inferencer = DetInferencer(model=workspace.config('det'),
-                               weights=str(checkpoint), device='cpu',
-                               show_progress=False)
+    inferencer = DetInferencer(
+        model=workspace.config('det'),
+        weights=str(checkpoint),
+        device='cpu',
+        show_progress=False,
+    )
     assert_merged_demo(inferencer.model, workspace)
     assert_same_detections(detections(inferencer, image), want)
 
@@ -240,6 +264,7 @@ def test_mmdet_apis_rebuild_the_trained_detector(workspace, tmp_path):
 # ---------------------------------------------------------- segmentation
 def segmentation_logits(model_or_inferencer, image):
     from mmseg.apis import MMSegInferencer, inference_model
+
     if isinstance(model_or_inferencer, MMSegInferencer):
         sample = model_or_inferencer(image, return_datasamples=True)
     else:
@@ -250,56 +275,64 @@ def segmentation_logits(model_or_inferencer, image):
 @pytest.mark.parametrize('workspace', variants_with('seg'), indirect=True)
 def test_mmseg_apis_rebuild_the_trained_segmentor(workspace, tmp_path):
     from mmseg.apis import MMSegInferencer, init_model
+
     checkpoint = workspace.checkpoints['seg']
     image = first_image('data/demo/ade/images/validation/*.jpg')
-    reference = reference_model(workspace.configs['seg'], checkpoint,
-                                tmp_path)
+    reference = reference_model(workspace.configs['seg'], checkpoint, tmp_path)
     assert_merged_demo(reference, workspace)
     want = segmentation_logits(reference, image)
 
-    model = init_model(workspace.config('seg'), str(checkpoint),
-                       device='cpu')
+    model = init_model(workspace.config('seg'), str(checkpoint), device='cpu')
     assert_merged_demo(model, workspace)
-    torch.testing.assert_close(segmentation_logits(model, image), want,
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        segmentation_logits(model, image), want, atol=1e-4, rtol=1e-4
+    )
 
-    inferencer = MMSegInferencer(model=workspace.config('seg'),
-                                 weights=str(checkpoint), device='cpu')
+    inferencer = MMSegInferencer(
+        model=workspace.config('seg'), weights=str(checkpoint), device='cpu'
+    )
     assert_merged_demo(inferencer.model, workspace)
-    torch.testing.assert_close(segmentation_logits(inferencer, image), want,
-                               atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        segmentation_logits(inferencer, image), want, atol=1e-4, rtol=1e-4
+    )
 
 
 # -------------------------------------------------------- classification
 def class_scores(model_or_inferencer, image):
     from mmpretrain.apis import ImageClassificationInferencer
+
     if not isinstance(model_or_inferencer, ImageClassificationInferencer):
         model_or_inferencer = ImageClassificationInferencer(
-            model_or_inferencer, device='cpu')
+            model_or_inferencer, device='cpu'
+        )
     return torch.as_tensor(model_or_inferencer(image)[0]['pred_scores'])
 
 
 @pytest.mark.parametrize('workspace', variants_with('cls'), indirect=True)
 def test_mmpretrain_apis_rebuild_the_trained_classifier(workspace, tmp_path):
     from mmpretrain.apis import ImageClassificationInferencer, get_model
+
     checkpoint = workspace.checkpoints['cls']
     image = first_image('data/demo/cls/val/*/*.png')
-    reference = reference_model(workspace.configs['cls'], checkpoint,
-                                tmp_path)
+    reference = reference_model(workspace.configs['cls'], checkpoint, tmp_path)
     assert_merged_demo(reference, workspace)
     want = class_scores(reference, image)
 
-    model = get_model(workspace.config('cls'), pretrained=str(checkpoint),
-                      device='cpu')
+    model = get_model(
+        workspace.config('cls'), pretrained=str(checkpoint), device='cpu'
+    )
     assert_merged_demo(model, workspace)
-    torch.testing.assert_close(class_scores(model, image), want, atol=1e-5,
-                               rtol=1e-4)
+    torch.testing.assert_close(
+        class_scores(model, image), want, atol=1e-5, rtol=1e-4
+    )
 
     inferencer = ImageClassificationInferencer(
-        workspace.config('cls'), pretrained=str(checkpoint), device='cpu')
+        workspace.config('cls'), pretrained=str(checkpoint), device='cpu'
+    )
     assert_merged_demo(inferencer.model, workspace)
-    torch.testing.assert_close(class_scores(inferencer, image), want,
-                               atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(
+        class_scores(inferencer, image), want, atol=1e-5, rtol=1e-4
+    )
 
 
 # ------------------------------------------------- mmengine loading paths
@@ -312,8 +345,7 @@ def test_load_checkpoint_and_resume_rebuild_the_backbone(workspace, tmp_path):
 
 def check_load_checkpoint_and_resume(workspace, task, tmp_path):
     checkpoint = workspace.checkpoints[task]
-    reference = reference_model(workspace.configs[task], checkpoint,
-                                tmp_path)
+    reference = reference_model(workspace.configs[task], checkpoint, tmp_path)
     cfg = workspace.loaded_config(task)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         model = MODELS.build(copy.deepcopy(cfg.model))
@@ -332,14 +364,13 @@ def check_load_checkpoint_and_resume(workspace, task, tmp_path):
     runner.train()
     assert_merged_demo(runner.model, workspace)
     for key, value in reference.state_dict().items():
-        assert torch.equal(runner.model.state_dict()[key], value), (task,
-                                                                     key)
+        assert torch.equal(runner.model.state_dict()[key], value), (task, key)
 
 
-@pytest.mark.parametrize('workspace', ['depth', 'depth+width'],
-                         indirect=True)
+@pytest.mark.parametrize('workspace', ['depth', 'depth+width'], indirect=True)
 def test_a_given_structure_that_differs_is_an_error_naming_both(workspace):
     from mmdet.apis import init_detector
+
     cfg = workspace.loaded_config('det')
     cfg.model.backbone.update(prune_spec=dict(attn_removed=[1]), merged=True)
     with pytest.raises(StateDictMismatch) as error:
@@ -355,10 +386,15 @@ def test_an_absent_init_cfg_checkpoint_waits_for_loaded_weights(tmp_path):
     names the file (a run never starts silently from random weights)."""
     from hetdpt_mm.checkpoint import CheckpointError
     from hetdpt_mm.models import HetDPTViT
+
     arch = dict(embed_dims=32, num_layers=2, num_heads=2)
     absent = str(tmp_path / 'absent.pth')
-    backbone = HetDPTViT(arch, img_size=32, patch_size=8,
-                         init_cfg=dict(type='Pretrained', checkpoint=absent))
+    backbone = HetDPTViT(
+        arch,
+        img_size=32,
+        patch_size=8,
+        init_cfg=dict(type='Pretrained', checkpoint=absent),
+    )
     backbone.init_weights()
     image = torch.zeros(1, 3, 32, 32)
     with pytest.raises(CheckpointError, match=f'{absent} does not exist'):

@@ -1,5 +1,6 @@
 """Model Accuracy Predictor (MAP), allocation, latency-aware allocation and
 the tools/fit_map.py command line."""
+
 import json
 import subprocess
 import sys
@@ -43,20 +44,26 @@ def write(path, text):
 
 # ---------------------------------------------------------------- fitting --
 
+
 def test_exact_polynomial_is_recovered():
     true = dict(zip(polynomial_terms(2), [60.0, 12.0, 8.0, -3.0, 5.0, -2.0]))
     grid = np.linspace(0.5, 1.0, 5)
-    points = [(a, t, sum(c * a**i * t**j for (i, j), c in true.items()))
-              for a in grid for t in grid]
+    points = [
+        (a, t, sum(c * a**i * t**j for (i, j), c in true.items()))
+        for a in grid
+        for t in grid
+    ]
     fit = fit_map(points, degrees=(1, 2, 3))
     by_degree = {s.degree: s for s in fit.scores}
     assert by_degree[2].cv_rmse < 1e-8 and by_degree[1].cv_rmse > 1e-3
     exact = fit_map(points, degrees=(2,))
-    np.testing.assert_allclose(exact.coefficients, list(true.values()),
-                               atol=1e-8)
+    np.testing.assert_allclose(
+        exact.coefficients, list(true.values()), atol=1e-8
+    )
     assert exact.term_names == ['1', 'a', 't', 'a^2', 'a*t', 't^2']
     assert exact.predict(0.7, 0.9) == pytest.approx(
-        sum(c * 0.7**i * 0.9**j for (i, j), c in true.items()))
+        sum(c * 0.7**i * 0.9**j for (i, j), c in true.items())
+    )
     assert exact.predict(grid, grid[::-1]).shape == (5,)
 
 
@@ -110,14 +117,20 @@ def test_fit_round_trips_through_json(paper_fit):
 
 
 def test_data_hull_flags_extrapolation(paper_fit):
-    inside = paper_fit.in_data_hull([0.9, 1.0, 11 / 12, 0.7, 0.6],
-                                    [0.9, 7 / 12, 1.0, 0.7, 0.95])
+    inside = paper_fit.in_data_hull(
+        [0.9, 1.0, 11 / 12, 0.7, 0.6], [0.9, 7 / 12, 1.0, 0.7, 0.95]
+    )
     assert inside.tolist() == [True, True, True, False, False]
     assert sorted(map(tuple, paper_fit.hull_vertices.tolist())) == [
-        (0.58, 1.0), (0.75, 0.75), (1.0, 0.58), (1.0, 1.0)]
+        (0.58, 1.0),
+        (0.75, 0.75),
+        (1.0, 0.58),
+        (1.0, 1.0),
+    ]
     on_a_line = paper_fit.to_dict()
-    on_a_line['points'] = [{'a': 1.0, 't': t, 'accuracy': 80.0}
-                           for t in (0.5, 0.7, 0.9)]
+    on_a_line['points'] = [
+        {'a': 1.0, 't': t, 'accuracy': 80.0} for t in (0.5, 0.7, 0.9)
+    ]
     with pytest.raises(ValueError, match='must not all lie on one line'):
         MAPFit.from_dict(on_a_line)
 
@@ -126,12 +139,14 @@ def test_too_few_points_and_rank_deficiency():
     four = [(1.0, 1.0, 80), (0.9, 1.0, 79), (1.0, 0.9, 78), (0.9, 0.9, 77)]
     with pytest.raises(ValueError, match='needs at least 5 points'):
         fit_map(four)
-    with pytest.raises(ValueError, match='needs at least 8 points to fit '
-                       'degree 2'):
+    with pytest.raises(
+        ValueError, match='needs at least 8 points to fit degree 2'
+    ):
         fit_map((four + four)[:7], degrees=(2, 3))
     one_line = [(1.0, t, 70 + 10 * t) for t in (0.5, 0.6, 0.7, 0.8, 0.9)]
-    with pytest.raises(ValueError, match='rank-deficient: the points '
-                       'determine only 2 of 3'):
+    with pytest.raises(
+        ValueError, match='rank-deficient: the points determine only 2 of 3'
+    ):
         fit_map(one_line, degrees=(1,))
     with pytest.raises(ValueError, match='got 4 distinct'):
         fit_map(four + four, degrees=(1,))  # repeats are one point each
@@ -145,8 +160,7 @@ def direct_leave_two_out(X, y):
         for j in range(i + 1, n):
             train = np.ones(n, dtype=bool)
             train[[i, j]] = False
-            theta, _, rank, _ = np.linalg.lstsq(X[train], y[train],
-                                                rcond=None)
+            theta, _, rank, _ = np.linalg.lstsq(X[train], y[train], rcond=None)
             deficient += rank < X.shape[1]
             predictions[[i, j]] += X[[i, j]] @ theta
     return predictions / (n - 1), deficient
@@ -155,6 +169,7 @@ def direct_leave_two_out(X, y):
 @pytest.mark.parametrize('degree', [1, 2, 3])
 def test_closed_form_leave_two_out_equals_one_fit_per_fold(degree):
     from hetdpt_mm.pruning.map.fit import _design_matrix, _leave_two_out
+
     points = load_points(PAPER_POINTS)
     a, t, y = np.array([(p.a, p.t, p.accuracy) for p in points]).T
     X = _design_matrix(a, t, polynomial_terms(degree))
@@ -167,82 +182,159 @@ def test_closed_form_leave_two_out_equals_one_fit_per_fold(degree):
 def test_many_points_are_fast_and_too_many_are_refused():
     rng = np.random.default_rng(0)
     a, t = rng.uniform(0.3, 1, (2, 2000))
-    points = [MAPPoint(x, y, 60 + 20 * x + 15 * y - 10 * x * y)
-              for x, y in zip(a, t)]
+    points = [
+        MAPPoint(x, y, 60 + 20 * x + 15 * y - 10 * x * y) for x, y in zip(a, t)
+    ]
     fit = fit_map(points, degrees=(1, 2))  # 2 million folds, ~1 s
     assert fit.degree == 2 and fit.cv_rmse < 1e-9
     more = points + [MAPPoint(0.25, 0.25, 70.0)]
     with pytest.raises(ValueError, match='2001 distinct .* capped at 2000'):
-        fit_map(more, degrees=(1, ))
+        fit_map(more, degrees=(1,))
 
 
 def test_repeated_points_are_averaged(fit_map_tool, tmp_path, capsys):
     text = PAPER_POINTS.read_text()
     rows = text.splitlines()
-    repeated = write(tmp_path / 'points.csv', '\n'.join(
-        rows + ['1.00,1.00,81.60', '1.00,1.00,82.00']) + '\n')
+    repeated = write(
+        tmp_path / 'points.csv',
+        '\n'.join(rows + ['1.00,1.00,81.60', '1.00,1.00,82.00']) + '\n',
+    )
     fit = fit_map(load_points(repeated))
     assert len(fit.points) == 16
     assert MAPPoint(1.0, 1.0, pytest.approx(81.8)) in fit.points
     assert fit.coefficients == pytest.approx(
-        fit_map(load_points(PAPER_POINTS)).coefficients, abs=1e-9)
+        fit_map(load_points(PAPER_POINTS)).coefficients, abs=1e-9
+    )
     assert fit_map_tool.main([str(repeated), '--depth', '12']) == 0
-    assert '2 rows repeat the (a, t) of another row: their accuracies are ' \
+    assert (
+        '2 rows repeat the (a, t) of another row: their accuracies are '
         'averaged, 16 distinct points' in capsys.readouterr().out
+    )
 
 
 # ------------------------------------------------------------- allocation --
 
-@pytest.mark.parametrize('budget, bounds, expected, best', [
-    (3, 'full', [(0, 3, 79.178), (1, 2, 79.733), (2, 1, 79.967),
-                 (3, 0, 79.879)], (2, 1)),
-    (3, 'paper', [(1, 2, 79.733), (2, 1, 79.967)], (2, 1)),
-    (8, 'full', [(0, 8, 71.562), (1, 7, 72.640), (2, 6, 73.397),
-                 (3, 5, 73.832), (4, 4, 73.946), (5, 3, 73.738),
-                 (6, 2, 73.208), (7, 1, 72.356), (8, 0, 71.183)], (4, 4)),
-    (8, 'paper', [(1, 7, 72.640), (2, 6, 73.397), (3, 5, 73.832),
-                  (4, 4, 73.946), (5, 3, 73.738), (6, 2, 73.208),
-                  (7, 1, 72.356)], (4, 4)),
-    (10, 'full', [(0, 10, 67.377), (1, 9, 68.665), (2, 8, 69.631),
-                  (3, 7, 70.276), (4, 6, 70.599), (5, 5, 70.600),
-                  (6, 4, 70.279), (7, 3, 69.637), (8, 2, 68.673),
-                  (9, 1, 67.388), (10, 0, 65.780)], (5, 5)),
-    (10, 'paper', [(1, 9, 68.665), (2, 8, 69.631), (3, 7, 70.276),
-                   (4, 6, 70.599), (5, 5, 70.600), (6, 4, 70.279),
-                   (7, 3, 69.637), (8, 2, 68.673), (9, 1, 67.388)], (5, 5)),
-])
+
+@pytest.mark.parametrize(
+    'budget, bounds, expected, best',
+    [
+        (
+            3,
+            'full',
+            [(0, 3, 79.178), (1, 2, 79.733), (2, 1, 79.967), (3, 0, 79.879)],
+            (2, 1),
+        ),
+        (3, 'paper', [(1, 2, 79.733), (2, 1, 79.967)], (2, 1)),
+        (
+            8,
+            'full',
+            [
+                (0, 8, 71.562),
+                (1, 7, 72.640),
+                (2, 6, 73.397),
+                (3, 5, 73.832),
+                (4, 4, 73.946),
+                (5, 3, 73.738),
+                (6, 2, 73.208),
+                (7, 1, 72.356),
+                (8, 0, 71.183),
+            ],
+            (4, 4),
+        ),
+        (
+            8,
+            'paper',
+            [
+                (1, 7, 72.640),
+                (2, 6, 73.397),
+                (3, 5, 73.832),
+                (4, 4, 73.946),
+                (5, 3, 73.738),
+                (6, 2, 73.208),
+                (7, 1, 72.356),
+            ],
+            (4, 4),
+        ),
+        (
+            10,
+            'full',
+            [
+                (0, 10, 67.377),
+                (1, 9, 68.665),
+                (2, 8, 69.631),
+                (3, 7, 70.276),
+                (4, 6, 70.599),
+                (5, 5, 70.600),
+                (6, 4, 70.279),
+                (7, 3, 69.637),
+                (8, 2, 68.673),
+                (9, 1, 67.388),
+                (10, 0, 65.780),
+            ],
+            (5, 5),
+        ),
+        (
+            10,
+            'paper',
+            [
+                (1, 9, 68.665),
+                (2, 8, 69.631),
+                (3, 7, 70.276),
+                (4, 6, 70.599),
+                (5, 5, 70.600),
+                (6, 4, 70.279),
+                (7, 3, 69.637),
+                (8, 2, 68.673),
+                (9, 1, 67.388),
+            ],
+            (5, 5),
+        ),
+    ],
+)
 def test_paper_allocations(paper_fit, budget, bounds, expected, best):
     allocation = allocate(paper_fit, budget, 12, bounds)
     lo, hi = {'full': (0, 12), 'paper': (1, 11)}[bounds]
-    rows = [(c.n_attn, c.n_act, round(c.predicted_accuracy, 3))
-            for c in allocation.candidates]
+    rows = [
+        (c.n_attn, c.n_act, round(c.predicted_accuracy, 3))
+        for c in allocation.candidates
+    ]
     assert rows == expected
     for c in allocation.candidates:
         assert c.n_attn + c.n_act == budget and lo <= c.n_attn <= hi
         assert lo <= c.n_act <= hi
-        assert (c.a, c.t) == pytest.approx(((12 - c.n_attn) / 12,
-                                            (12 - c.n_act) / 12))
+        assert (c.a, c.t) == pytest.approx(
+            ((12 - c.n_attn) / 12, (12 - c.n_act) / 12)
+        )
     assert (allocation.n_attn, allocation.n_act) == best
-    assert allocation.best == max(allocation.candidates,
-                                  key=lambda c: c.predicted_accuracy)
+    assert allocation.best == max(
+        allocation.candidates, key=lambda c: c.predicted_accuracy
+    )
     # The paper's 16 points stop at a + t = 1.5: budgets 8 and 10 are
     # extrapolated everywhere, budget 3 nowhere.
     assert {c.extrapolated for c in allocation.candidates} == {budget > 3}
     assert '*' in allocation.format_table()
 
 
-@pytest.mark.parametrize('kwargs, message', [
-    (dict(budget=25), 'budget 25 exceeds the 24 removable layers'),
-    (dict(budget=-1), 'budget must be >= 0'),
-    (dict(budget=2.5), 'budget must be an integer'),
-    (dict(budget=0, bounds='paper'), r'no feasible allocation of budget 0 '
-     r'with each count in \[1, 11\]'),
-    (dict(budget=23, bounds='paper'), 'between 2 and 22'),
-    (dict(budget=4, bounds=(3, 2)), r'bounds \(3, 2\) must satisfy'),
-    (dict(budget=4, bounds='wide'), 'bounds must be "full", "paper"'),
-    (dict(budget=4, depth=0),
-     'depth must be a number of blocks from 1 to 1024'),
-])
+@pytest.mark.parametrize(
+    'kwargs, message',
+    [
+        (dict(budget=25), 'budget 25 exceeds the 24 removable layers'),
+        (dict(budget=-1), 'budget must be >= 0'),
+        (dict(budget=2.5), 'budget must be an integer'),
+        (
+            dict(budget=0, bounds='paper'),
+            r'no feasible allocation of budget 0 '
+            r'with each count in \[1, 11\]',
+        ),
+        (dict(budget=23, bounds='paper'), 'between 2 and 22'),
+        (dict(budget=4, bounds=(3, 2)), r'bounds \(3, 2\) must satisfy'),
+        (dict(budget=4, bounds='wide'), 'bounds must be "full", "paper"'),
+        (
+            dict(budget=4, depth=0),
+            'depth must be a number of blocks from 1 to 1024',
+        ),
+    ],
+)
 def test_allocate_rejects_bad_requests(paper_fit, kwargs, message):
     kwargs = {'depth': 12, **kwargs}
     with pytest.raises(ValueError, match=message):
@@ -252,10 +344,14 @@ def test_allocate_rejects_bad_requests(paper_fit, kwargs, message):
 def test_explicit_bounds(paper_fit):
     allocation = allocate(paper_fit, 8, 12, bounds=(3, 5))
     assert [(c.n_attn, c.n_act) for c in allocation.candidates] == [
-        (3, 5), (4, 4), (5, 3)]
+        (3, 5),
+        (4, 4),
+        (5, 3),
+    ]
 
 
 # ---------------------------------------------------------- latency-aware --
+
 
 def test_analytic_cost_counts_macs():
     low = AnalyticCost.from_arch('deit-base', img_size=(224, 224))
@@ -266,8 +362,9 @@ def test_analytic_cost_counts_macs():
     assert low.ffn_macs == 8 * n * d * d
     assert low.merged_ffn_macs == n * d * d
     patch_embed = 196 * 3 * 16 * 16 * d
-    assert low.total(0, 0) == patch_embed + 12 * (low.attention_macs
-                                                  + low.ffn_macs)
+    assert low.total(0, 0) == patch_embed + 12 * (
+        low.attention_macs + low.ffn_macs
+    )
     assert low.total(0, 0) / 1e9 == pytest.approx(17.56, abs=0.01)
     # Attention grows with N^2: it dominates at detection resolution, so
     # removing one attention is worth more there and merging one FFN less.
@@ -285,10 +382,13 @@ def test_analytic_cost_counts_macs():
         AnalyticCost(embed_dim=100, num_heads=3)
 
 
-@pytest.mark.parametrize('img_size, expected', [
-    ((224, 224), {1.3: (0, 5), 1.5: (2, 6), 1.8: (1, 9)}),
-    ((800, 1216), {1.3: (4, 1), 1.5: (6, 1), 1.8: (8, 1)}),
-])
+@pytest.mark.parametrize(
+    'img_size, expected',
+    [
+        ((224, 224), {1.3: (0, 5), 1.5: (2, 6), 1.8: (1, 9)}),
+        ((800, 1216), {1.3: (4, 1), 1.5: (6, 1), 1.8: (8, 1)}),
+    ],
+)
 def test_allocate_for_speedup(paper_fit, img_size, expected):
     cost = AnalyticCost.from_arch('deit-base', img_size=img_size)
     for target, pair in expected.items():
@@ -297,7 +397,8 @@ def test_allocate_for_speedup(paper_fit, img_size, expected):
         assert result.best.speedup >= target
         assert all(c.speedup >= target for c in result.feasible)
         assert result.best.predicted_accuracy == max(
-            c.predicted_accuracy for c in result.feasible)
+            c.predicted_accuracy for c in result.feasible
+        )
         assert len(result.candidates) == 13 * 13
 
 
@@ -307,18 +408,23 @@ def test_allocate_for_accuracy_and_infeasible_targets(paper_fit):
     assert (result.best.n_attn, result.best.n_act) == (1, 3)
     assert result.best.speedup == pytest.approx(1.203, abs=1e-3)
     assert result.best.speedup == max(c.speedup for c in result.feasible)
-    with pytest.raises(ValueError, match='no allocation reaches a 15x '
-                       'speedup .* the fastest is 11.6'):
+    with pytest.raises(
+        ValueError,
+        match='no allocation reaches a 15x speedup .* the fastest is 11.6',
+    ):
         allocate_for_speedup(paper_fit, 12, cost, 15.0)
-    with pytest.raises(ValueError, match='no allocation is predicted to '
-                       'reach accuracy 99'):
+    with pytest.raises(
+        ValueError, match='no allocation is predicted to reach accuracy 99'
+    ):
         allocate_for_accuracy(paper_fit, 12, cost, 99.0)
     with pytest.raises(ValueError, match='cost model is for depth 12'):
         allocate_for_speedup(paper_fit, 6, cost, 1.2)
     front = pareto_front(evaluate_cost_candidates(paper_fit, 12, cost))
     assert [c.speedup for c in front] == sorted(c.speedup for c in front)
-    assert all(x.predicted_accuracy > y.predicted_accuracy
-               for x, y in zip(front, front[1:]))
+    assert all(
+        x.predicted_accuracy > y.predicted_accuracy
+        for x, y in zip(front, front[1:])
+    )
 
 
 def test_smallest_budget_reaching(paper_fit):
@@ -337,19 +443,30 @@ def test_allocation_round_trips_through_json(paper_fit):
     allocation = allocate(paper_fit, 8, 12, 'paper')
     data = json.loads(json.dumps(allocation.to_dict()))
     assert Allocation.from_dict(data) == allocation
-    assert Allocation.from_dict(data).format_table() == \
-        allocation.format_table()
+    assert (
+        Allocation.from_dict(data).format_table() == allocation.format_table()
+    )
     with pytest.raises(ValueError, match='malformed MAP allocation'):
         Allocation.from_dict(dict(data, best=dict(data['best'], n_act=9)))
     with pytest.raises(ValueError, match='malformed MAP allocation'):
-        Allocation.from_dict({key: value for key, value in data.items()
-                              if key != 'candidates'})
+        Allocation.from_dict(
+            {key: value for key, value in data.items() if key != 'candidates'}
+        )
 
 
 def test_measured_cost(tmp_path):
-    path = write(tmp_path / 'cost.json', json.dumps(
-        {'dense_total': 100.0, 'attn': 4.0, 'ffn_saving': 3.0, 'depth': 12,
-         'device': 'H800, fp32, batch 64'}))
+    path = write(
+        tmp_path / 'cost.json',
+        json.dumps(
+            {
+                'dense_total': 100.0,
+                'attn': 4.0,
+                'ffn_saving': 3.0,
+                'depth': 12,
+                'device': 'H800, fp32, batch 64',
+            }
+        ),
+    )
     cost = MeasuredCost.from_json(path)
     assert cost.total(2, 3) == 100 - 8 - 9
     assert cost.speedup(2, 3) == pytest.approx(100 / 83)
@@ -363,57 +480,116 @@ def test_measured_cost(tmp_path):
 
 # ---------------------------------------------------------------- loading --
 
+
 def test_loads_csv_and_json_forms(tmp_path):
-    hook_csv = write(tmp_path / 'hook.csv', (
-        'step,schedule,n_attn,n_act,a,t,accuracy,removed_attn,removed_act\n'
-        '0,interleaved,0,0,1.0,1.0,81.8,,\n'
-        '1,interleaved,1,0,0.9167,1.0,81.3,3,\n'
-        '2,interleaved,1,1,0.92,0.92,80.3,3,7\n'))
+    hook_csv = write(
+        tmp_path / 'hook.csv',
+        (
+            'step,schedule,n_attn,n_act,a,t,accuracy,removed_attn,removed_act\n'
+            '0,interleaved,0,0,1.0,1.0,81.8,,\n'
+            '1,interleaved,1,0,0.9167,1.0,81.3,3,\n'
+            '2,interleaved,1,1,0.92,0.92,80.3,3,7\n'
+        ),
+    )
     points = load_points(hook_csv, depth=12)
     assert points[2] == MAPPoint(a=11 / 12, t=11 / 12, accuracy=80.3)
     # Without depth the ratios are used as written.
     assert load_points(hook_csv)[2] == MAPPoint(0.92, 0.92, 80.3)
-    listed = write(tmp_path / 'p.json', json.dumps(
-        [{'a': 1.0, 't': 0.5, 'acc': 70.0}]))
+    listed = write(
+        tmp_path / 'p.json', json.dumps([{'a': 1.0, 't': 0.5, 'acc': 70.0}])
+    )
     assert load_points(listed) == [MAPPoint(1.0, 0.5, 70.0)]
-    wrapped = write(tmp_path / 'w.json', json.dumps(
-        {'points': [{'n_attn': 3, 'n_act': 0, 'accuracy': 75}]}))
+    wrapped = write(
+        tmp_path / 'w.json',
+        json.dumps({'points': [{'n_attn': 3, 'n_act': 0, 'accuracy': 75}]}),
+    )
     assert load_points(wrapped, depth=12) == [MAPPoint(0.75, 1.0, 75.0)]
 
 
-@pytest.mark.parametrize('name, text, depth, message', [
-    ('empty.csv', '', None, 'empty.csv: file is empty'),
-    ('header.csv', 'a,t,accuracy\n', None, 'no data rows'),
-    ('cols.csv', 'x,y,acc\n1,2,3\n', None,
-     r"no usable columns: need \"accuracy\" \(or \"acc\"\) "
-     r"and either \"a\" and \"t\" .* found \['acc', 'x', 'y'\]"),
-    ('nan.csv', 'a,t,accuracy\n1,1,80\n0.9,1,nan\n', None,
-     r'nan.csv, row 2 \(line 3\): accuracy is nan'),
-    ('inf.csv', 'a,t,accuracy\n1,1,inf\n', None,
-     r'row 1 \(line 2\): accuracy is inf'),
-    ('ratio.csv', 'a,t,accuracy\n1.2,1,80\n', None,
-     r'ratio a=1.2 is outside \[0, 1\]'),
-    ('count.csv', 'n_attn,n_act,accuracy\n13,0,80\n', 12,
-     r'n_attn=13 is outside \[0, 12\]'),
-    ('negative.csv', 'n_attn,n_act,accuracy\n0,-1,80\n', 12,
-     r'n_act=-1 is outside \[0, 12\]'),
-    ('fraction.csv', 'n_attn,n_act,accuracy\n1.5,0,80\n', 12,
-     'n_attn=1.5 is not a whole number'),
-    ('nodepth.csv', 'n_attn,n_act,accuracy\n1,0,80\n', None,
-     'removed counts .* but no depth'),
-    ('text.csv', 'a,t,accuracy\n1,abc,80\n', None,
-     'column "t" value \'abc\' is not a number'),
-    ('missing.csv', 'a,t,accuracy\n1,,80\n', None,
-     'row 1 .*missing value for "t"'),
-    ('mismatch.csv', 'n_attn,n_act,a,t,accuracy\n1,0,0.8,1,80\n', 12,
-     r'a=0.8 disagrees with n_attn=1 at depth 12 '
-     r'\(which gives a=0.9167\)'),
-    ('bad.json', '[{"a": 1, ', None, 'bad.json: not valid JSON'),
-    ('nolist.json', '{"rows": []}', None, 'must have a "points" list'),
-    ('none.json', '[]', None, 'contains no points'),
-    ('bool.json', '[{"a": true, "t": 1, "acc": 80}]', None,
-     r'point 1: column "a" value True is not a number'),
-])
+@pytest.mark.parametrize(
+    'name, text, depth, message',
+    [
+        ('empty.csv', '', None, 'empty.csv: file is empty'),
+        ('header.csv', 'a,t,accuracy\n', None, 'no data rows'),
+        (
+            'cols.csv',
+            'x,y,acc\n1,2,3\n',
+            None,
+            r'no usable columns: need \"accuracy\" \(or \"acc\"\) '
+            r"and either \"a\" and \"t\" .* found \['acc', 'x', 'y'\]",
+        ),
+        (
+            'nan.csv',
+            'a,t,accuracy\n1,1,80\n0.9,1,nan\n',
+            None,
+            r'nan.csv, row 2 \(line 3\): accuracy is nan',
+        ),
+        (
+            'inf.csv',
+            'a,t,accuracy\n1,1,inf\n',
+            None,
+            r'row 1 \(line 2\): accuracy is inf',
+        ),
+        (
+            'ratio.csv',
+            'a,t,accuracy\n1.2,1,80\n',
+            None,
+            r'ratio a=1.2 is outside \[0, 1\]',
+        ),
+        (
+            'count.csv',
+            'n_attn,n_act,accuracy\n13,0,80\n',
+            12,
+            r'n_attn=13 is outside \[0, 12\]',
+        ),
+        (
+            'negative.csv',
+            'n_attn,n_act,accuracy\n0,-1,80\n',
+            12,
+            r'n_act=-1 is outside \[0, 12\]',
+        ),
+        (
+            'fraction.csv',
+            'n_attn,n_act,accuracy\n1.5,0,80\n',
+            12,
+            'n_attn=1.5 is not a whole number',
+        ),
+        (
+            'nodepth.csv',
+            'n_attn,n_act,accuracy\n1,0,80\n',
+            None,
+            'removed counts .* but no depth',
+        ),
+        (
+            'text.csv',
+            'a,t,accuracy\n1,abc,80\n',
+            None,
+            'column "t" value \'abc\' is not a number',
+        ),
+        (
+            'missing.csv',
+            'a,t,accuracy\n1,,80\n',
+            None,
+            'row 1 .*missing value for "t"',
+        ),
+        (
+            'mismatch.csv',
+            'n_attn,n_act,a,t,accuracy\n1,0,0.8,1,80\n',
+            12,
+            r'a=0.8 disagrees with n_attn=1 at depth 12 '
+            r'\(which gives a=0.9167\)',
+        ),
+        ('bad.json', '[{"a": 1, ', None, 'bad.json: not valid JSON'),
+        ('nolist.json', '{"rows": []}', None, 'must have a "points" list'),
+        ('none.json', '[]', None, 'contains no points'),
+        (
+            'bool.json',
+            '[{"a": true, "t": 1, "acc": 80}]',
+            None,
+            r'point 1: column "a" value True is not a number',
+        ),
+    ],
+)
 def test_bad_points_files(tmp_path, name, text, depth, message):
     with pytest.raises(ValueError, match=message):
         load_points(write(tmp_path / name, text), depth=depth)
@@ -426,6 +602,7 @@ def test_missing_points_file(tmp_path):
 
 # -------------------------------------------------------------------- CLI --
 
+
 @pytest.fixture(scope='module')
 def fit_map_tool():
     """tools/fit_map.py as a module, to run its main() in-process (a fresh
@@ -437,13 +614,39 @@ def test_cli_end_to_end(tmp_path):
     plot, saved = tmp_path / 'out' / 'map.png', tmp_path / 'fit.json'
     split = tmp_path / 'allocation.json'
     result = subprocess.run(
-        [sys.executable, str(TOOL), 'tests/data/map_points_paper.csv',
-         '--depth', '12', '--budget', '8', '--bounds', 'both', '--plot',
-         str(plot), '--save-fit', str(saved), '--save-allocation',
-         str(split), '--cost', 'analytic',
-         '--arch', 'deit-base', '--img-size', '800', '1216', '--speedup',
-         '1.5', '--min-accuracy', '78'],
-        cwd=REPO, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(TOOL),
+            'tests/data/map_points_paper.csv',
+            '--depth',
+            '12',
+            '--budget',
+            '8',
+            '--bounds',
+            'both',
+            '--plot',
+            str(plot),
+            '--save-fit',
+            str(saved),
+            '--save-allocation',
+            str(split),
+            '--cost',
+            'analytic',
+            '--arch',
+            'deit-base',
+            '--img-size',
+            '800',
+            '1216',
+            '--speedup',
+            '1.5',
+            '--min-accuracy',
+            '78',
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert 'chosen degree 2: CV MAE 0.4066, CV RMSE 0.4870' in out
@@ -459,11 +662,19 @@ def test_cli_end_to_end(tmp_path):
     assert [p.name for p in plot.parent.iterdir()] == ['map.png']
 
 
-def test_cli_keeps_existing_output_without_force(fit_map_tool, tmp_path,
-                                                 capsys):
+def test_cli_keeps_existing_output_without_force(
+    fit_map_tool, tmp_path, capsys
+):
     plot = write(tmp_path / 'map.png', 'old')
-    args = [str(PAPER_POINTS), '--depth', '12', '--budget', '3', '--plot',
-            str(plot)]
+    args = [
+        str(PAPER_POINTS),
+        '--depth',
+        '12',
+        '--budget',
+        '3',
+        '--plot',
+        str(plot),
+    ]
     assert fit_map_tool.main(args) == 2
     refused = capsys.readouterr()
     assert refused.err.startswith('error: output ')
@@ -474,36 +685,61 @@ def test_cli_keeps_existing_output_without_force(fit_map_tool, tmp_path,
     assert [p.name for p in tmp_path.iterdir()] == ['map.png']
 
 
-@pytest.mark.parametrize('case, message', [
-    ('nan points', 'row 17 (line 18): accuracy is nan'),
-    ('plot over input', 'is the same file as input'),
-    ('speedup without cost', '--speedup and --min-accuracy need --cost'),
-    ('infeasible', 'no allocation reaches a 50x speedup'),
-    ('bad budget', 'budget 30 exceeds the 24 removable layers'),
-    ('bad option', 'argument --depth: invalid int value'),
-    ('mixed units', 'accuracies mix fractions (<= 1, e.g. '),
-    ('huge accuracy', 'row 17 (line 18): accuracy is 1e+308; it must be a '
-     'percentage'),
-    ('huge depth', 'depth must be a number of blocks from 1 to 1024, got '
-     '1000000000'),
-])
-def test_cli_writes_nothing_on_bad_input(fit_map_tool, tmp_path, capsys,
-                                         case, message):
+@pytest.mark.parametrize(
+    'case, message',
+    [
+        ('nan points', 'row 17 (line 18): accuracy is nan'),
+        ('plot over input', 'is the same file as input'),
+        ('speedup without cost', '--speedup and --min-accuracy need --cost'),
+        ('infeasible', 'no allocation reaches a 50x speedup'),
+        ('bad budget', 'budget 30 exceeds the 24 removable layers'),
+        ('bad option', 'argument --depth: invalid int value'),
+        ('mixed units', 'accuracies mix fractions (<= 1, e.g. '),
+        (
+            'huge accuracy',
+            'row 17 (line 18): accuracy is 1e+308; it must be a percentage',
+        ),
+        (
+            'huge depth',
+            'depth must be a number of blocks from 1 to 1024, got 1000000000',
+        ),
+    ],
+)
+def test_cli_writes_nothing_on_bad_input(
+    fit_map_tool, tmp_path, capsys, case, message
+):
     original = PAPER_POINTS.read_text() + {
-        'nan points': '0.5,0.5,nan\n', 'mixed units': '0.5,0.5,0.6\n',
-        'huge accuracy': '0.5,0.5,1e308\n'}.get(case, '')
+        'nan points': '0.5,0.5,nan\n',
+        'mixed units': '0.5,0.5,0.6\n',
+        'huge accuracy': '0.5,0.5,1e308\n',
+    }.get(case, '')
     points = write(tmp_path / 'points.csv', original)
     plot = points if case == 'plot over input' else tmp_path / 'map.png'
-    depth = {'bad option': 'twelve', 'huge depth': '1000000000'}.get(case,
-                                                                    '12')
-    args = [str(points), '--depth', depth,
-            '--budget', '30' if case == 'bad budget' else '8',
-            '--save-fit', str(tmp_path / 'fit.json'), '--plot', str(plot)]
+    depth = {'bad option': 'twelve', 'huge depth': '1000000000'}.get(
+        case, '12'
+    )
+    args = [
+        str(points),
+        '--depth',
+        depth,
+        '--budget',
+        '30' if case == 'bad budget' else '8',
+        '--save-fit',
+        str(tmp_path / 'fit.json'),
+        '--plot',
+        str(plot),
+    ]
     if case == 'speedup without cost':
         args += ['--speedup', '1.5']
     if case == 'infeasible':
-        args += ['--cost', 'analytic', '--arch', 'deit-tiny', '--speedup',
-                 '50']
+        args += [
+            '--cost',
+            'analytic',
+            '--arch',
+            'deit-tiny',
+            '--speedup',
+            '50',
+        ]
     assert fit_map_tool.main(args) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith('error: ') and message in captured.err

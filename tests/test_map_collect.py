@@ -1,4 +1,5 @@
 """MAP data collection: TE score, subset sampler, MAPCollectHook (issue 4)."""
+
 import csv
 import math
 import shutil
@@ -43,15 +44,26 @@ def test_gaussian_entropy_is_sum_of_log_stds():
     signs = torch.tensor([1.0, -1.0] * 50, dtype=torch.float64)[:, None]
     features = means + signs * stds
     assert gaussian_entropy(features) == pytest.approx(
-        float(torch.log(stds).sum()), abs=1e-12)
+        float(torch.log(stds).sum()), abs=1e-12
+    )
     # Scaling every channel by s adds C * log(s); shifting changes nothing.
     assert gaussian_entropy(3 * features + 5) == pytest.approx(
-        gaussian_entropy(features) + 4 * math.log(3), abs=1e-9)
+        gaussian_entropy(features) + 4 * math.log(3), abs=1e-9
+    )
     # Sampled Gaussians estimate the same value.
-    sampled = torch.randn(200_000, 4, generator=torch.Generator().manual_seed(
-        0), dtype=torch.float64) * stds + means
+    sampled = (
+        torch.randn(
+            200_000,
+            4,
+            generator=torch.Generator().manual_seed(0),
+            dtype=torch.float64,
+        )
+        * stds
+        + means
+    )
     assert gaussian_entropy(sampled) == pytest.approx(
-        float(torch.log(stds).sum()), abs=0.02)
+        float(torch.log(stds).sum()), abs=0.02
+    )
 
 
 def test_gaussian_entropy_rejects_bad_shapes():
@@ -62,15 +74,15 @@ def test_gaussian_entropy_rejects_bad_shapes():
 
 
 def tiny_gated_backbone(**kwargs):
-    backbone = HetDPTViT(TINY_ARCH, img_size=32, patch_size=8, gated=True,
-                         **kwargs)
+    backbone = HetDPTViT(
+        TINY_ARCH, img_size=32, patch_size=8, gated=True, **kwargs
+    )
     return randomize_(backbone, std=0.2)
 
 
 def calibration_batches():
     generator = torch.Generator().manual_seed(1)
-    return [torch.randn(16, 3, 32, 32, generator=generator)
-            for _ in range(2)]
+    return [torch.randn(16, 3, 32, 32, generator=generator) for _ in range(2)]
 
 
 @pytest.mark.parametrize('kind,block', [('attn', 2), ('act', 1)])
@@ -86,8 +98,9 @@ def test_te_removes_the_layer_that_changes_the_entropy_least(kind, block):
             backbone.blocks[block].attn.proj.bias.zero_()
         else:
             backbone.blocks[block].mlp.fc2.weight.zero_()
-    backbone.set_spec(dict(act_removed=[3]) if kind == 'attn' else
-                      dict(attn_removed=[0]))
+    backbone.set_spec(
+        dict(act_removed=[3]) if kind == 'attn' else dict(attn_removed=[0])
+    )
     before = backbone.prune_spec
     batches = calibration_batches()
 
@@ -108,8 +121,11 @@ def test_te_removes_the_layer_that_changes_the_entropy_least(kind, block):
     backbone.set_spec(before.with_removed(kind, trial.index))
     removed = gaussian_entropy(class_features(backbone, batches))
     assert trial.score == pytest.approx(abs(removed - base), abs=1e-9)
-    marked = [line for line in selection.format_table().splitlines()
-              if line.endswith('<- removed')]
+    marked = [
+        line
+        for line in selection.format_table().splitlines()
+        if line.endswith('<- removed')
+    ]
     assert len(marked) == 1 and int(marked[0].split()[0]) == block
 
 
@@ -137,16 +153,20 @@ def test_select_subset_is_deterministic_and_validated():
     assert subset != select_subset(100, 25, seed=4)
     assert select_subset(10, 1.0) == list(range(10))
     assert len(select_subset(10, 0.01)) == 1
-    for bad, error in ((0, ValueError), (11, ValueError), (0.0, ValueError),
-                       (1.5, ValueError), ('half', TypeError),
-                       (True, TypeError)):
+    for bad, error in (
+        (0, ValueError),
+        (11, ValueError),
+        (0.0, ValueError),
+        (1.5, ValueError),
+        ('half', TypeError),
+        (True, TypeError),
+    ):
         with pytest.raises(error, match='subset'):
             select_subset(10, bad)
 
 
 def test_subset_sampler_draws_only_its_subset():
-    sampler = SubsetSampler(list(range(50)), subset=0.2, subset_seed=1,
-                            seed=0)
+    sampler = SubsetSampler(list(range(50)), subset=0.2, subset_seed=1, seed=0)
     expected = select_subset(50, 0.2, seed=1)
     assert len(sampler) == 10
     first = list(sampler)
@@ -168,9 +188,14 @@ def run_cfg(work_dir, data_root, hook, max_epochs, gated=True, **overrides):
     pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
 
     def dataset(split, **kwargs):
-        return dict(type='CustomDataset', data_root=data_root,
-                    ann_file=f'meta/{split}.txt', data_prefix=split,
-                    pipeline=pipeline, **kwargs)
+        return dict(
+            type='CustomDataset',
+            data_root=data_root,
+            ann_file=f'meta/{split}.txt',
+            data_prefix=split,
+            pipeline=pipeline,
+            **kwargs,
+        )
 
     cfg = dict(
         default_scope='mmpretrain',
@@ -178,28 +203,55 @@ def run_cfg(work_dir, data_root, hook, max_epochs, gated=True, **overrides):
         work_dir=str(work_dir),
         model=dict(
             type='ImageClassifier',
-            data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10,
-                                   mean=[127.5] * 3, std=[127.5] * 3),
-            backbone=dict(type='HetDPTViT', arch=TINY_ARCH, img_size=32,
-                          patch_size=8, gated=gated),
-            head=dict(type='VisionTransformerClsHead', num_classes=10,
-                      in_channels=TINY_ARCH['embed_dims'])),
+            data_preprocessor=dict(
+                type='ClsDataPreprocessor',
+                num_classes=10,
+                mean=[127.5] * 3,
+                std=[127.5] * 3,
+            ),
+            backbone=dict(
+                type='HetDPTViT',
+                arch=TINY_ARCH,
+                img_size=32,
+                patch_size=8,
+                gated=gated,
+            ),
+            head=dict(
+                type='VisionTransformerClsHead',
+                num_classes=10,
+                in_channels=TINY_ARCH['embed_dims'],
+            ),
+        ),
         train_dataloader=dict(
-            batch_size=8, num_workers=0, dataset=dataset('train'),
-            sampler=dict(type='SubsetSampler', subset=16, shuffle=True)),
+            batch_size=8,
+            num_workers=0,
+            dataset=dataset('train'),
+            sampler=dict(type='SubsetSampler', subset=16, shuffle=True),
+        ),
         val_dataloader=dict(
-            batch_size=64, num_workers=0, dataset=dataset('val', indices=64),
-            sampler=dict(type='DefaultSampler', shuffle=False)),
-        val_evaluator=dict(type='Accuracy', topk=(1, )),
+            batch_size=64,
+            num_workers=0,
+            dataset=dataset('val', indices=64),
+            sampler=dict(type='DefaultSampler', shuffle=False),
+        ),
+        val_evaluator=dict(type='Accuracy', topk=(1,)),
         val_cfg=dict(),
-        train_cfg=dict(by_epoch=True, max_epochs=max_epochs,
-                       val_begin=1_000_000),
+        train_cfg=dict(
+            by_epoch=True, max_epochs=max_epochs, val_begin=1_000_000
+        ),
         optim_wrapper=dict(optimizer=dict(type='AdamW', lr=1e-3)),
         default_hooks=dict(
             logger=dict(type='LoggerHook', interval=1),
-            checkpoint=dict(type='CheckpointHook', interval=1)),
-        custom_hooks=[dict(dict(type='MAPCollectHook', calib_images=32,
-                                calib_batch_size=16), **hook)],
+            checkpoint=dict(type='CheckpointHook', interval=1),
+        ),
+        custom_hooks=[
+            dict(
+                dict(
+                    type='MAPCollectHook', calib_images=32, calib_batch_size=16
+                ),
+                **hook,
+            )
+        ],
         randomness=dict(seed=0),
         env_cfg=dict(dist_cfg=dict(backend='gloo')),
         log_level='WARNING',
@@ -219,15 +271,21 @@ def indices(text):
     return [int(i) for i in text.split()]
 
 
-@pytest.mark.parametrize('schedule,steps', [('attn', 2), ('act', 2),
-                                            ('interleaved', 3)])
-def test_hook_writes_one_point_per_step(tmp_path, digits_root, schedule,
-                                        steps):
+@pytest.mark.parametrize(
+    'schedule,steps', [('attn', 2), ('act', 2), ('interleaved', 3)]
+)
+def test_hook_writes_one_point_per_step(
+    tmp_path, digits_root, schedule, steps
+):
     # More epochs than the steps need: the hook stops training after them.
-    runner = Runner.from_cfg(run_cfg(
-        tmp_path, digits_root, dict(schedule=schedule, interval=1,
-                                    max_removed=steps),
-        max_epochs=steps + 2))
+    runner = Runner.from_cfg(
+        run_cfg(
+            tmp_path,
+            digits_root,
+            dict(schedule=schedule, interval=1, max_removed=steps),
+            max_epochs=steps + 2,
+        )
+    )
     runner.train()
 
     assert runner.epoch == steps
@@ -243,8 +301,9 @@ def test_hook_writes_one_point_per_step(tmp_path, digits_root, schedule,
         assert float(row['a']) == pytest.approx((DEPTH - n_attn) / DEPTH)
         assert float(row['t']) == pytest.approx((DEPTH - n_act) / DEPTH)
         assert 0.0 <= float(row['accuracy']) <= 100.0
-        removed = dict(attn=indices(row['removed_attn']),
-                       act=indices(row['removed_act']))
+        removed = dict(
+            attn=indices(row['removed_attn']), act=indices(row['removed_act'])
+        )
         assert (len(removed['attn']), len(removed['act'])) == (n_attn, n_act)
         for kind in ('attn', 'act'):  # each step adds exactly one layer
             assert set(previous[kind]) <= set(removed[kind])
@@ -255,33 +314,48 @@ def test_hook_writes_one_point_per_step(tmp_path, digits_root, schedule,
     # The last point is the accuracy of the final network on the val set.
     metrics = runner.val_loop.run()
     assert float(rows[-1]['accuracy']) == pytest.approx(
-        metrics['accuracy/top1'], abs=1e-4)
+        metrics['accuracy/top1'], abs=1e-4
+    )
     points = load_points(tmp_path / 'map_points.csv', depth=DEPTH)
     assert [(p.a, p.t) for p in points] == [
-        (float(r['a']), float(r['t'])) for r in rows]
+        (float(r['a']), float(r['t'])) for r in rows
+    ]
 
 
 def test_hook_takes_any_selection_policy_and_schedule(tmp_path, digits_root):
     """The gate scores' policy and a custom pattern, from the config."""
-    hook = dict(schedule=dict(type='cyclic', kinds=['act', 'act', 'attn']),
-                interval=1, max_removed=3, calib_images=None,
-                calib_batch_size=None, selection=dict(type='LowestGateScore'))
-    optim_wrapper = dict(optimizer=dict(type='AdamW', lr=1e-3,
-                                        weight_decay=0.05),
-                         paramwise_cfg=dict(custom_keys={
-                             'hetdpt_score': dict(decay_mult=0.0)}))
-    runner = Runner.from_cfg(run_cfg(tmp_path, digits_root, hook, 3,
-                                     optim_wrapper=optim_wrapper))
+    hook = dict(
+        schedule=dict(type='cyclic', kinds=['act', 'act', 'attn']),
+        interval=1,
+        max_removed=3,
+        calib_images=None,
+        calib_batch_size=None,
+        selection=dict(type='LowestGateScore'),
+    )
+    optim_wrapper = dict(
+        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
+        paramwise_cfg=dict(custom_keys={'hetdpt_score': dict(decay_mult=0.0)}),
+    )
+    runner = Runner.from_cfg(
+        run_cfg(tmp_path, digits_root, hook, 3, optim_wrapper=optim_wrapper)
+    )
     runner.train()
 
     rows = read_rows(tmp_path / 'map_points.csv')
-    assert [(row['schedule'], row['n_attn'], row['n_act']) for row in rows] \
-        == [('act-act-attn', '0', '0'), ('act-act-attn', '0', '1'),
-            ('act-act-attn', '0', '2'), ('act-act-attn', '1', '2')]
-    state = load_checkpoint_file(tmp_path / 'epoch_3.pth')['meta'][
-        STATE_KEY]
+    assert [
+        (row['schedule'], row['n_attn'], row['n_act']) for row in rows
+    ] == [
+        ('act-act-attn', '0', '0'),
+        ('act-act-attn', '0', '1'),
+        ('act-act-attn', '0', '2'),
+        ('act-act-attn', '1', '2'),
+    ]
+    state = load_checkpoint_file(tmp_path / 'epoch_3.pth')['meta'][STATE_KEY]
     assert (state['version'], state['selection'], state['schedule']) == (
-        2, 'LowestGateScore', 'act-act-attn')
+        2,
+        'LowestGateScore',
+        'act-act-attn',
+    )
     assert [kind for kind, _ in state['removed']] == ['act', 'act', 'attn']
 
 
@@ -292,32 +366,54 @@ def test_resume_neither_duplicates_nor_loses_points(tmp_path, digits_root):
     complete = read_rows(work_dir / 'map_points.csv')
     assert len(complete) == 3
     checkpoints = tmp_path / 'checkpoints'
-    shutil.copytree(work_dir, checkpoints,
-                    ignore=shutil.ignore_patterns('2*'))  # not the logs
+    shutil.copytree(
+        work_dir, checkpoints, ignore=shutil.ignore_patterns('2*')
+    )  # not the logs
 
     # Epoch 3 is inside step 2, epoch 2 ends step 1; either way the points
     # file holds the point of step 2 that the checkpoint does not know of
     # (as after a crash right after writing it): it must be replaced.
     for epoch in (3, 2):
-        runner = Runner.from_cfg(run_cfg(
-            work_dir, digits_root, hook, 4, resume=True,
-            load_from=str(checkpoints / f'epoch_{epoch}.pth')))
+        runner = Runner.from_cfg(
+            run_cfg(
+                work_dir,
+                digits_root,
+                hook,
+                4,
+                resume=True,
+                load_from=str(checkpoints / f'epoch_{epoch}.pth'),
+            )
+        )
         runner.train()
         assert runner.epoch == 4
         assert read_rows(work_dir / 'map_points.csv') == complete
 
     # Resuming a finished collection trains no further.
-    runner = Runner.from_cfg(run_cfg(
-        work_dir, digits_root, hook, 4, resume=True,
-        load_from=str(checkpoints / 'epoch_4.pth')))
+    runner = Runner.from_cfg(
+        run_cfg(
+            work_dir,
+            digits_root,
+            hook,
+            4,
+            resume=True,
+            load_from=str(checkpoints / 'epoch_4.pth'),
+        )
+    )
     runner.train()
     assert runner.epoch == 4
     assert read_rows(work_dir / 'map_points.csv') == complete
 
     # A resume must keep the schedule it was collected with.
-    runner = Runner.from_cfg(run_cfg(
-        work_dir, digits_root, dict(hook, schedule='act'), 4, resume=True,
-        load_from=str(checkpoints / 'epoch_2.pth')))
+    runner = Runner.from_cfg(
+        run_cfg(
+            work_dir,
+            digits_root,
+            dict(hook, schedule='act'),
+            4,
+            resume=True,
+            load_from=str(checkpoints / 'epoch_2.pth'),
+        )
+    )
     with pytest.raises(ValueError, match="schedule='interleaved'"):
         runner.train()
 
@@ -331,23 +427,53 @@ def test_hook_arguments_are_validated():
         MAPCollectHook(max_removed=1.5)
 
 
-@pytest.mark.parametrize('hook,max_epochs,overrides,error,message', [
-    (dict(schedule='act', interval=2, max_removed=3), 5, {}, ValueError,
-     r'3 steps of 2 epochs need train_cfg.max_epochs >= 6, got 5'),
-    (dict(schedule='attn', interval=1, max_removed=5), 5, {}, ValueError,
-     r'removes 5 attention layers, but only 4 are present'),
-    (dict(schedule='attn', interval=3), 2, {}, ValueError,
-     r'no step fits: train_cfg.max_epochs=2, interval=3'),
-    (dict(schedule='attn'), 2, dict(gated=False), TypeError,
-     r"needs backbone=dict\(type='HetDPTViT', gated=True.*pruned form"),
-    (dict(schedule='attn', calib_images=5000), 2, {}, ValueError,
-     r'calib_images=5000 but the calibration dataset has 1438 images'),
-])
+@pytest.mark.parametrize(
+    'hook,max_epochs,overrides,error,message',
+    [
+        (
+            dict(schedule='act', interval=2, max_removed=3),
+            5,
+            {},
+            ValueError,
+            r'3 steps of 2 epochs need train_cfg.max_epochs >= 6, got 5',
+        ),
+        (
+            dict(schedule='attn', interval=1, max_removed=5),
+            5,
+            {},
+            ValueError,
+            r'removes 5 attention layers, but only 4 are present',
+        ),
+        (
+            dict(schedule='attn', interval=3),
+            2,
+            {},
+            ValueError,
+            r'no step fits: train_cfg.max_epochs=2, interval=3',
+        ),
+        (
+            dict(schedule='attn'),
+            2,
+            dict(gated=False),
+            TypeError,
+            r"needs backbone=dict\(type='HetDPTViT', gated=True.*pruned form",
+        ),
+        (
+            dict(schedule='attn', calib_images=5000),
+            2,
+            {},
+            ValueError,
+            r'calib_images=5000 but the calibration dataset has 1438 images',
+        ),
+    ],
+)
 def test_bad_configs_fail_before_any_point_is_written(
-        tmp_path, digits_root, hook, max_epochs, overrides, error, message):
+    tmp_path, digits_root, hook, max_epochs, overrides, error, message
+):
     hook = dict(dict(interval=1), **hook)
-    runner = Runner.from_cfg(run_cfg(tmp_path, digits_root, hook, max_epochs,
-                                     **overrides))
+    runner = Runner.from_cfg(
+        run_cfg(tmp_path, digits_root, hook, max_epochs, **overrides)
+    )
     with pytest.raises(error, match=message):
         runner.train()
     assert not (tmp_path / 'map_points.csv').exists()
@@ -355,16 +481,16 @@ def test_bad_configs_fail_before_any_point_is_written(
 
 def test_existing_points_are_not_overwritten(tmp_path, digits_root):
     (tmp_path / 'map_points.csv').write_text('earlier run\n')
-    runner = Runner.from_cfg(run_cfg(
-        tmp_path, digits_root, dict(schedule='attn', interval=1), 1))
+    runner = Runner.from_cfg(
+        run_cfg(tmp_path, digits_root, dict(schedule='attn', interval=1), 1)
+    )
     with pytest.raises(FileExistsError, match='--resume'):
         runner.train()
     assert (tmp_path / 'map_points.csv').read_text() == 'earlier run\n'
 
 
 def test_iteration_based_runs_are_rejected(tmp_path, digits_root):
-    cfg = run_cfg(tmp_path, digits_root, dict(schedule='attn', interval=1),
-                  1)
+    cfg = run_cfg(tmp_path, digits_root, dict(schedule='attn', interval=1), 1)
     cfg.train_cfg = dict(by_epoch=False, max_iters=2)
     with pytest.raises(TypeError, match='epoch based train loop'):
         Runner.from_cfg(cfg).train()
@@ -376,20 +502,33 @@ def test_iteration_based_runs_are_rejected(tmp_path, digits_root):
 SWIN_ARCH = dict(embed_dims=16, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
 SWIN_CLASSIFIER = dict(
     type='ImageClassifier',
-    data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10,
-                           mean=[127.5] * 3, std=[127.5] * 3),
-    backbone=dict(type='HetDPTSwin', arch=SWIN_ARCH, window_size=4,
-                  out_indices=(3, ), gated=True, drop_path_rate=0.),
+    data_preprocessor=dict(
+        type='ClsDataPreprocessor',
+        num_classes=10,
+        mean=[127.5] * 3,
+        std=[127.5] * 3,
+    ),
+    backbone=dict(
+        type='HetDPTSwin',
+        arch=SWIN_ARCH,
+        window_size=4,
+        out_indices=(3,),
+        gated=True,
+        drop_path_rate=0.0,
+    ),
     neck=dict(type='GlobalAveragePooling'),
-    head=dict(type='LinearClsHead', num_classes=10, in_channels=128))
+    head=dict(type='LinearClsHead', num_classes=10, in_channels=128),
+)
 
 
 def test_swin_class_feature_is_what_its_head_reads():
     from mmpretrain.registry import MODELS
+
     model = MODELS.build(SWIN_CLASSIFIER).eval()
     randomize_(model.backbone)
-    images = torch.randn(3, 3, 32, 32, generator=torch.Generator(
-    ).manual_seed(0))
+    images = torch.randn(
+        3, 3, 32, 32, generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         neck_output = model.extract_feat(images)[-1]
     features = class_features(model.backbone, [images[:2], images[2:]])
@@ -404,10 +543,15 @@ def test_hook_collects_points_on_a_swin(tmp_path, digits_root):
     """MAPCollectHook drives a Swin classifier through the family
     interface: one point per step, the removals chosen by its default TE
     selection on the pooled class feature (checked above)."""
-    runner = Runner.from_cfg(run_cfg(
-        tmp_path, digits_root, dict(schedule='interleaved', interval=1,
-                                    max_removed=2),
-        max_epochs=3, model=SWIN_CLASSIFIER))
+    runner = Runner.from_cfg(
+        run_cfg(
+            tmp_path,
+            digits_root,
+            dict(schedule='interleaved', interval=1, max_removed=2),
+            max_epochs=3,
+            model=SWIN_CLASSIFIER,
+        )
+    )
     backbone = runner.model.backbone
     runner.train()
     rows = read_rows(tmp_path / 'map_points.csv')
@@ -422,7 +566,8 @@ def test_hook_collects_points_on_a_swin(tmp_path, digits_root):
     assert indices(last['removed_act']) == list(spec.act_removed)
     metrics = runner.val_loop.run()
     assert float(last['accuracy']) == pytest.approx(
-        metrics['accuracy/top1'], abs=1e-4)
+        metrics['accuracy/top1'], abs=1e-4
+    )
 
 
 # ---------------------------------------------------- whole-branch removal
@@ -430,30 +575,53 @@ def test_hook_collects_points_on_a_swin(tmp_path, digits_root):
 #: attention and FFN branches are gated, SwiGLU activations are not.
 SWIGLU_CLASSIFIER = dict(
     type='ImageClassifier',
-    data_preprocessor=dict(type='ClsDataPreprocessor', num_classes=10,
-                           mean=[127.5] * 3, std=[127.5] * 3),
-    backbone=dict(type='HetDPTLayerScaleViT',
-                  arch=dict(TINY_ARCH, mlp_ratio=2.66667 * 2, ffn='swiglu'),
-                  img_size=32, patch_size=8, gated=True,
-                  removed_attn_output='identity'),
-    head=dict(type='LinearClsHead', num_classes=10,
-              in_channels=TINY_ARCH['embed_dims']))
+    data_preprocessor=dict(
+        type='ClsDataPreprocessor',
+        num_classes=10,
+        mean=[127.5] * 3,
+        std=[127.5] * 3,
+    ),
+    backbone=dict(
+        type='HetDPTLayerScaleViT',
+        arch=dict(TINY_ARCH, mlp_ratio=2.66667 * 2, ffn='swiglu'),
+        img_size=32,
+        patch_size=8,
+        gated=True,
+        removed_attn_output='identity',
+    ),
+    head=dict(
+        type='LinearClsHead',
+        num_classes=10,
+        in_channels=TINY_ARCH['embed_dims'],
+    ),
+)
 
 
-@pytest.mark.parametrize('schedule,kinds', [
-    (dict(type='cyclic', kinds=['attn', 'ffn']), ['attn', 'ffn'] * 2),
-    ('ffn', ['ffn'] * 4)])
-def test_hook_collects_ffn_branch_points(tmp_path, digits_root, schedule,
-                                         kinds):
+@pytest.mark.parametrize(
+    'schedule,kinds',
+    [
+        (dict(type='cyclic', kinds=['attn', 'ffn']), ['attn', 'ffn'] * 2),
+        ('ffn', ['ffn'] * 4),
+    ],
+)
+def test_hook_collects_ffn_branch_points(
+    tmp_path, digits_root, schedule, kinds
+):
     """FFN branches are a layer kind like the others: one point per step,
     t counting the FFN branches kept, every block keeping one branch, and
     the points give HetDPTPruneHook's MAP over (attn, ffn)."""
     from hetdpt_mm.hooks import HetDPTPruneHook
     from hetdpt_mm.hooks.map_collect_hook import BRANCH_POINT_COLUMNS
-    runner = Runner.from_cfg(run_cfg(
-        tmp_path, digits_root, dict(schedule=schedule, interval=1,
-                                    max_removed=4),
-        max_epochs=4, model=SWIGLU_CLASSIFIER))
+
+    runner = Runner.from_cfg(
+        run_cfg(
+            tmp_path,
+            digits_root,
+            dict(schedule=schedule, interval=1, max_removed=4),
+            max_epochs=4,
+            model=SWIGLU_CLASSIFIER,
+        )
+    )
     runner.train()
 
     with open(tmp_path / 'map_points.csv', newline='') as file:
@@ -467,56 +635,90 @@ def test_hook_collects_ffn_branch_points(tmp_path, digits_root, schedule,
         assert (int(row['n_attn']), int(row['n_ffn'])) == (n_attn, n_ffn)
         assert float(row['a']) == pytest.approx((DEPTH - n_attn) / DEPTH)
         assert float(row['t']) == pytest.approx((DEPTH - n_ffn) / DEPTH)
-        removed = dict(attn=indices(row['removed_attn']),
-                       ffn=indices(row['removed_ffn']))
+        removed = dict(
+            attn=indices(row['removed_attn']), ffn=indices(row['removed_ffn'])
+        )
         assert not set(removed['attn']) & set(removed['ffn'])
         for kind in ('attn', 'ffn'):
             assert set(previous[kind]) <= set(removed[kind])
         previous = removed
     spec = runner.model.backbone.prune_spec
     assert (list(spec.attn_removed), list(spec.ffn_removed)) == (
-        previous['attn'], previous['ffn'])
+        previous['attn'],
+        previous['ffn'],
+    )
     assert spec.act_removed == ()
     metrics = runner.val_loop.run()
     assert float(rows[-1]['accuracy']) == pytest.approx(
-        metrics['accuracy/top1'], abs=1e-4)
+        metrics['accuracy/top1'], abs=1e-4
+    )
     points = load_points(tmp_path / 'map_points.csv', depth=DEPTH)
     assert [(p.a, p.t) for p in points] == [
-        (float(r['a']), float(r['t'])) for r in rows]
+        (float(r['a']), float(r['t'])) for r in rows
+    ]
     if 'attn' in kinds:  # points off the a = 1 line: MAP fits
-        hook = HetDPTPruneHook(map_points=str(tmp_path / 'map_points.csv'),
-                               budget=2, map_kinds=('attn', 'ffn'),
-                               degrees=(1, ))
+        hook = HetDPTPruneHook(
+            map_points=str(tmp_path / 'map_points.csv'),
+            budget=2,
+            map_kinds=('attn', 'ffn'),
+            degrees=(1,),
+        )
         counts = hook._resolve_counts(DEPTH, runner.logger)
         assert counts['act'] == 0 and counts['attn'] + counts['ffn'] == 2
 
 
-@pytest.mark.parametrize('hook,backbone,error,message', [
-    # FFN branches are gated only under whole-branch removal.
-    (dict(schedule='ffn'), dict(removed_attn_output='norm'),
-     'MissingGatesError', r"schedule 'ffn' asks for ffn removals \(FFN "
-     r"branch\).*removed_attn_output='identity'"),
-    # A SwiGLU FFN has no GELU.
-    (dict(schedule='act'), {}, 'MissingGatesError', r'no act gates'),
-    # MAP's t counts GELUs or FFN branches (a GELU ViT gates both).
-    (dict(schedule=dict(type='cyclic', kinds=['ffn', 'act'])),
-     dict(type='HetDPTViT', arch=TINY_ARCH), 'ValueError',
-     "mixes GELU and FFN-branch removals; MAP's t counts one of them"),
-    # A block keeps one of its two branches: 4 blocks, 5 branches.
-    (dict(schedule=dict(type='cyclic', kinds=['attn', 'ffn']),
-          max_removed=5), {}, 'ValueError',
-     r'removes 5 attention and FFN branches, '
-     r'but only 4 blocks have both'),
-])
+@pytest.mark.parametrize(
+    'hook,backbone,error,message',
+    [
+        # FFN branches are gated only under whole-branch removal.
+        (
+            dict(schedule='ffn'),
+            dict(removed_attn_output='norm'),
+            'MissingGatesError',
+            r"schedule 'ffn' asks for ffn removals \(FFN "
+            r"branch\).*removed_attn_output='identity'",
+        ),
+        # A SwiGLU FFN has no GELU.
+        (dict(schedule='act'), {}, 'MissingGatesError', r'no act gates'),
+        # MAP's t counts GELUs or FFN branches (a GELU ViT gates both).
+        (
+            dict(schedule=dict(type='cyclic', kinds=['ffn', 'act'])),
+            dict(type='HetDPTViT', arch=TINY_ARCH),
+            'ValueError',
+            "mixes GELU and FFN-branch removals; MAP's t counts one of them",
+        ),
+        # A block keeps one of its two branches: 4 blocks, 5 branches.
+        (
+            dict(
+                schedule=dict(type='cyclic', kinds=['attn', 'ffn']),
+                max_removed=5,
+            ),
+            {},
+            'ValueError',
+            r'removes 5 attention and FFN branches, '
+            r'but only 4 blocks have both',
+        ),
+    ],
+)
 def test_ffn_schedules_are_checked_before_any_point(
-        tmp_path, digits_root, hook, backbone, error, message):
+    tmp_path, digits_root, hook, backbone, error, message
+):
     from hetdpt_mm.hooks.gate_hook import MissingGatesError
-    model = dict(SWIGLU_CLASSIFIER,
-                 backbone=dict(SWIGLU_CLASSIFIER['backbone'], **backbone))
+
+    model = dict(
+        SWIGLU_CLASSIFIER,
+        backbone=dict(SWIGLU_CLASSIFIER['backbone'], **backbone),
+    )
     errors = dict(MissingGatesError=MissingGatesError, ValueError=ValueError)
-    runner = Runner.from_cfg(run_cfg(
-        tmp_path, digits_root, dict(dict(interval=1), **hook), 5,
-        model=model))
+    runner = Runner.from_cfg(
+        run_cfg(
+            tmp_path,
+            digits_root,
+            dict(dict(interval=1), **hook),
+            5,
+            model=model,
+        )
+    )
     with pytest.raises(errors[error], match=message):
         runner.train()
     assert not (tmp_path / 'map_points.csv').exists()

@@ -1,6 +1,7 @@
 """tools/merge_ckpt.py and hetdpt_mm.merge: merging a checkpoint's HetDPTViT
 backbone (mmseg-style, authors' stage-2, gated, already merged, with an
 EMA) and the catalogue of bad inputs."""
+
 import hashlib
 import json
 import subprocess
@@ -67,18 +68,21 @@ def mmseg_checkpoint(backbone: HetDPTViT) -> dict:
     generator = torch.Generator().manual_seed(5)
     state = OrderedDict()
     state['decode_head.conv_seg.weight'] = torch.randn(
-        4, 16, 1, 1, generator=generator)
-    state.update(('backbone.' + k, v)
-                 for k, v in backbone.state_dict().items())
-    state['decode_head.bn.running_mean'] = torch.randn(16,
-                                                       generator=generator)
+        4, 16, 1, 1, generator=generator
+    )
+    state.update(
+        ('backbone.' + k, v) for k, v in backbone.state_dict().items()
+    )
+    state['decode_head.bn.running_mean'] = torch.randn(16, generator=generator)
     state['decode_head.bn.num_batches_tracked'] = torch.tensor(123)
     state['auxiliary_head.conv.weight'] = torch.randn(
-        8, 48, 3, 3, generator=generator).half()
+        8, 48, 3, 3, generator=generator
+    ).half()
     meta = dict(epoch=3, iter=300, dataset_meta=dict(classes=('a', 'b')))
     meta[META_KEY] = dict(backbone.record().to_dict(), prefix='backbone.')
-    return dict(state_dict=state, meta=meta,
-                optimizer=dict(state={}, param_groups=[]))
+    return dict(
+        state_dict=state, meta=meta, optimizer=dict(state={}, param_groups=[])
+    )
 
 
 def test_mmseg_checkpoint_only_the_backbone_changes(tool, tmp_path, capsys):
@@ -88,15 +92,17 @@ def test_mmseg_checkpoint_only_the_backbone_changes(tool, tmp_path, capsys):
     out = tmp_path / 'upernet_merged.pth'
     code, stdout, _ = run_tool(tool, capsys, source, out)
     assert code == 0
-    assert 'pruned form, PruneSpec(depth=4, attn_removed=[0, 2], ' \
+    assert (
+        'pruned form, PruneSpec(depth=4, attn_removed=[0, 2], '
         'act_removed=[2, 3])' in stdout
+    )
     before = load_checkpoint_file(source)
     merged = load_checkpoint_file(out)
     assert set(merged) == {'state_dict', 'meta'}  # optimizer state dropped
-    others = [k for k in before['state_dict'] if not k.startswith(
-        'backbone.')]
-    assert [k for k in merged['state_dict'] if not k.startswith(
-        'backbone.')] == others
+    others = [k for k in before['state_dict'] if not k.startswith('backbone.')]
+    assert [
+        k for k in merged['state_dict'] if not k.startswith('backbone.')
+    ] == others
     for key in others:
         old, new = before['state_dict'][key], merged['state_dict'][key]
         assert old.dtype == new.dtype and torch.equal(old, new), key
@@ -105,9 +111,15 @@ def test_mmseg_checkpoint_only_the_backbone_changes(tool, tmp_path, capsys):
     assert merged['meta'][META_KEY]['form'] == 'merged'
 
     # The merged backbone rebuilds from the file alone and computes the same.
-    rebuilt = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, **FEATMAP,
-                        init_cfg=dict(type='Pretrained', checkpoint=str(out),
-                                      prefix='backbone.'))
+    rebuilt = HetDPTViT(
+        arch=ARCH,
+        img_size=32,
+        patch_size=4,
+        **FEATMAP,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(out), prefix='backbone.'
+        ),
+    )
     rebuilt.init_weights()
     assert rebuilt.form == 'merged'
     assert rebuilt.prune_spec == PruneSpec(4, **SPEC)
@@ -134,14 +146,20 @@ def test_authors_stage2_checkpoint_with_spec(tool, tmp_path, capsys):
     code, _, err = run_tool(tool, capsys, source, out)
     assert code == 2 and 'removed GELUs are unknown' in err
     assert not out.exists()
-    code, stdout, _ = run_tool(tool, capsys, source, out, '--spec',
-                               json.dumps(MIXED_SPEC))
+    code, stdout, _ = run_tool(
+        tool, capsys, source, out, '--spec', json.dumps(MIXED_SPEC)
+    )
     assert code == 0
     assert 'all tensors:         75,526,352 -> 54,867,152' in stdout
     merged = load_checkpoint_file(out)
-    assert sum(v.numel() for k, v in merged['state_dict'].items()
-               if not k.endswith('_extra_state')) == \
-        54_867_152
+    assert (
+        sum(
+            v.numel()
+            for k, v in merged['state_dict'].items()
+            if not k.endswith('_extra_state')
+        )
+        == 54_867_152
+    )
     for key in ('head.weight', 'head_dist.bias'):
         assert torch.equal(merged['state_dict'][key], state[key])
     record = merged['meta'][META_KEY]
@@ -151,16 +169,25 @@ def test_authors_stage2_checkpoint_with_spec(tool, tmp_path, capsys):
     assert record['spec'] == PruneSpec(12, **MIXED_SPEC).to_dict()
 
 
-def test_gated_checkpoint_spec_from_the_gates_and_merged_input(tool, tmp_path,
-                                                              capsys):
+def test_gated_checkpoint_spec_from_the_gates_and_merged_input(
+    tool, tmp_path, capsys
+):
     gated = tiny_backbone(spec=None, gated=True)
     gated.set_spec(SPEC)
     source = tmp_path / 'gated.pth'
-    torch.save(dict(state_dict={'backbone.' + k: v for k, v in
-                                gated.state_dict().items()}), source)
+    torch.save(
+        dict(
+            state_dict={
+                'backbone.' + k: v for k, v in gated.state_dict().items()
+            }
+        ),
+        source,
+    )
     first = tmp_path / 'merged.pth'
-    assert run_tool(tool, capsys, source, first, '--arch',
-                    json.dumps(ARCH))[0] == 0
+    assert (
+        run_tool(tool, capsys, source, first, '--arch', json.dumps(ARCH))[0]
+        == 0
+    )
     record = load_checkpoint_file(first)['meta'][META_KEY]
     assert record['spec'] == PruneSpec(4, **SPEC).to_dict()
 
@@ -171,8 +198,9 @@ def test_gated_checkpoint_spec_from_the_gates_and_merged_input(tool, tmp_path,
     assert digest(first) == digest(second)
 
 
-def test_a_record_that_contradicts_the_tensors_is_refused(tool, tmp_path,
-                                                        capsys):
+def test_a_record_that_contradicts_the_tensors_is_refused(
+    tool, tmp_path, capsys
+):
     """One check, in read_backbone_checkpoint, for the merge and the
     backbone alike: a merged file whose meta names another spec."""
     merged = tiny_backbone().to_merged()
@@ -185,37 +213,45 @@ def test_a_record_that_contradicts_the_tensors_is_refused(tool, tmp_path,
     code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth')
     assert code == 2 and 'does not match the tensors' in err, err
     with pytest.raises(StateDictMismatch, match='does not match the tensors'):
-        HetDPTViT(arch=ARCH, img_size=32, patch_size=4, init_cfg=dict(
-            type='Pretrained', checkpoint=str(source)))
+        HetDPTViT(
+            arch=ARCH,
+            img_size=32,
+            patch_size=4,
+            init_cfg=dict(type='Pretrained', checkpoint=str(source)),
+        )
     # The record in the state dict and the meta must agree too.
     state['backbone._extra_state'] = encode_record(record.to_dict(False))
     torch.save(dict(state_dict=state, meta={META_KEY: meta}), source)
     code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth')
-    assert code == 2 and "meta[\"hetdpt\"] says" in err, err
+    assert code == 2 and 'meta["hetdpt"] says' in err, err
 
 
 def test_merge_checkpoint_keeps_the_gated_function():
     gated = tiny_backbone(spec=None, gated=True)
     gated.set_spec(SPEC)
-    checkpoint = dict(state_dict={'backbone.' + k: v for k, v in
-                                  gated.state_dict().items()},
-                      meta={META_KEY: dict(gated.record().to_dict(),
-                                           prefix='backbone.')})
+    checkpoint = dict(
+        state_dict={'backbone.' + k: v for k, v in gated.state_dict().items()},
+        meta={META_KEY: dict(gated.record().to_dict(), prefix='backbone.')},
+    )
     merged, summary = merge_checkpoint(checkpoint)
     assert summary.form_in == 'gated' and summary.dropped == {
-        'gate tensors': 16}
-    model = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, prune_spec=SPEC,
-                      merged=True).eval()
-    model.load_state_dict({k[len('backbone.'):]: v for k, v in
-                           merged['state_dict'].items()})
+        'gate tensors': 16
+    }
+    model = HetDPTViT(
+        arch=ARCH, img_size=32, patch_size=4, prune_spec=SPEC, merged=True
+    ).eval()
+    model.load_state_dict(
+        {k[len('backbone.') :]: v for k, v in merged['state_dict'].items()}
+    )
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         assert (model(x)[0] - gated(x)[0]).abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize('form', ['merged', 'pruned'])
-def test_spec_applied_to_dense_weights_with_heads(tool, tmp_path, capsys,
-                                                  form):
+def test_spec_applied_to_dense_weights_with_heads(
+    tool, tmp_path, capsys, form
+):
     """An official-layout dense file plus a spec gives the network of that
     spec (issue 18 item 4): the same function as the dense weights loaded
     into a backbone of that spec, heads passed through unchanged."""
@@ -226,27 +262,49 @@ def test_spec_applied_to_dense_weights_with_heads(tool, tmp_path, capsys,
     source = tmp_path / 'deit_dense.pth'
     torch.save(dict(model=state), source)
     out = tmp_path / 'deit_spec.pth'
-    code, stdout, err = run_tool(tool, capsys, source, out, '--spec',
-                                 json.dumps(SPEC), '--form', form,
-                                 '--arch', json.dumps(ARCH))
+    code, stdout, err = run_tool(
+        tool,
+        capsys,
+        source,
+        out,
+        '--spec',
+        json.dumps(SPEC),
+        '--form',
+        form,
+        '--arch',
+        json.dumps(ARCH),
+    )
     assert code == 0, err
-    assert 'spec applied: PruneSpec(depth=4, attn_removed=[0, 2], ' \
+    assert (
+        'spec applied: PruneSpec(depth=4, attn_removed=[0, 2], '
         f'act_removed=[2, 3]) ({form} form)' in stdout
+    )
     converted = load_checkpoint_file(out)
     assert converted['meta'][META_KEY]['form'] == form
     for key in ('head.weight', 'head_dist.weight'):
         assert torch.equal(converted['state_dict'][key], state[key])
-    assert ('blocks.2.mlp.fc.weight' in converted['state_dict']) == \
-        (form == 'merged')
+    assert ('blocks.2.mlp.fc.weight' in converted['state_dict']) == (
+        form == 'merged'
+    )
     assert 'blocks.0.attn.qkv.weight' not in converted['state_dict']
 
-    rebuilt = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, distilled=True,
-                        init_cfg=dict(type='Pretrained', checkpoint=str(out)))
+    rebuilt = HetDPTViT(
+        arch=ARCH,
+        img_size=32,
+        patch_size=4,
+        distilled=True,
+        init_cfg=dict(type='Pretrained', checkpoint=str(out)),
+    )
     rebuilt.init_weights()
     assert (rebuilt.form, rebuilt.prune_spec) == (form, PruneSpec(4, **SPEC))
-    cut = HetDPTViT(arch=ARCH, img_size=32, patch_size=4, distilled=True,
-                    prune_spec=SPEC, init_cfg=dict(type='Pretrained',
-                                                   checkpoint=str(source)))
+    cut = HetDPTViT(
+        arch=ARCH,
+        img_size=32,
+        patch_size=4,
+        distilled=True,
+        prune_spec=SPEC,
+        init_cfg=dict(type='Pretrained', checkpoint=str(source)),
+    )
     cut.init_weights()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
@@ -262,14 +320,18 @@ def authors_tiny(tmp_path) -> Path:
 
 
 BAD_SPECS = [
-    ('{"attn_removed": [0, 2], "act_removed": [9]}',
-     'act_removed index 9 is out of range for depth 4'),
+    (
+        '{"attn_removed": [0, 2], "act_removed": [9]}',
+        'act_removed index 9 is out of range for depth 4',
+    ),
     ('{"attn_removed": [0, 2, 2]}', r'attn_removed has duplicated indices'),
     ('{"attn_removed": [0, -2]}', 'attn_removed index -2 is out of range'),
     ('{"attn_removed": [0, 2.0]}', 'attn_removed must hold integers'),
     ('{"attn_removed": [1]}', "does not match the checkpoint's tensors"),
-    ('{"attn_removed": [0, 2], "act_removed": [1], "depth": 6}',
-     'prune spec is for depth 6 but the network has 4 blocks'),
+    (
+        '{"attn_removed": [0, 2], "act_removed": [1], "depth": 6}',
+        'prune spec is for depth 6 but the network has 4 blocks',
+    ),
     ('{"attn_removed": [0, 2]', 'not valid JSON'),
     ('[0, 2]', '--spec must be a JSON object, got [0, 2]'),
     ('absent.json', '--spec file absent.json does not exist'),
@@ -281,8 +343,9 @@ def test_bad_spec_is_rejected(tool, tmp_path, capsys, spec, message):
     source = authors_tiny(tmp_path)
     before = digest(source)
     out = tmp_path / 'out.pth'
-    code, _, err = run_tool(tool, capsys, source, out, '--spec', spec,
-                            '--arch', json.dumps(ARCH))
+    code, _, err = run_tool(
+        tool, capsys, source, out, '--spec', spec, '--arch', json.dumps(ARCH)
+    )
     assert code == 2
     assert err.startswith('error: ') and message in err, err
     assert not out.exists() and digest(source) == before
@@ -296,11 +359,17 @@ def test_bad_input_files_are_rejected(tool, tmp_path, capsys):
     truncated = tmp_path / 'truncated.pth'
     truncated.write_bytes(valid.read_bytes()[:5000])
     resnet = tmp_path / 'resnet.pth'
-    torch.save(dict(state_dict={'backbone.conv1.weight': torch.zeros(
-        8, 3, 7, 7), 'head.fc.weight': torch.zeros(10, 8)}), resnet)
+    torch.save(
+        dict(
+            state_dict={
+                'backbone.conv1.weight': torch.zeros(8, 3, 7, 7),
+                'head.fc.weight': torch.zeros(10, 8),
+            }
+        ),
+        resnet,
+    )
     dense = tmp_path / 'dense.pth'
-    torch.save(dict(model=timm_state_dict(tiny_backbone(spec=None))),
-               dense)
+    torch.save(dict(model=timm_state_dict(tiny_backbone(spec=None))), dense)
     spec = ['--spec', json.dumps(SPEC), '--arch', json.dumps(ARCH)]
     cases = [
         (tmp_path / 'absent.pth', spec, 'does not exist'),
@@ -308,8 +377,11 @@ def test_bad_input_files_are_rejected(tool, tmp_path, capsys):
         (truncated, spec, 'truncated or corrupt'),
         (resnet, spec, 'does not hold the weights of a known backbone'),
         (dense, [], 'dense (no layer removed): give the spec to apply'),
-        (valid, ['--spec', '{"attn_removed": [0]}'],
-         "it keeps attention in blocks [2]"),
+        (
+            valid,
+            ['--spec', '{"attn_removed": [0]}'],
+            'it keeps attention in blocks [2]',
+        ),
         (valid, spec[:2], 'matches no preset'),
     ]
     inputs = sorted(p.name for p in tmp_path.iterdir())
@@ -322,8 +394,9 @@ def test_bad_input_files_are_rejected(tool, tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == inputs
 
 
-def test_output_is_never_the_input_and_kept_without_force(tool, tmp_path,
-                                                          capsys):
+def test_output_is_never_the_input_and_kept_without_force(
+    tool, tmp_path, capsys
+):
     source = authors_tiny(tmp_path)
     before = digest(source)
     spec = ['--spec', json.dumps(SPEC), '--arch', json.dumps(ARCH)]
@@ -338,8 +411,10 @@ def test_output_is_never_the_input_and_kept_without_force(tool, tmp_path,
     assert out.read_bytes() == b'keep me'
     assert run_tool(tool, capsys, source, out, *spec, '--force')[0] == 0
     assert load_checkpoint_file(out)['meta'][META_KEY]['form'] == 'merged'
-    assert sorted(p.name for p in tmp_path.iterdir()) == ['out.pth',
-                                                          'stage2.pth']
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        'out.pth',
+        'stage2.pth',
+    ]
 
 
 def test_a_full_disk_is_named(tool, tmp_path, capsys, monkeypatch):
@@ -347,29 +422,40 @@ def test_a_full_disk_is_named(tool, tmp_path, capsys, monkeypatch):
     says what happened and leaves nothing behind."""
     import collections
     import shutil
+
     source = authors_tiny(tmp_path)
     spec = ['--spec', json.dumps(SPEC), '--arch', json.dumps(ARCH)]
 
     def save_on_full_disk(obj, path):
         Path(path).write_bytes(b'PK')
-        raise RuntimeError('[enforce fail at inline_container.cc:672] . '
-                           'unexpected pos 64 vs 0')
+        raise RuntimeError(
+            '[enforce fail at inline_container.cc:672] . '
+            'unexpected pos 64 vs 0'
+        )
 
     usage = collections.namedtuple('usage', 'total used free')
     monkeypatch.setattr(torch, 'save', save_on_full_disk)
     monkeypatch.setattr(shutil, 'disk_usage', lambda path: usage(1, 1, 0))
-    code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth',
-                            *spec)
+    code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth', *spec)
     assert code == 2 and err.startswith(
-        'error: [Errno 28] no space left on the device while writing ')
+        'error: [Errno 28] no space left on the device while writing '
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ['stage2.pth']
 
 
 def test_command_line_error_has_no_traceback(tmp_path):
     result = subprocess.run(
-        [sys.executable, str(TOOL), str(tmp_path / 'absent.pth'),
-         str(tmp_path / 'out.pth')], cwd=REPO, capture_output=True,
-        text=True, timeout=120)
+        [
+            sys.executable,
+            str(TOOL),
+            str(tmp_path / 'absent.pth'),
+            str(tmp_path / 'out.pth'),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith('error: checkpoint ')
     assert 'Traceback' not in result.stderr
@@ -389,22 +475,26 @@ def ema_run(tmp_path_factory):
     root = tmp_path_factory.mktemp('ema_run')
     make_classification(root / 'cls')
     config = small_config(
-        root / 'ema.py', DENSE_CONFIG, root / 'cls',
+        root / 'ema.py',
+        DENSE_CONFIG,
+        root / 'cls',
         model=f'dict(backbone=dict(prune_spec={EMA_SPEC!r}))',
         custom_hooks="[dict(type='EMAHook', momentum=0.2), "
-        "dict(type='MergeCheckpointHook')]")
+        "dict(type='MergeCheckpointHook')]",
+    )
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        assert load_tool('train').main([config, '--work-dir',
-                                        str(root / 'work')]) == 0
+        assert (
+            load_tool('train').main([config, '--work-dir', str(root / 'work')])
+            == 0
+        )
     finally:
         torch.set_num_threads(previous)
     return root, Path(config)
 
 
-def test_ema_weights_are_merged_as_the_model(ema_run, tool, tmp_path,
-                                             capsys):
+def test_ema_weights_are_merged_as_the_model(ema_run, tool, tmp_path, capsys):
     root, config = ema_run
     source = root / 'work' / 'epoch_2.pth'
     before = load_checkpoint_file(source)
@@ -413,29 +503,45 @@ def test_ema_weights_are_merged_as_the_model(ema_run, tool, tmp_path,
     code, stdout, err = run_tool(tool, capsys, source, out)
     assert code == 0, err
     assert 'EMA weights (ema_state_dict): merged the same way' in stdout
-    assert 'dropped training state: message_hub, optimizer, ' \
+    assert (
+        'dropped training state: message_hub, optimizer, '
         'param_schedulers (it refers to the unmerged parameters' in stdout
+    )
     merged = load_checkpoint_file(out)
     assert set(merged) == {'state_dict', 'ema_state_dict', 'meta'}
     ema = merged['ema_state_dict']
     assert torch.equal(ema['steps'], before['ema_state_dict']['steps'])
 
     # The merged EMA model is the EMA's weights merged on their own.
-    alone, _ = merge_checkpoint(dict(
-        state_dict={k[len('module.'):]: v for k, v in
-                    before['ema_state_dict'].items()
-                    if k.startswith('module.')}, meta=before['meta']))
-    module = {k[len('module.'):]: v for k, v in ema.items()
-              if k.startswith('module.')}
+    alone, _ = merge_checkpoint(
+        dict(
+            state_dict={
+                k[len('module.') :]: v
+                for k, v in before['ema_state_dict'].items()
+                if k.startswith('module.')
+            },
+            meta=before['meta'],
+        )
+    )
+    module = {
+        k[len('module.') :]: v
+        for k, v in ema.items()
+        if k.startswith('module.')
+    }
     assert list(module) == list(alone['state_dict'])
     x = torch.randn(2, 3, 32, 32)
     outputs = []
     for weights in (module, alone['state_dict'], merged['state_dict']):
-        backbone = HetDPTViT.from_record(HetDPTRecord.from_dict(
-            merged['meta'][META_KEY])).eval()
+        backbone = HetDPTViT.from_record(
+            HetDPTRecord.from_dict(merged['meta'][META_KEY])
+        ).eval()
         backbone.load_state_dict(
-            {k[len('backbone.'):]: v for k, v in weights.items()
-             if k.startswith('backbone.')})
+            {
+                k[len('backbone.') :]: v
+                for k, v in weights.items()
+                if k.startswith('backbone.')
+            }
+        )
         with torch.no_grad():
             outputs.append(backbone(x)[0])
     assert (outputs[0] - outputs[1]).abs().max() <= 1e-6
@@ -444,9 +550,9 @@ def test_ema_weights_are_merged_as_the_model(ema_run, tool, tmp_path,
     # EMAHook loads it strictly: resuming (ema_state_dict) and testing.
     cfg = Config.fromfile(config)
     cfg.model.backbone.pop('prune_spec')
-    cfg.model.backbone.init_cfg = dict(type='Pretrained',
-                                       checkpoint=str(out),
-                                       prefix='backbone.')
+    cfg.model.backbone.init_cfg = dict(
+        type='Pretrained', checkpoint=str(out), prefix='backbone.'
+    )
     model = build_model(cfg)
     model.init_weights()
     assert model.backbone.form == 'merged'
@@ -454,26 +560,35 @@ def test_ema_weights_are_merged_as_the_model(ema_run, tool, tmp_path,
     runner = SimpleNamespace(model=model, _resume=True)
     hook.before_run(runner)
     assert isinstance(hook.ema_model, ExponentialMovingAverage)
-    hook.after_load_checkpoint(runner, dict(
-        state_dict=dict(merged['state_dict']), ema_state_dict=dict(ema)))
+    hook.after_load_checkpoint(
+        runner,
+        dict(state_dict=dict(merged['state_dict']), ema_state_dict=dict(ema)),
+    )
     averaged = timm_state_dict(hook.ema_model.module)
     assert averaged.keys() == timm_state_dict(model).keys()
     for key, value in averaged.items():
         assert torch.equal(merged['state_dict'][key], value), key
     strict = tmp_path / 'strict_ema.py'
-    strict.write_text(f'_base_ = [{str(config)!r}]\n'
-                      "custom_hooks = [dict(type='EMAHook', "
-                      'strict_load=True)]\n')
-    assert load_tool('test').main([str(strict), str(out), '--work-dir',
-                                   str(tmp_path / 'test')]) == 0
+    strict.write_text(
+        f'_base_ = [{str(config)!r}]\n'
+        "custom_hooks = [dict(type='EMAHook', "
+        'strict_load=True)]\n'
+    )
+    assert (
+        load_tool('test').main(
+            [str(strict), str(out), '--work-dir', str(tmp_path / 'test')]
+        )
+        == 0
+    )
 
 
 def test_merge_hook_writes_the_ema_layout_of_the_checkpoints(ema_run):
     """The hook's file after training is the last checkpoint merged."""
     root, _ = ema_run
     written = load_checkpoint_file(root / 'work' / 'ema_merged.pth')
-    merged, _ = merge_checkpoint(load_checkpoint_file(
-        root / 'work' / 'epoch_2.pth'))
+    merged, _ = merge_checkpoint(
+        load_checkpoint_file(root / 'work' / 'epoch_2.pth')
+    )
     for entry in ('state_dict', 'ema_state_dict'):
         assert list(written[entry]) == list(merged[entry])
         for key, value in merged[entry].items():

@@ -10,6 +10,7 @@ source model computes (issue 13; issue 18 items 3 and 8):
 The sources are the libraries' own models with random weights, saved as their
 releases save them; the configs are the real ones at a tiny width.
 """
+
 import argparse
 
 import pytest
@@ -50,8 +51,10 @@ def build_from_config(name: str, checkpoint, **backbone) -> torch.nn.Module:
 def head_logits(classifier, x):
     """(class head, distillation head) logits of a DeiT classifier."""
     cls_token, dist_token = classifier.extract_feat(x)[-1]
-    return (classifier.head.layers.head(cls_token),
-            classifier.head.layers.head_dist(dist_token))
+    return (
+        classifier.head.layers.head(cls_token),
+        classifier.head.layers.head_dist(dist_token),
+    )
 
 
 def assert_close(got, want):
@@ -68,9 +71,17 @@ def x():
 
 def test_official_distilled_deit_loads_with_both_heads(tmp_path, x):
     from timm.models.deit import VisionTransformerDistilled
-    source = randomize_(VisionTransformerDistilled(
-        embed_dim=DIMS, depth=DEPTH, num_heads=HEADS, num_classes=CLASSES,
-        **SIZE), seed=2).eval()
+
+    source = randomize_(
+        VisionTransformerDistilled(
+            embed_dim=DIMS,
+            depth=DEPTH,
+            num_heads=HEADS,
+            num_classes=CLASSES,
+            **SIZE,
+        ),
+        seed=2,
+    ).eval()
     path = tmp_path / 'deit_tiny_distilled.pth'
     torch.save(dict(model=source.state_dict()), path)  # as DeiT releases it
 
@@ -85,42 +96,65 @@ def test_official_distilled_deit_loads_with_both_heads(tmp_path, x):
 
 def test_mmpretrain_deit_classifier_loads_with_both_heads(tmp_path, x):
     with DefaultScope.overwrite_default_scope('mmpretrain'):
-        source = MODELS.build(dict(
-            type='ImageClassifier',
-            backbone=dict(type='DistilledVisionTransformer', arch=dict(
-                embed_dims=DIMS, num_layers=DEPTH, num_heads=HEADS,
-                feedforward_channels=4 * DIMS), **SIZE),
-            head=dict(type='DeiTClsHead', num_classes=CLASSES,
-                      in_channels=DIMS)))
+        source = MODELS.build(
+            dict(
+                type='ImageClassifier',
+                backbone=dict(
+                    type='DistilledVisionTransformer',
+                    arch=dict(
+                        embed_dims=DIMS,
+                        num_layers=DEPTH,
+                        num_heads=HEADS,
+                        feedforward_channels=4 * DIMS,
+                    ),
+                    **SIZE,
+                ),
+                head=dict(
+                    type='DeiTClsHead', num_classes=CLASSES, in_channels=DIMS
+                ),
+            )
+        )
     randomize_(source, seed=3).eval()
     path = tmp_path / 'deit-tiny-distilled_mmpretrain.pth'
-    torch.save(dict(state_dict=source.state_dict(), meta=dict(epoch=300)),
-               path)
+    torch.save(
+        dict(state_dict=source.state_dict(), meta=dict(epoch=300)), path
+    )
 
     classifier = build_from_config('deit-b_dense_in1k.py', path)
     with torch.no_grad():
         assert_close(head_logits(classifier, x), head_logits(source, x))
-        assert_close([classifier(x, mode='tensor')],
-                     [source(x, mode='tensor')])
+        assert_close(
+            [classifier(x, mode='tensor')], [source(x, mode='tensor')]
+        )
 
 
 def authors_stage2_file(tmp_path):
     """A stage-2 checkpoint as their train_stage2.py writes it: the pruned
     model (timm layout, both heads) with optimizer state and its argparse
     namespace; and the model that computes its function."""
-    source = randomize_(HetDPTViT(arch=ARCH, distilled=True,
-                                  prune_spec=MIXED_SPEC, **SIZE),
-                        seed=4).eval()
-    heads = {name: randomize_(torch.nn.Linear(DIMS, CLASSES), seed=i)
-             for i, name in enumerate(('head', 'head_dist'))}
+    source = randomize_(
+        HetDPTViT(arch=ARCH, distilled=True, prune_spec=MIXED_SPEC, **SIZE),
+        seed=4,
+    ).eval()
+    heads = {
+        name: randomize_(torch.nn.Linear(DIMS, CLASSES), seed=i)
+        for i, name in enumerate(('head', 'head_dist'))
+    }
     state = timm_state_dict(source)
     for name, linear in heads.items():
-        state.update((f'{name}.{k}', v) for k, v in
-                     linear.state_dict().items())
+        state.update(
+            (f'{name}.{k}', v) for k, v in linear.state_dict().items()
+        )
     path = tmp_path / 'checkpoint.pth'
-    torch.save(dict(model=state, optimizer={}, epoch=399,
-                    args=argparse.Namespace(prune_layer_attn='[0,3,7,8,11]')),
-               path)
+    torch.save(
+        dict(
+            model=state,
+            optimizer={},
+            epoch=399,
+            args=argparse.Namespace(prune_layer_attn='[0,3,7,8,11]'),
+        ),
+        path,
+    )
     return path, source, heads
 
 
@@ -142,9 +176,17 @@ def test_stage2_config_cuts_the_official_dense_file_to_its_spec(tmp_path):
     """Stage 2 starts from the dense distilled classifier with the spec
     applied (the conversion of tools/merge_ckpt.py --spec --form pruned)."""
     from timm.models.deit import VisionTransformerDistilled
-    source = randomize_(VisionTransformerDistilled(
-        embed_dim=DIMS, depth=DEPTH, num_heads=HEADS, num_classes=CLASSES,
-        **SIZE), seed=5).eval()
+
+    source = randomize_(
+        VisionTransformerDistilled(
+            embed_dim=DIMS,
+            depth=DEPTH,
+            num_heads=HEADS,
+            num_classes=CLASSES,
+            **SIZE,
+        ),
+        seed=5,
+    ).eval()
     path = tmp_path / 'deit_tiny_distilled.pth'
     torch.save(dict(model=source.state_dict()), path)
     classifier = build_from_config('deit-b_finetune-10l_in1k.py', path)
@@ -156,23 +198,44 @@ def test_stage2_config_cuts_the_official_dense_file_to_its_spec(tmp_path):
     for key in ('blocks.1.attn.qkv.weight', 'blocks.2.mlp.fc1.weight'):
         assert torch.equal(state[key], source.state_dict()[key])
     for name in ('head', 'head_dist'):
-        assert torch.equal(getattr(classifier.head.layers, name).weight,
-                           getattr(source, name).weight)
+        assert torch.equal(
+            getattr(classifier.head.layers, name).weight,
+            getattr(source, name).weight,
+        )
 
 
 def test_mmpretrain_vit_backbone_layout(tmp_path, x):
     from mmpretrain.models.backbones import VisionTransformer
-    source = randomize_(VisionTransformer(arch=dict(
-        embed_dims=DIMS, num_layers=DEPTH, num_heads=HEADS,
-        feedforward_channels=4 * DIMS), out_indices=(5, 11), **SIZE),
-        seed=6)
+
+    source = randomize_(
+        VisionTransformer(
+            arch=dict(
+                embed_dims=DIMS,
+                num_layers=DEPTH,
+                num_heads=HEADS,
+                feedforward_channels=4 * DIMS,
+            ),
+            out_indices=(5, 11),
+            **SIZE,
+        ),
+        seed=6,
+    )
     source.eval()  # (its train() returns None)
     path = tmp_path / 'vit_mmpretrain.pth'
-    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
-                                source.state_dict().items()}), path)
-    backbone = HetDPTViT(arch=ARCH, out_indices=(5, 11), **SIZE,
-                         init_cfg=dict(type='Pretrained',
-                                       checkpoint=str(path)))
+    torch.save(
+        dict(
+            state_dict={
+                f'backbone.{k}': v for k, v in source.state_dict().items()
+            }
+        ),
+        path,
+    )
+    backbone = HetDPTViT(
+        arch=ARCH,
+        out_indices=(5, 11),
+        **SIZE,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     backbone.init_weights()
     with torch.no_grad():
         assert_close(backbone.eval()(x), source(x))
@@ -182,18 +245,31 @@ def test_mmseg_converted_vit_layout(tmp_path, x):
     """mmseg's ViT (nn.MultiheadAttention, no patch-embedding bias) as its
     vit2mmseg converter saves it: a bare state dict."""
     from mmseg.models.backbones import VisionTransformer
-    source = randomize_(VisionTransformer(
-        embed_dims=DIMS, num_layers=DEPTH, num_heads=HEADS,
-        out_indices=(3, 11), final_norm=True,
-        norm_cfg=dict(type='LN', eps=1e-6),
-        interpolate_mode='bicubic', **SIZE), seed=7)
+
+    source = randomize_(
+        VisionTransformer(
+            embed_dims=DIMS,
+            num_layers=DEPTH,
+            num_heads=HEADS,
+            out_indices=(3, 11),
+            final_norm=True,
+            norm_cfg=dict(type='LN', eps=1e-6),
+            interpolate_mode='bicubic',
+            **SIZE,
+        ),
+        seed=7,
+    )
     source.eval()  # (its train() returns None)
     assert 'layers.0.attn.attn.in_proj_weight' in source.state_dict()
     path = tmp_path / 'vit_mmseg.pth'
     torch.save(source.state_dict(), path)
-    backbone = HetDPTViT(arch=ARCH, out_type='featmap', out_indices=(3, 11),
-                         **SIZE, init_cfg=dict(type='Pretrained',
-                                               checkpoint=str(path)))
+    backbone = HetDPTViT(
+        arch=ARCH,
+        out_type='featmap',
+        out_indices=(3, 11),
+        **SIZE,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     backbone.init_weights()
     with torch.no_grad():
         assert_close(backbone.eval()(x), source(x))
@@ -204,9 +280,17 @@ def test_https_checkpoint_comes_from_the_hub_cache(tmp_path, x, monkeypatch):
     pretrained weights) loads through torch.hub's cache and the safe
     loader, for the backbone and the heads."""
     from timm.models.deit import VisionTransformerDistilled
-    source = randomize_(VisionTransformerDistilled(
-        embed_dim=DIMS, depth=DEPTH, num_heads=HEADS, num_classes=CLASSES,
-        **SIZE), seed=8).eval()
+
+    source = randomize_(
+        VisionTransformerDistilled(
+            embed_dim=DIMS,
+            depth=DEPTH,
+            num_heads=HEADS,
+            num_classes=CLASSES,
+            **SIZE,
+        ),
+        seed=8,
+    ).eval()
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch'))
     cache = tmp_path / 'torch' / 'hub' / 'checkpoints'
     cache.mkdir(parents=True)
@@ -218,7 +302,8 @@ def test_https_checkpoint_comes_from_the_hub_cache(tmp_path, x, monkeypatch):
     monkeypatch.setattr(torch.hub, 'download_url_to_file', no_download)
     classifier = build_from_config(
         'deit-b_dense_in1k.py',
-        'https://dl.fbaipublicfiles.com/deit/deit_tiny_d.pth')
+        'https://dl.fbaipublicfiles.com/deit/deit_tiny_d.pth',
+    )
     with torch.no_grad():
         assert_close([classifier(x, mode='tensor')], [source(x)])
 
@@ -228,14 +313,19 @@ def test_dropping_the_distillation_token_warns(tmp_path, monkeypatch):
     path = tmp_path / 'distilled.pth'
     torch.save(dict(model=timm_state_dict(distilled)), path)
     logged = []
-    monkeypatch.setattr('hetdpt_mm.models.hetdpt_vit.print_log',
-                        lambda msg, logger=None, level=20:
-                        logged.append((level, msg)))
-    plain = HetDPTViT(arch=ARCH, **SIZE, init_cfg=dict(
-        type='Pretrained', checkpoint=str(path)))
+    monkeypatch.setattr(
+        'hetdpt_mm.models.hetdpt_vit.print_log',
+        lambda msg, logger=None, level=20: logged.append((level, msg)),
+    )
+    plain = HetDPTViT(
+        arch=ARCH,
+        **SIZE,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     plain.init_weights()
-    assert any(level == 30 and 'distillation token' in msg
-               for level, msg in logged), logged
+    assert any(
+        level == 30 and 'distillation token' in msg for level, msg in logged
+    ), logged
 
 
 def test_authors_search_file_loads_its_weights(tmp_path, x):
@@ -243,24 +333,36 @@ def test_authors_search_file_loads_its_weights(tmp_path, x):
     ``attn.attention.*``, scores ``learn_mask``); its gate flags are not
     saved, so the file gives the dense weights (the spec is in their log)."""
     from timm.models.vision_transformer import VisionTransformer
-    source = randomize_(VisionTransformer(
-        embed_dim=DIMS, depth=DEPTH, num_heads=HEADS, num_classes=CLASSES,
-        **SIZE), seed=9).eval()
+
+    source = randomize_(
+        VisionTransformer(
+            embed_dim=DIMS,
+            depth=DEPTH,
+            num_heads=HEADS,
+            num_classes=CLASSES,
+            **SIZE,
+        ),
+        seed=9,
+    ).eval()
     state = {}
     for key, value in source.state_dict().items():
         if key.startswith('blocks.'):
-            index, rest = key[len('blocks.'):].split('.', 1)
+            index, rest = key[len('blocks.') :].split('.', 1)
             rest = rest.replace('attn.', 'attn.attention.')
             key = f'blocks.{index}.block.{rest}'
         state[key] = value
     for index in range(DEPTH):
         for gated in ('attn', 'mlp.act'):
             state[f'blocks.{index}.block.{gated}.learn_mask'] = torch.tensor(
-                0.1 * index)
+                0.1 * index
+            )
     path = tmp_path / 'stage1_step2_checkpoint.pth'
     torch.save(dict(model=state), path)
-    backbone = HetDPTViT(arch=ARCH, **SIZE, init_cfg=dict(
-        type='Pretrained', checkpoint=str(path)))
+    backbone = HetDPTViT(
+        arch=ARCH,
+        **SIZE,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
     backbone.init_weights()
     assert backbone.prune_spec.is_dense
     with torch.no_grad():

@@ -4,6 +4,7 @@ record (``load_state_dict`` strict or not, mmdet's ``init_detector``,
 mmseg's ``init_model``, the runner's ``load_from``, ``init_cfg``, the
 tools' readers) checks it against its schema and against the tensors, and
 a record never names what to load."""
+
 import http.server
 import json
 import threading
@@ -31,8 +32,11 @@ from hetdpt_mm.runner import build_runner
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / 'configs/demo'
 #: The demo ViT's shapes (configs/demo): 6 blocks of width 96, 3 heads.
-DEMO_ARCH = dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3),
-                 img_size=32, patch_size=4)
+DEMO_ARCH = dict(
+    arch=dict(embed_dims=96, num_layers=6, num_heads=3),
+    img_size=32,
+    patch_size=4,
+)
 SPEC = dict(attn_removed=[0], act_removed=[1])
 
 
@@ -52,8 +56,9 @@ def forged(state: dict, key: str = EXTRA_STATE_KEY, **changes) -> dict:
     return {**state, key: encode_record(record)}
 
 
-def with_raw_record(state: dict, data: bytes,
-                    key: str = EXTRA_STATE_KEY) -> dict:
+def with_raw_record(
+    state: dict, data: bytes, key: str = EXTRA_STATE_KEY
+) -> dict:
     return {**state, key: torch.tensor(list(data), dtype=torch.uint8)}
 
 
@@ -69,16 +74,20 @@ def test_non_strict_loading_checks_the_record_against_the_tensors(tmp_path):
     source = demo_backbone(prune_spec=SPEC, merged=True)
     lying = forged(source.state_dict(), spec=dict(attn_removed=[0, 2]))
     for strict in (True, False):
-        with pytest.raises(StateDictMismatch,
-                           match=r'the loaded state dict: the HetDPT record .*'
-                           r'attention weights are missing for blocks \[0\], '
-                           r'the record removes \[0, 2\]'):
+        with pytest.raises(
+            StateDictMismatch,
+            match=r'the loaded state dict: the HetDPT record .*'
+            r'attention weights are missing for blocks \[0\], '
+            r'the record removes \[0, 2\]',
+        ):
             HetDPTViT(**DEMO_ARCH).load_state_dict(lying, strict=strict)
     path = saved(tmp_path / 'lying.pth', lying)
     from hetdpt_mm.checkpoint import load_checkpoint_file
+
     with pytest.raises(StateDictMismatch, match=f'{path}: the HetDPT record'):
         HetDPTViT(**DEMO_ARCH).load_state_dict(
-            load_checkpoint_file(path)['state_dict'], strict=False)
+            load_checkpoint_file(path)['state_dict'], strict=False
+        )
     with pytest.raises(StateDictMismatch, match=f'{path}: the HetDPT record'):
         load_backbone_checkpoint(path)
 
@@ -87,15 +96,24 @@ def test_tensors_left_over_or_missing_are_refused():
     """Every tensor the record implies is there with its shape, and no
     other: a file without block 5's FFN, or with an extra tensor."""
     state = demo_backbone(prune_spec=SPEC, merged=True).state_dict()
-    missing = {k: v for k, v in state.items()
-               if not k.startswith('blocks.5.mlp.fc2')}
+    missing = {
+        k: v for k, v in state.items() if not k.startswith('blocks.5.mlp.fc2')
+    }
     extra = {**state, 'spare.weight': torch.zeros(2)}
     wrong = {**state, 'norm.weight': torch.zeros(95)}
-    for bad, message in ((missing, r"missing \['blocks.5.mlp.fc2.bias', "
-                                   r"'blocks.5.mlp.fc2.weight'\]"),
-                         (extra, r"not part of it \['spare.weight'\]"),
-                         (wrong, r'norm.weight is \(95,\), the record '
-                                 r'implies \(96,\)')):
+    for bad, message in (
+        (
+            missing,
+            r"missing \['blocks.5.mlp.fc2.bias', "
+            r"'blocks.5.mlp.fc2.weight'\]",
+        ),
+        (extra, r"not part of it \['spare.weight'\]"),
+        (
+            wrong,
+            r'norm.weight is \(95,\), the record '
+            r'implies \(96,\)',
+        ),
+    ):
         with pytest.raises(StateDictMismatch, match=message):
             HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
 
@@ -109,24 +127,30 @@ def demo_model(config: Path):
 
 
 @pytest.mark.parametrize('task', ['det', 'seg', 'load_from'])
-def test_the_toolboxes_loading_paths_verify_the_record(task, tmp_path,
-                                                       one_thread):
+def test_the_toolboxes_loading_paths_verify_the_record(
+    task, tmp_path, one_thread
+):
     """mmdet's init_detector, mmseg's init_model and the runner's load_from
     (MMEngine's non-strict loaders) refuse the lying record, naming the
     file, where they used to load a network without block 2's attention."""
-    config = DEMO / ('upernet_hetdpt_demo.py' if task == 'seg' else
-                     'detr_hetdpt_demo.py')
+    config = DEMO / (
+        'upernet_hetdpt_demo.py' if task == 'seg' else 'detr_hetdpt_demo.py'
+    )
     state = demo_model(config).state_dict()
     key = 'backbone.' + EXTRA_STATE_KEY
-    path = saved(tmp_path / 'lying.pth',
-                 forged(state, key, spec=dict(attn_removed=[0, 2])))
+    path = saved(
+        tmp_path / 'lying.pth',
+        forged(state, key, spec=dict(attn_removed=[0, 2])),
+    )
     message = f'{path}: the HetDPT record .* removes \\[0, 2\\]'
     if task == 'det':
         from mmdet.apis import init_detector
+
         with pytest.raises(StateDictMismatch, match=message):
             init_detector(str(config), path, device='cpu')
     elif task == 'seg':
         from mmseg.apis import init_model
+
         with pytest.raises(StateDictMismatch, match=message):
             init_model(str(config), path, device='cpu')
     else:
@@ -143,11 +167,16 @@ def test_a_configured_architecture_must_be_the_records():
     """``--cfg-options model.backbone.arch.num_heads=6`` on a 3-head
     checkpoint: shapes cannot show the heads; the record does."""
     state = demo_backbone().state_dict()
-    six_heads = HetDPTViT(arch=dict(embed_dims=96, num_layers=6, num_heads=6),
-                          img_size=32, patch_size=4)
-    with pytest.raises(StateDictMismatch,
-                       match=r"saved by a network with arch=\{.*'num_heads': "
-                       r"3.*configured with arch=\{.*'num_heads': 6"):
+    six_heads = HetDPTViT(
+        arch=dict(embed_dims=96, num_layers=6, num_heads=6),
+        img_size=32,
+        patch_size=4,
+    )
+    with pytest.raises(
+        StateDictMismatch,
+        match=r"saved by a network with arch=\{.*'num_heads': "
+        r"3.*configured with arch=\{.*'num_heads': 6",
+    ):
         six_heads.load_state_dict(state, strict=False)
 
 
@@ -175,44 +204,51 @@ def loopback_server():
     server.server_close()
 
 
-def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path,
-                                                    loopback_server):
+def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path, loopback_server):
     """``arch.pretrained=<url>`` and ``arch.init_cfg`` in a record: every
     reader refuses them before anything is fetched or read."""
     state = demo_backbone(prune_spec=SPEC, merged=True).state_dict()
     url = f'{loopback_server}/deit_base_patch16_224-b5f2ef4d.pth'
     for name, value in (
-            ('pretrained', url),
-            ('init_cfg', dict(type='Pretrained', checkpoint=url)),
-            ('init_cfg', dict(type='Pretrained', checkpoint='/etc/hostname'))):
+        ('pretrained', url),
+        ('init_cfg', dict(type='Pretrained', checkpoint=url)),
+        ('init_cfg', dict(type='Pretrained', checkpoint='/etc/hostname')),
+    ):
         bad = forged(state, arch={name: value})
         path = saved(tmp_path / f'{name}.pth', bad)
-        message = (f"{path}: the HetDPT record's arch gives \\['{name}'\\], "
-                   'which are not structural arguments of a vit backbone')
+        message = (
+            f"{path}: the HetDPT record's arch gives \\['{name}'\\], "
+            'which are not structural arguments of a vit backbone'
+        )
         with pytest.raises(RecordError, match=message):
             load_backbone_checkpoint(path)
         with pytest.raises(RecordError, match=message):
-            prune_width_checkpoint(torch.load(path), source=path,
-                                   ratio=0.25)
+            prune_width_checkpoint(torch.load(path), source=path, ratio=0.25)
         with pytest.raises(RecordError, match='not structural arguments'):
             HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
     assert RecordingHandler.requests == []
 
 
 # ------------------------------------------ a corrupt record is an error
-@pytest.mark.parametrize('data, message', [
-    (b'{"spec": ', 'holds a corrupt HetDPT record'),
-    (b'\xff\xfe', 'holds a corrupt HetDPT record'),
-    (b'[1, 2]', r'corrupt HetDPT record \(a list, not a dict\)'),
-    (b'[' * 200_000 + b']' * 200_000, 'nested deeper than 8'),
-    (b'{"version": 2, "spec": {"depth": 1' + b'0' * 5000 + b'}}',
-     'holds a corrupt HetDPT record'),
-])
+@pytest.mark.parametrize(
+    'data, message',
+    [
+        (b'{"spec": ', 'holds a corrupt HetDPT record'),
+        (b'\xff\xfe', 'holds a corrupt HetDPT record'),
+        (b'[1, 2]', r'corrupt HetDPT record \(a list, not a dict\)'),
+        (b'[' * 200_000 + b']' * 200_000, 'nested deeper than 8'),
+        (
+            b'{"version": 2, "spec": {"depth": 1' + b'0' * 5000 + b'}}',
+            'holds a corrupt HetDPT record',
+        ),
+    ],
+)
 def test_a_corrupt_record_is_an_error_not_a_fallback(data, message, tmp_path):
     """``removed_attn_output='zero'`` in a record that cannot be read no
     longer loads as the default ``'norm'``: the file is refused."""
-    state = demo_backbone(prune_spec=SPEC, merged=True,
-                          removed_attn_output='zero').state_dict()
+    state = demo_backbone(
+        prune_spec=SPEC, merged=True, removed_attn_output='zero'
+    ).state_dict()
     bad = with_raw_record(state, data)
     path = saved(tmp_path / 'corrupt.pth', bad)
     with pytest.raises(RecordError, match=message):
@@ -221,31 +257,51 @@ def test_a_corrupt_record_is_an_error_not_a_fallback(data, message, tmp_path):
         HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
 
 
-@pytest.mark.parametrize('changes, message', [
-    (dict(semantics=dict(removed_attn_output=3)),
-     r'semantics must be names, got \{.removed_attn_output.: 3\}'),
-    (dict(semantics=dict(removed_attn_output='nothing')),
-     r"removed_attn_output='nothing'; removed_attn_output is one of"),
-    (dict(semantics=dict(colour='red')), 'semantics are'),
-    (dict(arch=[1, 2]), "arch is a list, not a dict"),
-    (dict(arch=dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3,
-                              init_cfg=1))),
-     "architecture cannot be built .*unknown arch keys"),
-    (dict(arch=dict(img_size=10 ** 40)), r'integer beyond \+-2147483648'),
-    (dict(spec=dict(depth=10 ** 9)), 'a depth is 1 to 1024 blocks'),
-    (dict(form='folded'), "unknown form 'folded'"),
-    (dict(family='../vit'), 'is not a family name'),
-    (dict(loader='torch.load'), r"unknown fields \['loader'\]"),
-    (dict(arch=dict(img_size=float('nan'))), 'img_size of the HetDPT record '
-     'is nan'),
-])
+@pytest.mark.parametrize(
+    'changes, message',
+    [
+        (
+            dict(semantics=dict(removed_attn_output=3)),
+            r'semantics must be names, got \{.removed_attn_output.: 3\}',
+        ),
+        (
+            dict(semantics=dict(removed_attn_output='nothing')),
+            r"removed_attn_output='nothing'; removed_attn_output is one of",
+        ),
+        (dict(semantics=dict(colour='red')), 'semantics are'),
+        (dict(arch=[1, 2]), 'arch is a list, not a dict'),
+        (
+            dict(
+                arch=dict(
+                    arch=dict(
+                        embed_dims=96, num_layers=6, num_heads=3, init_cfg=1
+                    )
+                )
+            ),
+            'architecture cannot be built .*unknown arch keys',
+        ),
+        (dict(arch=dict(img_size=10**40)), r'integer beyond \+-2147483648'),
+        (dict(spec=dict(depth=10**9)), 'a depth is 1 to 1024 blocks'),
+        (dict(form='folded'), "unknown form 'folded'"),
+        (dict(family='../vit'), 'is not a family name'),
+        (dict(loader='torch.load'), r"unknown fields \['loader'\]"),
+        (
+            dict(arch=dict(img_size=float('nan'))),
+            'img_size of the HetDPT record is nan',
+        ),
+    ],
+)
 def test_records_outside_the_schema_are_named(changes, message):
     state = demo_backbone(prune_spec=SPEC, merged=True).state_dict()
     record = decode_record(state[EXTRA_STATE_KEY])
     for name, value in changes.items():
-        record[name] = {**record[name], **value} if isinstance(
-            value, dict) and isinstance(record.get(name), dict) else value
+        record[name] = (
+            {**record[name], **value}
+            if isinstance(value, dict) and isinstance(record.get(name), dict)
+            else value
+        )
     text = json.dumps(record).encode()
     with pytest.raises(CheckpointError, match=message):
-        HetDPTViT(**DEMO_ARCH).load_state_dict(with_raw_record(state, text),
-                                               strict=False)
+        HetDPTViT(**DEMO_ARCH).load_state_dict(
+            with_raw_record(state, text), strict=False
+        )

@@ -1,6 +1,7 @@
 """Special files as inputs and outputs, the outputs of multi-output tools
 checked together and written all or nothing, and bad numbers that are
 `error:` lines at once (docs/advanced/reliability.md, *Bad inputs*)."""
+
 import errno
 import json
 import os
@@ -25,8 +26,16 @@ TINY_ARCH = '{"embed_dims": 48, "num_layers": 4, "num_heads": 3}'
 
 @pytest.fixture(scope='module')
 def tools():
-    return {name: load_tool(name) for name in
-            ('merge_ckpt', 'prune_width', 'benchmark', 'fit_map', 'export')}
+    return {
+        name: load_tool(name)
+        for name in (
+            'merge_ckpt',
+            'prune_width',
+            'benchmark',
+            'fit_map',
+            'export',
+        )
+    }
 
 
 def run_tool(tools, capsys, name, *args):
@@ -68,14 +77,24 @@ def fifo(tmp_path):
     made.close()
 
 
-def test_checkpoints_that_are_fifos_are_refused_unread(tools, tmp_path,
-                                                       capsys, fifo):
+def test_checkpoints_that_are_fifos_are_refused_unread(
+    tools, tmp_path, capsys, fifo
+):
     out = tmp_path / 'out.pth'
     message = f'error: checkpoint {fifo.path} is not a regular file (a FIFO)\n'
-    runs = [('merge_ckpt', fifo.path, out),
-            ('prune_width', fifo.path, out, '--ratio', '0.3',
-             '--importance', 'magnitude'),
-            ('benchmark', 'backbone', '--checkpoint', fifo.path)]
+    runs = [
+        ('merge_ckpt', fifo.path, out),
+        (
+            'prune_width',
+            fifo.path,
+            out,
+            '--ratio',
+            '0.3',
+            '--importance',
+            'magnitude',
+        ),
+        ('benchmark', 'backbone', '--checkpoint', fifo.path),
+    ]
     for name, *args in runs:
         assert run_tool(tools, capsys, name, *args) == (2, message), name
     with pytest.raises(NotARegularFileError):
@@ -97,106 +116,213 @@ def test_a_link_to_dev_zero_is_refused_before_reading(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, 'load', unreachable)
     with pytest.raises(NotARegularFileError) as error:
         load_checkpoint_file(link, mmap=True)
-    assert str(error.value) == \
-        f'checkpoint {link} is not a regular file (a character device)'
+    assert (
+        str(error.value)
+        == f'checkpoint {link} is not a regular file (a character device)'
+    )
 
 
 def test_spec_points_and_cost_files_that_are_fifos_are_named(
-        tools, tmp_path, capsys, fifo):
+    tools, tmp_path, capsys, fifo
+):
     with pytest.raises(NotARegularFileError) as error:
         PruneSpec.coerce(str(fifo.path))
-    assert str(error.value) == \
-        f'prune spec file {fifo.path} is not a regular file (a FIFO)'
+    assert (
+        str(error.value)
+        == f'prune spec file {fifo.path} is not a regular file (a FIFO)'
+    )
     checkpoint = tmp_path / 'in.pth'
     checkpoint.write_bytes(b'never read')
-    assert run_tool(tools, capsys, 'merge_ckpt', checkpoint,
-                    tmp_path / 'out.pth', '--spec', fifo.path) == (
-        2, f'error: --spec file {fifo.path} is not a regular file (a FIFO)\n')
+    assert run_tool(
+        tools,
+        capsys,
+        'merge_ckpt',
+        checkpoint,
+        tmp_path / 'out.pth',
+        '--spec',
+        fifo.path,
+    ) == (
+        2,
+        f'error: --spec file {fifo.path} is not a regular file (a FIFO)\n',
+    )
     assert run_tool(tools, capsys, 'fit_map', fifo.path, '--depth', '12') == (
-        2, f'error: MAP points file {fifo.path} is not a regular file '
-        '(a FIFO)\n')
-    assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth', '12',
-                    '--cost', fifo.path, '--speedup', '1.5') == (
-        2, f'error: measured cost file {fifo.path} is not a regular file '
-        '(a FIFO)\n')
+        2,
+        f'error: MAP points file {fifo.path} is not a regular file (a FIFO)\n',
+    )
+    assert run_tool(
+        tools,
+        capsys,
+        'fit_map',
+        PAPER_POINTS,
+        '--depth',
+        '12',
+        '--cost',
+        fifo.path,
+        '--speedup',
+        '1.5',
+    ) == (
+        2,
+        f'error: measured cost file {fifo.path} is not a regular file '
+        '(a FIFO)\n',
+    )
     assert fifo.opened == 0
 
 
 def test_outputs_that_are_not_regular_files_are_never_replaced(
-        tools, tmp_path, capsys, fifo):
+    tools, tmp_path, capsys, fifo
+):
     """Even with --force (as root, the system's /dev/null would have been
     replaced by a regular file)."""
     null = tmp_path / 'null'
     null.symlink_to('/dev/null')
     folder = tmp_path / 'folder'
     folder.mkdir()
-    for out, kind in ((null, 'a character device'), (fifo.path, 'a FIFO'),
-                      (folder, 'a directory')):
-        assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth',
-                        '12', '--save-fit', out, '--force') == (
-            2, f'error: output {out} is not a regular file ({kind}); it is '
-            'never replaced, even with --force: choose a file path\n')
-    with pytest.raises(NotARegularFileError), \
-            atomic_path(null) as tmp:  # MMEngine's saves
+    for out, kind in (
+        (null, 'a character device'),
+        (fifo.path, 'a FIFO'),
+        (folder, 'a directory'),
+    ):
+        assert run_tool(
+            tools,
+            capsys,
+            'fit_map',
+            PAPER_POINTS,
+            '--depth',
+            '12',
+            '--save-fit',
+            out,
+            '--force',
+        ) == (
+            2,
+            f'error: output {out} is not a regular file ({kind}); it is '
+            'never replaced, even with --force: choose a file path\n',
+        )
+    with (
+        pytest.raises(NotARegularFileError),
+        atomic_path(null) as tmp,
+    ):  # MMEngine's saves
         tmp.write_bytes(b'checkpoint')
     assert os.readlink(null) == '/dev/null' and fifo.path.is_fifo()
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        'fifo.pth', 'folder', 'null']
+        'fifo.pth',
+        'folder',
+        'null',
+    ]
 
 
 def test_aliased_outputs_of_one_run_are_refused_before_any_work(
-        tools, tmp_path, capsys):
+    tools, tmp_path, capsys
+):
     fit, link = tmp_path / 'fit.json', tmp_path / 'link.json'
     link.symlink_to(fit.name)
-    assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth', '12',
-                    '--budget', '8', '--save-fit', fit, '--save-allocation',
-                    link) == (
-        2, f'error: outputs {fit} and {link} are the same file; give each '
-        'output its own path\n')
+    assert run_tool(
+        tools,
+        capsys,
+        'fit_map',
+        PAPER_POINTS,
+        '--depth',
+        '12',
+        '--budget',
+        '8',
+        '--save-fit',
+        fit,
+        '--save-allocation',
+        link,
+    ) == (
+        2,
+        f'error: outputs {fit} and {link} are the same file; give each '
+        'output its own path\n',
+    )
     md, hard = tmp_path / 'bench.md', tmp_path / 'bench.json'
     md.write_text('old')
     os.link(md, hard)
-    assert run_tool(tools, capsys, 'benchmark', 'backbone', '--arch',
-                    TINY_ARCH, '--spec', SPEC, '--json', hard, '--md', md,
-                    '--force') == (
-        2, f'error: outputs {hard} and {md} are the same file; give each '
-        'output its own path\n')
+    assert run_tool(
+        tools,
+        capsys,
+        'benchmark',
+        'backbone',
+        '--arch',
+        TINY_ARCH,
+        '--spec',
+        SPEC,
+        '--json',
+        hard,
+        '--md',
+        md,
+        '--force',
+    ) == (
+        2,
+        f'error: outputs {hard} and {md} are the same file; give each '
+        'output its own path\n',
+    )
     assert md.read_text() == 'old'
     source = tmp_path / 'in.pth'
     source.write_bytes(b'never read')
     same = tmp_path / 'widths.png'
-    assert run_tool(tools, capsys, 'prune_width', source, tmp_path / 'o.pth',
-                    '--ratio', '0.3', '--importance', 'magnitude', '--report',
-                    same, '--plot', same) == (
-        2, f'error: outputs {same} and {same} are the same file; give each '
-        'output its own path\n')
+    assert run_tool(
+        tools,
+        capsys,
+        'prune_width',
+        source,
+        tmp_path / 'o.pth',
+        '--ratio',
+        '0.3',
+        '--importance',
+        'magnitude',
+        '--report',
+        same,
+        '--plot',
+        same,
+    ) == (
+        2,
+        f'error: outputs {same} and {same} are the same file; give each '
+        'output its own path\n',
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        'bench.json', 'bench.md', 'in.pth', 'link.json']
+        'bench.json',
+        'bench.md',
+        'in.pth',
+        'link.json',
+    ]
 
 
 def test_an_output_folder_that_cannot_take_it_is_found_first(
-        tools, tmp_path, capsys):
+    tools, tmp_path, capsys
+):
     """On main the fit was written, then the allocation failed."""
     fit = tmp_path / 'fit.json'
     blocker = tmp_path / 'file'
     blocker.write_text('')
-    args = [PAPER_POINTS, '--depth', '12', '--budget', '8', '--save-fit',
-            fit, '--save-allocation']
+    args = [
+        PAPER_POINTS,
+        '--depth',
+        '12',
+        '--budget',
+        '8',
+        '--save-fit',
+        fit,
+        '--save-allocation',
+    ]
     allocation = blocker / 'allocation.json'
     assert run_tool(tools, capsys, 'fit_map', *args, allocation) == (
-        2, f'error: output {allocation}: {blocker} is not a directory\n')
+        2,
+        f'error: output {allocation}: {blocker} is not a directory\n',
+    )
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / 'locked'
         locked.mkdir(mode=0o500)
         allocation = locked / 'allocation.json'
         assert run_tool(tools, capsys, 'fit_map', *args, allocation) == (
-            2, f'error: output {allocation}: directory {locked} is not '
-            'writable\n')
+            2,
+            f'error: output {allocation}: directory {locked} is not '
+            'writable\n',
+        )
     assert not fit.exists()
 
 
 def test_a_full_disk_leaves_none_of_the_outputs_and_names_the_file(
-        tools, tmp_path, capsys, monkeypatch):
+    tools, tmp_path, capsys, monkeypatch
+):
     fit, allocation = tmp_path / 'fit.json', tmp_path / 'allocation.json'
     fit.write_text('old fit')
     written = []
@@ -208,11 +334,25 @@ def test_a_full_disk_leaves_none_of_the_outputs_and_names_the_file(
         return Path.write_bytes(path, text.encode())
 
     monkeypatch.setattr(Path, 'write_text', write_text)
-    assert run_tool(tools, capsys, 'fit_map', PAPER_POINTS, '--depth', '12',
-                    '--budget', '8', '--save-fit', fit, '--save-allocation',
-                    allocation, '--force') == (
-        2, f'error: [Errno 28] No space left on device while writing '
-        f'{allocation}\n')
+    assert run_tool(
+        tools,
+        capsys,
+        'fit_map',
+        PAPER_POINTS,
+        '--depth',
+        '12',
+        '--budget',
+        '8',
+        '--save-fit',
+        fit,
+        '--save-allocation',
+        allocation,
+        '--force',
+    ) == (
+        2,
+        f'error: [Errno 28] No space left on device while writing '
+        f'{allocation}\n',
+    )
     monkeypatch.undo()
     assert fit.read_text() == 'old fit'
     assert sorted(p.name for p in tmp_path.iterdir()) == ['fit.json']
@@ -221,14 +361,33 @@ def test_a_full_disk_leaves_none_of_the_outputs_and_names_the_file(
 def test_zero_and_nan_targets_are_argument_errors(tools, tmp_path, capsys):
     absent = tmp_path / 'absent.pth'
     for value in ('0', 'nan', '-2G'):
-        assert run_tool(tools, capsys, 'prune_width', absent, 'o.pth',
-                        f'--target-macs={value}') == (
-            2, f"error: argument --target-macs: the MACs target '{value}' "
-            'is not a positive count (e.g. 2.4G, 2400M)\n')
-    assert run_tool(tools, capsys, 'export', 'detr', 'absent.py', absent,
-                    '--out', tmp_path / 'o.onnx', '--tolerance', 'nan') == (
-        2, "error: argument --tolerance: must be a positive number, got "
-        "'nan'\n")
+        assert run_tool(
+            tools,
+            capsys,
+            'prune_width',
+            absent,
+            'o.pth',
+            f'--target-macs={value}',
+        ) == (
+            2,
+            f"error: argument --target-macs: the MACs target '{value}' "
+            'is not a positive count (e.g. 2.4G, 2400M)\n',
+        )
+    assert run_tool(
+        tools,
+        capsys,
+        'export',
+        'detr',
+        'absent.py',
+        absent,
+        '--out',
+        tmp_path / 'o.onnx',
+        '--tolerance',
+        'nan',
+    ) == (
+        2,
+        "error: argument --tolerance: must be a positive number, got 'nan'\n",
+    )
 
 
 def test_duplicate_indices_are_found_in_linear_time():
@@ -246,8 +405,10 @@ def test_a_repeated_points_column_is_refused(tmp_path):
     points.write_text('a,t,accuracy,Accuracy\n1,1,81.8,0.5\n')
     with pytest.raises(ValueError) as error:
         load_points(points)
-    assert str(error.value) == f'{points}: column "accuracy" appears twice ' \
+    assert (
+        str(error.value) == f'{points}: column "accuracy" appears twice '
         'in the header; give each column once'
+    )
 
 
 def test_integers_too_long_for_python_are_named(tools, tmp_path, capsys):
@@ -255,16 +416,31 @@ def test_integers_too_long_for_python_are_named(tools, tmp_path, capsys):
     nor the value."""
     digits = '1' * 5000
     spec = f'{{"attn_removed": [{digits}]}}'
-    message = 'the integer 111111111111... has 5000 digits; no value ' \
+    message = (
+        'the integer 111111111111... has 5000 digits; no value '
         'here has more than 100'
+    )
     checkpoint = tmp_path / 'in.pth'
     checkpoint.write_bytes(b'never read')
-    assert run_tool(tools, capsys, 'merge_ckpt', checkpoint,
-                    tmp_path / 'o.pth', '--spec', spec) == (
-        2, f'error: --spec: {message}\n')
-    assert run_tool(tools, capsys, 'benchmark', 'backbone', '--arch',
-                    TINY_ARCH, '--spec', spec) == (
-        2, f'error: --spec: prune spec: {message}\n')
+    assert run_tool(
+        tools,
+        capsys,
+        'merge_ckpt',
+        checkpoint,
+        tmp_path / 'o.pth',
+        '--spec',
+        spec,
+    ) == (2, f'error: --spec: {message}\n')
+    assert run_tool(
+        tools,
+        capsys,
+        'benchmark',
+        'backbone',
+        '--arch',
+        TINY_ARCH,
+        '--spec',
+        spec,
+    ) == (2, f'error: --spec: prune spec: {message}\n')
     with pytest.raises(ValueError) as error:
         PruneSpec.coerce(spec.replace('{', '{"depth": 12, ', 1))
     assert str(error.value) == f'prune spec: {message}'

@@ -1,6 +1,7 @@
 """Sharded training (FSDP) of a prune run: MMEngine's FlexibleRunner with
 FSDPStrategy on 2 gloo ranks on the CPU, a tiny gated LayerScale ViT
 (docs/user_guides/dinov2.md, "Sharding")."""
+
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ DIM, DEPTH = 48, 4
 
 
 def write_config(path: Path, data_root: Path) -> Path:
-    path.write_text(f'''
+    path.write_text(f"""
 _base_ = [{str(PRUNE_CONFIG)!r}]
 data_root = {str(data_root)!r}
 model = dict(
@@ -56,7 +57,7 @@ strategy = dict(
         auto_wrap_policy=dict(
             type='torch.distributed.fsdp.wrap.size_based_auto_wrap_policy',
             min_num_params=5000)))
-''')
+""")
     return path
 
 
@@ -83,19 +84,35 @@ def dist_train(tmp_path: Path, *runs) -> None:
     on CPU) as tools/dist_train.sh starts them."""
     driver = tmp_path / 'driver.py'
     driver.write_text(DRIVER)
-    env = dict(os.environ, OMP_NUM_THREADS='1',
-               PYTHONPATH=os.pathsep.join(
-                   [str(REPO)] + os.environ.get('PYTHONPATH', '').split(
-                       os.pathsep)))
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS='1',
+        PYTHONPATH=os.pathsep.join(
+            [str(REPO)] + os.environ.get('PYTHONPATH', '').split(os.pathsep)
+        ),
+    )
     result = subprocess.run(
-        [sys.executable, '-m', 'torch.distributed.run', '--nnodes=1',
-         '--nproc_per_node=2', '--master_addr=127.0.0.1',
-         f'--master_port={free_port()}', str(driver),
-         str(REPO / 'tools' / 'train.py'),
-         json.dumps([list(map(str, run)) for run in runs])],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout[-3000:] + \
-        result.stderr[-3000:]
+        [
+            sys.executable,
+            '-m',
+            'torch.distributed.run',
+            '--nnodes=1',
+            '--nproc_per_node=2',
+            '--master_addr=127.0.0.1',
+            f'--master_port={free_port()}',
+            str(driver),
+            str(REPO / 'tools' / 'train.py'),
+            json.dumps([list(map(str, run)) for run in runs]),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, (
+        result.stdout[-3000:] + result.stderr[-3000:]
+    )
 
 
 def test_fsdp_prune_run_on_two_ranks(tmp_path):
@@ -111,9 +128,17 @@ def test_fsdp_prune_run_on_two_ranks(tmp_path):
     resume_config = write_config(tmp_path / 'prune_fsdp_resume.py', data)
     work, resumed = tmp_path / 'work', tmp_path / 'resumed'
     # The second run resumes from the first's epoch-1 checkpoint.
-    dist_train(tmp_path, [config, '--work-dir', work],
-               [resume_config, '--work-dir', resumed, '--resume',
-                work / 'epoch_1.pth'])
+    dist_train(
+        tmp_path,
+        [config, '--work-dir', work],
+        [
+            resume_config,
+            '--work-dir',
+            resumed,
+            '--resume',
+            work / 'epoch_1.pth',
+        ],
+    )
 
     log = next(work.glob('*/*.log')).read_text()
     assert 'HetDPTFullyShardedDataParallel' in log
@@ -143,15 +168,19 @@ def test_fsdp_prune_run_on_two_ranks(tmp_path):
     assert record['form'] == 'merged'
     assert PruneSpec.from_dict(record['spec']) == spec
     merged_cfg = cfg.model.copy()
-    merged_cfg['backbone'] = dict(cfg.model.backbone, gated=False,
-                                  merged=True, prune_spec=spec.to_dict())
+    merged_cfg['backbone'] = dict(
+        cfg.model.backbone, gated=False, merged=True, prune_spec=spec.to_dict()
+    )
     merged = MODELS.build(merged_cfg)
     merged.load_state_dict(merged_ckpt['state_dict'])
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        torch.testing.assert_close(merged.eval()(x, mode='tensor'),
-                                   gated.eval()(x, mode='tensor'),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            merged.eval()(x, mode='tensor'),
+            gated.eval()(x, mode='tensor'),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
     again = load_checkpoint_file(resumed / 'epoch_2.pth')
     assert again['meta'][STATE_KEY]['decisions'] == decisions
@@ -167,21 +196,27 @@ def test_gradient_clipping_by_norm_under_fsdp_is_ddp_s(tmp_path):
     norm of each rank's shards, leaves them apart.)"""
     data = tmp_path / 'data' / 'cls'
     make_classification(data)
-    clipped = '''
+    clipped = """
 custom_hooks = []
 train_cfg = dict(max_epochs=1, val_interval=2)
 param_scheduler = None
 optim_wrapper = dict(_delete_=True, optimizer=dict(type='SGD', lr=0.5),
                      clip_grad=dict(max_norm=0.05))
-'''
+"""
     fsdp = write_config(tmp_path / 'clip_fsdp.py', data)
     fsdp.write_text(fsdp.read_text() + clipped)
     ddp = write_config(tmp_path / 'clip_ddp.py', data)
-    ddp.write_text(ddp.read_text().replace(
-        "runner_type = 'FlexibleRunner'", "runner_type = 'Runner'").split(
-            '# Nested FSDP units')[0] + clipped)
-    dist_train(tmp_path, [fsdp, '--work-dir', tmp_path / 'fsdp'],
-               [ddp, '--work-dir', tmp_path / 'ddp'])
+    ddp.write_text(
+        ddp.read_text()
+        .replace("runner_type = 'FlexibleRunner'", "runner_type = 'Runner'")
+        .split('# Nested FSDP units')[0]
+        + clipped
+    )
+    dist_train(
+        tmp_path,
+        [fsdp, '--work-dir', tmp_path / 'fsdp'],
+        [ddp, '--work-dir', tmp_path / 'ddp'],
+    )
     log = next((tmp_path / 'fsdp').glob('*/*.log')).read_text()
     assert 'HetDPTFullyShardedDataParallel' in log and 'grad_norm' in log
     ours = load_checkpoint_file(tmp_path / 'fsdp/epoch_1.pth')['state_dict']
@@ -192,16 +227,22 @@ optim_wrapper = dict(_delete_=True, optimizer=dict(type='SGD', lr=0.5),
     for key, value in want.items():
         if key.endswith('_extra_state'):
             continue
-        torch.testing.assert_close(ours[key], value, atol=1e-6, rtol=1e-5,
-                                   msg=key)
+        torch.testing.assert_close(
+            ours[key], value, atol=1e-6, rtol=1e-5, msg=key
+        )
         moved += not torch.equal(value, start[key])
     assert moved > len(want) // 2
 
 
 def test_clipping_arguments_fsdp_cannot_take_are_refused():
     from hetdpt_mm.sharding import HetDPTFSDPStrategy
+
     HetDPTFSDPStrategy._check_clip_arguments(dict(max_norm=1.0, norm_type=2))
-    with pytest.raises(ValueError, match=r"\['error_if_nonfinite'\].*"
-                       'max_norm and norm_type only'):
+    with pytest.raises(
+        ValueError,
+        match=r"\['error_if_nonfinite'\].*"
+        'max_norm and norm_type only',
+    ):
         HetDPTFSDPStrategy._check_clip_arguments(
-            dict(max_norm=1.0, error_if_nonfinite=True))
+            dict(max_norm=1.0, error_if_nonfinite=True)
+        )

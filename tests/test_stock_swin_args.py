@@ -5,6 +5,7 @@ the stock module computes on the stock module's weights; the few stock
 choices it does not build are refused naming the alternative; a stock mmdet
 Swin config with only the backbone's ``type`` changed trains under mmdet's
 own tools/train.py."""
+
 import importlib
 import os
 import re
@@ -28,40 +29,68 @@ from hetdpt_mm.models.swin_state_dict import (
 
 ROOT = Path(__file__).resolve().parents[1]
 #: mmdet's / mmseg's Swin, tiny: four stages (8 blocks), windows of 3.
-DET_BASE = dict(embed_dims=8, depths=(2, 2, 2, 2), num_heads=(1, 2, 2, 4),
-                window_size=3, drop_path_rate=0.)
+DET_BASE = dict(
+    embed_dims=8,
+    depths=(2, 2, 2, 2),
+    num_heads=(1, 2, 2, 4),
+    window_size=3,
+    drop_path_rate=0.0,
+)
 #: Not a multiple of the patch or the windows; the last maps are smaller
 #: than a window (maps 10x14, 5x7, 3x4, 2x2): mmdet / mmseg pad them.
 DET_SIZE = (40, 56)
 #: Each of mmdet's / mmseg's arguments at a value other than its default.
 DET_CASES = [
-    dict(pretrain_img_size=64), dict(in_channels=1), dict(embed_dims=16),
-    dict(patch_size=2, strides=(2, 2, 2, 2)), dict(window_size=4),
-    dict(mlp_ratio=2), dict(depths=(1, 2, 3, 1)),
-    dict(num_heads=(2, 2, 4, 4)), dict(strides=(4, 2, 2, 2)),
-    dict(out_indices=(1, 3)), dict(qkv_bias=False), dict(qk_scale=0.25),
-    dict(patch_norm=False), dict(drop_rate=0.3), dict(attn_drop_rate=0.3),
-    dict(drop_path_rate=0.3), dict(use_abs_pos_embed=False),
-    dict(act_cfg=dict(type='GELU')), dict(norm_cfg=dict(type='LN')),
-    dict(with_cp=True), dict(frozen_stages=2)]
+    dict(pretrain_img_size=64),
+    dict(in_channels=1),
+    dict(embed_dims=16),
+    dict(patch_size=2, strides=(2, 2, 2, 2)),
+    dict(window_size=4),
+    dict(mlp_ratio=2),
+    dict(depths=(1, 2, 3, 1)),
+    dict(num_heads=(2, 2, 4, 4)),
+    dict(strides=(4, 2, 2, 2)),
+    dict(out_indices=(1, 3)),
+    dict(qkv_bias=False),
+    dict(qk_scale=0.25),
+    dict(patch_norm=False),
+    dict(drop_rate=0.3),
+    dict(attn_drop_rate=0.3),
+    dict(drop_path_rate=0.3),
+    dict(use_abs_pos_embed=False),
+    dict(act_cfg=dict(type='GELU')),
+    dict(norm_cfg=dict(type='LN')),
+    dict(with_cp=True),
+    dict(frozen_stages=2),
+]
 #: mmpretrain's Swin, tiny (its arch dict takes exactly these keys).
 CLS_ARCH = dict(embed_dims=8, depths=[2, 2, 2, 2], num_heads=[1, 2, 2, 4])
-CLS_BASE = dict(arch=CLS_ARCH, window_size=3, drop_path_rate=0.)
+CLS_BASE = dict(arch=CLS_ARCH, window_size=3, drop_path_rate=0.0)
 #: Maps 24x36, 12x18, 6x9, 3x5: mmpretrain's windows fit every map (its
 #: unpadded windows shrink to smaller maps, which its bias tables refuse).
 CLS_SIZE = (96, 144)
 CLS_CASES = [
-    dict(arch='t'), dict(arch=dict(CLS_ARCH, embed_dims=16)),
-    dict(img_size=64), dict(patch_size=2), dict(in_channels=1),
-    dict(window_size=2), dict(drop_rate=0.3), dict(drop_path_rate=0.3),
+    dict(arch='t'),
+    dict(arch=dict(CLS_ARCH, embed_dims=16)),
+    dict(img_size=64),
+    dict(patch_size=2),
+    dict(in_channels=1),
+    dict(window_size=2),
+    dict(drop_rate=0.3),
+    dict(drop_path_rate=0.3),
     dict(out_indices=(0, 2)),
     dict(out_after_downsample=True, out_indices=(0, 1, 2, 3)),
-    dict(use_abs_pos_embed=False), dict(interpolate_mode='bilinear'),
-    dict(with_cp=True), dict(frozen_stages=1), dict(norm_eval=True),
-    dict(pad_small_map=True), dict(norm_cfg=dict(type='LN')),
+    dict(use_abs_pos_embed=False),
+    dict(interpolate_mode='bilinear'),
+    dict(with_cp=True),
+    dict(frozen_stages=1),
+    dict(norm_eval=True),
+    dict(pad_small_map=True),
+    dict(norm_cfg=dict(type='LN')),
     dict(stage_cfgs=dict(block_cfgs=dict(window_size=2))),
-    dict(stage_cfgs=[dict(block_cfgs=dict(ffn_ratio=2.))] * 4),
-    dict(patch_cfg=dict(kernel_size=2, stride=2))]
+    dict(stage_cfgs=[dict(block_cfgs=dict(ffn_ratio=2.0))] * 4),
+    dict(patch_cfg=dict(kernel_size=2, stride=2)),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -98,18 +127,25 @@ def set_mode(module: nn.Module, train: bool) -> None:
 def drop_rates(module: nn.Module) -> dict:
     """Dropout and stochastic-depth rates inside the stages."""
     return dict(
-        dropout=sorted({m.p for m in module.stages.modules()
-                        if isinstance(m, nn.Dropout)}),
-        drop_path=sorted(round(m.drop_prob, 6)
-                         for m in module.stages.modules()
-                         if getattr(m, 'drop_prob', 0) > 0),
-        after_embedding=module.drop_after_pos.p)
+        dropout=sorted(
+            {m.p for m in module.stages.modules() if isinstance(m, nn.Dropout)}
+        ),
+        drop_path=sorted(
+            round(m.drop_prob, 6)
+            for m in module.stages.modules()
+            if getattr(m, 'drop_prob', 0) > 0
+        ),
+        after_embedding=module.drop_after_pos.p,
+    )
 
 
 def frozen_names(module: nn.Module, stock: bool) -> set:
     """Parameters without gradients, named as HetDPTSwin names them."""
-    frozen = {name: param for name, param in module.named_parameters()
-              if not param.requires_grad}
+    frozen = {
+        name: param
+        for name, param in module.named_parameters()
+        if not param.requires_grad
+    }
     return set(canonical_layout(frozen) if stock and frozen else frozen)
 
 
@@ -118,19 +154,29 @@ def assert_same_as_stock(toolbox, stock_args, own_args, size, tmp_path):
     initialised from the stock module's weights, computes the same."""
     stock = stock_swin(toolbox, stock_args)
     path = tmp_path / 'stock.pth'
-    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
-                                stock.state_dict().items()}), path)
-    ours = build_ours(toolbox, dict(own_args, init_cfg=dict(
-        type='Pretrained', checkpoint=str(path))))
+    torch.save(
+        dict(
+            state_dict={
+                f'backbone.{k}': v for k, v in stock.state_dict().items()
+            }
+        ),
+        path,
+    )
+    ours = build_ours(
+        toolbox,
+        dict(own_args, init_cfg=dict(type='Pretrained', checkpoint=str(path))),
+    )
     # Dropout rates compared as modules; outputs in eval mode, and in
     # training mode (stochastic depth off) where gradient checkpointing
     # and frozen stages apply.
     assert drop_rates(ours) == drop_rates(stock)
-    train = own_args.get('drop_path_rate', 0) == 0 and \
-        own_args.get('drop_rate', 0) == 0 and \
-        own_args.get('attn_drop_rate', 0) == 0
+    train = (
+        own_args.get('drop_path_rate', 0) == 0
+        and own_args.get('drop_rate', 0) == 0
+        and own_args.get('attn_drop_rate', 0) == 0
+    )
     x = images(size, own_args.get('in_channels', 3))
-    for mode in (False, True) if train else (False, ):
+    for mode in (False, True) if train else (False,):
         set_mode(stock, mode)
         set_mode(ours, mode)
         with torch.no_grad():
@@ -162,10 +208,13 @@ def official_layout(state: dict) -> dict:
     for key, value in state.items():
         if '.downsample.' in key:
             value = unfold_to_official_order(value)
-        for old, new in (('stages.', 'layers.'), ('attn.w_msa.', 'attn.'),
-                         ('ffn.layers.0.0.', 'mlp.fc1.'),
-                         ('ffn.layers.1.', 'mlp.fc2.'),
-                         ('patch_embed.projection.', 'patch_embed.proj.')):
+        for old, new in (
+            ('stages.', 'layers.'),
+            ('attn.w_msa.', 'attn.'),
+            ('ffn.layers.0.0.', 'mlp.fc1.'),
+            ('ffn.layers.1.', 'mlp.fc2.'),
+            ('patch_embed.projection.', 'patch_embed.proj.'),
+        ):
             key = key.replace(old, new)
         out[key] = value
     return out
@@ -173,27 +222,47 @@ def official_layout(state: dict) -> dict:
 
 # mmseg for pretrained: mmdet's Swin drops it (its BaseModule.__init__
 # resets the init_cfg built from it), although it warns to use init_cfg.
-@pytest.mark.parametrize('toolbox, loading', [
-    ('mmdet', 'init_cfg'), ('mmseg', 'pretrained'),
-    ('mmdet', 'convert_weights')])
+@pytest.mark.parametrize(
+    'toolbox, loading',
+    [
+        ('mmdet', 'init_cfg'),
+        ('mmseg', 'pretrained'),
+        ('mmdet', 'convert_weights'),
+    ],
+)
 def test_pretrained_weights_load_as_stock(toolbox, loading, tmp_path):
     reference = stock_swin(toolbox, DET_BASE)
     state = reference.state_dict()
     path = tmp_path / 'weights.pth'
     if loading == 'convert_weights':
         torch.save(dict(model=official_layout(state)), path)
-        args = dict(DET_BASE, convert_weights=True,
-                    init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+        args = dict(
+            DET_BASE,
+            convert_weights=True,
+            init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+        )
     else:
-        torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
-                                    state.items()}), path)
-        args = dict(DET_BASE, **{loading: str(path) if loading ==
-                                 'pretrained' else dict(type='Pretrained',
-                                                        checkpoint=str(path))})
+        torch.save(
+            dict(state_dict={f'backbone.{k}': v for k, v in state.items()}),
+            path,
+        )
+        args = dict(
+            DET_BASE,
+            **{
+                loading: str(path)
+                if loading == 'pretrained'
+                else dict(type='Pretrained', checkpoint=str(path))
+            },
+        )
     # mmdet's Swin reads its init_cfg as attributes.
-    stock = importlib.import_module(f'{toolbox}.models.backbones') \
-        .SwinTransformer(**dict(args, init_cfg=args.get('init_cfg') and
-                                ConfigDict(args['init_cfg'])))
+    stock = importlib.import_module(
+        f'{toolbox}.models.backbones'
+    ).SwinTransformer(
+        **dict(
+            args,
+            init_cfg=args.get('init_cfg') and ConfigDict(args['init_cfg']),
+        )
+    )
     stock.init_weights()
     ours = build_ours(toolbox, args)
     for module in (stock, ours, reference):
@@ -211,38 +280,56 @@ def test_each_registry_gives_its_toolboxs_defaults():
     detector = build_ours('mmdet', small)
     classifier = build_ours('mmpretrain', dict(small, frozen_stages=1))
     assert (direct.pad_small_map, direct.out_indices) == (False, [0, 1, 2, 3])
-    assert build_ours('mmseg', small).pad_small_map and \
-        detector.pad_small_map and detector.out_indices == [0, 1, 2, 3]
+    assert (
+        build_ours('mmseg', small).pad_small_map
+        and detector.pad_small_map
+        and detector.out_indices == [0, 1, 2, 3]
+    )
     assert not classifier.pad_small_map and classifier.out_indices == [3]
     # mmpretrain's frozen_stages=1: the stem and stages 0 and 1.
     assert classifier.frozen_stages == direct.frozen_stages + 3 == 2
     # Stated arguments win over the toolbox's defaults.
-    assert not build_ours('mmdet', dict(small, pad_small_map=False)) \
-        .pad_small_map
+    assert not build_ours(
+        'mmdet', dict(small, pad_small_map=False)
+    ).pad_small_map
 
 
-@pytest.mark.parametrize('args, message', [
-    (dict(use_abs_pos_embed=True), 'use_abs_pos_embed=False'),
-    (dict(act_cfg=dict(type='ReLU')), "dict\\(type='GELU'\\) only"),
-    (dict(norm_cfg=dict(type='BN')), "dict\\(type='LN'\\) only"),
-    (dict(strides=(4, 2, 2, 1)), 'strides=\\(patch_size, 2, 2, ...\\)'),
-    (dict(stage_cfgs=[dict(block_cfgs=dict(window_size=w))
-                      for w in (3, 3, 2, 2)]), 'the same value everywhere'),
-    (dict(stage_cfgs=dict(block_cfgs=dict(attn_cfgs=dict(qk_scale=2)))),
-     'window_size and ffn_ratio'),
-    (dict(stage_cfgs=dict(downsample_cfg=dict(kernel_size=3))),
-     'stock patch merging'),
-    (dict(patch_cfg=dict(kernel_size=4, stride=2)), 'pass patch_size'),
-    (dict(patch_cfg=dict(padding='adaptive')), 'stock patch embedding'),
-])
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        (dict(use_abs_pos_embed=True), 'use_abs_pos_embed=False'),
+        (dict(act_cfg=dict(type='ReLU')), "dict\\(type='GELU'\\) only"),
+        (dict(norm_cfg=dict(type='BN')), "dict\\(type='LN'\\) only"),
+        (dict(strides=(4, 2, 2, 1)), 'strides=\\(patch_size, 2, 2, ...\\)'),
+        (
+            dict(
+                stage_cfgs=[
+                    dict(block_cfgs=dict(window_size=w)) for w in (3, 3, 2, 2)
+                ]
+            ),
+            'the same value everywhere',
+        ),
+        (
+            dict(stage_cfgs=dict(block_cfgs=dict(attn_cfgs=dict(qk_scale=2)))),
+            'window_size and ffn_ratio',
+        ),
+        (
+            dict(stage_cfgs=dict(downsample_cfg=dict(kernel_size=3))),
+            'stock patch merging',
+        ),
+        (dict(patch_cfg=dict(kernel_size=4, stride=2)), 'pass patch_size'),
+        (dict(patch_cfg=dict(padding='adaptive')), 'stock patch embedding'),
+    ],
+)
 def test_stock_choices_that_cannot_apply_name_the_alternative(args, message):
     with pytest.raises(ValueError, match=message):
         HetDPTSwin(**DET_BASE, **args)
 
 
 def test_unknown_arguments_are_a_type_error():
-    with pytest.raises(TypeError, match="unexpected keyword arguments "
-                       "\\['embed_dim'\\]"):
+    with pytest.raises(
+        TypeError, match="unexpected keyword arguments \\['embed_dim'\\]"
+    ):
         HetDPTSwin(embed_dim=8)
 
 
@@ -254,8 +341,12 @@ def test_stock_structure_records_rebuild(tmp_path):
     assert rebuilt.build_args() == ours.build_args()
     assert rebuilt.stages[0].blocks[0].attn.scale == 0.25
     from_tensors = HetDPTSwin.build_args_from_tensors(
-        {k: v for k, v in ours.state_dict().items()
-         if not k.endswith('_extra_state')})
+        {
+            k: v
+            for k, v in ours.state_dict().items()
+            if not k.endswith('_extra_state')
+        }
+    )
     assert from_tensors['out_after_downsample']
     assert from_tensors['qk_scale'] is None
 
@@ -294,42 +385,61 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
 """
 
 
-def test_stock_mmdet_swin_config_trains_with_only_the_type_changed(
-        tmp_path):
+def test_stock_mmdet_swin_config_trains_with_only_the_type_changed(tmp_path):
     import mmdet
+
     wheel = Path(mmdet.__file__).parent / '.mim'
     make_detection(tmp_path / 'coco', num_train=2, num_val=1, size=(64, 64))
-    stock = importlib.import_module('mmdet.models.backbones') \
-        .SwinTransformer(embed_dims=16, num_heads=[1, 2, 2, 4],
-                         depths=[2, 2, 2, 2])
+    stock = importlib.import_module('mmdet.models.backbones').SwinTransformer(
+        embed_dims=16, num_heads=[1, 2, 2, 4], depths=[2, 2, 2, 2]
+    )
     checkpoint = tmp_path / 'swin_official.pth'
-    torch.save(dict(model=official_layout(
-        randomize_(stock).state_dict())), checkpoint)
+    torch.save(
+        dict(model=official_layout(randomize_(stock).state_dict())), checkpoint
+    )
     shrunk = tmp_path / 'shrunk.py'
-    shrunk.write_text(f'_base_ = [{str(wheel / "configs" / STOCK_CONFIG)!r}]'
-                      + SHRUNK.format(checkpoint=str(checkpoint),
-                                      data_root=f'{tmp_path / "coco"}/'))
+    shrunk.write_text(
+        f'_base_ = [{str(wheel / "configs" / STOCK_CONFIG)!r}]'
+        + SHRUNK.format(
+            checkpoint=str(checkpoint), data_root=f'{tmp_path / "coco"}/'
+        )
+    )
     # The user's change: the backbone's type (and the import naming it).
     config = tmp_path / 'hetdpt.py'
     config.write_text(
         f'_base_ = [{str(shrunk)!r}]\n'
         "custom_imports = dict(imports=['hetdpt_mm'], "
         'allow_failed_imports=False)\n'
-        "model = dict(backbone=dict(type='HetDPTSwin'))\n")
+        "model = dict(backbone=dict(type='HetDPTSwin'))\n"
+    )
     result = subprocess.run(
-        [sys.executable, str(wheel / 'tools/train.py'), str(config),
-         '--work-dir', str(tmp_path / 'work')], cwd=tmp_path,
-        capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, OMP_NUM_THREADS='1',
-                 PYTHONPATH=os.pathsep.join(filter(None, [
-                     str(ROOT), os.environ.get('PYTHONPATH')]))))
+        [
+            sys.executable,
+            str(wheel / 'tools/train.py'),
+            str(config),
+            '--work-dir',
+            str(tmp_path / 'work'),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(
+            os.environ,
+            OMP_NUM_THREADS='1',
+            PYTHONPATH=os.pathsep.join(
+                filter(None, [str(ROOT), os.environ.get('PYTHONPATH')])
+            ),
+        ),
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     loaded = re.findall(r'HetDPTSwin: loaded (\d+)/(\d+) backbone', output)
     assert loaded and all(a == b for a, b in loaded), output[-4000:]
     assert 'Epoch(train) [1][1/1]' in output, output[-4000:]
     assert (tmp_path / 'work/epoch_1.pth').exists()
-    saved = torch.load(tmp_path / 'work/epoch_1.pth', map_location='cpu',
-                       weights_only=False)['state_dict']
+    saved = torch.load(
+        tmp_path / 'work/epoch_1.pth', map_location='cpu', weights_only=False
+    )['state_dict']
     assert 'backbone.stages.0.blocks.0.attn.qkv.weight' in saved
     assert 'backbone.norm0.weight' not in saved  # out_indices=(1, 2, 3)

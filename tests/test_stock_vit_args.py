@@ -5,6 +5,7 @@ given to our backbone on the stock module's weights, gives the stock
 module's outputs; the few without a counterpart are errors naming what to
 write instead; and a stock mmseg ViT config with only ``type`` changed
 trains under mmseg's own ``tools/train.py``."""
+
 import os
 import subprocess
 import sys
@@ -23,11 +24,22 @@ from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
 
 #: mmseg's spelling of a tiny ViT (with the LayerNorm epsilon its configs
 #: give: mmcv's LayerNorm default is 1e-5, DeiT's 1e-6).
-SEG_TINY = dict(img_size=32, patch_size=8, embed_dims=32, num_layers=3,
-                num_heads=2, mlp_ratio=2, norm_cfg=dict(type='LN', eps=1e-6))
-PRETRAIN_TINY = dict(arch=dict(embed_dims=32, num_layers=3, num_heads=2,
-                               feedforward_channels=64),
-                     img_size=32, patch_size=8)
+SEG_TINY = dict(
+    img_size=32,
+    patch_size=8,
+    embed_dims=32,
+    num_layers=3,
+    num_heads=2,
+    mlp_ratio=2,
+    norm_cfg=dict(type='LN', eps=1e-6),
+)
+PRETRAIN_TINY = dict(
+    arch=dict(
+        embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64
+    ),
+    img_size=32,
+    patch_size=8,
+)
 #: Non-square, not a multiple of the patch: the position embedding is
 #: resampled and the input padded.
 INPUT_SHAPE = (2, 3, 32, 40)
@@ -49,8 +61,9 @@ def randomized_stock(cls, **args):
 def ours_on_stock_weights(tmp_path, stock, ours_cls=HetDPTViT, **args):
     path = tmp_path / 'stock.pth'
     torch.save(dict(state_dict=stock.state_dict()), path)
-    ours = ours_cls(**args, init_cfg=dict(type='Pretrained',
-                                          checkpoint=str(path)))
+    ours = ours_cls(
+        **args, init_cfg=dict(type='Pretrained', checkpoint=str(path))
+    )
     ours.init_weights()
     return ours.eval()
 
@@ -73,28 +86,42 @@ def assert_same_outputs(stock, ours):
         assert (a - b).abs().max() <= 1e-5
 
 
-@pytest.mark.parametrize('args', [
-    dict(),
-    dict(final_norm=True),
-    dict(final_norm=True, norm_cfg=dict(type='LN')),  # mmcv's eps, 1e-5
-    dict(out_indices=(0, 2), output_cls_token=True),
-    dict(out_indices=1),
-    dict(out_origin=True),
-    dict(with_cls_token=False),
-    dict(qkv_bias=False),
-    dict(in_channels=1),
-    dict(img_size=(24, 40)),
-    dict(interpolate_mode='bilinear'),
-    dict(drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.1),
-    dict(act_cfg=dict(type='GELU'), num_fcs=2, patch_norm=False,
-         pre_norm=False, patch_pad='corner', norm_eval=True, with_cp=True),
-])
+@pytest.mark.parametrize(
+    'args',
+    [
+        dict(),
+        dict(final_norm=True),
+        dict(final_norm=True, norm_cfg=dict(type='LN')),  # mmcv's eps, 1e-5
+        dict(out_indices=(0, 2), output_cls_token=True),
+        dict(out_indices=1),
+        dict(out_origin=True),
+        dict(with_cls_token=False),
+        dict(qkv_bias=False),
+        dict(in_channels=1),
+        dict(img_size=(24, 40)),
+        dict(interpolate_mode='bilinear'),
+        dict(drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.1),
+        dict(
+            act_cfg=dict(type='GELU'),
+            num_fcs=2,
+            patch_norm=False,
+            pre_norm=False,
+            patch_pad='corner',
+            norm_eval=True,
+            with_cp=True,
+        ),
+    ],
+)
 def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
     args = dict(SEG_TINY, **args)
     stock = randomized_stock(SegViT, **args)
-    ours = ours_on_stock_weights(tmp_path, stock, out_type='featmap',
-                                 final_norm=args.pop('final_norm', False),
-                                 **args)
+    ours = ours_on_stock_weights(
+        tmp_path,
+        stock,
+        out_type='featmap',
+        final_norm=args.pop('final_norm', False),
+        **args,
+    )
     if args.get('in_channels') == 1:
         stock_forward = stock.forward
         stock.forward = lambda x: stock_forward(x[:, :1])
@@ -103,18 +130,30 @@ def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
     assert_same_outputs(stock, ours)
 
 
-@pytest.mark.parametrize('args', [
-    dict(),
-    dict(out_type='avg_featmap'),
-    dict(out_type='avg_featmap', with_cls_token=False, frozen_stages=3),
-    dict(out_type='featmap', out_indices=[0, -1]),
-    dict(out_type='raw', final_norm=False),
-    dict(frozen_stages=1, drop_rate=0.1, drop_path_rate=0.1,
-         interpolate_mode='bilinear', qkv_bias=False,
-         norm_cfg=dict(type='LN', eps=1e-5)),
-    dict(pre_norm=False, layer_scale_init_value=0., layer_cfgs=dict(),
-         patch_cfg=dict()),
-])
+@pytest.mark.parametrize(
+    'args',
+    [
+        dict(),
+        dict(out_type='avg_featmap'),
+        dict(out_type='avg_featmap', with_cls_token=False, frozen_stages=3),
+        dict(out_type='featmap', out_indices=[0, -1]),
+        dict(out_type='raw', final_norm=False),
+        dict(
+            frozen_stages=1,
+            drop_rate=0.1,
+            drop_path_rate=0.1,
+            interpolate_mode='bilinear',
+            qkv_bias=False,
+            norm_cfg=dict(type='LN', eps=1e-5),
+        ),
+        dict(
+            pre_norm=False,
+            layer_scale_init_value=0.0,
+            layer_cfgs=dict(),
+            patch_cfg=dict(),
+        ),
+    ],
+)
 def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
     stock = randomized_stock(PretrainViT, **PRETRAIN_TINY, **args)
     ours = ours_on_stock_weights(tmp_path, stock, **PRETRAIN_TINY, **args)
@@ -122,39 +161,47 @@ def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
     if args.get('out_type') == 'avg_featmap':  # mmpretrain's ln2, loaded
         assert torch.equal(ours.fc_norm.weight, stock.ln2.weight)
     trainable = {n for n, p in ours.named_parameters() if p.requires_grad}
-    stock_trainable = {n for n, p in stock.named_parameters()
-                       if p.requires_grad}
+    stock_trainable = {
+        n for n, p in stock.named_parameters() if p.requires_grad
+    }
     assert len(trainable) == len(stock_trainable)
 
 
-@pytest.mark.parametrize('name', ['base', 'b', 'deit-b', 'deit-base',
-                                  'small', 'deit-t', 'large'])
+@pytest.mark.parametrize(
+    'name', ['base', 'b', 'deit-b', 'deit-base', 'small', 'deit-t', 'large']
+)
 def test_mmpretrain_arch_names(name):
     stock = PretrainViT.arch_zoo[name]
     with torch.device('meta'):
         ours = HetDPTViT(arch=name)
     assert ours.arch_settings == dict(
-        embed_dims=stock['embed_dims'], num_layers=stock['num_layers'],
+        embed_dims=stock['embed_dims'],
+        num_layers=stock['num_layers'],
         num_heads=stock['num_heads'],
-        mlp_ratio=stock['feedforward_channels'] / stock['embed_dims'])
+        mlp_ratio=stock['feedforward_channels'] / stock['embed_dims'],
+    )
 
 
 def test_frozen_stages_and_frozen_exclude_freeze_as_the_stock_ones():
     stock = SegViT(**SEG_TINY, frozen_exclude=['pos_embed', 'cls_token'])
     ours = HetDPTViT(**SEG_TINY, frozen_exclude=['pos_embed', 'cls_token'])
     for module in (stock, ours):
-        assert {n for n, p in module.named_parameters()
-                if p.requires_grad} == {'pos_embed', 'cls_token'}
+        assert {
+            n for n, p in module.named_parameters() if p.requires_grad
+        } == {'pos_embed', 'cls_token'}
     stock = PretrainViT(**PRETRAIN_TINY, frozen_stages=2)
     ours = HetDPTViT(**PRETRAIN_TINY, frozen_stages=2)
-    count = [sum(p.numel() for p in m.parameters() if not p.requires_grad)
-             for m in (stock, ours)]
+    count = [
+        sum(p.numel() for p in m.parameters() if not p.requires_grad)
+        for m in (stock, ours)
+    ]
     assert count[0] == count[1] > 0
 
 
 def test_the_record_keeps_the_norm_epsilon_and_the_averaged_norm():
-    backbone = HetDPTViT(**SEG_TINY, final_norm=False,
-                         out_type='avg_featmap', gated=True)
+    backbone = HetDPTViT(
+        **SEG_TINY, final_norm=False, out_type='avg_featmap', gated=True
+    )
     record = backbone.record()
     assert 'norm_cfg' not in record.arch  # DeiT's epsilon: as before
     randomize_(backbone)
@@ -163,68 +210,90 @@ def test_the_record_keeps_the_norm_epsilon_and_the_averaged_norm():
     assert merged.out_type == 'avg_featmap' and merged.fc_norm is not None
     x = torch.randn(INPUT_SHAPE)
     with torch.no_grad():
-        assert (merged.eval()(x)[0] - backbone.eval()(x)[0]).abs().max() \
-            <= 1e-5
+        assert (
+            merged.eval()(x)[0] - backbone.eval()(x)[0]
+        ).abs().max() <= 1e-5
     loaded = HetDPTViT(**SEG_TINY, out_type='avg_featmap', final_norm=False)
     loaded.load_state_dict(merged.state_dict())
     assert loaded.form == 'merged'
-    other_eps = HetDPTViT(**dict(SEG_TINY, norm_cfg=dict(type='LN')),
-                          final_norm=False, gated=True)
+    other_eps = HetDPTViT(
+        **dict(SEG_TINY, norm_cfg=dict(type='LN')),
+        final_norm=False,
+        gated=True,
+    )
     randomize_(other_eps).set_spec(dict(act_removed=[2]))
     assert other_eps.record().arch['norm_cfg'] == dict(type='LN', eps=1e-5)
     assert other_eps.to_merged().norm_eps == 1e-5
 
 
-@pytest.mark.parametrize('args, message', [
-    (dict(act_cfg=dict(type='ReLU')), 'act_cfg must be .*GELU'),
-    (dict(num_fcs=3), 'num_fcs must be 2'),
-    (dict(patch_pad='same'), "patch_pad must be 'corner'"),
-    (dict(patch_norm=True), 'patch_norm must be False'),
-    (dict(pre_norm=True), 'pre_norm must be False here: .*CLIP'),
-    (dict(patch_bias=False), 'patch_bias must be True here: .*leave '
-     'patch_bias out'),
-    (dict(layer_scale_init_value=1e-5), "HetDPTLayerScaleViT"),
-    (dict(layer_cfgs=dict(ffn_type='swiglu')), 'layer_cfgs must be'),
-    (dict(norm_cfg=dict(type='BN')), "norm_cfg=dict\\(type='LN'"),
-    (dict(arch='deit-small', embed_dims=384), 'give the architecture once'),
-])
-def test_arguments_without_a_counterpart_name_the_alternative(args,
-                                                               message):
+@pytest.mark.parametrize(
+    'args, message',
+    [
+        (dict(act_cfg=dict(type='ReLU')), 'act_cfg must be .*GELU'),
+        (dict(num_fcs=3), 'num_fcs must be 2'),
+        (dict(patch_pad='same'), "patch_pad must be 'corner'"),
+        (dict(patch_norm=True), 'patch_norm must be False'),
+        (dict(pre_norm=True), 'pre_norm must be False here: .*CLIP'),
+        (
+            dict(patch_bias=False),
+            'patch_bias must be True here: .*leave patch_bias out',
+        ),
+        (dict(layer_scale_init_value=1e-5), 'HetDPTLayerScaleViT'),
+        (dict(layer_cfgs=dict(ffn_type='swiglu')), 'layer_cfgs must be'),
+        (dict(norm_cfg=dict(type='BN')), "norm_cfg=dict\\(type='LN'"),
+        (
+            dict(arch='deit-small', embed_dims=384),
+            'give the architecture once',
+        ),
+    ],
+)
+def test_arguments_without_a_counterpart_name_the_alternative(args, message):
     with pytest.raises(ValueError, match=message):
         HetDPTViT(**args)
 
 
 def test_unknown_arguments_stay_type_errors():
-    with pytest.raises(TypeError, match="unexpected keyword arguments "
-                       r"\['no_such_argument'\]"):
+    with pytest.raises(
+        TypeError,
+        match='unexpected keyword arguments '
+        r"\['no_such_argument'\]",
+    ):
         HetDPTViT(no_such_argument=1)
 
 
 def test_the_layerscale_family_takes_mmseg_spelling():
-    ours = HetDPTLayerScaleViT(embed_dims=48, num_layers=2, num_heads=3,
-                               mlp_ratio=4, img_size=28, patch_size=14,
-                               frozen_exclude=['pos_embed'],
-                               norm_cfg=dict(type='LN', eps=1e-6))
+    ours = HetDPTLayerScaleViT(
+        embed_dims=48,
+        num_layers=2,
+        num_heads=3,
+        mlp_ratio=4,
+        img_size=28,
+        patch_size=14,
+        frozen_exclude=['pos_embed'],
+        norm_cfg=dict(type='LN', eps=1e-6),
+    )
     assert ours.arch_settings['embed_dims'] == 48 and ours.depth == 2
-    assert [n for n, p in ours.named_parameters() if p.requires_grad] == \
-        ['pos_embed']
+    assert [n for n, p in ours.named_parameters() if p.requires_grad] == [
+        'pos_embed'
+    ]
 
 
 # ------------------------------------- a stock mmseg config, type changed
 MMSEG_CONFIGS = Path(mmseg.__file__).parent / '.mim/configs'
-STOCK_CONFIG = MMSEG_CONFIGS / 'vit/vit_deit-s16_upernet_8xb2-80k_ade20k-' \
-    '512x512.py'
+STOCK_CONFIG = (
+    MMSEG_CONFIGS / 'vit/vit_deit-s16_upernet_8xb2-80k_ade20k-512x512.py'
+)
 
 
-def test_a_stock_mmseg_vit_config_trains_with_only_the_type_changed(
-        tmp_path):
+def test_a_stock_mmseg_vit_config_trains_with_only_the_type_changed(tmp_path):
     """mmseg's DeiT-S UperNet config under mmseg's own tools/train.py, its
     backbone dict as it is but for ``type``; the rest shrunk (width, heads,
     data, one iteration, no download)."""
-    make_segmentation(tmp_path / 'data/ade', num_train=4, num_val=2,
-                      size=(64, 64))
+    make_segmentation(
+        tmp_path / 'data/ade', num_train=4, num_val=2, size=(64, 64)
+    )
     config = tmp_path / 'stock_vit.py'
-    config.write_text(f'''
+    config.write_text(f"""
 _base_ = [{str(STOCK_CONFIG)!r}]
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 model = dict(
@@ -249,36 +318,63 @@ val_dataloader = dict(num_workers=0, persistent_workers=False,
 test_dataloader = val_dataloader
 train_cfg = dict(max_iters=1, val_interval=100)
 default_hooks = dict(logger=dict(interval=1))
-''')
+""")
     mmseg_train = Path(mmseg.__file__).parent / '.mim/tools/train.py'
     result = subprocess.run(
-        [sys.executable, str(mmseg_train), str(config), '--work-dir',
-         str(tmp_path / 'work')], cwd=tmp_path, capture_output=True,
-        text=True, timeout=600,
-        env=dict(os.environ, OMP_NUM_THREADS='1', PYTHONPATH=os.pathsep.join(
-            [str(REPO), os.environ.get('PYTHONPATH', '')])))
+        [
+            sys.executable,
+            str(mmseg_train),
+            str(config),
+            '--work-dir',
+            str(tmp_path / 'work'),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(
+            os.environ,
+            OMP_NUM_THREADS='1',
+            PYTHONPATH=os.pathsep.join(
+                [str(REPO), os.environ.get('PYTHONPATH', '')]
+            ),
+        ),
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert 'Iter(train) [1/1]' in output
-    assert "HetDPTViT" in (tmp_path / 'work/stock_vit.py').read_text()
+    assert 'HetDPTViT' in (tmp_path / 'work/stock_vit.py').read_text()
     record = load_backbone_checkpoint(tmp_path / 'work/iter_1.pth').record
     assert record.family == 'vit' and record.arch['arch'] == dict(
-        embed_dims=32, num_layers=12, num_heads=2, mlp_ratio=4)
+        embed_dims=32, num_layers=12, num_heads=2, mlp_ratio=4
+    )
 
 
-@pytest.mark.parametrize('scope, out_type, final_norm', [
-    ('mmseg', 'featmap', False), ('mmpretrain', 'cls_token', True),
-    ('mmdet', 'cls_token', True)])
-def test_each_toolbox_registry_gives_its_defaults(scope, out_type,
-                                                  final_norm):
+@pytest.mark.parametrize(
+    'scope, out_type, final_norm',
+    [
+        ('mmseg', 'featmap', False),
+        ('mmpretrain', 'cls_token', True),
+        ('mmdet', 'cls_token', True),
+    ],
+)
+def test_each_toolbox_registry_gives_its_defaults(scope, out_type, final_norm):
     """mmseg's ViT gives feature maps without a final norm; mmpretrain's
     defaults are ours (mmdet has no ViT of its own)."""
     from mmengine.registry import MODELS, DefaultScope
+
     for family in ('HetDPTViT', 'HetDPTLayerScaleViT'):
         with DefaultScope.overwrite_default_scope(scope):
-            backbone = MODELS.build(dict(
-                type=family, embed_dims=48, num_layers=2, num_heads=3,
-                img_size=28, patch_size=14))
+            backbone = MODELS.build(
+                dict(
+                    type=family,
+                    embed_dims=48,
+                    num_layers=2,
+                    num_heads=3,
+                    img_size=28,
+                    patch_size=14,
+                )
+            )
         assert backbone.out_type == out_type
         assert isinstance(backbone.norm, torch.nn.LayerNorm) == final_norm
         assert backbone.build_args()['final_norm'] == final_norm

@@ -2,6 +2,7 @@
 contract of .importlinter, docs/advanced/architecture.md), `ruff check` and
 `ruff format --check` (ruff.toml) and `codespell` (.codespellrc), as
 .pre-commit-config.yaml runs them for contributors."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ CHECKS = {
 def test_the_repository_passes(check):
     tool, *arguments = CHECKS[check]
     executable = Path(sys.executable).with_name(tool)
-    result = subprocess.run([str(executable), *arguments], cwd=ROOT,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [str(executable), *arguments], cwd=ROOT, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr

@@ -2,6 +2,7 @@
 dense form is mmdet's, mmpretrain's and timm's Swin (each checkpoint layout
 converted), the prune hook, the merge and the benchmark drive it through the
 family interface, and it works in mmdet / mmseg models."""
+
 import json
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def _one_thread(one_thread):
 
 
 def swin(**kwargs) -> HetDPTSwin:
-    args = dict(arch=SMALL_ARCH, drop_path_rate=0.)
+    args = dict(arch=SMALL_ARCH, drop_path_rate=0.0)
     args.update(kwargs)
     return HetDPTSwin(**args).eval()
 
@@ -60,21 +61,24 @@ def assert_outputs_close(ours, theirs, atol=1e-5):
 
 def loaded(path, **kwargs) -> HetDPTSwin:
     """A backbone built and initialised from ``path`` as a config does."""
-    backbone = swin(init_cfg=dict(type='Pretrained', checkpoint=str(path)),
-                    **kwargs)
+    backbone = swin(
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)), **kwargs
+    )
     backbone.init_weights()
     return backbone.eval()
 
 
-@pytest.mark.parametrize('semantics', [
-    {}, dict(removed_attn_output='zero', residual_gelu='act_removed')])
+@pytest.mark.parametrize(
+    'semantics',
+    [{}, dict(removed_attn_output='zero', residual_gelu='act_removed')],
+)
 def test_gated_pruned_merged_compute_the_same(semantics, tmp_path):
     dense = randomize_(swin())
     torch.save(timm_state_dict(dense), tmp_path / 'dense.pth')
-    gated = loaded(tmp_path / 'dense.pth', gated=True, prune_spec=SMALL_SPEC,
-                   **semantics)
-    pruned = loaded(tmp_path / 'dense.pth', prune_spec=SMALL_SPEC,
-                    **semantics)
+    gated = loaded(
+        tmp_path / 'dense.pth', gated=True, prune_spec=SMALL_SPEC, **semantics
+    )
+    pruned = loaded(tmp_path / 'dense.pth', prune_spec=SMALL_SPEC, **semantics)
     merged = pruned.to_merged()
     x = images(*ODD_SIZE)
     with torch.no_grad():
@@ -84,8 +88,11 @@ def test_gated_pruned_merged_compute_the_same(semantics, tmp_path):
     spec = PruneSpec.coerce(SMALL_SPEC, 8)
     assert gated.prune_spec == merged.prune_spec == spec
     # Global block 5 is the second block of stage 2.
-    assert type(merged.stages[2].blocks[1].attn).__name__ == \
-        'AttentionBypass' if not semantics else 'AttentionZero'
+    assert (
+        type(merged.stages[2].blocks[1].attn).__name__ == 'AttentionBypass'
+        if not semantics
+        else 'AttentionZero'
+    )
     assert hasattr(merged.stages[2].blocks[0].mlp, 'fc')
     assert merged.semantics == pruned.semantics == gated.semantics
     # Removed layers change the function (the test is not trivially equal).
@@ -95,8 +102,9 @@ def test_gated_pruned_merged_compute_the_same(semantics, tmp_path):
     fresh = swin()
     fresh.load_state_dict(merged.state_dict())
     assert fresh.form == 'merged' and fresh.prune_spec == spec
-    assert sum(p.numel() for p in merged.parameters()) < \
-        sum(p.numel() for p in dense.parameters())
+    assert sum(p.numel() for p in merged.parameters()) < sum(
+        p.numel() for p in dense.parameters()
+    )
 
 
 def test_straight_through_gradient_reaches_open_gates_only():
@@ -108,7 +116,7 @@ def test_straight_through_gradient_reaches_open_gates_only():
             reached = gate.hetdpt_score.grad is not None
             assert reached != spec.is_removed(kind, index), (kind, index)
     scores = gated.gate_scores('attn')
-    assert scores.shape == (8, )
+    assert scores.shape == (8,)
 
 
 def test_prune_hook_and_merge_drive_a_swin_classifier(tmp_path):
@@ -117,30 +125,42 @@ def test_prune_hook_and_merge_drive_a_swin_classifier(tmp_path):
     score within a type), and its checkpoint merges to a network computing
     the same."""
     from mmpretrain.registry import MODELS
-    model = MODELS.build(dict(
-        type='ImageClassifier',
-        backbone=dict(type='HetDPTSwin', arch=SMALL_ARCH, gated=True,
-                      out_indices=(3, ), drop_path_rate=0.),
-        neck=dict(type='GlobalAveragePooling'),
-        head=dict(type='LinearClsHead', num_classes=10, in_channels=128)))
+
+    model = MODELS.build(
+        dict(
+            type='ImageClassifier',
+            backbone=dict(
+                type='HetDPTSwin',
+                arch=SMALL_ARCH,
+                gated=True,
+                out_indices=(3,),
+                drop_path_rate=0.0,
+            ),
+            neck=dict(type='GlobalAveragePooling'),
+            head=dict(type='LinearClsHead', num_classes=10, in_channels=128),
+        )
+    )
     backbone = randomize_(model.backbone)
     runner = fake_runner(model)
     hook = HetDPTPruneHook(counts=dict(attn=1, act=2), stages=1)
     hook.before_train(runner)
     with torch.no_grad():
-        backbone.gates('act')[6].hetdpt_score.fill_(-1.)
-        backbone.gates('act')[2].hetdpt_score.fill_(-.5)
-        backbone.gates('attn')[5].hetdpt_score.fill_(-1.)
+        backbone.gates('act')[6].hetdpt_score.fill_(-1.0)
+        backbone.gates('act')[2].hetdpt_score.fill_(-0.5)
+        backbone.gates('attn')[5].hetdpt_score.fill_(-1.0)
     for runner.iter in range(12):
         hook.after_train_iter(runner, runner.iter)
     assert backbone.prune_spec == PruneSpec(8, [5], [2, 6])
     merged_file, _ = merge_checkpoint(dict(state_dict=model.state_dict()))
-    merged = HetDPTSwin(arch=SMALL_ARCH, out_indices=(3, ))
-    merged.load_state_dict({k[len('backbone.'):]: v for k, v in
-                            merged_file['state_dict'].items()
-                            if k.startswith('backbone.')})
-    assert merged.form == 'merged' and merged.prune_spec == \
-        backbone.prune_spec
+    merged = HetDPTSwin(arch=SMALL_ARCH, out_indices=(3,))
+    merged.load_state_dict(
+        {
+            k[len('backbone.') :]: v
+            for k, v in merged_file['state_dict'].items()
+            if k.startswith('backbone.')
+        }
+    )
+    assert merged.form == 'merged' and merged.prune_spec == backbone.prune_spec
     x = images(32, 32)
     with torch.no_grad():
         assert_outputs_close(merged.eval()(x), backbone.eval()(x))
@@ -148,27 +168,41 @@ def test_prune_hook_and_merge_drive_a_swin_classifier(tmp_path):
 
 def mmdet_swin(**kwargs):
     from mmdet.models.backbones import SwinTransformer
-    model = SwinTransformer(embed_dims=16, depths=[2, 2, 2, 2],
-                            num_heads=[2, 2, 4, 4], window_size=7,
-                            drop_path_rate=0., **kwargs)
+
+    model = SwinTransformer(
+        embed_dims=16,
+        depths=[2, 2, 2, 2],
+        num_heads=[2, 2, 4, 4],
+        window_size=7,
+        drop_path_rate=0.0,
+        **kwargs,
+    )
     model.eval()  # mmdet's train() returns nothing
     return model
 
 
 def test_dense_equals_mmdet_swin(tmp_path):
     reference = randomize_(mmdet_swin())
-    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
-                                reference.state_dict().items()}),
-               tmp_path / 'mmdet.pth')
+    torch.save(
+        dict(
+            state_dict={
+                f'backbone.{k}': v for k, v in reference.state_dict().items()
+            }
+        ),
+        tmp_path / 'mmdet.pth',
+    )
     ours = loaded(tmp_path / 'mmdet.pth', pad_small_map=True)
-    assert load_backbone_checkpoint(str(tmp_path / 'mmdet.pth')).record \
-        .family == 'swin'
+    assert (
+        load_backbone_checkpoint(str(tmp_path / 'mmdet.pth')).record.family
+        == 'swin'
+    )
     x = images(*ODD_SIZE)
     with torch.no_grad():
         assert_outputs_close(ours(x), reference(x))
     # out_indices and the norm of each output, as mmdet's.
-    partial = loaded(tmp_path / 'mmdet.pth', pad_small_map=True,
-                     out_indices=(1, 3))
+    partial = loaded(
+        tmp_path / 'mmdet.pth', pad_small_map=True, out_indices=(1, 3)
+    )
     with torch.no_grad():
         expected = reference(x)
         assert_outputs_close(partial(x), (expected[1], expected[3]))
@@ -176,9 +210,16 @@ def test_dense_equals_mmdet_swin(tmp_path):
 
 def test_dense_equals_mmpretrain_swin(tmp_path):
     from mmpretrain.models.backbones import SwinTransformer
-    reference = randomize_(SwinTransformer(
-        arch=SMALL_ARCH, img_size=224, window_size=7, drop_path_rate=0.,
-        out_indices=(0, 1, 2, 3)))
+
+    reference = randomize_(
+        SwinTransformer(
+            arch=SMALL_ARCH,
+            img_size=224,
+            window_size=7,
+            drop_path_rate=0.0,
+            out_indices=(0, 1, 2, 3),
+        )
+    )
     reference.eval()  # mmpretrain's train() returns nothing
     # An ImageClassifier's checkpoint: backbone, neck-less head.
     state = {f'backbone.{k}': v for k, v in reference.state_dict().items()}
@@ -194,9 +235,17 @@ def test_dense_equals_mmpretrain_swin(tmp_path):
 
 def timm_swin():
     from timm.models.swin_transformer import SwinTransformer
-    return randomize_(SwinTransformer(
-        img_size=224, embed_dim=16, depths=(2, 2, 2, 2),
-        num_heads=(2, 2, 4, 4), window_size=7, num_classes=10).eval())
+
+    return randomize_(
+        SwinTransformer(
+            img_size=224,
+            embed_dim=16,
+            depths=(2, 2, 2, 2),
+            num_heads=(2, 2, 4, 4),
+            window_size=7,
+            num_classes=10,
+        ).eval()
+    )
 
 
 def official_layout(timm_state):
@@ -216,13 +265,15 @@ def official_layout(timm_state):
 def test_dense_equals_timm_swin(layout, tmp_path):
     reference = timm_swin()
     state = reference.state_dict()
-    torch.save(official_layout(state) if layout == 'official' else state,
-               tmp_path / 'swin.pth')
-    ours = loaded(tmp_path / 'swin.pth', out_indices=(3, ))
+    torch.save(
+        official_layout(state) if layout == 'official' else state,
+        tmp_path / 'swin.pth',
+    )
+    ours = loaded(tmp_path / 'swin.pth', out_indices=(3,))
     x = images(224, 224, batch=1)
     with torch.no_grad():
         expected = reference.forward_features(x).permute(0, 3, 1, 2)
-        assert_outputs_close(ours(x), (expected, ))
+        assert_outputs_close(ours(x), (expected,))
 
 
 def test_spec_from_official_weights_and_merge(tmp_path):
@@ -233,8 +284,9 @@ def test_spec_from_official_weights_and_merge(tmp_path):
     official = official_layout(timm_swin().state_dict())
     torch.save(official, tmp_path / 'official.pth')
     pruned = loaded(tmp_path / 'official.pth', prune_spec=SMALL_SPEC)
-    merged = loaded(tmp_path / 'official.pth', prune_spec=SMALL_SPEC,
-                    merged=True)
+    merged = loaded(
+        tmp_path / 'official.pth', prune_spec=SMALL_SPEC, merged=True
+    )
     x = images(64, 64)
     with torch.no_grad():
         assert_outputs_close(pruned(x), merged(x))
@@ -255,11 +307,20 @@ def test_spec_from_official_weights_and_merge(tmp_path):
 def test_multi_scale_outputs_and_frozen_stages():
     backbone = swin(frozen_stages=2)
     shapes = [tuple(out.shape) for out in backbone(images(*ODD_SIZE))]
-    assert shapes == [(2, 16, 15, 21), (2, 32, 8, 11), (2, 64, 4, 6),
-                      (2, 128, 2, 3)]
+    assert shapes == [
+        (2, 16, 15, 21),
+        (2, 32, 8, 11),
+        (2, 64, 4, 6),
+        (2, 128, 2, 3),
+    ]
     backbone.train()
-    frozen = [backbone.patch_embed, backbone.stages[0], backbone.stages[1],
-              backbone.norm0, backbone.norm1]
+    frozen = [
+        backbone.patch_embed,
+        backbone.stages[0],
+        backbone.stages[1],
+        backbone.norm0,
+        backbone.norm1,
+    ]
     assert all(not m.training for m in frozen)
     assert all(not p.requires_grad for m in frozen for p in m.parameters())
     assert backbone.stages[2].training and backbone.norm2.weight.requires_grad
@@ -271,7 +332,7 @@ def test_multi_scale_outputs_and_frozen_stages():
     with pytest.raises(ValueError, match='frozen_stages must be in -1..4'):
         swin(frozen_stages=5)
     with pytest.raises(ValueError, match='out_indices'):
-        swin(out_indices=(4, ))
+        swin(out_indices=(4,))
 
 
 def test_with_cp_matches_and_analytic_macs():
@@ -281,7 +342,7 @@ def test_with_cp_matches_and_analytic_macs():
     out.sum().backward()
     assert backbone.stages[0].blocks[0].attn.qkv.weight.grad is not None
     with torch.no_grad():
-        assert_outputs_close((out, ), (backbone.eval()(x)[3], ))
+        assert_outputs_close((out,), (backbone.eval()(x)[3],))
     # MACs per block: Swin-B at 224, 15.4 G dense as published.
     base = HetDPTSwin(arch='base')
     assert abs(analytic_macs(base, (224, 224)) / 1e9 - 15.4) < 0.1
@@ -297,8 +358,9 @@ def test_relative_position_bias_table_resizing(tmp_path):
     # Window-7 weights into a window-12 backbone (as the 384² models).
     torch.save(timm_state_dict(randomize_(swin())), tmp_path / 'w7.pth')
     backbone = loaded(tmp_path / 'w7.pth', window_size=12)
-    assert backbone.stages[0].blocks[0].attn.relative_position_bias_table \
-        .shape == (23 * 23, 2)
+    assert backbone.stages[0].blocks[
+        0
+    ].attn.relative_position_bias_table.shape == (23 * 23, 2)
     assert backbone(images(96, 96))[0].shape == (2, 16, 24, 24)
 
 
@@ -307,17 +369,27 @@ def test_builds_from_toolbox_registries(scope):
     import importlib
 
     from mmengine.registry import DefaultScope
+
     registry = importlib.import_module(f'{scope}.registry').MODELS
     with DefaultScope.overwrite_default_scope(scope):
-        backbone = registry.build(dict(type='HetDPTSwin', arch=SMALL_ARCH,
-                                       prune_spec=SMALL_SPEC, merged=True))
+        backbone = registry.build(
+            dict(
+                type='HetDPTSwin',
+                arch=SMALL_ARCH,
+                prune_spec=SMALL_SPEC,
+                merged=True,
+            )
+        )
     assert isinstance(backbone, HetDPTSwin) and backbone.form == 'merged'
 
 
-@pytest.mark.parametrize('name, stage_widths', [
-    ('mask-rcnn_hetdpt_swin-t_fpn_1x_coco.py', [96, 192, 384, 768]),
-    ('upernet_hetdpt_swin-b_ade20k.py', [128, 256, 512, 1024]),
-])
+@pytest.mark.parametrize(
+    'name, stage_widths',
+    [
+        ('mask-rcnn_hetdpt_swin-t_fpn_1x_coco.py', [96, 192, 384, 768]),
+        ('upernet_hetdpt_swin-b_ade20k.py', [128, 256, 512, 1024]),
+    ],
+)
 def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
     """The configs as written (mmdet's / mmseg's Swin configs, backbone
     swapped) with a small merged Swin in place of the real one: they build
@@ -328,9 +400,14 @@ def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
     neck_or_head = cfg.model.get('neck') or cfg.model.decode_head
     assert list(neck_or_head.in_channels) == stage_widths
     merged = swin(prune_spec=SMALL_SPEC, merged=True)
-    torch.save(dict(state_dict={f'backbone.{k}': v for k, v in
-                                merged.state_dict().items()}),
-               tmp_path / 'merged.pth')
+    torch.save(
+        dict(
+            state_dict={
+                f'backbone.{k}': v for k, v in merged.state_dict().items()
+            }
+        ),
+        tmp_path / 'merged.pth',
+    )
     backbone_cfg.arch = SMALL_ARCH
     backbone_cfg.init_cfg.checkpoint = str(tmp_path / 'merged.pth')
     widths = [16, 32, 64, 128]
@@ -344,18 +421,28 @@ def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
     assert model.backbone.form == 'merged'
     assert model.backbone.prune_spec == merged.prune_spec
     with torch.no_grad():
-        results = model.test_step(make_test_batch(cfg.default_scope, 1,
-                                                  (96, 128)))
+        results = model.test_step(
+            make_test_batch(cfg.default_scope, 1, (96, 128))
+        )
     assert len(results) == 1
 
 
 def test_backbone_benchmark_of_a_swin():
     """tools/benchmark.py backbone --family swin: traced matrix-product MACs
     equal the per-block analytic ones in every form."""
-    options = resolve_options(BenchmarkOptions(
-        'backbone', family='swin', arch=json.dumps(SMALL_ARCH),
-        spec=json.dumps(SMALL_SPEC), img_size=[64], batch_size=1, repeats=1,
-        warmup=0, threads=1))
+    options = resolve_options(
+        BenchmarkOptions(
+            'backbone',
+            family='swin',
+            arch=json.dumps(SMALL_ARCH),
+            spec=json.dumps(SMALL_SPEC),
+            img_size=[64],
+            batch_size=1,
+            repeats=1,
+            warmup=0,
+            threads=1,
+        )
+    )
     result = run_benchmark(options)
     dense, pruned, merged = result['models']
     for model in result['models']:
@@ -383,24 +470,49 @@ def swin_classifiers(**structure):
     (``structure``: HetDPT form and spec) in mmpretrain classifiers."""
     from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
+
     models = []
     with DefaultScope.overwrite_default_scope('mmpretrain'):
         for backbone in (
-                dict(type='SwinTransformer', arch=SMALL_ARCH, img_size=32,
-                     out_indices=(0, 1, 2, 3)),
-                dict(type='HetDPTSwin', arch=SMALL_ARCH,
-                     out_indices=(0, 1, 2, 3), **structure)):
-            models.append(MODELS.build(dict(
-                type='ImageClassifier', backbone=backbone,
-                neck=dict(type='GlobalAveragePooling'),
-                head=dict(type='LinearClsHead', num_classes=10,
-                          in_channels=128))))
+            dict(
+                type='SwinTransformer',
+                arch=SMALL_ARCH,
+                img_size=32,
+                out_indices=(0, 1, 2, 3),
+            ),
+            dict(
+                type='HetDPTSwin',
+                arch=SMALL_ARCH,
+                out_indices=(0, 1, 2, 3),
+                **structure,
+            ),
+        ):
+            models.append(
+                MODELS.build(
+                    dict(
+                        type='ImageClassifier',
+                        backbone=backbone,
+                        neck=dict(type='GlobalAveragePooling'),
+                        head=dict(
+                            type='LinearClsHead',
+                            num_classes=10,
+                            in_channels=128,
+                        ),
+                    )
+                )
+            )
     return models
 
 
-@pytest.mark.parametrize('structure', [
-    {}, dict(prune_spec=SMALL_SPEC), dict(prune_spec=SMALL_SPEC, merged=True),
-    dict(gated=True)])
+@pytest.mark.parametrize(
+    'structure',
+    [
+        {},
+        dict(prune_spec=SMALL_SPEC),
+        dict(prune_spec=SMALL_SPEC, merged=True),
+        dict(gated=True),
+    ],
+)
 def test_get_layer_depth_follows_mmpretrain_swin(structure):
     """Every parameter gets the depth mmpretrain's SwinTransformer gives the
     same module (patch embedding 0, block = its global index + 1, patch
@@ -413,22 +525,27 @@ def test_get_layer_depth_follows_mmpretrain_swin(structure):
         # Names are the same where the modules are (our rule on theirs).
         assert model.get_layer_depth(name) == depth, name
         assert expected.setdefault(layer_location(name), depth) == depth
-    ours = {name: model.get_layer_depth(name)
-            for name, _ in model.named_parameters()}
+    ours = {
+        name: model.get_layer_depth(name)
+        for name, _ in model.named_parameters()
+    }
     assert {layer_location(name) for name in ours} == set(expected)
     for name, depth in ours.items():
         assert depth == expected[layer_location(name)], name
     # 8 blocks of 2 + 2 + 2 + 2: depths 0 .. 9.
     backbone = model.backbone
     assert backbone.get_layer_depth('patch_embed.proj.weight') == (0, 10)
-    assert backbone.get_layer_depth('stages.0.blocks.0.norm1.weight') == \
-        (1, 10)
+    assert backbone.get_layer_depth('stages.0.blocks.0.norm1.weight') == (
+        1,
+        10,
+    )
     assert backbone.get_layer_depth(
-        'backbone.stages.1.blocks.1.mlp.fc2.weight', 'backbone.') == (4, 10)
-    assert backbone.get_layer_depth('stages.1.downsample.reduction.weight') \
-        == (4, 10)
-    assert backbone.get_layer_depth('stages.3.blocks.1.norm2.bias') == \
-        (8, 10)
+        'backbone.stages.1.blocks.1.mlp.fc2.weight', 'backbone.'
+    ) == (4, 10)
+    assert backbone.get_layer_depth(
+        'stages.1.downsample.reduction.weight'
+    ) == (4, 10)
+    assert backbone.get_layer_depth('stages.3.blocks.1.norm2.bias') == (8, 10)
     assert backbone.get_layer_depth('norm3.weight') == (9, 10)
     assert backbone.get_layer_depth('head.fc.weight', 'backbone.') == (9, 10)
 
@@ -439,21 +556,32 @@ def test_layer_decay_of_a_swin_with_both_constructors():
     module the learning rate mmpretrain gives its own Swin's."""
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import DefaultScope
+
     decay = 0.5
 
     def lrs(model, constructor):
         with DefaultScope.overwrite_default_scope('mmpretrain'):
-            wrapper = build_optim_wrapper(model, dict(
-                optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.05),
-                constructor=constructor,
-                paramwise_cfg=dict(layer_decay_rate=decay)))
-        return {group['param_name']: group['lr']
-                for group in wrapper.optimizer.param_groups}
+            wrapper = build_optim_wrapper(
+                model,
+                dict(
+                    optimizer=dict(type='AdamW', lr=1.0, weight_decay=0.05),
+                    constructor=constructor,
+                    paramwise_cfg=dict(layer_decay_rate=decay),
+                ),
+            )
+        return {
+            group['param_name']: group['lr']
+            for group in wrapper.optimizer.param_groups
+        }
 
     reference, model = swin_classifiers(prune_spec=SMALL_SPEC, merged=True)
-    expected = {layer_location(name): lr for name, lr in lrs(
-        reference, 'LearningRateDecayOptimWrapperConstructor').items()}
-    assert expected['stages.0.blocks.0'] == pytest.approx(decay ** 8)
+    expected = {
+        layer_location(name): lr
+        for name, lr in lrs(
+            reference, 'LearningRateDecayOptimWrapperConstructor'
+        ).items()
+    }
+    assert expected['stages.0.blocks.0'] == pytest.approx(decay**8)
     assert expected['head'] == 1.0
 
     class Segmentor(torch.nn.Module):  # no get_layer_depth
@@ -462,9 +590,12 @@ def test_layer_decay_of_a_swin_with_both_constructors():
             self.backbone, self.head = backbone, head
 
     for built, constructor in (
-            (model, 'LearningRateDecayOptimWrapperConstructor'),
-            (Segmentor(model.backbone, model.head),
-             'HetDPTLayerDecayOptimWrapperConstructor')):
+        (model, 'LearningRateDecayOptimWrapperConstructor'),
+        (
+            Segmentor(model.backbone, model.head),
+            'HetDPTLayerDecayOptimWrapperConstructor',
+        ),
+    ):
         found = lrs(built, constructor)
         assert 'backbone.stages.0.blocks.1.mlp.fc.weight' in found
         for name, lr in found.items():
@@ -476,14 +607,16 @@ def write_fake_imagenet(root: Path, num_images: int = 4) -> None:
     it lists) with a few small random images."""
     import numpy as np
     from PIL import Image
+
     rng = np.random.default_rng(0)
     for split in ('train', 'val'):
         (root / split / 'n0').mkdir(parents=True)
         lines = []
         for index in range(num_images):
             name = f'n0/{index}.JPEG'
-            Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)
-                            ).save(root / split / name)
+            Image.fromarray(
+                rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)
+            ).save(root / split / name)
             lines.append(f'{name} {index}')
         (root / 'meta').mkdir(exist_ok=True)
         (root / 'meta' / f'{split}.txt').write_text('\n'.join(lines) + '\n')
@@ -498,17 +631,26 @@ def run_on_a_narrow_swin(cfg: Config, tmp_path: Path, monkeypatch) -> dict:
     official layout (heads included; its state is returned) and at four fake
     ImageNet images, for one epoch without validation."""
     state = timm_state_dict(randomize_(swin(arch=TALL_ARCH)))
-    state['head.weight'] = torch.randn(1000, 128) * .02
+    state['head.weight'] = torch.randn(1000, 128) * 0.02
     state['head.bias'] = torch.zeros(1000)
     torch.save(official_layout(state), tmp_path / 'official.pth')
-    cfg.model.backbone.update(arch=TALL_ARCH, init_cfg=dict(
-        type='Pretrained', checkpoint=str(tmp_path / 'official.pth')))
-    cfg.model.head.update(in_channels=128, init_cfg=dict(
-        type='PretrainedHeads', checkpoint=str(tmp_path / 'official.pth')))
+    cfg.model.backbone.update(
+        arch=TALL_ARCH,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(tmp_path / 'official.pth')
+        ),
+    )
+    cfg.model.head.update(
+        in_channels=128,
+        init_cfg=dict(
+            type='PretrainedHeads', checkpoint=str(tmp_path / 'official.pth')
+        ),
+    )
     write_fake_imagenet(tmp_path / 'imagenet')
     for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        cfg[loader].update(batch_size=4, num_workers=0,
-                           persistent_workers=False)
+        cfg[loader].update(
+            batch_size=4, num_workers=0, persistent_workers=False
+        )
         cfg[loader].dataset.data_root = str(tmp_path / 'imagenet')
     cfg.train_cfg.update(max_epochs=1, val_interval=1000)
     cfg.param_scheduler = None
@@ -516,17 +658,22 @@ def run_on_a_narrow_swin(cfg: Config, tmp_path: Path, monkeypatch) -> dict:
     cfg.work_dir = str(tmp_path / 'work_dir')
     # The runner logs and dumps its config formatted by yapf: seconds for
     # these configs, and nothing here reads it.
-    monkeypatch.setattr(Config, 'pretty_text',
-                        property(lambda config: str(config.to_dict())))
+    monkeypatch.setattr(
+        Config, 'pretty_text', property(lambda config: str(config.to_dict()))
+    )
     return state
 
 
-@pytest.mark.parametrize('name, arch, drop_path, width, counts, last', [
-    ('swin-s_prune-10l_in1k.py', 'small', 0.3, 768, (6, 4), 120),
-    ('swin-b_prune-17l_in1k.py', 'base', 0.5, 1024, (8, 9), 136),
-])
-def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
-                                      last, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    'name, arch, drop_path, width, counts, last',
+    [
+        ('swin-s_prune-10l_in1k.py', 'small', 0.3, 768, (6, 4), 120),
+        ('swin-b_prune-17l_in1k.py', 'base', 0.5, 1024, (8, 9), 136),
+    ],
+)
+def test_imagenet_prune_configs_train(
+    name, arch, drop_path, width, counts, last, tmp_path, monkeypatch
+):
     """The Swin-S / Swin-B prune configs as written (mmpretrain's Swin
     recipes, backbone swapped for a gated HetDPTSwin, MAP budget, prune and
     merge hooks) with a narrow 24-block Swin in official layout (heads
@@ -534,22 +681,28 @@ def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
     over the 24 blocks, and one training step (4 fake images) removes them
     and writes the merged checkpoint."""
     from hetdpt_mm.runner import build_runner
+
     cfg = Config.fromfile(ROOT / 'configs/hetdpt' / name)
     backbone_cfg = cfg.model.backbone
-    assert (backbone_cfg.type, backbone_cfg.arch, backbone_cfg.gated,
-            backbone_cfg.drop_path_rate) == ('HetDPTSwin', arch, True,
-                                             drop_path)
+    assert (
+        backbone_cfg.type,
+        backbone_cfg.arch,
+        backbone_cfg.gated,
+        backbone_cfg.drop_path_rate,
+    ) == ('HetDPTSwin', arch, True, drop_path)
     assert cfg.model.head.in_channels == width
     assert cfg.model_wrapper_cfg.find_unused_parameters is True
     custom_keys = cfg.optim_wrapper.paramwise_cfg.custom_keys
     assert custom_keys['hetdpt_score'] == dict(decay_mult=0.0)
-    assert custom_keys['.relative_position_bias_table'] == \
-        dict(decay_mult=0.0)
+    assert custom_keys['.relative_position_bias_table'] == dict(decay_mult=0.0)
     assert cfg.optim_wrapper.clip_grad == dict(max_norm=5.0)
     assert cfg.train_cfg.max_epochs == 300
     prune, merge = cfg.custom_hooks
     assert (prune.type, prune.budget, merge.type) == (
-        'HetDPTPruneHook', sum(counts), 'MergeCheckpointHook')
+        'HetDPTPruneHook',
+        sum(counts),
+        'MergeCheckpointHook',
+    )
     hook = HetDPTPruneHook(**{k: v for k, v in prune.items() if k != 'type'})
     # Epoch after which the last removal happens: inside the 300 epochs.
     assert hook.schedule.iterations(sum(counts), 1)[-1] == last
@@ -558,22 +711,30 @@ def test_imagenet_prune_configs_train(name, arch, drop_path, width, counts,
     # Every removal after the first step (the progressive schedule's
     # stages are checked above).
     cfg.custom_hooks[0] = dict(
-        type='HetDPTPruneHook', map_points=str(ROOT / prune.map_points),
-        budget=prune.budget, schedule='epoch', prune_epoch=1)
+        type='HetDPTPruneHook',
+        map_points=str(ROOT / prune.map_points),
+        budget=prune.budget,
+        schedule='epoch',
+        prune_epoch=1,
+    )
     runner = build_runner(cfg)
     runner.train()
     # The official head was loaded (and took one AdamW step of lr 1e-3).
-    torch.testing.assert_close(runner.model.head.fc.weight,
-                               state['head.weight'], atol=3e-3, rtol=0)
+    torch.testing.assert_close(
+        runner.model.head.fc.weight, state['head.weight'], atol=3e-3, rtol=0
+    )
     spec = runner.model.backbone.prune_spec
     assert (len(spec.attn_removed), len(spec.act_removed)) == counts
     merged = load_backbone_checkpoint(
-        str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth')))
+        str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth'))
+    )
     assert merged.record.form == 'merged' and merged.record.spec == spec
 
 
-FINETUNE_CONFIGS = {'swin-s_finetune-10l_in1k.py': 'swin-s_prune-10l_in1k.py',
-                    'swin-b_finetune-17l_in1k.py': 'swin-b_prune-17l_in1k.py'}
+FINETUNE_CONFIGS = {
+    'swin-s_finetune-10l_in1k.py': 'swin-s_prune-10l_in1k.py',
+    'swin-b_finetune-17l_in1k.py': 'swin-b_prune-17l_in1k.py',
+}
 
 
 def test_imagenet_finetune_configs_train(tmp_path, monkeypatch):
@@ -583,17 +744,22 @@ def test_imagenet_finetune_configs_train(tmp_path, monkeypatch):
     one training step of Swin-B's pruned form (Swin-S's config differs in
     its spec only), and the merged checkpoint has the config's spec."""
     from hetdpt_mm.runner import build_runner
+
     for name, prune_config in FINETUNE_CONFIGS.items():
         cfg = Config.fromfile(ROOT / 'configs/hetdpt' / name)
         prune_cfg = Config.fromfile(ROOT / 'configs/hetdpt' / prune_config)
         assert cfg.optim_wrapper == prune_cfg.optim_wrapper
         assert cfg.train_cfg == prune_cfg.train_cfg
         assert cfg.model.head == prune_cfg.model.head
-        backbone = dict(prune_cfg.model.backbone, gated=False,
-                        prune_spec=cfg.model.backbone.prune_spec)
+        backbone = dict(
+            prune_cfg.model.backbone,
+            gated=False,
+            prune_spec=cfg.model.backbone.prune_spec,
+        )
         assert cfg.model.backbone == backbone
         assert [hook.type for hook in cfg.custom_hooks] == [
-            'MergeCheckpointHook']
+            'MergeCheckpointHook'
+        ]
         assert 'find_unused_parameters' not in cfg.model_wrapper_cfg
     spec = PruneSpec.coerce(cfg.model.backbone.prune_spec, 24)
     run_on_a_narrow_swin(cfg, tmp_path, monkeypatch)
@@ -601,41 +767,68 @@ def test_imagenet_finetune_configs_train(tmp_path, monkeypatch):
     runner.train()
     assert runner.model.backbone.form == 'pruned'
     merged = load_backbone_checkpoint(
-        str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth')))
+        str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth'))
+    )
     assert merged.record.form == 'merged' and merged.record.spec == spec
 
 
-@pytest.mark.parametrize('name, arch, width, prune_config', [
-    ('swin-s_map-collect_in1k.py', 'small', 768, 'swin-s_prune-10l_in1k.py'),
-    ('swin-b_map-collect_in1k.py', 'base', 1024, 'swin-b_prune-17l_in1k.py'),
-])
-def test_map_collect_configs_collect(name, arch, width, prune_config,
-                                     tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    'name, arch, width, prune_config',
+    [
+        (
+            'swin-s_map-collect_in1k.py',
+            'small',
+            768,
+            'swin-s_prune-10l_in1k.py',
+        ),
+        (
+            'swin-b_map-collect_in1k.py',
+            'base',
+            1024,
+            'swin-b_prune-17l_in1k.py',
+        ),
+    ],
+)
+def test_map_collect_configs_collect(
+    name, arch, width, prune_config, tmp_path, monkeypatch
+):
     """The Swin MAP collection configs: the prune config's model (official
     dense classifier, heads included) under MAPCollectHook, as many steps as
     the prune budget, at a constant learning rate on a fixed subset; with a
     narrow Swin in official layout, one step writes the dense point and
     the first removal's."""
     from hetdpt_mm.runner import build_runner
+
     cfg = Config.fromfile(ROOT / 'configs/hetdpt' / name)
     prune_cfg = Config.fromfile(ROOT / 'configs/hetdpt' / prune_config)
-    assert (cfg.model.backbone.arch, cfg.model.head.in_channels) == (arch,
-                                                                     width)
-    assert cfg.model.backbone.init_cfg.checkpoint == \
-        prune_cfg.model.backbone.init_cfg.checkpoint
-    assert cfg.model.backbone.drop_path_rate == \
-        prune_cfg.model.backbone.drop_path_rate
-    (hook, ) = cfg.custom_hooks
+    assert (cfg.model.backbone.arch, cfg.model.head.in_channels) == (
+        arch,
+        width,
+    )
+    assert (
+        cfg.model.backbone.init_cfg.checkpoint
+        == prune_cfg.model.backbone.init_cfg.checkpoint
+    )
+    assert (
+        cfg.model.backbone.drop_path_rate
+        == prune_cfg.model.backbone.drop_path_rate
+    )
+    (hook,) = cfg.custom_hooks
     assert (hook.type, hook.schedule, hook.max_removed) == (
-        'MAPCollectHook', 'interleaved', prune_cfg.budget)
+        'MAPCollectHook',
+        'interleaved',
+        prune_cfg.budget,
+    )
     assert cfg.train_cfg.max_epochs == hook.interval * hook.max_removed
-    assert cfg.param_scheduler == [dict(type='ConstantLR', factor=1.0,
-                                        by_epoch=True)]
+    assert cfg.param_scheduler == [
+        dict(type='ConstantLR', factor=1.0, by_epoch=True)
+    ]
     assert cfg.train_dataloader.sampler.subset == 0.1
 
     run_on_a_narrow_swin(cfg, tmp_path, monkeypatch)
-    cfg.custom_hooks[0].update(interval=1, max_removed=1, calib_images=4,
-                               calib_batch_size=4)
+    cfg.custom_hooks[0].update(
+        interval=1, max_removed=1, calib_images=4, calib_batch_size=4
+    )
     cfg.train_dataloader.sampler.subset = 4
     build_runner(cfg).train()
     points = (tmp_path / 'work_dir' / 'map_points.csv').read_text()

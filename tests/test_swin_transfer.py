@@ -5,6 +5,7 @@ MergeCheckpointHook, which must agree), and Mask R-CNN and UperNet
 (configs/demo/mask-rcnn_hetdpt-swin_demo.py, built on the full Mask R-CNN
 Swin-T config, and configs/demo/upernet_hetdpt-swin_demo.py) start from the
 merged checkpoint through their ``init_cfg`` and train one iteration."""
+
 import os
 from pathlib import Path
 
@@ -26,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / 'configs/demo'
 PRUNE_CONFIG = DEMO / 'swin-demo_digits_prune.py'
 #: Where the dense-prediction configs look for the merged classifier.
-MERGED = Path('work_dirs/swin-demo_digits_prune/'
-              'swin-demo_digits_prune_merged.pth')
+MERGED = Path(
+    'work_dirs/swin-demo_digits_prune/swin-demo_digits_prune_merged.pth'
+)
 
 
 @pytest.fixture(scope='module')
@@ -44,7 +46,8 @@ def pruned_and_merged(tmp_path_factory, one_thread):
         make_segmentation('data/demo/ade', num_train=4, num_val=2)
         (root / 'tests/data').mkdir(parents=True)
         (root / 'tests/data/map_points_paper.csv').write_bytes(
-            (ROOT / 'tests/data/map_points_paper.csv').read_bytes())
+            (ROOT / 'tests/data/map_points_paper.csv').read_bytes()
+        )
         cfg = Config.fromfile(PRUNE_CONFIG)
         cfg.work_dir = str(MERGED.parent)
         cfg.train_dataloader.batch_size = 4
@@ -59,15 +62,18 @@ def pruned_and_merged(tmp_path_factory, one_thread):
 
 
 def test_prune_run_removes_its_budget_and_the_tool_merges_it(
-        pruned_and_merged):
+    pruned_and_merged,
+):
     root, checkpoint = pruned_and_merged
     pruned = load_backbone_checkpoint(checkpoint).record
     assert pruned.family == 'swin' and pruned.form == 'gated'
     assert pruned.spec.depth == 8
     assert pruned.spec.num_removed == 3  # the config's budget, split by MAP
     merged_by_tool = root / 'merged_by_tool.pth'
-    assert load_tool('merge_ckpt').main([str(checkpoint),
-                                         str(merged_by_tool)]) == 0
+    assert (
+        load_tool('merge_ckpt').main([str(checkpoint), str(merged_by_tool)])
+        == 0
+    )
     by_tool = load_checkpoint_file(str(merged_by_tool))['state_dict']
     by_hook = load_checkpoint_file(str(MERGED))['state_dict']
     record = load_backbone_checkpoint(merged_by_tool).record
@@ -94,13 +100,19 @@ def one_iteration(name: str, work_dir: str):
     return cfg
 
 
-@pytest.mark.parametrize('name, losses', [
-    ('mask-rcnn_hetdpt-swin_demo.py',
-     ('loss_rpn_cls', 'loss_cls', 'loss_bbox', 'loss_mask')),
-    ('upernet_hetdpt-swin_demo.py', ('decode.loss_ce', 'aux.loss_ce')),
-])
-def test_dense_prediction_starts_from_the_merged_swin(pruned_and_merged,
-                                                      name, losses):
+@pytest.mark.parametrize(
+    'name, losses',
+    [
+        (
+            'mask-rcnn_hetdpt-swin_demo.py',
+            ('loss_rpn_cls', 'loss_cls', 'loss_bbox', 'loss_mask'),
+        ),
+        ('upernet_hetdpt-swin_demo.py', ('decode.loss_ce', 'aux.loss_ce')),
+    ],
+)
+def test_dense_prediction_starts_from_the_merged_swin(
+    pruned_and_merged, name, losses
+):
     root, checkpoint = pruned_and_merged
     spec = load_backbone_checkpoint(MERGED).record.spec
     runner = build_runner(one_iteration(name, f'work_dirs/{name}'))
@@ -108,16 +120,22 @@ def test_dense_prediction_starts_from_the_merged_swin(pruned_and_merged,
     backbone = runner.model.backbone
     assert backbone.form == 'merged' and backbone.prune_spec == spec
     scalars = runner.message_hub.log_scalars
-    for key in ('loss', ) + losses:
-        assert torch.isfinite(torch.tensor(
-            scalars[f'train/{key}'].current())), key
+    for key in ('loss',) + losses:
+        assert torch.isfinite(
+            torch.tensor(scalars[f'train/{key}'].current())
+        ), key
     # One step of a warming-up AdamW moves the weights by about 1e-6: they
     # are the merged classifier's.
     merged = load_checkpoint_file(str(MERGED))['state_dict']
     for key, value in backbone.state_dict().items():
-        if isinstance(value, torch.Tensor) and key != '_extra_state' and \
-                f'backbone.{key}' in merged:
-            torch.testing.assert_close(value, merged[f'backbone.{key}'],
-                                       atol=1e-4, rtol=0, msg=key)
-    assert sum(f'backbone.{key}' in merged
-               for key in backbone.state_dict()) > 40
+        if (
+            isinstance(value, torch.Tensor)
+            and key != '_extra_state'
+            and f'backbone.{key}' in merged
+        ):
+            torch.testing.assert_close(
+                value, merged[f'backbone.{key}'], atol=1e-4, rtol=0, msg=key
+            )
+    assert (
+        sum(f'backbone.{key}' in merged for key in backbone.state_dict()) > 40
+    )

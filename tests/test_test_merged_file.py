@@ -4,6 +4,7 @@ start, docs/user_guides/transfer.md step 2): ``tools/test.py <prune config>
 config builds ``gated=True`` and, for DeiT-B, a distillation teacher the merged
 file leaves out. A configured structure rebuilds only as its run's merged
 result; any other structure stays an error naming both."""
+
 import json
 import os
 import re
@@ -53,54 +54,82 @@ def save_run(model, work_dir: Path, name: str) -> Path:
 
 
 def our_test(config, checkpoint: str, metrics: Path) -> float:
-    assert load_tool('test').main(
-        [str(config), checkpoint, '--out-metrics', str(metrics)]) == 0
+    assert (
+        load_tool('test').main(
+            [str(config), checkpoint, '--out-metrics', str(metrics)]
+        )
+        == 0
+    )
     return json.loads(metrics.read_text())['accuracy/top1']
 
 
 def mmpretrain_test(config, checkpoint: str, cwd: Path) -> float:
     result = subprocess.run(
-        [sys.executable, str(MMPRETRAIN_TEST), str(config), checkpoint,
-         '--work-dir', str(cwd / 'mmpretrain_test')],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, OMP_NUM_THREADS='1',
-                 PYTHONPATH=os.pathsep.join(
-                     [str(REPO), os.environ.get('PYTHONPATH', '')])))
+        [
+            sys.executable,
+            str(MMPRETRAIN_TEST),
+            str(config),
+            checkpoint,
+            '--work-dir',
+            str(cwd / 'mmpretrain_test'),
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(
+            os.environ,
+            OMP_NUM_THREADS='1',
+            PYTHONPATH=os.pathsep.join(
+                [str(REPO), os.environ.get('PYTHONPATH', '')]
+            ),
+        ),
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert 'as configured: the weights are its merged result' in output
     return float(TOP1.findall(output)[-1])
 
 
-def test_the_quick_start_tests_the_merged_file(tmp_path, monkeypatch,
-                                               one_thread):
+def test_the_quick_start_tests_the_merged_file(
+    tmp_path, monkeypatch, one_thread
+):
     """docs/user_guides/pruning.md as written, from a folder holding
     data/demo and the run's work_dirs: the merged file tests as the last
     gated checkpoint does, under our tools/test.py and mmpretrain's."""
     make_classification(tmp_path / 'data/demo/cls')
     monkeypatch.chdir(tmp_path)
     work = Path('work_dirs/vit-demo_digits_prune')
-    save_run(randomize_(build_model(Config.fromfile(PRUNE_CONFIG))),
-             tmp_path / work, 'vit-demo_digits_prune')
+    save_run(
+        randomize_(build_model(Config.fromfile(PRUNE_CONFIG))),
+        tmp_path / work,
+        'vit-demo_digits_prune',
+    )
     merged = str(work / 'vit-demo_digits_prune_merged.pth')
-    gated = our_test(PRUNE_CONFIG, str(work / 'epoch_1.pth'),
-                     tmp_path / 'gated.json')
+    gated = our_test(
+        PRUNE_CONFIG, str(work / 'epoch_1.pth'), tmp_path / 'gated.json'
+    )
     assert our_test(PRUNE_CONFIG, merged, tmp_path / 'merged.json') == gated
-    assert mmpretrain_test(PRUNE_CONFIG, merged, tmp_path) == \
-        pytest.approx(gated, abs=1e-3)  # as logged, 4 decimals
+    assert mmpretrain_test(PRUNE_CONFIG, merged, tmp_path) == pytest.approx(
+        gated, abs=1e-3
+    )  # as logged, 4 decimals
 
 
 def test_the_deit_b_prune_config_tests_without_its_teacher(
-        tmp_path, monkeypatch, one_thread):
+    tmp_path, monkeypatch, one_thread
+):
     """docs/user_guides/transfer.md step 2 (tiny): the distillation config
     tests its merged file, which holds no teacher, with the teacher's and
     the start's files absent (downloads only training needs)."""
     files = write_tiny_deit_inputs(tmp_path)
-    config = write_tiny_config(DEIT_CONFIG, tmp_path, files['distilled'],
-                               teacher=files['dense'])
+    config = write_tiny_config(
+        DEIT_CONFIG, tmp_path, files['distilled'], teacher=files['dense']
+    )
     cfg = Config.fromfile(config)
-    cfg.test_dataloader, cfg.test_evaluator = (cfg.val_dataloader,
-                                               cfg.val_evaluator)
+    cfg.test_dataloader, cfg.test_evaluator = (
+        cfg.val_dataloader,
+        cfg.val_evaluator,
+    )
     cfg.dump(config)
     model = build_model(cfg)
     model.init_weights()
@@ -111,28 +140,47 @@ def test_the_deit_b_prune_config_tests_without_its_teacher(
         path.unlink()
     merged = str(work / 'deit-b_prune-10l_in1k_merged.pth')
     ours = our_test(config, merged, tmp_path / 'merged.json')
-    assert mmpretrain_test(config, merged, tmp_path) == \
-        pytest.approx(ours, abs=1e-3)
+    assert mmpretrain_test(config, merged, tmp_path) == pytest.approx(
+        ours, abs=1e-3
+    )
 
 
 def test_a_loaded_file_without_the_whole_teacher_is_named(tmp_path):
     files = write_tiny_deit_inputs(tmp_path)
-    model = build_model(Config.fromfile(write_tiny_config(
-        DEIT_CONFIG, tmp_path, files['distilled'], teacher=files['dense'])))
+    model = build_model(
+        Config.fromfile(
+            write_tiny_config(
+                DEIT_CONFIG,
+                tmp_path,
+                files['distilled'],
+                teacher=files['dense'],
+            )
+        )
+    )
     state = model.state_dict()
-    without_teacher = {k: v for k, v in state.items()
-                       if not k.startswith('teacher.')}
+    without_teacher = {
+        k: v for k, v in state.items() if not k.startswith('teacher.')
+    }
     model.load_state_dict(without_teacher)
-    partial = {k: v for k, v in state.items()
-               if k != 'teacher.head.layers.head.weight'}
-    with pytest.raises(RuntimeError, match=r'Missing key.*teacher\.head\.'
-                       r'layers\.head\.weight'):
+    partial = {
+        k: v
+        for k, v in state.items()
+        if k != 'teacher.head.layers.head.weight'
+    }
+    with pytest.raises(
+        RuntimeError,
+        match=r'Missing key.*teacher\.head\.'
+        r'layers\.head\.weight',
+    ):
         model.load_state_dict(partial)
 
 
 # ----------------------------------- a given structure stays the user's
-DEMO_ARCH = dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3),
-                 img_size=32, patch_size=4)
+DEMO_ARCH = dict(
+    arch=dict(embed_dims=96, num_layers=6, num_heads=3),
+    img_size=32,
+    patch_size=4,
+)
 
 
 def merged_state(**semantics) -> dict:
@@ -141,29 +189,45 @@ def merged_state(**semantics) -> dict:
     return gated.to_merged().state_dict()
 
 
-@pytest.mark.parametrize('configured', [
-    dict(gated=True), dict(gated=True, prune_spec=dict(attn_removed=[1])),
-    dict(prune_spec=FOUND)])
+@pytest.mark.parametrize(
+    'configured',
+    [
+        dict(gated=True),
+        dict(gated=True, prune_spec=dict(attn_removed=[1])),
+        dict(prune_spec=FOUND),
+    ],
+)
 def test_a_configured_structure_rebuilds_as_its_merged_result(configured):
     backbone = HetDPTViT(**DEMO_ARCH, **configured)
     backbone.load_state_dict(merged_state())
     assert backbone.form == 'merged'
-    assert backbone.prune_spec == HetDPTViT(**DEMO_ARCH,
-                                            prune_spec=FOUND).prune_spec
+    assert (
+        backbone.prune_spec
+        == HetDPTViT(**DEMO_ARCH, prune_spec=FOUND).prune_spec
+    )
 
 
-@pytest.mark.parametrize('configured, semantics', [
-    # gates closed that the file keeps
-    (dict(gated=True, prune_spec=dict(attn_removed=[3])), {}),
-    (dict(prune_spec=dict(attn_removed=[1])), {}),  # another spec
-    (dict(gated=True), dict(residual_gelu='act_removed')),  # other semantics
-    (dict(merged=True), {}),  # a merged network of another spec
-])
+@pytest.mark.parametrize(
+    'configured, semantics',
+    [
+        # gates closed that the file keeps
+        (dict(gated=True, prune_spec=dict(attn_removed=[3])), {}),
+        (dict(prune_spec=dict(attn_removed=[1])), {}),  # another spec
+        (
+            dict(gated=True),
+            dict(residual_gelu='act_removed'),
+        ),  # other semantics
+        (dict(merged=True), {}),  # a merged network of another spec
+    ],
+)
 def test_a_file_that_is_not_the_configured_runs_result_is_an_error(
-        configured, semantics):
+    configured, semantics
+):
     backbone = HetDPTViT(**DEMO_ARCH, **configured)
-    with pytest.raises(StateDictMismatch, match='vit merged .* but this '
-                       'backbone was built as a vit'):
+    with pytest.raises(
+        StateDictMismatch,
+        match='vit merged .* but this backbone was built as a vit',
+    ):
         backbone.load_state_dict(merged_state(**semantics))
 
 
@@ -174,10 +238,14 @@ def test_training_a_prune_config_from_a_merged_file_is_refused():
     were searching)."""
     model = build_model(Config.fromfile(PRUNE_CONFIG))
     state = merged_state()
-    heads = {k: v for k, v in model.state_dict().items()
-             if not k.startswith('backbone.')}
+    heads = {
+        k: v
+        for k, v in model.state_dict().items()
+        if not k.startswith('backbone.')
+    }
     model.load_state_dict(
-        {**heads, **{f'backbone.{k}': v for k, v in state.items()}})
+        {**heads, **{f'backbone.{k}': v for k, v in state.items()}}
+    )
     assert model.backbone.form == 'merged'
     hook = HetDPTPruneHook(counts=dict(attn=1, act=1), stages=1)
     with pytest.raises(ValueError, match='gated=True'):

@@ -1,5 +1,6 @@
 """Token merging (ToMe) in the HetDPT ViTs, against a plainly written
 reference of bipartite soft matching (issue 32)."""
+
 import math
 
 import pytest
@@ -34,8 +35,9 @@ def build(token_merge=None, **kwargs):
 
 
 def images(batch=2, seed=1):
-    return torch.randn(batch, 3, 32, 32,
-                       generator=torch.Generator().manual_seed(seed))
+    return torch.randn(
+        batch, 3, 32, 32, generator=torch.Generator().manual_seed(seed)
+    )
 
 
 # ------------------------------------------------ the plain reference
@@ -49,11 +51,12 @@ def reference_matching(x, size, metric, r, num_prefix):
     for image in range(x.shape[0]):
         tokens = list(range(x.shape[1]))
         set_a = tokens[num_prefix::2]
-        set_b = tokens[num_prefix + 1::2]
+        set_b = tokens[num_prefix + 1 :: 2]
         best = {}
         for a in set_a:
-            sims = F.cosine_similarity(metric[image, a:a + 1],
-                                       metric[image, set_b], dim=-1)
+            sims = F.cosine_similarity(
+                metric[image, a : a + 1], metric[image, set_b], dim=-1
+            )
             best[a] = (sims.max().item(), set_b[int(sims.argmax())])
         ranked = sorted(set_a, key=lambda a: -best[a][0])
         merged = set(ranked[:r])
@@ -63,11 +66,14 @@ def reference_matching(x, size, metric, r, num_prefix):
         for token in order:
             group = [token] + [a for a in merged if best[a][1] == token]
             weight = sum(size[image, t] for t in group)
-            rows.append(sum(x[image, t] * size[image, t]
-                            for t in group) / weight)
+            rows.append(
+                sum(x[image, t] * size[image, t] for t in group) / weight
+            )
             sizes.append(weight)
-        dest = [order.index(t) if t in order else order.index(best[t][1])
-                for t in tokens]
+        dest = [
+            order.index(t) if t in order else order.index(best[t][1])
+            for t in tokens
+        ]
         out_x.append(torch.stack(rows))
         out_size.append(torch.stack(sizes))
         out_dest.append(torch.tensor(dest))
@@ -92,8 +98,11 @@ def reference_forward(model, x, schedule, removed_attn='norm'):
         else:
             attn = block.attn
             heads, head_dim = attn.num_heads, attn.head_dim
-            q, k, v = attn.qkv(normed).reshape(
-                batch, -1, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+            q, k, v = (
+                attn.qkv(normed)
+                .reshape(batch, -1, 3, heads, head_dim)
+                .permute(2, 0, 3, 1, 4)
+            )
             logits = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
             logits = logits + size.log().reshape(batch, 1, 1, -1)
             mixed = logits.softmax(-1) @ v
@@ -104,7 +113,8 @@ def reference_forward(model, x, schedule, removed_attn='norm'):
             r = min(schedule[index], (tokens.shape[1] - prefix) // 2)
             if r > 0:
                 tokens, size, dest = reference_matching(
-                    tokens, size, metric, r, prefix)
+                    tokens, size, metric, r, prefix
+                )
                 where = dest.gather(1, where)
         tokens = tokens + block.mlp(block.norm2(tokens))
         tokens = block.residual_act(tokens)
@@ -129,28 +139,36 @@ def test_matching_equals_the_reference():
         assert merged.shape == (2, 17 - r, 8)
 
 
-@pytest.mark.parametrize('token_merge', [
-    dict(r=4), dict(r=3, schedule='decreasing'),
-    dict(r=4, removed_attn='none'), dict(r=[5, 0, 3, 9, 0, 2] * 2)])
+@pytest.mark.parametrize(
+    'token_merge',
+    [
+        dict(r=4),
+        dict(r=3, schedule='decreasing'),
+        dict(r=4, removed_attn='none'),
+        dict(r=[5, 0, 3, 9, 0, 2] * 2),
+    ],
+)
 def test_backbone_equals_the_reference(token_merge):
     model = randomize_(build(token_merge, out_type='featmap'))
     x = images()
     options = TokenMerge.coerce(token_merge)
     with torch.no_grad():
-        expected = reference_forward(model, x, options.per_block(12),
-                                     options.removed_attn)
-        (featmap, ) = model(x)
+        expected = reference_forward(
+            model, x, options.per_block(12), options.removed_attn
+        )
+        (featmap,) = model(x)
         plain = build(out_type='featmap')
         plain.load_state_dict(model.state_dict())
-        (unmerged, ) = plain(x)
+        (unmerged,) = plain(x)
     assert featmap.shape == unmerged.shape == (2, 96, 8, 8)
     assert (featmap - expected).abs().max() <= 1e-5
     assert (featmap - unmerged).abs().max() > 1e-2  # merging did something
 
 
 def test_r0_is_no_merging_bit_for_bit():
-    model = randomize_(build(dict(r=0), out_type='featmap',
-                             out_indices=(3, 11)))
+    model = randomize_(
+        build(dict(r=0), out_type='featmap', out_indices=(3, 11))
+    )
     plain = build(out_type='featmap', out_indices=(3, 11))
     plain.load_state_dict(model.state_dict())
     x = images()
@@ -168,17 +186,20 @@ def test_gated_pruned_merged_agree_with_merging():
     assert merged.token_merge == TokenMerge.coerce(token_merge)
     x = images()
     with torch.no_grad():
-        (ref_cls, ref_dist), = gated(x)
+        ((ref_cls, ref_dist),) = gated(x)
         for model in (pruned, merged):
-            (cls, dist), = model(x)
+            ((cls, dist),) = model(x)
             assert (cls - ref_cls).abs().max() <= 1e-5 * ref_cls.abs().max()
             assert (dist - ref_dist).abs().max() <= 1e-5 * ref_dist.abs().max()
 
 
 def test_removed_attention_merges_nothing_with_none():
     spec = dict(attn_removed=list(range(12)), act_removed=[])
-    model = randomize_(build(dict(r=8, removed_attn='none'),
-                             prune_spec=spec, out_type='featmap'))
+    model = randomize_(
+        build(
+            dict(r=8, removed_attn='none'), prune_spec=spec, out_type='featmap'
+        )
+    )
     plain = build(prune_spec=spec, out_type='featmap')
     plain.load_state_dict(model.state_dict())
     x = images()
@@ -187,16 +208,22 @@ def test_removed_attention_merges_nothing_with_none():
 
 
 def test_prefix_tokens_are_never_merged():
-    model = randomize_(HetDPTLayerScaleViT(
-        **HetDPTLayerScaleViT.SMALL_ARGS, reg_tokens=4, out_type='raw',
-        token_merge=dict(r=4)).eval())
-    plain = HetDPTLayerScaleViT(**HetDPTLayerScaleViT.SMALL_ARGS,
-                                reg_tokens=4, out_type='raw').eval()
+    model = randomize_(
+        HetDPTLayerScaleViT(
+            **HetDPTLayerScaleViT.SMALL_ARGS,
+            reg_tokens=4,
+            out_type='raw',
+            token_merge=dict(r=4),
+        ).eval()
+    )
+    plain = HetDPTLayerScaleViT(
+        **HetDPTLayerScaleViT.SMALL_ARGS, reg_tokens=4, out_type='raw'
+    ).eval()
     plain.load_state_dict(model.state_dict())
     x = images()
     with torch.no_grad():
-        (tokens, ) = model(x)
-        (reference, ) = plain(x)
+        (tokens,) = model(x)
+        (reference,) = plain(x)
     assert tokens.shape == reference.shape == (2, 5 + 64, 96)
     # Outputs are unmerged: the 64 patches are copies of the 64 - 6 x 4
     # merged ones, and the five prefix tokens are their own.
@@ -212,19 +239,27 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         randomize_(model)
         model.train()
         model(images())[0].square().mean().backward()
-        grads.append([p.grad for p in model.parameters()
-                      if p.grad is not None])
+        grads.append(
+            [p.grad for p in model.parameters() if p.grad is not None]
+        )
     assert len(grads[0]) == len(grads[1]) > 0
     for plain, checkpointed in zip(*grads):
         assert torch.allclose(plain, checkpointed, atol=1e-6)
 
 
-@pytest.mark.parametrize('value, message', [
-    (dict(r=-1), 'non-negative'), (dict(r=1.5), 'non-negative'),
-    (dict(), 'needs r'), (dict(r=2, rate=3), 'unknown token_merge'),
-    (dict(r=2, schedule='cosine'), 'schedule'),
-    (dict(r=[1, 2], schedule='decreasing'), 'not both'),
-    (dict(r=2, removed_attn='keys'), 'removed_attn'), (8, 'dict')])
+@pytest.mark.parametrize(
+    'value, message',
+    [
+        (dict(r=-1), 'non-negative'),
+        (dict(r=1.5), 'non-negative'),
+        (dict(), 'needs r'),
+        (dict(r=2, rate=3), 'unknown token_merge'),
+        (dict(r=2, schedule='cosine'), 'schedule'),
+        (dict(r=[1, 2], schedule='decreasing'), 'not both'),
+        (dict(r=2, removed_attn='keys'), 'removed_attn'),
+        (8, 'dict'),
+    ],
+)
 def test_bad_options_are_named(value, message):
     with pytest.raises(ValueError, match=message):
         build(value)
@@ -242,28 +277,40 @@ def test_swin_refuses_token_merging():
 
 # ------------------------------------------------------------ benchmark
 def short_benchmark(task, **options):
-    resolved = resolve_options(BenchmarkOptions(task, repeats=1, warmup=0,
-                                                **options))
+    resolved = resolve_options(
+        BenchmarkOptions(task, repeats=1, warmup=0, **options)
+    )
     return run_benchmark(resolved)
 
 
 def test_benchmark_merges_tokens_in_every_backbone():
     arch = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
     spec = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
-    runs = {r: short_benchmark('backbone', arch=arch, spec=spec,
-                               img_size=[64], batch_size=1, token_merge=r)
-            for r in (None, 16)}
+    runs = {
+        r: short_benchmark(
+            'backbone',
+            arch=arch,
+            spec=spec,
+            img_size=[64],
+            batch_size=1,
+            token_merge=r,
+        )
+        for r in (None, 16)
+    }
     for plain, merging in zip(runs[None]['models'], runs[16]['models']):
-        assert merging['description'] == plain['description'] + \
-            ', ToMe r=16'
+        assert merging['description'] == plain['description'] + ', ToMe r=16'
         assert merging['params'] == plain['params']
         assert merging['macs']['matmul'] < 0.75 * plain['macs']['matmul']
         assert 'backbone_analytic_macs' not in merging
 
 
-@pytest.mark.parametrize('options, message', [
-    (dict(family='swin', arch='tiny', spec=None), 'does not merge'),
-    (dict(token_merge=-1), '>= 0')])
+@pytest.mark.parametrize(
+    'options, message',
+    [
+        (dict(family='swin', arch='tiny', spec=None), 'does not merge'),
+        (dict(token_merge=-1), '>= 0'),
+    ],
+)
 def test_benchmark_refuses_what_cannot_merge(options, message):
     options = dict(dict(token_merge=8), **options)
     with pytest.raises(UsageError, match=message):
@@ -278,8 +325,9 @@ def test_benchmark_refuses_the_stock_upernet():
 # ------------------------------------------------------ dense prediction
 def tome_config(name):
     cfg = Config.fromfile(REPO / 'configs' / 'tome' / name)
-    cfg.model.backbone.update(init_cfg=None, prune_spec=MIXED_SPEC,
-                              merged=True, arch='deit-tiny')
+    cfg.model.backbone.update(
+        init_cfg=None, prune_spec=MIXED_SPEC, merged=True, arch='deit-tiny'
+    )
     cfg.model.neck.in_channels = [192] * len(cfg.model.neck.in_channels)
     return cfg
 
@@ -288,8 +336,9 @@ def test_detr_config_trains_and_predicts_with_merging():
     model = build_model(tome_config('detr_hetdpt_deit_b_tome-r8.py'))
     assert model.backbone.token_merge == TokenMerge(r=8)
     data = detection_batch([(64, 96), (80, 64)], num_classes=80)
-    optim_wrapper = build_optim_wrapper(model, dict(
-        optimizer=dict(type='AdamW', lr=1e-4)))
+    optim_wrapper = build_optim_wrapper(
+        model, dict(optimizer=dict(type='AdamW', lr=1e-4))
+    )
     model.train()
     log_vars = model.train_step(data, optim_wrapper)
     assert torch.isfinite(log_vars['loss'])
@@ -305,8 +354,9 @@ def test_upernet_config_trains_and_predicts_with_merging():
     model = build_model(cfg)
     assert model.backbone.token_merge == TokenMerge(r=8)
     data = segmentation_batch([(64, 64), (64, 64)], num_classes=150)
-    optim_wrapper = build_optim_wrapper(model, dict(
-        optimizer=dict(type='AdamW', lr=1e-4)))
+    optim_wrapper = build_optim_wrapper(
+        model, dict(optimizer=dict(type='AdamW', lr=1e-4))
+    )
     model.train()
     assert torch.isfinite(model.train_step(data, optim_wrapper)['loss'])
     model.eval()
@@ -315,20 +365,30 @@ def test_upernet_config_trains_and_predicts_with_merging():
     assert result.pred_sem_seg.data.shape == (1, 64, 64)
 
 
-@pytest.mark.parametrize('cfg_options, refused', [
-    ((), False),
-    (('model.backbone.type=mmseg.VisionTransformer', ), True),
-    (('merged:model.backbone.type=mmseg.VisionTransformer', ), True)])
+@pytest.mark.parametrize(
+    'cfg_options, refused',
+    [
+        ((), False),
+        (('model.backbone.type=mmseg.VisionTransformer',), True),
+        (('merged:model.backbone.type=mmseg.VisionTransformer',), True),
+    ],
+)
 def test_benchmark_refuses_a_config_without_a_merging_backbone(
-        cfg_options, refused):
+    cfg_options, refused
+):
     """--token-merge with --config: a stock backbone (here the UperNet
     config's, retyped) is refused before anything is built."""
-    options = BenchmarkOptions('upernet', token_merge=8, config=[
-        f'merged={REPO / "configs/upernet_hetdpt_deit_b_ade20k.py"}'],
-        cfg_options=cfg_options)
+    options = BenchmarkOptions(
+        'upernet',
+        token_merge=8,
+        config=[f'merged={REPO / "configs/upernet_hetdpt_deit_b_ade20k.py"}'],
+        cfg_options=cfg_options,
+    )
     if not refused:
         assert resolve_options(options).token_merge == 8
         return
-    with pytest.raises(UsageError, match='--config merged .* builds a '
-                       'mmseg.VisionTransformer backbone'):
+    with pytest.raises(
+        UsageError,
+        match='--config merged .* builds a mmseg.VisionTransformer backbone',
+    ):
         resolve_options(options)

@@ -1,6 +1,7 @@
 """A training run keeps its work dir to itself: a second run into a live
 work dir, and a fresh run into one holding an earlier run's checkpoints,
 are refused before anything of theirs is written (tools/train.py)."""
+
 import os
 import re
 import signal
@@ -39,26 +40,37 @@ def test_a_live_work_dir_is_refused_until_its_run_ends(tmp_path, capsys):
     work = tmp_path / 'work'
     config = small_config(tmp_path / 'dense.py', DENSE_CONFIG, tmp_path)
     holder = subprocess.Popen(
-        [sys.executable, '-c', HOLDER, str(work)], cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-        text=True)
+        [sys.executable, '-c', HOLDER, str(work)],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == 'locked\n'
         lock = (work / TRAIN_LOCK_NAME).read_text()
-        assert re.fullmatch(rf'pid {holder.pid}, since '
-                            r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n', lock)
+        assert re.fullmatch(
+            rf'pid {holder.pid}, since '
+            r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n',
+            lock,
+        )
         assert train(capsys, config, '--work-dir', work) == (
-            2, f'error: work dir {work} is in use by another training run '
+            2,
+            f'error: work dir {work} is in use by another training run '
             f'({lock.strip()}); wait for it to end or choose another '
-            '--work-dir\n')
+            '--work-dir\n',
+        )
         assert [path.name for path in work.iterdir()] == [TRAIN_LOCK_NAME]
         assert (work / TRAIN_LOCK_NAME).read_text() == lock
     finally:
         holder.send_signal(signal.SIGKILL)  # no clean-up: the OS unlocks
         holder.wait(timeout=60)
     with work_dir_lock(work):
-        assert (work / TRAIN_LOCK_NAME).read_text().startswith(
-            f'pid {os.getpid()}, since ')
+        assert (
+            (work / TRAIN_LOCK_NAME)
+            .read_text()
+            .startswith(f'pid {os.getpid()}, since ')
+        )
 
 
 def test_only_rank_0_of_a_job_takes_the_lock(tmp_path, monkeypatch):
@@ -68,50 +80,71 @@ def test_only_rank_0_of_a_job_takes_the_lock(tmp_path, monkeypatch):
         with claim_work_dir(cfg, resume=False, overwrite=False):
             pass
         monkeypatch.setenv('RANK', '0')  # rank 0 of another job
-        with pytest.raises(RunError, match='is in use by another training '
-                           'run'), \
-                claim_work_dir(cfg, resume=False, overwrite=False):
+        with (
+            pytest.raises(RunError, match='is in use by another training run'),
+            claim_work_dir(cfg, resume=False, overwrite=False),
+        ):
             pass
 
 
 def test_a_fresh_run_into_a_finished_work_dir_is_refused(tmp_path, capsys):
     work = tmp_path / 'work'
     (work / '20240101_120000').mkdir(parents=True)  # logs do not count
-    outputs = {'epoch_2.pth': b'2', 'epoch_10.pth': b'10', 'epoch_1.pth': b'1',
-               'last_checkpoint': b'epoch_10.pth', 'dense_merged.pth': b'm'}
+    outputs = {
+        'epoch_2.pth': b'2',
+        'epoch_10.pth': b'10',
+        'epoch_1.pth': b'1',
+        'last_checkpoint': b'epoch_10.pth',
+        'dense_merged.pth': b'm',
+    }
     for name, data in outputs.items():
         (work / name).write_bytes(data)
     assert [path.name for path in run_checkpoints(work)] == [
-        'dense_merged.pth', 'epoch_1.pth', 'epoch_2.pth', 'epoch_10.pth',
-        'last_checkpoint']
+        'dense_merged.pth',
+        'epoch_1.pth',
+        'epoch_2.pth',
+        'epoch_10.pth',
+        'last_checkpoint',
+    ]
     config = small_config(tmp_path / 'dense.py', DENSE_CONFIG, tmp_path)
     assert train(capsys, config, '--work-dir', work) == (
-        2, f'error: work dir {work} already holds checkpoints of a run '
+        2,
+        f'error: work dir {work} already holds checkpoints of a run '
         '(dense_merged.pth, epoch_1.pth, epoch_2.pth, ... (5 in all)); pass '
         '--resume to continue it, --overwrite to start over, or choose '
-        'another --work-dir\n')
-    assert train(capsys, config, '--work-dir', work, '--resume',
-                 '--overwrite') == (
-        2, 'error: argument --overwrite: not allowed with argument --resume'
-        '\n')
-    assert {path.name: path.read_bytes() for path in work.iterdir()
-            if path.is_file() and path.name != TRAIN_LOCK_NAME} == outputs
+        'another --work-dir\n',
+    )
+    assert train(
+        capsys, config, '--work-dir', work, '--resume', '--overwrite'
+    ) == (
+        2,
+        'error: argument --overwrite: not allowed with argument --resume\n',
+    )
+    assert {
+        path.name: path.read_bytes()
+        for path in work.iterdir()
+        if path.is_file() and path.name != TRAIN_LOCK_NAME
+    } == outputs
 
 
 def test_overwrite_starts_the_run_over(tmp_path, capsys):
     from hetdpt_mm.datasets.demo_data import make_classification
+
     make_classification(tmp_path / 'cls')
     work = tmp_path / 'work'
     work.mkdir()
     for name in ('epoch_1.pth', 'epoch_3.pth', 'dense_merged.pth'):
         (work / name).write_bytes(b'earlier run')
     (work / 'last_checkpoint').write_text(str(work / 'epoch_3.pth'))
-    config = small_config(tmp_path / 'dense.py', DENSE_CONFIG,
-                          tmp_path / 'cls')
+    config = small_config(
+        tmp_path / 'dense.py', DENSE_CONFIG, tmp_path / 'cls'
+    )
     assert train(capsys, config, '--work-dir', work, '--overwrite')[0] == 0
     # Nothing of the earlier run is left for a later --resume to pick up.
     assert [path.name for path in run_checkpoints(work)] == [
-        'epoch_1.pth', 'epoch_2.pth', 'last_checkpoint']
-    assert (work / 'last_checkpoint').read_text() == str(work /
-                                                        'epoch_2.pth')
+        'epoch_1.pth',
+        'epoch_2.pth',
+        'last_checkpoint',
+    ]
+    assert (work / 'last_checkpoint').read_text() == str(work / 'epoch_2.pth')
     assert load_checkpoint_file(work / 'epoch_1.pth')['meta']['epoch'] == 1

@@ -10,6 +10,7 @@ socket) and returns its exit status.  Any other command, or no server, runs
 the real interpreter.  A forked child starts from freshly imported modules,
 so the tool sees what a new interpreter gives it.
 """
+
 import json
 import os
 import runpy
@@ -22,23 +23,35 @@ import traceback
 #: Where the client finds the server's socket.
 SOCKET_VARIABLE = 'HETDPT_WARM_TOOLS'
 #: What the tools import, directly or through their configs' registries.
-PRELOAD = ('hetdpt_mm.apis', 'mmpretrain.models', 'mmpretrain.datasets',
-           'mmpretrain.evaluation', 'mmpretrain.engine', 'mmdet.models',
-           'mmdet.datasets', 'mmdet.evaluation', 'mmdet.engine',
-           'mmseg.models', 'mmseg.datasets', 'mmseg.evaluation',
-           'mmseg.engine')
+PRELOAD = (
+    'hetdpt_mm.apis',
+    'mmpretrain.models',
+    'mmpretrain.datasets',
+    'mmpretrain.evaluation',
+    'mmpretrain.engine',
+    'mmdet.models',
+    'mmdet.datasets',
+    'mmdet.evaluation',
+    'mmdet.engine',
+    'mmseg.models',
+    'mmseg.datasets',
+    'mmseg.evaluation',
+    'mmseg.engine',
+)
 STREAMS = 3
 
 
 def is_tool_command(args) -> bool:
-    return (bool(args) and args[0].startswith('tools/')
-            and args[0].endswith('.py'))
+    return (
+        bool(args) and args[0].startswith('tools/') and args[0].endswith('.py')
+    )
 
 
 def serve(path: str) -> None:
     """Import :data:`PRELOAD`, then run each request in a fork (never
     returns; stop it with SIGTERM)."""
     import importlib
+
     for name in PRELOAD:
         importlib.import_module(name)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -56,14 +69,18 @@ def serve(path: str) -> None:
             run_tool(json.loads(message), fds)
         for fd in fds:
             os.close(fd)
-        threading.Thread(target=report_status, args=(pid, connection),
-                         daemon=True).start()
+        threading.Thread(
+            target=report_status, args=(pid, connection), daemon=True
+        ).start()
 
 
 def report_status(pid: int, connection: socket.socket) -> None:
     _, status = os.waitpid(pid, 0)
-    code = (os.WEXITSTATUS(status) if os.WIFEXITED(status)
-            else 128 + os.WTERMSIG(status))
+    code = (
+        os.WEXITSTATUS(status)
+        if os.WIFEXITED(status)
+        else 128 + os.WTERMSIG(status)
+    )
     connection.send(str(code).encode())
     connection.close()
 
@@ -102,8 +119,9 @@ def main(args) -> int:
         client = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         client.connect(path)
         request = dict(argv=args, cwd=os.getcwd(), env=dict(os.environ))
-        socket.send_fds(client, [json.dumps(request).encode()],
-                        list(range(STREAMS)))
+        socket.send_fds(
+            client, [json.dumps(request).encode()], list(range(STREAMS))
+        )
         return int(client.recv(16))
     os.execv(sys.executable, [sys.executable, *args])
 

@@ -14,6 +14,7 @@ CI variant (minutes; its accuracies mean nothing).
 Exit status: 0 done, 1 a stage failed, 2 bad input (a work dir or saved
 state that cannot be used; ``error: ...``, nothing run).
 """
+
 import argparse
 import shlex
 import signal
@@ -40,40 +41,69 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
     parser = argparse.ArgumentParser(
         description='HetDPT end to end on the embedded CPU demo: dense '
         'training, MAP, pruning, merging, DETR, UperNet, benchmark, token '
-        'merging, report.')
-    parser.add_argument('--quick', action='store_true',
-                        help='the CI variant: tiny subsets and schedules')
-    parser.add_argument('--work-dir', type=Path,
-                        default=Path('work_dirs/demo'),
-                        help='all outputs go here (default work_dirs/demo)')
-    parser.add_argument('--data-root', type=Path,
-                        default=Path(DEFAULT_DATA_ROOT),
-                        help='demo datasets, made here if missing (default '
-                        'data/demo)')
-    parser.add_argument('--budget', type=int,
-                        help='layers to remove in total, split by MAP '
-                        f'(default {FULL.budget}, --quick {QUICK.budget})')
-    parser.add_argument('--jobs', type=int, default=default_jobs(),
-                        help='independent jobs run side by side (default: '
-                        'one more than the cores, at most 3)')
-    parser.add_argument('--threads', type=int,
-                        help='torch / OpenMP threads per job (default: the '
-                        'idle cores shared out among the jobs of a stage, '
-                        'at least 1; benchmarks use 1)')
-    parser.add_argument('--resume', action='store_true',
-                        help='continue the earlier run in --work-dir, '
-                        'skipping its finished stages')
+        'merging, report.'
+    )
+    parser.add_argument(
+        '--quick',
+        action='store_true',
+        help='the CI variant: tiny subsets and schedules',
+    )
+    parser.add_argument(
+        '--work-dir',
+        type=Path,
+        default=Path('work_dirs/demo'),
+        help='all outputs go here (default work_dirs/demo)',
+    )
+    parser.add_argument(
+        '--data-root',
+        type=Path,
+        default=Path(DEFAULT_DATA_ROOT),
+        help='demo datasets, made here if missing (default data/demo)',
+    )
+    parser.add_argument(
+        '--budget',
+        type=int,
+        help='layers to remove in total, split by MAP '
+        f'(default {FULL.budget}, --quick {QUICK.budget})',
+    )
+    parser.add_argument(
+        '--jobs',
+        type=int,
+        default=default_jobs(),
+        help='independent jobs run side by side (default: '
+        'one more than the cores, at most 3)',
+    )
+    parser.add_argument(
+        '--threads',
+        type=int,
+        help='torch / OpenMP threads per job (default: the '
+        'idle cores shared out among the jobs of a stage, '
+        'at least 1; benchmarks use 1)',
+    )
+    parser.add_argument(
+        '--resume',
+        action='store_true',
+        help='continue the earlier run in --work-dir, '
+        'skipping its finished stages',
+    )
     args = parser.parse_args(argv)
     for name in ('jobs', 'threads', 'budget'):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f'--{name} must be >= 1')
     return DemoOptions(
-        repo=REPO, work_dir=args.work_dir.resolve(),
-        data_root=args.data_root.resolve(), quick=args.quick,
-        budget=args.budget, jobs=args.jobs, threads=args.threads,
-        resume=args.resume, command=shlex.join(
-            ['python', 'tools/demo.py'] +
-            list(sys.argv[1:] if argv is None else argv)))
+        repo=REPO,
+        work_dir=args.work_dir.resolve(),
+        data_root=args.data_root.resolve(),
+        quick=args.quick,
+        budget=args.budget,
+        jobs=args.jobs,
+        threads=args.threads,
+        resume=args.resume,
+        command=shlex.join(
+            ['python', 'tools/demo.py']
+            + list(sys.argv[1:] if argv is None else argv)
+        ),
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -90,6 +120,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == '__main__':
     # SIGTERM as an exception, so that the running jobs are stopped too.
-    signal.signal(signal.SIGTERM,
-                  lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main())

@@ -16,6 +16,7 @@ Examples (from the repository root)::
 Exit status: 0 verified and written, 1 a difference above --tolerance
 (nothing written), 2 bad input (``error: ...``, nothing written).
 """
+
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -36,40 +37,82 @@ def parse_args(argv: List[str]) -> ExportOptions:
     parser = ArgumentParser(
         description='Export a model to ONNX (opset %d, dynamic batch and, '
         'unless --static-hw, height and width) and verify it against '
-        'PyTorch.' % OPSET)
-    parser.add_argument('task', choices=TASKS,
-                        help='the network to export (detr/upernet: raw head '
-                        'outputs, no pre- or post-processing)')
-    parser.add_argument('config', help='the model\'s config')
-    parser.add_argument('checkpoint', help='its checkpoint (the HetDPT '
-                        'record in it gives the backbone\'s structure)')
-    parser.add_argument('--out', type=Path, required=True,
-                        help='the .onnx file to write')
-    parser.add_argument('--img-size', type=int, nargs=2, metavar=('H', 'W'),
-                        help='example input size (default: the backbone\'s '
-                        'img_size)')
-    parser.add_argument('--batch-size', type=int, default=2,
-                        help='example batch size (>= 2; default 2)')
-    parser.add_argument('--static-hw', action='store_true',
-                        help='fix height and width to --img-size')
-    parser.add_argument('--verify-sizes', type=int, nargs=2, action='append',
-                        default=[], metavar=('H', 'W'),
-                        help='also verify at this size (repeatable)')
-    parser.add_argument('--verify-batch-sizes', type=int, nargs='+',
-                        default=[1, 3], help='batch sizes to verify '
-                        '(default 1 3)')
-    parser.add_argument('--runtimes', nargs='+', default=['onnxruntime'],
-                        choices=RUNTIMES,
-                        help='runtimes to verify in (default onnxruntime)')
-    parser.add_argument('--tolerance', type=positive_float, default=1e-4,
-                        help='largest absolute difference allowed '
-                        '(default 1e-4)')
-    parser.add_argument('--seed', type=int, default=0,
-                        help='seed of the random inputs')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
-                        help='override config settings, key=value')
-    parser.add_argument('--force', action='store_true',
-                        help='replace an existing --out')
+        'PyTorch.' % OPSET
+    )
+    parser.add_argument(
+        'task',
+        choices=TASKS,
+        help='the network to export (detr/upernet: raw head '
+        'outputs, no pre- or post-processing)',
+    )
+    parser.add_argument('config', help="the model's config")
+    parser.add_argument(
+        'checkpoint',
+        help='its checkpoint (the HetDPT '
+        "record in it gives the backbone's structure)",
+    )
+    parser.add_argument(
+        '--out', type=Path, required=True, help='the .onnx file to write'
+    )
+    parser.add_argument(
+        '--img-size',
+        type=int,
+        nargs=2,
+        metavar=('H', 'W'),
+        help="example input size (default: the backbone's img_size)",
+    )
+    parser.add_argument(
+        '--batch-size',
+        type=int,
+        default=2,
+        help='example batch size (>= 2; default 2)',
+    )
+    parser.add_argument(
+        '--static-hw',
+        action='store_true',
+        help='fix height and width to --img-size',
+    )
+    parser.add_argument(
+        '--verify-sizes',
+        type=int,
+        nargs=2,
+        action='append',
+        default=[],
+        metavar=('H', 'W'),
+        help='also verify at this size (repeatable)',
+    )
+    parser.add_argument(
+        '--verify-batch-sizes',
+        type=int,
+        nargs='+',
+        default=[1, 3],
+        help='batch sizes to verify (default 1 3)',
+    )
+    parser.add_argument(
+        '--runtimes',
+        nargs='+',
+        default=['onnxruntime'],
+        choices=RUNTIMES,
+        help='runtimes to verify in (default onnxruntime)',
+    )
+    parser.add_argument(
+        '--tolerance',
+        type=positive_float,
+        default=1e-4,
+        help='largest absolute difference allowed (default 1e-4)',
+    )
+    parser.add_argument(
+        '--seed', type=int, default=0, help='seed of the random inputs'
+    )
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override config settings, key=value',
+    )
+    parser.add_argument(
+        '--force', action='store_true', help='replace an existing --out'
+    )
     args = parser.parse_args(argv)
     return ExportOptions(**vars(args))
 

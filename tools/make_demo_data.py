@@ -5,6 +5,7 @@
 Existing datasets made with the same settings are kept.  Errors print
 ``error: <message>`` and exit with status 2.
 """
+
 import sys
 import time
 

@@ -28,6 +28,7 @@ before anything is written; OUT is written atomically, never over IN, and an
 existing OUT is kept unless ``--force``.  Errors print ``error: <message>``
 and exit with status 2.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -40,27 +41,40 @@ from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = ArgumentParser(
         description='Merge the HetDPTViT backbone of a checkpoint: drop '
-        'removed attention layers and gates, merge activation-free FFNs.')
+        'removed attention layers and gates, merge activation-free FFNs.'
+    )
     parser.add_argument('input', type=Path, help='checkpoint to convert')
     parser.add_argument('output', type=Path, help='merged checkpoint to write')
     parser.add_argument(
-        '--spec', help='prune spec as JSON or a JSON file: {"attn_removed": '
+        '--spec',
+        help='prune spec as JSON or a JSON file: {"attn_removed": '
         '[...], "act_removed": [...]} (needed for the authors\' stage-2 '
         'checkpoints, and to apply a spec to dense weights; a gated or '
-        'merged checkpoint\'s spec it must match)')
+        "merged checkpoint's spec it must match)",
+    )
     parser.add_argument(
-        '--form', choices=('merged', 'pruned'), default='merged',
+        '--form',
+        choices=('merged', 'pruned'),
+        default='merged',
         help='form of the output backbone (default: merged; pruned keeps '
-        'the FFNs of removed GELUs as two linears, to fine-tune)')
+        'the FFNs of removed GELUs as two linears, to fine-tune)',
+    )
     parser.add_argument(
-        '--prefix', help='state-dict prefix of the backbone (default: from '
-        'the meta, else "backbone." or none for a bare ViT state dict)')
+        '--prefix',
+        help='state-dict prefix of the backbone (default: from '
+        'the meta, else "backbone." or none for a bare ViT state dict)',
+    )
     parser.add_argument(
-        '--arch', help='architecture for checkpoints without HetDPT meta '
+        '--arch',
+        help='architecture for checkpoints without HetDPT meta '
         'whose number of heads is not that of a DeiT preset: a preset name '
-        'or JSON {"embed_dims", "num_layers", "num_heads", "mlp_ratio"}')
-    parser.add_argument('--force', action='store_true',
-                        help='replace an existing OUT (never IN)')
+        'or JSON {"embed_dims", "num_layers", "num_heads", "mlp_ratio"}',
+    )
+    parser.add_argument(
+        '--force',
+        action='store_true',
+        help='replace an existing OUT (never IN)',
+    )
     return parser.parse_args(argv)
 
 

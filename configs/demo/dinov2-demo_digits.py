@@ -6,6 +6,10 @@
 # the merged checkpoint.  Make the data first: python tools/make_demo_data.py
 _base_ = ['./vit-demo_digits.py']
 
-model = dict(backbone=dict(type='HetDPTLayerScaleViT',
-                           layer_scale_init_value=1e-5,
-                           no_embed_class=False))
+model = dict(
+    backbone=dict(
+        type='HetDPTLayerScaleViT',
+        layer_scale_init_value=1e-5,
+        no_embed_class=False,
+    )
+)

@@ -8,8 +8,9 @@
 _base_ = '../mask-rcnn_hetdpt_swin-t_fpn_1x_coco.py'
 
 # The merged (or pruned) demo Swin classifier; its record carries the spec.
-hetdpt_checkpoint = \
+hetdpt_checkpoint = (
     'work_dirs/swin-demo_digits_prune/swin-demo_digits_prune_merged.pth'
+)
 data_root = 'data/demo/coco/'
 classes = ('rectangle', 'ellipse', 'triangle')
 image_size = (128, 128)  # the data's own size
@@ -22,42 +23,70 @@ model = dict(
     # The normalisation the demo classifier was trained with.
     data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3),
     # _delete_: the base names a preset (a string).
-    backbone=dict(arch=dict(swin_arch, _delete_=True), window_size=4,
-                  drop_path_rate=0.0,
-                  init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+    backbone=dict(
+        arch=dict(swin_arch, _delete_=True),
+        window_size=4,
+        drop_path_rate=0.0,
+        init_cfg=dict(checkpoint=hetdpt_checkpoint),
+    ),
     neck=dict(in_channels=widths, out_channels=channels),
     rpn_head=dict(in_channels=channels, feat_channels=channels),
     roi_head=dict(
         bbox_roi_extractor=dict(out_channels=channels),
-        bbox_head=dict(in_channels=channels, fc_out_channels=256,
-                       num_classes=len(classes)),
+        bbox_head=dict(
+            in_channels=channels, fc_out_channels=256, num_classes=len(classes)
+        ),
         mask_roi_extractor=dict(out_channels=channels),
-        mask_head=dict(in_channels=channels, conv_out_channels=channels,
-                       num_classes=len(classes))))
+        mask_head=dict(
+            in_channels=channels,
+            conv_out_channels=channels,
+            num_classes=len(classes),
+        ),
+    ),
+)
 
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
     dict(type='Resize', scale=image_size, keep_ratio=True),
     dict(type='RandomFlip', prob=0.5),
-    dict(type='PackDetInputs')
+    dict(type='PackDetInputs'),
 ]
 test_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='Resize', scale=image_size, keep_ratio=True),
     dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
-    dict(type='PackDetInputs',
-         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape',
-                    'scale_factor'))
+    dict(
+        type='PackDetInputs',
+        meta_keys=(
+            'img_id',
+            'img_path',
+            'ori_shape',
+            'img_shape',
+            'scale_factor',
+        ),
+    ),
 ]
 train_dataloader = dict(
-    batch_size=4, num_workers=0, persistent_workers=False,
-    dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
-                 pipeline=train_pipeline))
+    batch_size=4,
+    num_workers=0,
+    persistent_workers=False,
+    dataset=dict(
+        data_root=data_root,
+        metainfo=dict(classes=classes),
+        pipeline=train_pipeline,
+    ),
+)
 val_dataloader = dict(
-    batch_size=8, num_workers=0, persistent_workers=False,
-    dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
-                 pipeline=test_pipeline))
+    batch_size=8,
+    num_workers=0,
+    persistent_workers=False,
+    dataset=dict(
+        data_root=data_root,
+        metainfo=dict(classes=classes),
+        pipeline=test_pipeline,
+    ),
+)
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
 test_evaluator = val_evaluator
@@ -65,13 +94,20 @@ test_evaluator = val_evaluator
 max_epochs = 6
 train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0,
-         end=50),
-    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True,
-         milestones=[5], gamma=0.1)
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
+    dict(
+        type='MultiStepLR',
+        begin=0,
+        end=max_epochs,
+        by_epoch=True,
+        milestones=[5],
+        gamma=0.1,
+    ),
 ]
-default_hooks = dict(logger=dict(interval=32),
-                     checkpoint=dict(interval=max_epochs, max_keep_ckpts=1))
+default_hooks = dict(
+    logger=dict(interval=32),
+    checkpoint=dict(interval=max_epochs, max_keep_ckpts=1),
+)
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 auto_scale_lr = dict(base_batch_size=4)
 randomness = dict(seed=0, deterministic=False)

@@ -9,14 +9,28 @@ _base_ = ['./vit-demo_digits.py']
 swin_arch = dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8])
 
 model = dict(
-    backbone=dict(_delete_=True, type='HetDPTSwin', arch=swin_arch,
-                  window_size=4, out_indices=(3, ), drop_path_rate=0.0),
+    backbone=dict(
+        _delete_=True,
+        type='HetDPTSwin',
+        arch=swin_arch,
+        window_size=4,
+        out_indices=(3,),
+        drop_path_rate=0.0,
+    ),
     neck=dict(_delete_=True, type='GlobalAveragePooling'),
-    head=dict(type='LinearClsHead', in_channels=8 * swin_arch['embed_dims']))
+    head=dict(type='LinearClsHead', in_channels=8 * swin_arch['embed_dims']),
+)
 
 # Swin has no class token or position embedding; no decay on its relative
 # position bias tables (as mmpretrain's Swin recipes).
-optim_wrapper = dict(paramwise_cfg=dict(
-    _delete_=True, norm_decay_mult=0.0, bias_decay_mult=0.0,
-    custom_keys={'relative_position_bias_table': dict(decay_mult=0.0),
-                 'hetdpt_score': dict(decay_mult=0.0)}))
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        _delete_=True,
+        norm_decay_mult=0.0,
+        bias_decay_mult=0.0,
+        custom_keys={
+            'relative_position_bias_table': dict(decay_mult=0.0),
+            'hetdpt_score': dict(decay_mult=0.0),
+        },
+    )
+)

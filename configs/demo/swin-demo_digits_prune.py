@@ -16,9 +16,13 @@ model = dict(backbone=dict(gated=True))
 map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
 # 3 of the 16 layers (the ViT demo: 5 of 12).
 custom_hooks = [
-    dict(type='HetDPTPruneHook',
-         map_points=map_points, budget=3,
-         schedule='progressive', stages=[2, 1, 1]),
+    dict(
+        type='HetDPTPruneHook',
+        map_points=map_points,
+        budget=3,
+        schedule='progressive',
+        stages=[2, 1, 1],
+    ),
     dict(type='MergeCheckpointHook'),
 ]
 # Closed gates skip their layer: under DDP its parameters get no gradient.

@@ -10,9 +10,15 @@ _base_ = './upernet_hetdpt_demo.py'
 #       work_dirs/dinov2-demo_digits/dinov2-demo_digits_merged.pth \
 #       --spec '{"attn_removed": [0, 3], "act_removed": [2, 5]}'
 # Its record carries the spec.
-hetdpt_checkpoint = \
+hetdpt_checkpoint = (
     'work_dirs/dinov2-demo_digits/dinov2-demo_digits_merged.pth'
+)
 
-model = dict(backbone=dict(type='HetDPTLayerScaleViT',
-                           layer_scale_init_value=1e-5, no_embed_class=False,
-                           init_cfg=dict(checkpoint=hetdpt_checkpoint)))
+model = dict(
+    backbone=dict(
+        type='HetDPTLayerScaleViT',
+        layer_scale_init_value=1e-5,
+        no_embed_class=False,
+        init_cfg=dict(checkpoint=hetdpt_checkpoint),
+    )
+)

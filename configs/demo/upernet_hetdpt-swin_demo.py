@@ -8,21 +8,33 @@
 _base_ = './upernet_hetdpt_demo.py'
 
 # The merged (or pruned) demo Swin classifier; its record carries the spec.
-hetdpt_checkpoint = \
+hetdpt_checkpoint = (
     'work_dirs/swin-demo_digits_prune/swin-demo_digits_prune_merged.pth'
+)
 # The classifier's (./swin-demo_digits.py: windows of 4).
 swin_arch = dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8])
 widths = [32, 64, 128, 256]  # the four stages' outputs
 
 model = dict(
-    backbone=dict(_delete_=True, type='HetDPTSwin', arch=swin_arch,
-                  window_size=4, out_indices=(0, 1, 2, 3),
-                  pad_small_map=True, drop_path_rate=0.0,
-                  init_cfg=dict(type='Pretrained',
-                                checkpoint=hetdpt_checkpoint)),
+    backbone=dict(
+        _delete_=True,
+        type='HetDPTSwin',
+        arch=swin_arch,
+        window_size=4,
+        out_indices=(0, 1, 2, 3),
+        pad_small_map=True,
+        drop_path_rate=0.0,
+        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
+    ),
     neck=None,
     decode_head=dict(in_channels=widths),
-    auxiliary_head=dict(in_index=2, in_channels=widths[2]))  # as Swin's
-optim_wrapper = dict(paramwise_cfg=dict(
-    custom_keys={'relative_position_bias_table': dict(decay_mult=0.0),
-                 'norm': dict(decay_mult=0.0)}))
+    auxiliary_head=dict(in_index=2, in_channels=widths[2]),
+)  # as Swin's
+optim_wrapper = dict(
+    paramwise_cfg=dict(
+        custom_keys={
+            'relative_position_bias_table': dict(decay_mult=0.0),
+            'norm': dict(decay_mult=0.0),
+        }
+    )
+)

@@ -8,23 +8,34 @@ demo_arch = dict(embed_dims=96, num_layers=6, num_heads=3, mlp_ratio=4)
 
 model = dict(
     type='ImageClassifier',
-    backbone=dict(type='HetDPTViT', arch=demo_arch, img_size=32,
-                  patch_size=4, drop_path_rate=0.0),
+    backbone=dict(
+        type='HetDPTViT',
+        arch=demo_arch,
+        img_size=32,
+        patch_size=4,
+        drop_path_rate=0.0,
+    ),
     neck=None,
-    head=dict(type='VisionTransformerClsHead', num_classes=10,
-              in_channels=96,
-              loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
-                        mode='original'),
-              # Not mmpretrain's zero init: with a zero head the backbone
-              # gets no gradient at first, which stalls a from-scratch run.
-              init_cfg=dict(type='TruncNormal', layer='Linear', std=.02)),
+    head=dict(
+        type='VisionTransformerClsHead',
+        num_classes=10,
+        in_channels=96,
+        loss=dict(
+            type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'
+        ),
+        # Not mmpretrain's zero init: with a zero head the backbone
+        # gets no gradient at first, which stalls a from-scratch run.
+        init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02),
+    ),
     init_cfg=[
-        dict(type='TruncNormal', layer='Linear', std=.02),
-        dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
-    ])
+        dict(type='TruncNormal', layer='Linear', std=0.02),
+        dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0),
+    ],
+)
 
-data_preprocessor = dict(num_classes=10, mean=[127.5] * 3, std=[127.5] * 3,
-                         to_rgb=True)
+data_preprocessor = dict(
+    num_classes=10, mean=[127.5] * 3, std=[127.5] * 3, to_rgb=True
+)
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='RandomCrop', crop_size=32, padding=2),
@@ -32,18 +43,32 @@ train_pipeline = [
 ]
 test_pipeline = [dict(type='LoadImageFromFile'), dict(type='PackInputs')]
 train_dataloader = dict(
-    batch_size=16, num_workers=0, persistent_workers=False,
-    dataset=dict(type='CustomDataset', data_root=data_root,
-                 ann_file='meta/train.txt', data_prefix='train',
-                 pipeline=train_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=True))
+    batch_size=16,
+    num_workers=0,
+    persistent_workers=False,
+    dataset=dict(
+        type='CustomDataset',
+        data_root=data_root,
+        ann_file='meta/train.txt',
+        data_prefix='train',
+        pipeline=train_pipeline,
+    ),
+    sampler=dict(type='DefaultSampler', shuffle=True),
+)
 val_dataloader = dict(
-    batch_size=128, num_workers=0, persistent_workers=False,
-    dataset=dict(type='CustomDataset', data_root=data_root,
-                 ann_file='meta/val.txt', data_prefix='val',
-                 pipeline=test_pipeline),
-    sampler=dict(type='DefaultSampler', shuffle=False))
-val_evaluator = dict(type='Accuracy', topk=(1, ))
+    batch_size=128,
+    num_workers=0,
+    persistent_workers=False,
+    dataset=dict(
+        type='CustomDataset',
+        data_root=data_root,
+        ann_file='meta/val.txt',
+        data_prefix='val',
+        pipeline=test_pipeline,
+    ),
+    sampler=dict(type='DefaultSampler', shuffle=False),
+)
+val_evaluator = dict(type='Accuracy', topk=(1,))
 test_dataloader = val_dataloader
 test_evaluator = val_evaluator
 
@@ -55,16 +80,31 @@ test_evaluator = val_evaluator
 optim_wrapper = dict(
     optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.05),
     paramwise_cfg=dict(
-        norm_decay_mult=0.0, bias_decay_mult=0.0,
-        custom_keys={'.cls_token': dict(decay_mult=0.0),
-                     'pos_embed': dict(decay_mult=0.0, lr_mult=30.0),
-                     'hetdpt_score': dict(decay_mult=0.0)}),
-    clip_grad=dict(max_norm=5.0))
+        norm_decay_mult=0.0,
+        bias_decay_mult=0.0,
+        custom_keys={
+            '.cls_token': dict(decay_mult=0.0),
+            'pos_embed': dict(decay_mult=0.0, lr_mult=30.0),
+            'hetdpt_score': dict(decay_mult=0.0),
+        },
+    ),
+    clip_grad=dict(max_norm=5.0),
+)
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.01, by_epoch=True, end=1,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=1,
-         convert_to_iter_based=True),
+    dict(
+        type='LinearLR',
+        start_factor=0.01,
+        by_epoch=True,
+        end=1,
+        convert_to_iter_based=True,
+    ),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-5,
+        by_epoch=True,
+        begin=1,
+        convert_to_iter_based=True,
+    ),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=10, val_interval=5)
 val_cfg = dict()
@@ -72,8 +112,10 @@ test_cfg = dict()
 
 # epoch_seed: epochs seeded from (seed, epoch), so --resume is exact with
 # the random crops, under any runner (docs/advanced/reliability.md).
-default_hooks = dict(epoch_seed=dict(type='EpochSeedHook'),
-                     logger=dict(interval=10),
-                     checkpoint=dict(interval=5, max_keep_ckpts=2))
+default_hooks = dict(
+    epoch_seed=dict(type='EpochSeedHook'),
+    logger=dict(interval=10),
+    checkpoint=dict(interval=5, max_keep_ckpts=2),
+)
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0, deterministic=False)

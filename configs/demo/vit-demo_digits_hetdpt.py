@@ -14,9 +14,13 @@ _base_ = ['./vit-demo_digits_prune.py']
 # The outputs of the earlier demo stages (tools/demo.py passes its own).
 load_from = 'work_dirs/demo/vit-demo_digits/epoch_10.pth'
 custom_hooks = [
-    dict(type='HetDPTPruneHook',
-         map_fit='work_dirs/demo/map/map_fit.json', budget=4,
-         schedule='progressive', stages=1),  # one removal per epoch
+    dict(
+        type='HetDPTPruneHook',
+        map_fit='work_dirs/demo/map/map_fit.json',
+        budget=4,
+        schedule='progressive',
+        stages=1,
+    ),  # one removal per epoch
     dict(type='MergeCheckpointHook'),
 ]
 
@@ -25,12 +29,24 @@ custom_hooks = [
 # epoch (the gate scores start at 0), cosine to the end.
 optim_wrapper = dict(
     optimizer=dict(lr=5e-4),
-    paramwise_cfg=dict(custom_keys={
-        'pos_embed': dict(decay_mult=0.0, lr_mult=1.0)}))
+    paramwise_cfg=dict(
+        custom_keys={'pos_embed': dict(decay_mult=0.0, lr_mult=1.0)}
+    ),
+)
 param_scheduler = [
-    dict(type='LinearLR', start_factor=0.1, by_epoch=True, end=1,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=1,
-         convert_to_iter_based=True),
+    dict(
+        type='LinearLR',
+        start_factor=0.1,
+        by_epoch=True,
+        end=1,
+        convert_to_iter_based=True,
+    ),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-5,
+        by_epoch=True,
+        begin=1,
+        convert_to_iter_based=True,
+    ),
 ]
 train_cfg = dict(max_epochs=6, val_interval=2)

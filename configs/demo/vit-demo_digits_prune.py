@@ -19,9 +19,13 @@ model = dict(backbone=dict(gated=True))
 # The paper's DeiT-B points, found from the config's folder.
 map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
 custom_hooks = [
-    dict(type='HetDPTPruneHook',
-         map_points=map_points, budget=5,
-         schedule='progressive', stages=[2, 1, 1, 1, 1]),
+    dict(
+        type='HetDPTPruneHook',
+        map_points=map_points,
+        budget=5,
+        schedule='progressive',
+        stages=[2, 1, 1, 1, 1],
+    ),
     dict(type='MergeCheckpointHook'),
 ]
 # Closed gates skip their layer: under DDP its parameters get no gradient.

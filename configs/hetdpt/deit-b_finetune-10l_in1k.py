@@ -21,16 +21,17 @@ _base_ = [
 ]
 
 # The paper's DeiT-B spec ("10 layers").
-paper_spec = dict(attn_removed=[0, 3, 7, 8, 11],
-                  act_removed=[2, 7, 8, 10, 11])
+paper_spec = dict(attn_removed=[0, 3, 7, 8, 11], act_removed=[2, 7, 8, 10, 11])
 
 model = dict(backbone=dict(prune_spec=paper_spec))
 
 # 8 GPUs x 512 images (their script and the run of their log), repeated
 # augmentation (DeiT's RASampler: 3 repeats).
 train_dataloader = dict(
-    batch_size=512, num_workers=10,
-    sampler=dict(type='RepeatAugSampler', shuffle=True, num_repeats=3))
+    batch_size=512,
+    num_workers=10,
+    sampler=dict(type='RepeatAugSampler', shuffle=True, num_repeats=3),
+)
 
 custom_hooks = [dict(type='MergeCheckpointHook')]
 randomness = dict(seed=42, deterministic=False)

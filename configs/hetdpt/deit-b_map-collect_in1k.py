@@ -25,6 +25,6 @@ load_from = 'work_dirs/deit-b_dense_in1k/epoch_10.pth'
 model = dict(backbone=dict(gated=True, init_cfg=None))
 # The fast fine-tune runs on a fixed, seeded 10% of the training set.
 train_dataloader = dict(
-    sampler=dict(type='SubsetSampler', subset=0.1, subset_seed=0,
-                 shuffle=True))
+    sampler=dict(type='SubsetSampler', subset=0.1, subset_seed=0, shuffle=True)
+)
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))

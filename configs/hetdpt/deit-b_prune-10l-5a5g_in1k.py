@@ -3,7 +3,10 @@
 _base_ = './deit-b_prune-10l_in1k.py'
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook', counts=dict(attn=5, act=5),
-         schedule='progressive'),
+    dict(
+        type='HetDPTPruneHook',
+        counts=dict(attn=5, act=5),
+        schedule='progressive',
+    ),
     dict(type='MergeCheckpointHook'),
 ]

@@ -23,24 +23,39 @@ model = dict(
     backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
     # A new 100-class head, zero-initialised as DeiT's: the ImageNet heads
     # the base model loads (PretrainedHeads) do not fit 100 classes.
-    head=dict(num_classes=100,
-              init_cfg=dict(_delete_=True, type='Constant', layer='Linear',
-                            val=0)))
+    head=dict(
+        num_classes=100,
+        init_cfg=dict(_delete_=True, type='Constant', layer='Linear', val=0),
+    ),
+)
 
 train_dataloader = dict(batch_size=64)
 
 optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=5e-4, weight_decay=0.05,
-                   betas=(0.9, 0.999)),
+    optimizer=dict(
+        type='AdamW', lr=5e-4, weight_decay=0.05, betas=(0.9, 0.999)
+    ),
     constructor='LearningRateDecayOptimWrapperConstructor',
     paramwise_cfg=dict(layer_decay_rate=0.75),
-    clip_grad=dict(max_norm=5.0))
+    clip_grad=dict(max_norm=5.0),
+)
 max_epochs = 100
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=5,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-6, by_epoch=True, begin=5,
-         end=max_epochs, convert_to_iter_based=True),
+    dict(
+        type='LinearLR',
+        start_factor=1e-3,
+        by_epoch=True,
+        end=5,
+        convert_to_iter_based=True,
+    ),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-6,
+        by_epoch=True,
+        begin=5,
+        end=max_epochs,
+        convert_to_iter_based=True,
+    ),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=10)
 val_cfg = dict()

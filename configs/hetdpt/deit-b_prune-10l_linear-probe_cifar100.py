@@ -10,15 +10,23 @@ _base_ = ['./deit-b_prune-10l_finetune_cifar100.py']
 
 model = dict(
     backbone=dict(frozen_stages=12, norm_eval=True, drop_path_rate=0.0),
-    train_cfg=None)
+    train_cfg=None,
+)
 
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',
-    optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=0.0))
+    optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=0.0),
+)
 max_epochs = 50
 param_scheduler = [
-    dict(type='CosineAnnealingLR', eta_min=0.0, by_epoch=True, begin=0,
-         end=max_epochs, convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=0.0,
+        by_epoch=True,
+        begin=0,
+        end=max_epochs,
+        convert_to_iter_based=True,
+    ),
 ]
 train_cfg = dict(max_epochs=max_epochs)

@@ -28,25 +28,31 @@ model = dict(
         distilled=False,
         gated=True,
         residual_gelu='act_removed',
-        init_cfg=dict(checkpoint=search_checkpoint)),
+        init_cfg=dict(checkpoint=search_checkpoint),
+    ),
     head=dict(
         _delete_=True,
         type='VisionTransformerClsHead',
         num_classes=1000,
         in_channels=768,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
-                  mode='original'),
-        init_cfg=dict(type='PretrainedHeads', checkpoint=search_checkpoint)))
+        loss=dict(
+            type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'
+        ),
+        init_cfg=dict(type='PretrainedHeads', checkpoint=search_checkpoint),
+    ),
+)
 
 # Their script's batch: 512 images per GPU, 8 GPUs; no repeated augmentation
 # in the search (their default).
 train_dataloader = dict(batch_size=512, num_workers=10)
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook',
-         counts=dict(attn=5, act=5),
-         schedule='progressive',
-         stages=[4, 5, 7, 9, 11, 13, 15, 17, 19, 21],
-         spec_file='found_spec.json'),
+    dict(
+        type='HetDPTPruneHook',
+        counts=dict(attn=5, act=5),
+        schedule='progressive',
+        stages=[4, 5, 7, 9, 11, 13, 15, 17, 19, 21],
+        spec_file='found_spec.json',
+    ),
 ]
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))

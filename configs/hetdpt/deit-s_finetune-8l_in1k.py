@@ -10,17 +10,22 @@
 _base_ = './deit-b_finetune-10l_in1k.py'
 
 # https://dl.fbaipublicfiles.com/deit/deit_small_distilled_patch16_224-649709d9.pth
-pretrained_checkpoint = \
+pretrained_checkpoint = (
     'checkpoints/deit_small_distilled_patch16_224-649709d9.pth'
+)
 # https://dl.fbaipublicfiles.com/deit/deit_small_patch16_224-cd65a155.pth
 teacher_checkpoint = 'checkpoints/deit_small_patch16_224-cd65a155.pth'
 found_spec = 'work_dirs/deit-s_search-8l_in1k/found_spec.json'
 
 model = dict(
-    backbone=dict(arch='deit-small', prune_spec=found_spec,
-                  init_cfg=dict(checkpoint=pretrained_checkpoint)),
-    head=dict(in_channels=384,
-              init_cfg=dict(checkpoint=pretrained_checkpoint)),
-    teacher=dict(backbone=dict(arch='deit-small'),
-                 head=dict(in_channels=384)),
-    teacher_checkpoint=teacher_checkpoint)
+    backbone=dict(
+        arch='deit-small',
+        prune_spec=found_spec,
+        init_cfg=dict(checkpoint=pretrained_checkpoint),
+    ),
+    head=dict(
+        in_channels=384, init_cfg=dict(checkpoint=pretrained_checkpoint)
+    ),
+    teacher=dict(backbone=dict(arch='deit-small'), head=dict(in_channels=384)),
+    teacher_checkpoint=teacher_checkpoint,
+)

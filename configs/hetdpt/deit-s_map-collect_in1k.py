@@ -10,14 +10,17 @@
 _base_ = './deit-b_map-collect_in1k.py'
 
 # https://dl.fbaipublicfiles.com/deit/deit_small_distilled_patch16_224-649709d9.pth
-pretrained_checkpoint = \
+pretrained_checkpoint = (
     'checkpoints/deit_small_distilled_patch16_224-649709d9.pth'
+)
 # A dense DeiT-S in this layout with trained heads, e.g. a checkpoint of
 # deit-s_dense_in1k.py after a few epochs.
 load_from = 'work_dirs/deit-s_dense_in1k/epoch_10.pth'
 
 model = dict(
     backbone=dict(arch='deit-small', drop_path_rate=0.0),
-    head=dict(in_channels=384,
-              init_cfg=dict(checkpoint=pretrained_checkpoint)))
+    head=dict(
+        in_channels=384, init_cfg=dict(checkpoint=pretrained_checkpoint)
+    ),
+)
 train_dataloader = dict(batch_size=256)

@@ -18,7 +18,11 @@ map_points = 'work_dirs/deit-s_map-collect_in1k/map_points.csv'
 model = dict(backbone=dict(gated=True))
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook', map_points=map_points, budget=10,
-         schedule='progressive'),
+    dict(
+        type='HetDPTPruneHook',
+        map_points=map_points,
+        budget=10,
+        schedule='progressive',
+    ),
     dict(type='MergeCheckpointHook'),
 ]

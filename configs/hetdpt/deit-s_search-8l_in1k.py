@@ -14,17 +14,22 @@ map_points = 'work_dirs/deit-s_map-collect_in1k/map_points.csv'
 
 model = dict(
     # drop path 0.1: their script's default for any model.
-    backbone=dict(arch='deit-small', drop_path_rate=0.1,
-                  init_cfg=dict(checkpoint=search_checkpoint)),
-    head=dict(in_channels=384,
-              init_cfg=dict(checkpoint=search_checkpoint)))
+    backbone=dict(
+        arch='deit-small',
+        drop_path_rate=0.1,
+        init_cfg=dict(checkpoint=search_checkpoint),
+    ),
+    head=dict(in_channels=384, init_cfg=dict(checkpoint=search_checkpoint)),
+)
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook',
-         map_points=map_points,
-         budget=8,
-         schedule='progressive',
-         stages=[4, 5, 7, 9, 11, 13, 15, 17],
-         spec_file='found_spec.json'),
+    dict(
+        type='HetDPTPruneHook',
+        map_points=map_points,
+        budget=8,
+        schedule='progressive',
+        stages=[4, 5, 7, 9, 11, 13, 15, 17],
+        spec_file='found_spec.json',
+    ),
 ]
 train_cfg = dict(max_epochs=81)

@@ -17,12 +17,17 @@
 #   bash tools/dist_train.sh configs/hetdpt/dinov2-g_branch-15l_cifar100.py 8
 _base_ = ['./dinov2-g_prune-15l_cifar100.py']
 
-model = dict(backbone=dict(
-    gated=False,
-    removed_attn_output='identity',
-    prune_spec=dict(attn_removed=list(range(32, 40)),
-                    ffn_removed=list(range(25, 32)))))
+model = dict(
+    backbone=dict(
+        gated=False,
+        removed_attn_output='identity',
+        prune_spec=dict(
+            attn_removed=list(range(32, 40)), ffn_removed=list(range(25, 32))
+        ),
+    )
+)
 # The structure is fixed: no gates to close, nothing to merge.
 custom_hooks = []
-model_wrapper_cfg = dict(type='MMDistributedDataParallel',
-                         find_unused_parameters=False)
+model_wrapper_cfg = dict(
+    type='MMDistributedDataParallel', find_unused_parameters=False
+)

@@ -6,5 +6,8 @@
 # not publish them.
 _base_ = ['./dinov2-g_branch-15l_cifar100.py']
 
-model = dict(backbone=dict(
-    prune_spec=dict(_delete_=True, attn_removed=list(range(28, 40)))))
+model = dict(
+    backbone=dict(
+        prune_spec=dict(_delete_=True, attn_removed=list(range(28, 40)))
+    )
+)

@@ -41,45 +41,69 @@ model = dict(
         gated=True,
         drop_path_rate=0.2,
         with_cp=True,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint)),
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint),
+    ),
     neck=None,
     head=dict(
         type='LinearClsHead',
         num_classes=100,
         in_channels=1536,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
-                  mode='original'),
-        init_cfg=dict(type='Constant', layer='Linear', val=0)),
-    train_cfg=dict(augments=[
-        dict(type='Mixup', alpha=0.8),
-        dict(type='CutMix', alpha=1.0),
-    ]))
+        loss=dict(
+            type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'
+        ),
+        init_cfg=dict(type='Constant', layer='Linear', val=0),
+    ),
+    train_cfg=dict(
+        augments=[
+            dict(type='Mixup', alpha=0.8),
+            dict(type='CutMix', alpha=1.0),
+        ]
+    ),
+)
 
 train_dataloader = dict(batch_size=16)
 
 custom_hooks = [
     # counts: no MAP split here, every removed layer is an attention layer.
-    dict(type='HetDPTPruneHook', counts=dict(attn=15, act=0),
-         schedule='progressive', stages=2),
+    dict(
+        type='HetDPTPruneHook',
+        counts=dict(attn=15, act=0),
+        schedule='progressive',
+        stages=2,
+    ),
     dict(type='MergeCheckpointHook'),
 ]
 optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=1e-5, weight_decay=0.05,
-                   betas=(0.9, 0.999)),
+    optimizer=dict(
+        type='AdamW', lr=1e-5, weight_decay=0.05, betas=(0.9, 0.999)
+    ),
     paramwise_cfg=dict(
         custom_keys={
             # The learned importances must not decay (LowestGateScore).
             'hetdpt_score': dict(decay_mult=0.0),
             '.reg_token': dict(decay_mult=0.0),
             '.gamma': dict(decay_mult=0.0),
-        }),
-    clip_grad=dict(max_norm=5.0))
+        }
+    ),
+    clip_grad=dict(max_norm=5.0),
+)
 max_epochs = 50
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, end=2,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-7, by_epoch=True, begin=2,
-         end=max_epochs, convert_to_iter_based=True),
+    dict(
+        type='LinearLR',
+        start_factor=1e-3,
+        by_epoch=True,
+        end=2,
+        convert_to_iter_based=True,
+    ),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-7,
+        by_epoch=True,
+        begin=2,
+        end=max_epochs,
+        convert_to_iter_based=True,
+    ),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=5)
 val_cfg = dict()

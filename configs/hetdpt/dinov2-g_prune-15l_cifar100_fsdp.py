@@ -31,6 +31,9 @@ strategy = dict(
         # head).  The scalar gate scores stay out (replicated).
         auto_wrap_policy=dict(
             type='torch.distributed.fsdp.wrap.size_based_auto_wrap_policy',
-            min_num_params=int(2e6))))
+            min_num_params=int(2e6),
+        ),
+    ),
+)
 # FSDP handles closed gates' unused parameters itself (no DDP here).
 model_wrapper_cfg = None

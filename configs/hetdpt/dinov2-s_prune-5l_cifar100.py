@@ -9,13 +9,22 @@ _base_ = './dinov2-g_prune-15l_cifar100.py'
 pretrained_checkpoint = 'checkpoints/dinov2_vits14_pretrain.pth'
 
 model = dict(
-    backbone=dict(arch='dinov2-small', drop_path_rate=0.1, with_cp=False,
-                  init_cfg=dict(checkpoint=pretrained_checkpoint)),
-    head=dict(in_channels=384))
+    backbone=dict(
+        arch='dinov2-small',
+        drop_path_rate=0.1,
+        with_cp=False,
+        init_cfg=dict(checkpoint=pretrained_checkpoint),
+    ),
+    head=dict(in_channels=384),
+)
 train_dataloader = dict(batch_size=64)
 auto_scale_lr = dict(base_batch_size=512)
 custom_hooks = [
-    dict(type='HetDPTPruneHook', counts=dict(attn=2, act=3),
-         schedule='progressive', stages=2),
+    dict(
+        type='HetDPTPruneHook',
+        counts=dict(attn=2, act=3),
+        schedule='progressive',
+        stages=2,
+    ),
     dict(type='MergeCheckpointHook'),
 ]

@@ -21,7 +21,8 @@ _base_ = './swin-b_prune-17l_in1k.py'
 # of stage 4.
 paper_row_spec = dict(
     attn_removed=[0, 1, 2, 3],
-    act_removed=[1, 3, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23])
+    act_removed=[1, 3, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23],
+)
 
 model = dict(backbone=dict(gated=False, prune_spec=paper_row_spec))
 

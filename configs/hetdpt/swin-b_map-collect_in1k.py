@@ -31,12 +31,17 @@ param_scheduler = [dict(type='ConstantLR', factor=1.0, by_epoch=True)]
 # The hook evaluates after every step; the loop's own validation never runs.
 train_cfg = dict(max_epochs=interval * num_steps, val_begin=1_000_000)
 train_dataloader = dict(
-    sampler=dict(type='SubsetSampler', subset=0.1, subset_seed=0,
-                 shuffle=True))
+    sampler=dict(type='SubsetSampler', subset=0.1, subset_seed=0, shuffle=True)
+)
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))
 # The hook of ../_base_/schedules/hetdpt_map-collect_80e.py (its options
 # explained there).
 custom_hooks = [
-    dict(type='MAPCollectHook', schedule='interleaved', interval=interval,
-         max_removed=num_steps, calib_images=1024)
+    dict(
+        type='MAPCollectHook',
+        schedule='interleaved',
+        interval=interval,
+        max_removed=num_steps,
+        calib_images=1024,
+    )
 ]

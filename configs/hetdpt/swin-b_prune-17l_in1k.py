@@ -35,12 +35,20 @@ model = dict(
     backbone=dict(
         arch='base',
         drop_path_rate=0.5,  # mmpretrain's Swin-B
-        init_cfg=dict(checkpoint=pretrained_checkpoint)),
-    head=dict(in_channels=1024,
-              init_cfg=dict(checkpoint=pretrained_checkpoint)))
+        init_cfg=dict(checkpoint=pretrained_checkpoint),
+    ),
+    head=dict(
+        in_channels=1024, init_cfg=dict(checkpoint=pretrained_checkpoint)
+    ),
+)
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook', map_points=map_points, budget=budget,
-         schedule='progressive', stages=8),
+    dict(
+        type='HetDPTPruneHook',
+        map_points=map_points,
+        budget=budget,
+        schedule='progressive',
+        stages=8,
+    ),
     dict(type='MergeCheckpointHook'),
 ]

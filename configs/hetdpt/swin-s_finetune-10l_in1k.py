@@ -19,8 +19,9 @@ _base_ = './swin-s_prune-10l_in1k.py'
 
 # Attention: the last seven W-MSA blocks of stage 3 (blocks 4-21); GELU:
 # both blocks of stage 2 and the last block of stage 3.
-paper_row_spec = dict(attn_removed=[8, 10, 12, 14, 16, 18, 20],
-                      act_removed=[2, 3, 21])
+paper_row_spec = dict(
+    attn_removed=[8, 10, 12, 14, 16, 18, 20], act_removed=[2, 3, 21]
+)
 
 model = dict(backbone=dict(gated=False, prune_spec=paper_row_spec))
 

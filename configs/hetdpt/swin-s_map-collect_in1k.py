@@ -12,11 +12,19 @@ model = dict(
     backbone=dict(
         arch='small',
         drop_path_rate=0.3,  # mmpretrain's Swin-S
-        init_cfg=dict(checkpoint=pretrained_checkpoint)),
-    head=dict(in_channels=768,
-              init_cfg=dict(checkpoint=pretrained_checkpoint)))
+        init_cfg=dict(checkpoint=pretrained_checkpoint),
+    ),
+    head=dict(
+        in_channels=768, init_cfg=dict(checkpoint=pretrained_checkpoint)
+    ),
+)
 train_cfg = dict(max_epochs=interval * num_steps)
 custom_hooks = [
-    dict(type='MAPCollectHook', schedule='interleaved', interval=interval,
-         max_removed=num_steps, calib_images=1024)
+    dict(
+        type='MAPCollectHook',
+        schedule='interleaved',
+        interval=interval,
+        max_removed=num_steps,
+        calib_images=1024,
+    )
 ]

@@ -47,22 +47,35 @@ model = dict(
         arch='small',
         window_size=7,
         drop_path_rate=0.3,  # mmpretrain's Swin-S
-        out_indices=(3, ),
+        out_indices=(3,),
         gated=True,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint)),
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint),
+    ),
     head=dict(
-        init_cfg=dict(_delete_=True, type='PretrainedHeads',
-                      checkpoint=pretrained_checkpoint)))
+        init_cfg=dict(
+            _delete_=True,
+            type='PretrainedHeads',
+            checkpoint=pretrained_checkpoint,
+        )
+    ),
+)
 
 optim_wrapper = dict(
-    paramwise_cfg=dict(custom_keys={
-        # HetDPT's learned layer importances are never decayed (METHOD.md
-        # §3).
-        'hetdpt_score': dict(decay_mult=0.0),
-    }))
+    paramwise_cfg=dict(
+        custom_keys={
+            # HetDPT's learned layer importances are never decayed (METHOD.md
+            # §3).
+            'hetdpt_score': dict(decay_mult=0.0),
+        }
+    )
+)
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook', map_points=map_points, budget=budget,
-         schedule='progressive'),  # stages=None: the authors' 3, 5, 7, ...
+    dict(
+        type='HetDPTPruneHook',
+        map_points=map_points,
+        budget=budget,
+        schedule='progressive',
+    ),  # stages=None: the authors' 3, 5, 7, ...
     dict(type='MergeCheckpointHook'),
 ]

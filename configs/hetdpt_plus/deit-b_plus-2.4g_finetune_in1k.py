@@ -40,23 +40,35 @@ _base_ = [
 hetdpt_checkpoint = 'checkpoints/hetdpt-plus_deit-b_2.4g.pth'
 
 model = dict(
-    backbone=dict(drop_path_rate=0.0,
-                  init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+    backbone=dict(
+        drop_path_rate=0.0, init_cfg=dict(checkpoint=hetdpt_checkpoint)
+    ),
     # The width-pruned class and distillation heads of the checkpoint.
-    head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)))
+    head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+)
 
 train_dataloader = dict(
-    batch_size=256, num_workers=10,
-    sampler=dict(type='RepeatAugSampler', shuffle=True, num_repeats=3))
+    batch_size=256,
+    num_workers=10,
+    sampler=dict(type='RepeatAugSampler', shuffle=True, num_repeats=3),
+)
 
 max_epochs = 300
 optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=5e-4, weight_decay=0.05, eps=1e-8,
-                   betas=(0.9, 0.999)),
-    clip_grad=None)
+    optimizer=dict(
+        type='AdamW', lr=5e-4, weight_decay=0.05, eps=1e-8, betas=(0.9, 0.999)
+    ),
+    clip_grad=None,
+)
 param_scheduler = [
-    dict(type='CosineAnnealingLR', eta_min=0., T_max=max_epochs,
-         by_epoch=True, begin=0, end=max_epochs),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=0.0,
+        T_max=max_epochs,
+        by_epoch=True,
+        begin=0,
+        end=max_epochs,
+    ),
 ]
 train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
 val_cfg = dict()

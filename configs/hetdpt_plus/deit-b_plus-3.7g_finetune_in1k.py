@@ -10,5 +10,7 @@
 _base_ = './deit-b_plus-2.4g_finetune_in1k.py'
 
 hetdpt_checkpoint = 'checkpoints/hetdpt-plus_deit-b_3.7g.pth'
-model = dict(backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
-             head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)))
+model = dict(
+    backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+    head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+)

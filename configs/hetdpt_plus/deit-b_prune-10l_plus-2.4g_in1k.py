@@ -14,9 +14,18 @@
 _base_ = '../hetdpt/deit-b_prune-10l_in1k.py'
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook', map_points={{_base_.map_points}},
-         budget={{_base_.budget}}, schedule='progressive'),
+    dict(
+        type='HetDPTPruneHook',
+        map_points={{_base_.map_points}},
+        budget={{_base_.budget}},
+        schedule='progressive',
+    ),
     dict(type='MergeCheckpointHook'),
-    dict(type='WidthPruneHook', target_macs=2.4e9, importance='taylor',
-         calib_images=3200, attention_products=False),
+    dict(
+        type='WidthPruneHook',
+        target_macs=2.4e9,
+        importance='taylor',
+        calib_images=3200,
+        attention_products=False,
+    ),
 ]

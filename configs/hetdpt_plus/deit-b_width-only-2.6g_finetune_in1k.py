@@ -16,5 +16,7 @@
 _base_ = './deit-b_plus-2.4g_finetune_in1k.py'
 
 hetdpt_checkpoint = 'checkpoints/width-only_deit-b_2.6g.pth'
-model = dict(backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
-             head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)))
+model = dict(
+    backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+    head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+)

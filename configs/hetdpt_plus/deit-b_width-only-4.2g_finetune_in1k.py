@@ -12,5 +12,7 @@
 _base_ = './deit-b_width-only-2.6g_finetune_in1k.py'
 
 hetdpt_checkpoint = 'checkpoints/width-only_deit-b_4.2g.pth'
-model = dict(backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
-             head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)))
+model = dict(
+    backbone=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+    head=dict(init_cfg=dict(checkpoint=hetdpt_checkpoint)),
+)

@@ -28,6 +28,7 @@ are written atomically, only after every input has been validated, and an
 existing output is kept unless ``force``.  The building blocks (timing
 loop, MAC counts, model builders) are in :mod:`hetdpt_mm.speed`.
 """
+
 import json
 import os
 import shlex
@@ -76,26 +77,32 @@ def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
     if not options.macs:
         return counts
     products = MACS_CONVENTIONS[options.macs_convention]
-    macs: MacCount = count_macs(entry.macs_module, entry.macs_inputs,
-                                products)
+    macs: MacCount = count_macs(entry.macs_module, entry.macs_inputs, products)
     counts['macs'] = macs.to_dict()
     backbone = entry.backbone
     if backbone is not entry.model:
         counts['backbone_macs'] = count_macs(
-            backbone, entry.backbone_inputs[:1], products).to_dict()
+            backbone, entry.backbone_inputs[:1], products
+        ).to_dict()
     # The analytic model knows uniform widths (not HetDPT+'s) and every
     # token (not ToMe's).
-    analytic = isinstance(backbone, HetDPTBackbone) and \
-        backbone.prune_spec.widths is None and options.token_merge is None
-    if analytic and all(s % backbone.build_args()['patch_size'] == 0
-                        for s in options.img_size):
+    analytic = (
+        isinstance(backbone, HetDPTBackbone)
+        and backbone.prune_spec.widths is None
+        and options.token_merge is None
+    )
+    if analytic and all(
+        s % backbone.build_args()['patch_size'] == 0 for s in options.img_size
+    ):
         counts['backbone_analytic_macs'] = analytic_macs(
-            backbone, options.img_size, products)
+            backbone, options.img_size, products
+        )
     return counts
 
 
-def profile(run: Callable, top: int,
-            options: BenchmarkOptions) -> List[Dict[str, Any]]:
+def profile(
+    run: Callable, top: int, options: BenchmarkOptions
+) -> List[Dict[str, Any]]:
     """The ``top`` operators by self time (device time on CUDA) in one
     batch of ``run``."""
     activities = [ProfilerActivity.CPU]
@@ -107,12 +114,22 @@ def profile(run: Callable, top: int,
             run()
             synchronize(options.device)
     events = prof.key_averages()
-    key = ('self_device_time_total' if len(activities) > 1 else
-           'self_cpu_time_total')
+    key = (
+        'self_device_time_total'
+        if len(activities) > 1
+        else 'self_cpu_time_total'
+    )
     total = sum(getattr(e, key) for e in events) or 1.0
     rows = sorted(events, key=lambda e: getattr(e, key), reverse=True)[:top]
-    return [dict(op=e.key, calls=e.count, self_ms=getattr(e, key) / 1e3,
-                 share=getattr(e, key) / total) for e in rows]
+    return [
+        dict(
+            op=e.key,
+            calls=e.count,
+            self_ms=getattr(e, key) / 1e3,
+            share=getattr(e, key) / total,
+        )
+        for e in rows
+    ]
 
 
 def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
@@ -121,47 +138,74 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
     if options.keep_freed_memory:
         keep_freed_memory()
     machine = machine_info(options.device)
-    entries = (backbone_entries(options) if options.task == 'backbone' else
-               config_entries(options))
+    entries = (
+        backbone_entries(options)
+        if options.task == 'backbone'
+        else config_entries(options)
+    )
     runs = {}
     for entry in entries:
         runs[entry.name] = entry.run
         if options.split_backbone:
-            runs[f'{entry.name}/backbone'] = (
-                lambda e=entry: e.backbone(e.backbone_inputs))
+            runs[f'{entry.name}/backbone'] = lambda e=entry: e.backbone(
+                e.backbone_inputs
+            )
     by_model: Dict[int, Dict[str, Any]] = {}
     for entry in entries:  # a model run in several runtimes counts once
         if id(entry.model) not in by_model:
             by_model[id(entry.model)] = measure_macs(entry, options)
     counts = {entry.name: by_model[id(entry.model)] for entry in entries}
-    timings = time_runs(runs, batch_size=options.batch_size,
-                        repeats=options.repeats, warmup=options.warmup,
-                        iters=options.iters, device=options.device,
-                        dtype=options.dtype, clock=options.clock)
-    profiles = {name: profile(run, options.profile, options)
-                for name, run in runs.items()} if options.profile else {}
+    timings = time_runs(
+        runs,
+        batch_size=options.batch_size,
+        repeats=options.repeats,
+        warmup=options.warmup,
+        iters=options.iters,
+        device=options.device,
+        dtype=options.dtype,
+        clock=options.clock,
+    )
+    profiles = (
+        {
+            name: profile(run, options.profile, options)
+            for name, run in runs.items()
+        }
+        if options.profile
+        else {}
+    )
     if hasattr(os, 'getloadavg'):
         machine['loadavg_after'] = [round(v, 2) for v in os.getloadavg()]
     baseline = entries[0].name
     models = []
     for entry in entries:
         name = entry.name
-        record = dict(name=name, description=entry.description,
-                      **counts[name], timing=timings[name].to_dict(),
-                      speedup=speedup(timings[baseline], timings[name],
-                                      counts[baseline].get('macs'),
-                                      counts[name].get('macs')))
+        record = dict(
+            name=name,
+            description=entry.description,
+            **counts[name],
+            timing=timings[name].to_dict(),
+            speedup=speedup(
+                timings[baseline],
+                timings[name],
+                counts[baseline].get('macs'),
+                counts[name].get('macs'),
+            ),
+        )
         if options.split_backbone:
             key = f'{name}/backbone'
             record['backbone_timing'] = timings[key].to_dict()
             record['backbone_speedup'] = speedup(
-                timings[f'{baseline}/backbone'], timings[key],
+                timings[f'{baseline}/backbone'],
+                timings[key],
                 counts[baseline].get('backbone_macs'),
-                counts[name].get('backbone_macs'))
-        if options.task == 'backbone' and (entry.runtime != 'torch' or
-                                           options.dtype != 'fp32'):
-            record.update(runtime=entry.runtime,
-                          max_abs_diff=entry.max_abs_diff)
+                counts[name].get('backbone_macs'),
+            )
+        if options.task == 'backbone' and (
+            entry.runtime != 'torch' or options.dtype != 'fp32'
+        ):
+            record.update(
+                runtime=entry.runtime, max_abs_diff=entry.max_abs_diff
+            )
         if profiles:
             record['profile'] = profiles[entry.name]
             if options.split_backbone:
@@ -170,23 +214,30 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
     result = dict(
         task=options.task,
         command='python tools/benchmark.py ' + shlex.join(options.argv),
-        settings=dict(img_size=list(options.img_size),
-                      batch_size=options.batch_size,
-                      dtype=options.dtype, device=options.device,
-                      threads=torch.get_num_threads(), clock=options.clock,
-                      keep_freed_memory=options.keep_freed_memory,
-                      warmup=options.warmup,
-                      repeats=options.repeats, iters=options.iters,
-                      macs_convention=options.macs_convention
-                      if options.macs else None,
-                      # --config models take all of these from configs.
-                      family=None if options.config else options.family,
-                      arch=None if options.config else options.arch,
-                      spec=None if options.config else options.spec,
-                      checkpoints=dict(options.checkpoints) or None,
-                      distilled=None if options.config else options.distilled,
-                      configs=dict(options.config) or None),
-        machine=machine, baseline=baseline, models=models)
+        settings=dict(
+            img_size=list(options.img_size),
+            batch_size=options.batch_size,
+            dtype=options.dtype,
+            device=options.device,
+            threads=torch.get_num_threads(),
+            clock=options.clock,
+            keep_freed_memory=options.keep_freed_memory,
+            warmup=options.warmup,
+            repeats=options.repeats,
+            iters=options.iters,
+            macs_convention=options.macs_convention if options.macs else None,
+            # --config models take all of these from configs.
+            family=None if options.config else options.family,
+            arch=None if options.config else options.arch,
+            spec=None if options.config else options.spec,
+            checkpoints=dict(options.checkpoints) or None,
+            distilled=None if options.config else options.distilled,
+            configs=dict(options.config) or None,
+        ),
+        machine=machine,
+        baseline=baseline,
+        models=models,
+    )
     if options.split_backbone:
         result['amdahl'] = amdahl_section(timings, entries)
     if list(options.runtimes) != ['torch']:
@@ -194,8 +245,9 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
     return result
 
 
-def runtime_section(timings, entries: List[Entry],
-                    options: BenchmarkOptions) -> List[Dict[str, Any]]:
+def runtime_section(
+    timings, entries: List[Entry], options: BenchmarkOptions
+) -> List[Dict[str, Any]]:
     """Per runtime: each variant's speedup over the first (baseline)
     variant in that runtime, and over the same variant in PyTorch eager
     (None where ``--runtime`` leaves eager out)."""
@@ -205,22 +257,34 @@ def runtime_section(timings, entries: List[Entry],
     for runtime in options.runtimes:
         for variant in options.models[1:]:
             name = runtime_name(variant, runtime)
-            rows.append(dict(
-                runtime=runtime, model=variant, baseline=base,
-                max_abs_diff=max(diffs[name],
-                                 diffs[runtime_name(base, runtime)]),
-                ms=1e3 * timings[name].median,
-                baseline_ms=1e3 * timings[runtime_name(base, runtime)].median,
-                speedup=speedup(timings[runtime_name(base, runtime)],
-                                timings[name]),
-                vs_torch=speedup(timings[variant], timings[name])
-                if variant in timings else None))
+            rows.append(
+                dict(
+                    runtime=runtime,
+                    model=variant,
+                    baseline=base,
+                    max_abs_diff=max(
+                        diffs[name], diffs[runtime_name(base, runtime)]
+                    ),
+                    ms=1e3 * timings[name].median,
+                    baseline_ms=1e3
+                    * timings[runtime_name(base, runtime)].median,
+                    speedup=speedup(
+                        timings[runtime_name(base, runtime)], timings[name]
+                    ),
+                    vs_torch=speedup(timings[variant], timings[name])
+                    if variant in timings
+                    else None,
+                )
+            )
     return rows
 
 
-def speedup(base: TimingStats, other: TimingStats,
-            base_macs: Optional[Dict] = None,
-            other_macs: Optional[Dict] = None) -> Dict[str, Any]:
+def speedup(
+    base: TimingStats,
+    other: TimingStats,
+    base_macs: Optional[Dict] = None,
+    other_macs: Optional[Dict] = None,
+) -> Dict[str, Any]:
     """Speedup of ``other`` over ``base``: ratio of medians, per-repeat
     (paired) ratios, ratio of the fastest repeats (the least disturbed on a
     shared machine), and the MACs ratio when both were counted, with the
@@ -228,9 +292,12 @@ def speedup(base: TimingStats, other: TimingStats,
     paired = paired_speedups(base, other)
     result = dict(
         median=base.median / other.median,
-        paired=paired, paired_median=statistics.median(paired),
-        paired_min=min(paired), paired_max=max(paired),
-        best=min(base.seconds) / min(other.seconds))
+        paired=paired,
+        paired_median=statistics.median(paired),
+        paired_min=min(paired),
+        paired_max=max(paired),
+        best=min(base.seconds) / min(other.seconds),
+    )
     if base_macs and other_macs:
         result['macs'] = base_macs['total'] / other_macs['total']
         result['of_macs'] = result['median'] / result['macs']
@@ -246,16 +313,23 @@ def amdahl_section(timings, entries: List[Entry]) -> List[Dict[str, Any]]:
         base_total = timings[base.name].median
         base_backbone = timings[f'{base.name}/backbone'].median
         share = base_backbone / base_total
-        for entry in entries[index + 1:]:
-            backbone_speedup = (base_backbone /
-                                timings[f'{entry.name}/backbone'].median)
+        for entry in entries[index + 1 :]:
+            backbone_speedup = (
+                base_backbone / timings[f'{entry.name}/backbone'].median
+            )
             bound = amdahl_bound(share, backbone_speedup)
             end_to_end = base_total / timings[entry.name].median
-            rows.append(dict(
-                baseline=base.name, model=entry.name, backbone_share=share,
-                backbone_speedup=backbone_speedup, bound=bound,
-                end_to_end_speedup=end_to_end,
-                fraction_of_bound=end_to_end / bound))
+            rows.append(
+                dict(
+                    baseline=base.name,
+                    model=entry.name,
+                    backbone_share=share,
+                    backbone_speedup=backbone_speedup,
+                    bound=bound,
+                    end_to_end_speedup=end_to_end,
+                    fraction_of_bound=end_to_end / bound,
+                )
+            )
     return rows
 
 

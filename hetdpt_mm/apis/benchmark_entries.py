@@ -1,6 +1,7 @@
 """The models a benchmark times (:class:`Entry`): a backbone's variants or
 side-by-side checkpoints in each runtime, or DETR / UperNet models from the
 built-in or given configs, each described for the tables."""
+
 import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List
@@ -28,13 +29,19 @@ from .benchmark_options import (
     parse_cfg_options,
 )
 
-__all__ = ['Entry', 'backbone_entries', 'config_entries', 'describe',
-           'runtime_name']
+__all__ = [
+    'Entry',
+    'backbone_entries',
+    'config_entries',
+    'describe',
+    'runtime_name',
+]
 
 
 @dataclass
 class Entry:
     """One model under test: how to run a batch, and what to count."""
+
     name: str
     description: str
     model: nn.Module
@@ -44,7 +51,7 @@ class Entry:
     backbone: nn.Module
     backbone_inputs: torch.Tensor
     runtime: str = 'torch'
-    max_abs_diff: float = 0.  # of the runtime's outputs from PyTorch's
+    max_abs_diff: float = 0.0  # of the runtime's outputs from PyTorch's
 
 
 def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
@@ -57,42 +64,67 @@ def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
         variants = side_by_side_models(options, sized)
     else:
         variants = build_backbone_variants(
-            arch=options.arch, spec=options.spec, variants=options.models,
-            checkpoint=options.checkpoint, prefix=options.prefix,
-            family=options.family, **sized)
+            arch=options.arch,
+            spec=options.spec,
+            variants=options.models,
+            checkpoint=options.checkpoint,
+            prefix=options.prefix,
+            family=options.family,
+            **sized,
+        )
     generator = torch.Generator().manual_seed(0)
-    images = torch.randn(options.batch_size, 3, *options.img_size,
-                         generator=generator).to(options.device)
+    images = torch.randn(
+        options.batch_size, 3, *options.img_size, generator=generator
+    ).to(options.device)
     entries = []
     with tempfile.TemporaryDirectory() as workdir:
         for runtime in options.runtimes:
             for name, model in variants.items():
                 model.to(options.device)
-                run, diff = benchmark_runner(model, images, runtime,
-                                             workdir, name, options.dtype)
+                run, diff = benchmark_runner(
+                    model, images, runtime, workdir, name, options.dtype
+                )
                 if runtime != 'torch' or options.dtype != 'fp32':
-                    print_log(f'{name} in {runtime} ({options.dtype}): '
-                              f'largest difference from PyTorch in fp32 '
-                              f'{diff:.3g}', logger='current')
-                entries.append(Entry(
-                    name=runtime_name(name, runtime),
-                    description=describe(model), model=model, run=run,
-                    macs_module=model, macs_inputs=images[:1],
-                    backbone=model, backbone_inputs=images,
-                    runtime=runtime, max_abs_diff=diff))
+                    print_log(
+                        f'{name} in {runtime} ({options.dtype}): '
+                        f'largest difference from PyTorch in fp32 '
+                        f'{diff:.3g}',
+                        logger='current',
+                    )
+                entries.append(
+                    Entry(
+                        name=runtime_name(name, runtime),
+                        description=describe(model),
+                        model=model,
+                        run=run,
+                        macs_module=model,
+                        macs_inputs=images[:1],
+                        backbone=model,
+                        backbone_inputs=images,
+                        runtime=runtime,
+                        max_abs_diff=diff,
+                    )
+                )
     return entries
 
 
-def side_by_side_models(options: BenchmarkOptions,
-                        sized: Dict[str, Any]) -> Dict[str, nn.Module]:
+def side_by_side_models(
+    options: BenchmarkOptions, sized: Dict[str, Any]
+) -> Dict[str, nn.Module]:
     """Several checkpoints' models: each in its deployable form (a merged
     file as stored, a pruned or gated one merged from its weights), after
     the dense form of the first one's architecture if asked for."""
+
     def build(path, variant):
         return build_backbone_variants(
-            arch=options.arch, spec=options.spec, variants=(variant, ),
-            checkpoint=path, prefix=options.prefix, family=options.family,
-            **sized)[variant]
+            arch=options.arch,
+            spec=options.spec,
+            variants=(variant,),
+            checkpoint=path,
+            prefix=options.prefix,
+            family=options.family,
+            **sized,
+        )[variant]
 
     models = {}
     if 'dense' in options.models:
@@ -108,20 +140,24 @@ def runtime_name(variant: str, runtime: str) -> str:
 
 def describe(model: nn.Module) -> str:
     """What a model's backbone is, for the tables."""
-    backbone = model if isinstance(model, HetDPTBackbone) else \
-        model.backbone
+    backbone = model if isinstance(model, HetDPTBackbone) else model.backbone
     name = type(backbone).__name__
     if not isinstance(backbone, HetDPTBackbone):
         toolbox = type(backbone).__module__.split('.')[0]
         return f'{toolbox} {name}'
     spec = backbone.prune_spec
-    width = '' if spec.widths is None else \
-        f', width-pruned to {spec.widths.embed_dims} channels'
-    form = {'merged': 'pruned and merged', 'pruned': 'pruned, FFNs unmerged',
-            'gated': 'gated'}[backbone.form]
+    width = (
+        ''
+        if spec.widths is None
+        else f', width-pruned to {spec.widths.embed_dims} channels'
+    )
+    form = {
+        'merged': 'pruned and merged',
+        'pruned': 'pruned, FFNs unmerged',
+        'gated': 'gated',
+    }[backbone.form]
     token_merge = getattr(backbone, 'token_merge', None)
-    merging = '' if token_merge is None else \
-        f', ToMe r={token_merge.r}'
+    merging = '' if token_merge is None else f', ToMe r={token_merge.r}'
     if spec.is_dense:
         return f'{name} dense{width}{merging}'
     return f'{name} {form} ({spec_text(spec)}){width}{merging}'
@@ -139,30 +175,41 @@ def config_entries(options: BenchmarkOptions) -> List[Entry]:
                 cfg.model.backbone.token_merge = dict(r=options.token_merge)
             configs.append((name, cfg))
     else:
-        configs = [(name, builtin_config(options, name))
-                   for name in options.models]
+        configs = [
+            (name, builtin_config(options, name)) for name in options.models
+        ]
     entries = []
     for name, cfg in configs:
         model = build_from_config(cfg).to(options.device)
-        data = make_test_batch(cfg.get('default_scope'), options.batch_size,
-                               options.img_size)
+        data = make_test_batch(
+            cfg.get('default_scope'), options.batch_size, options.img_size
+        )
         with torch.no_grad():
             batch = model.data_preprocessor(data, False)
-        entries.append(Entry(
-            name=name, description=describe(model), model=model,
-            run=lambda model=model, data=data: model.test_step(data),
-            macs_module=TensorForward(model, batch['data_samples'][:1]),
-            macs_inputs=batch['inputs'][:1], backbone=model.backbone,
-            backbone_inputs=batch['inputs']))
+        entries.append(
+            Entry(
+                name=name,
+                description=describe(model),
+                model=model,
+                run=lambda model=model, data=data: model.test_step(data),
+                macs_module=TensorForward(model, batch['data_samples'][:1]),
+                macs_inputs=batch['inputs'][:1],
+                backbone=model.backbone,
+                backbone_inputs=batch['inputs'],
+            )
+        )
     return entries
 
 
 def builtin_config(options: BenchmarkOptions, name: str) -> Config:
     if name == 'stock':
         return stock_config(options.task)
-    return hetdpt_config(options.task, arch=options.arch,
-                         spec=None if name == 'dense' else options.spec,
-                         merged=name == 'merged',
-                         img_size=BACKBONE_IMG_SIZE[options.task],
-                         distilled=options.distilled,
-                         token_merge=options.token_merge)
+    return hetdpt_config(
+        options.task,
+        arch=options.arch,
+        spec=None if name == 'dense' else options.spec,
+        merged=name == 'merged',
+        img_size=BACKBONE_IMG_SIZE[options.task],
+        distilled=options.distilled,
+        token_merge=options.token_merge,
+    )

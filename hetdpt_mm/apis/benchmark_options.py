@@ -1,5 +1,6 @@
 """The options of ``tools/benchmark.py`` (:class:`BenchmarkOptions`) and
 their checks (:func:`resolve_options`), all before anything is built."""
+
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,8 +26,10 @@ from ..speed import (
 
 TASKS = ('backbone', 'detr', 'upernet')
 #: Models the dense-prediction tasks build without --config.
-BUILTIN_MODELS = {'detr': BACKBONE_VARIANTS,
-                  'upernet': ('stock', ) + BACKBONE_VARIANTS}
+BUILTIN_MODELS = {
+    'detr': BACKBONE_VARIANTS,
+    'upernet': ('stock',) + BACKBONE_VARIANTS,
+}
 DEFAULTS = {
     # task: (img_size, batch_size, repeats, models, split_backbone)
     'backbone': ((224, 224), 16, 5, BACKBONE_VARIANTS, False),
@@ -44,6 +47,7 @@ class BenchmarkOptions:
     """What to benchmark and how, as ``tools/benchmark.py`` takes it (see
     its help); ``None`` means the task's default, which
     :func:`resolve_options` fills in."""
+
     task: str  # one of TASKS
     family: str = 'vit'  # backbone: a family of the family table
     #: a preset of the family or a JSON dict (text or parsed); None: the
@@ -79,7 +83,7 @@ class BenchmarkOptions:
     md_path: Optional[Path] = None
     force: bool = False  # replace existing outputs
     #: backbone: what runs each model (hetdpt_mm.deploy BENCHMARK_RUNTIMES)
-    runtimes: Sequence[str] = ('torch', )
+    runtimes: Sequence[str] = ('torch',)
     argv: Sequence[str] = ()  # the command line, for the result
 
 
@@ -88,13 +92,14 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     ``UsageError`` for combinations that cannot work."""
     options = replace(given)
     if options.task not in TASKS:
-        raise UsageError(f'unknown task {options.task!r}; choose from '
-                         f'{list(TASKS)}')
+        raise UsageError(
+            f'unknown task {options.task!r}; choose from {list(TASKS)}'
+        )
     img_size, batch_size, repeats, models, split = DEFAULTS[options.task]
     if options.img_size is None:
         options.img_size = img_size
     elif len(options.img_size) == 1:
-        options.img_size = (options.img_size[0], ) * 2
+        options.img_size = (options.img_size[0],) * 2
     elif len(options.img_size) != 2:
         raise UsageError('--img-size takes H or H W')
     options.img_size = tuple(options.img_size)
@@ -106,42 +111,57 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     if options.warmup < 0:
         raise UsageError('--warmup must be >= 0')
     if min(options.img_size) < 1:
-        raise UsageError(f'--img-size must be positive, got '
-                         f'{options.img_size}')
+        raise UsageError(
+            f'--img-size must be positive, got {options.img_size}'
+        )
     if options.threads is not None and options.threads < 1:
         raise UsageError('--threads must be >= 1')
-    if (options.clock == 'process'
-            and torch.device(options.device).type != 'cpu'):
-        raise UsageError('--clock process measures CPU work; use the wall '
-                         f'clock on {options.device}')
+    if (
+        options.clock == 'process'
+        and torch.device(options.device).type != 'cpu'
+    ):
+        raise UsageError(
+            '--clock process measures CPU work; use the wall '
+            f'clock on {options.device}'
+        )
     if options.keep_freed_memory and not glibc_malloc():
-        raise UsageError('--keep-freed-memory needs glibc\'s malloc (Linux '
-                         'with glibc)')
+        raise UsageError(
+            "--keep-freed-memory needs glibc's malloc (Linux with glibc)"
+        )
     check_runtimes(options)
     if options.macs_convention not in MACS_CONVENTIONS:
-        raise UsageError(f'unknown --macs-convention '
-                         f'{options.macs_convention!r}; choose from '
-                         f'{list(MACS_CONVENTIONS)}')
+        raise UsageError(
+            f'unknown --macs-convention '
+            f'{options.macs_convention!r}; choose from '
+            f'{list(MACS_CONVENTIONS)}'
+        )
     if options.split_backbone is None:
         options.split_backbone = split
     elif options.split_backbone and options.task == 'backbone':
-        raise UsageError('--split-backbone is for detr and upernet: the '
-                         'backbone task times backbones only')
+        raise UsageError(
+            '--split-backbone is for detr and upernet: the '
+            'backbone task times backbones only'
+        )
     if options.family not in FAMILIES:
-        raise UsageError(f'unknown --family {options.family!r}; choose from '
-                         f'{sorted(FAMILIES)}')
+        raise UsageError(
+            f'unknown --family {options.family!r}; choose from '
+            f'{sorted(FAMILIES)}'
+        )
     family = FAMILIES[options.family]
     if options.family != 'vit':
         if options.task != 'backbone':
-            raise UsageError(f'--family {options.family} is for the backbone '
-                             'task (detr and upernet build DeiT models; '
-                             'give other models with --config)')
+            raise UsageError(
+                f'--family {options.family} is for the backbone '
+                'task (detr and upernet build DeiT models; '
+                'give other models with --config)'
+            )
         if options.distilled:
             raise UsageError('--distilled is for ViT backbones')
     elif options.distilled is None:
         options.distilled = options.task != 'backbone'
     options.arch = read_json_value(
-        options.arch or family.DEFAULT_ARCH, '--arch')
+        options.arch or family.DEFAULT_ARCH, '--arch'
+    )
     try:
         depth = family.arch_depth(options.arch)
     except ValueError as err:
@@ -155,26 +175,34 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
             raise UsageError(f'--spec: {err}') from None
     elif options.checkpoint is None and not options.checkpoints:
         if depth != AUTHORS_SPEC.depth:
-            raise UsageError(f'--arch has {depth} blocks: give its --spec '
-                             '(the default is the authors\' 12-block DeiT-B '
-                             'spec)')
+            raise UsageError(
+                f'--arch has {depth} blocks: give its --spec '
+                "(the default is the authors' 12-block DeiT-B "
+                'spec)'
+            )
         options.spec = AUTHORS_SPEC.to_dict()
     if options.task == 'backbone':
         if options.config or options.cfg_options:
-            raise UsageError('--config and --cfg-options are for detr and '
-                             'upernet; backbone takes --arch/--spec or '
-                             '--checkpoint')
+            raise UsageError(
+                '--config and --cfg-options are for detr and '
+                'upernet; backbone takes --arch/--spec or '
+                '--checkpoint'
+            )
         allowed = BACKBONE_VARIANTS
     else:
         if options.checkpoint or options.checkpoints or options.prefix:
-            raise UsageError('--checkpoint is for the backbone task; for '
-                             'detr/upernet give the checkpoint in the config '
-                             '(or --cfg-options)')
+            raise UsageError(
+                '--checkpoint is for the backbone task; for '
+                'detr/upernet give the checkpoint in the config '
+                '(or --cfg-options)'
+            )
         allowed = BUILTIN_MODELS[options.task]
         options.config = [parse_named_path(item) for item in options.config]
         if options.config and options.models:
-            raise UsageError('--models selects built-in models; with '
-                             '--config, the configs are the models')
+            raise UsageError(
+                '--models selects built-in models; with '
+                '--config, the configs are the models'
+            )
         if options.cfg_options and not options.config:
             raise UsageError('--cfg-options applies to --config models')
     if options.checkpoints:
@@ -182,14 +210,17 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     elif options.config:
         options.models = [name for name, _ in options.config]
         if len(set(options.models)) != len(options.models):
-            raise UsageError(f'--config names must be unique, got '
-                             f'{options.models}')
+            raise UsageError(
+                f'--config names must be unique, got {options.models}'
+            )
     else:
         options.models = list(options.models or models)
         unknown = [m for m in options.models if m not in allowed]
         if unknown:
-            raise UsageError(f'unknown models {unknown} for {options.task}; '
-                             f'choose from {list(allowed)}')
+            raise UsageError(
+                f'unknown models {unknown} for {options.task}; '
+                f'choose from {list(allowed)}'
+            )
         if len(set(options.models)) != len(options.models):
             raise UsageError(f'--models has duplicates: {options.models}')
     check_token_merge(options, family)
@@ -202,11 +233,15 @@ def check_token_merge(options: BenchmarkOptions, family) -> None:
     if options.token_merge < 0:
         raise UsageError('--token-merge must be >= 0')
     if not family.MERGES_TOKENS:
-        raise UsageError(f'--token-merge: {family.__name__} does not merge '
-                         'tokens (docs/user_guides/token_merge.md)')
+        raise UsageError(
+            f'--token-merge: {family.__name__} does not merge '
+            'tokens (docs/user_guides/token_merge.md)'
+        )
     if 'stock' in options.models:
-        raise UsageError('--token-merge applies to HetDPT backbones; the '
-                         'stock model has none')
+        raise UsageError(
+            '--token-merge applies to HetDPT backbones; the '
+            'stock model has none'
+        )
     overrides = parse_cfg_options(options.cfg_options, options.models)
     for name, path in options.config:
         cfg = Config.fromfile(path)
@@ -214,43 +249,55 @@ def check_token_merge(options: BenchmarkOptions, family) -> None:
         cfg.merge_from_dict(overrides.get(name, {}))
         backbone = str(cfg.model.backbone.get('type'))
         # A registry scope (``hetdpt.HetDPTViT``) names the same class.
-        merging = [family for family in FAMILIES.values()
-                   if family.__name__ == backbone.rpartition('.')[2]
-                   and family.MERGES_TOKENS]
+        merging = [
+            family
+            for family in FAMILIES.values()
+            if family.__name__ == backbone.rpartition('.')[2]
+            and family.MERGES_TOKENS
+        ]
         if not merging:
-            raise UsageError(f'--token-merge applies to HetDPT ViT '
-                             f'backbones; --config {name} ({path}) builds '
-                             f'a {backbone} backbone')
+            raise UsageError(
+                f'--token-merge applies to HetDPT ViT '
+                f'backbones; --config {name} ({path}) builds '
+                f'a {backbone} backbone'
+            )
 
 
 def check_runtimes(options: BenchmarkOptions) -> None:
     runtimes = list(dict.fromkeys(options.runtimes))
     unknown = [r for r in runtimes if r not in BENCHMARK_RUNTIMES]
     if unknown:
-        raise UsageError(f'unknown runtimes {unknown}; choose from '
-                         f'{list(BENCHMARK_RUNTIMES)}')
+        raise UsageError(
+            f'unknown runtimes {unknown}; choose from '
+            f'{list(BENCHMARK_RUNTIMES)}'
+        )
     options.runtimes = runtimes
     if runtimes == ['torch']:
         return
     if options.task != 'backbone':
-        raise UsageError('--runtime other than torch is for the backbone '
-                         'task (detr/upernet time post-processing too)')
+        raise UsageError(
+            '--runtime other than torch is for the backbone '
+            'task (detr/upernet time post-processing too)'
+        )
     exported = [r for r in runtimes if r in RUNTIME_DTYPES]
     for runtime in exported:
         if options.dtype not in RUNTIME_DTYPES[runtime]:
-            raise UsageError(f'{runtime} runs the exported graph in '
-                             f'{" or ".join(RUNTIME_DTYPES[runtime])} '
-                             f'here, not --dtype {options.dtype}')
+            raise UsageError(
+                f'{runtime} runs the exported graph in '
+                f'{" or ".join(RUNTIME_DTYPES[runtime])} '
+                f'here, not --dtype {options.dtype}'
+            )
     if exported and torch.device(options.device).type != 'cpu':
-        raise UsageError(f'{", ".join(exported)} run on the CPU here; use '
-                         '--device cpu')
+        raise UsageError(
+            f'{", ".join(exported)} run on the CPU here; use --device cpu'
+        )
     if 'compile' in runtimes and options.warmup < 1:
-        raise UsageError('--runtime compile needs --warmup >= 1 (the first '
-                         'call compiles)')
+        raise UsageError(
+            '--runtime compile needs --warmup >= 1 (the first call compiles)'
+        )
 
 
-def parse_named_path(item: str, option: str = '--config',
-                     named: bool = True):
+def parse_named_path(item: str, option: str = '--config', named: bool = True):
     """``NAME=PATH`` as ``(name, path)``; with ``named=False`` a bare
     PATH (an existing file, or no ``=``) is named by its file's stem."""
     name, sep, path = item.partition('=')
@@ -273,14 +320,19 @@ def resolve_checkpoints(options: BenchmarkOptions) -> None:
         return
     if options.checkpoint is not None:
         raise UsageError('give checkpoint or checkpoints, not both')
-    if len(items) == 1 and not isinstance(items[0], tuple) and (
-            Path(items[0]).is_file() or '=' not in items[0]):
+    if (
+        len(items) == 1
+        and not isinstance(items[0], tuple)
+        and (Path(items[0]).is_file() or '=' not in items[0])
+    ):
         options.checkpoint, options.checkpoints = items[0], ()
         return
     options.checkpoints = [
-        tuple(item) if isinstance(item, tuple) else
-        parse_named_path(item, '--checkpoint', named=False)
-        for item in items]
+        tuple(item)
+        if isinstance(item, tuple)
+        else parse_named_path(item, '--checkpoint', named=False)
+        for item in items
+    ]
 
 
 def side_by_side_names(options: BenchmarkOptions) -> None:
@@ -289,31 +341,39 @@ def side_by_side_names(options: BenchmarkOptions) -> None:
     then each checkpoint in its deployable (merged) form."""
     extra = list(options.models or ())
     if any(m != 'dense' for m in extra):
-        raise UsageError(f'with several --checkpoint, --models takes only '
-                         f'dense (the first checkpoint\'s dense form), got '
-                         f'{extra}')
+        raise UsageError(
+            f'with several --checkpoint, --models takes only '
+            f"dense (the first checkpoint's dense form), got "
+            f'{extra}'
+        )
     names = extra[:1] + [name for name, _ in options.checkpoints]
     if len(set(names)) != len(names):
-        raise UsageError(f'--checkpoint names must be unique (name them '
-                         f'NAME=PATH), got {names}')
+        raise UsageError(
+            f'--checkpoint names must be unique (name them '
+            f'NAME=PATH), got {names}'
+        )
     options.models = names
 
 
-def parse_cfg_options(items: Sequence[str], names: Sequence[str]
-                      ) -> Dict[Optional[str], Dict[str, Any]]:
+def parse_cfg_options(
+    items: Sequence[str], names: Sequence[str]
+) -> Dict[Optional[str], Dict[str, Any]]:
     """``KEY=VALUE`` (all configs) and ``NAME:KEY=VALUE`` (one config), by
     config name (``None``: all)."""
     parsed: Dict[Optional[str], Dict[str, Any]] = {}
     for option in items:
         key, sep, value = option.partition('=')
         if not sep or not key:
-            raise UsageError(f'--cfg-options takes [NAME:]KEY=VALUE, got '
-                             f'{option!r}')
+            raise UsageError(
+                f'--cfg-options takes [NAME:]KEY=VALUE, got {option!r}'
+            )
         name, colon, rest = key.partition(':')
         if colon:
             if name not in names:
-                raise UsageError(f'--cfg-options {option!r}: no --config '
-                                 f'named {name!r} (have {list(names)})')
+                raise UsageError(
+                    f'--cfg-options {option!r}: no --config '
+                    f'named {name!r} (have {list(names)})'
+                )
             key = rest
         else:
             name = None
@@ -327,8 +387,9 @@ def parse_cfg_options(items: Sequence[str], names: Sequence[str]
 
 def check_outputs(options: BenchmarkOptions) -> None:
     """Fail before any work if an output path is unusable."""
-    outputs = [p for p in (options.json_path, options.md_path)
-               if p is not None]
+    outputs = [
+        p for p in (options.json_path, options.md_path) if p is not None
+    ]
     inputs = [path for _, path in options.config]
     if options.checkpoint:
         inputs.append(options.checkpoint)

@@ -3,6 +3,7 @@ claims (the gradients of the gate scores by type, the compared splits of
 the budget) and the claims themselves (:class:`~.demo_results.Claim`:
 holds or not, with the numbers that decide it).  The words are the report's
 (:mod:`.demo_report_claims`)."""
+
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -26,6 +27,7 @@ def counts_label(n_attn: int, n_act: int) -> str:
 class GradientStats:
     """|dL/dm| of one layer type's gate scores over the logged
     iterations."""
+
     mean: float
     median: float
     count: int
@@ -35,6 +37,7 @@ class GradientStats:
 class SplitRow:
     """One split of the budget over its seeds (one removed-counts pair:
     the naive ranking may split differently per seed)."""
+
     name: str
     method: str  # a SPLIT_METHODS entry
     n_attn: int
@@ -53,6 +56,7 @@ class SplitRow:
 class Summary:
     """What the report shows: the run, every stage's results and what is
     computed from them."""
+
     run: RunInfo
     results: DemoResults
     budget: int
@@ -78,9 +82,11 @@ def gradient_stats(results: DemoResults) -> Dict[str, GradientStats]:
     stats = {}
     for kind, curve in results.prune.score_grads.items():
         values = sorted(value for _, value in curve)
-        stats[kind] = GradientStats(mean=sum(values) / len(values),
-                                    median=values[len(values) // 2],
-                                    count=len(values))
+        stats[kind] = GradientStats(
+            mean=sum(values) / len(values),
+            median=values[len(values) // 2],
+            count=len(values),
+        )
     return stats
 
 
@@ -100,8 +106,11 @@ def split_rows(results: DemoResults, cost: AnalyticCost) -> List[SplitRow]:
     """The compared splits, each over its seeds, with its measured and
     analytic speedups."""
     spec = results.prune.spec
-    speed = {counts_label(spec['n_attn'], spec['n_act']):
-             results.benchmark['demo'].models['merged']}
+    speed = {
+        counts_label(spec['n_attn'], spec['n_act']): results.benchmark[
+            'demo'
+        ].models['merged']
+    }
     for counts in split_benchmark_runs(results):
         speed[counts] = results.benchmark[f'split-{counts}'].models['merged']
     rows = []
@@ -109,19 +118,35 @@ def split_rows(results: DemoResults, cost: AnalyticCost) -> List[SplitRow]:
         # The naive ranking may split the budget differently per seed: one
         # row per split, never a mean over different networks.
         groups: Dict[Tuple[int, int], List[CompareRun]] = {}
-        for run in sorted((run for run in results.compare.runs.values()
-                           if method in run.splits),
-                          key=lambda run: run.seed):
+        for run in sorted(
+            (
+                run
+                for run in results.compare.runs.values()
+                if method in run.splits
+            ),
+            key=lambda run: run.seed,
+        ):
             groups.setdefault(tuple(run.counts), []).append(run)
         for (n_attn, n_act), runs in groups.items():
-            rows.append(SplitRow(
-                name=method if len(groups) == 1 else
-                f'{method} ({n_attn} + {n_act})', method=method,
-                n_attn=n_attn, n_act=n_act, seeds=[run.seed for run in runs],
-                accuracies=[results.transfer.merged_accuracy if run.main
-                            else run.accuracy for run in runs],
-                speedup=speed[counts_label(n_attn, n_act)].speedup,
-                macs_speedup=cost.speedup(n_attn, n_act)))
+            rows.append(
+                SplitRow(
+                    name=method
+                    if len(groups) == 1
+                    else f'{method} ({n_attn} + {n_act})',
+                    method=method,
+                    n_attn=n_attn,
+                    n_act=n_act,
+                    seeds=[run.seed for run in runs],
+                    accuracies=[
+                        results.transfer.merged_accuracy
+                        if run.main
+                        else run.accuracy
+                        for run in runs
+                    ],
+                    speedup=speed[counts_label(n_attn, n_act)].speedup,
+                    macs_speedup=cost.speedup(n_attn, n_act),
+                )
+            )
     return rows
 
 
@@ -130,64 +155,99 @@ def map_split_claim(splits: List[SplitRow]) -> Claim:
     of the budget (those that remove its own counts are not rivals); at a
     tie in accuracy, ``fastest`` is the fastest tied split."""
     ours = splits[0]
-    rivals = [row for row in splits[1:]
-              if (row.n_attn, row.n_act) != (ours.n_attn, ours.n_act)]
-    best: Optional[SplitRow] = max(rivals, key=lambda row: row.mean,
-                                   default=None)
+    rivals = [
+        row
+        for row in splits[1:]
+        if (row.n_attn, row.n_act) != (ours.n_attn, ours.n_act)
+    ]
+    best: Optional[SplitRow] = max(
+        rivals, key=lambda row: row.mean, default=None
+    )
     tied = [row for row in rivals if row.mean == ours.mean]
     fastest = max(tied, key=lambda row: row.speedup, default=None)
-    return Claim('map_split_most_accurate',
-                 holds=best is not None and ours.mean > best.mean,
-                 numbers=dict(
-                     mean=ours.mean, seeds=len(ours.accuracies),
-                     speedup=ours.speedup,
-                     best=best.name if best else None,
-                     best_mean=best.mean if best else None,
-                     tied=[row.name for row in tied],
-                     fastest=fastest.name if fastest else None,
-                     fastest_speedup=fastest.speedup if fastest else None,
-                     own=[row.name for row in splits[1:]
-                          if row not in rivals]))
+    return Claim(
+        'map_split_most_accurate',
+        holds=best is not None and ours.mean > best.mean,
+        numbers=dict(
+            mean=ours.mean,
+            seeds=len(ours.accuracies),
+            speedup=ours.speedup,
+            best=best.name if best else None,
+            best_mean=best.mean if best else None,
+            tied=[row.name for row in tied],
+            fastest=fastest.name if fastest else None,
+            fastest_speedup=fastest.speedup if fastest else None,
+            own=[row.name for row in splits[1:] if row not in rivals],
+        ),
+    )
 
 
-def compute_claims(results: DemoResults, gradients: Dict[str, GradientStats],
-                   splits: List[SplitRow]) -> List[Claim]:
+def compute_claims(
+    results: DemoResults,
+    gradients: Dict[str, GradientStats],
+    splits: List[SplitRow],
+) -> List[Claim]:
     """The report's claims on this run, in its order."""
     recovery = results.recovery
     merged = results.benchmark['demo'].models['merged']
-    pruned, merged_accuracy = (results.prune.accuracy,
-                               results.transfer.merged_accuracy)
+    pruned, merged_accuracy = (
+        results.prune.accuracy,
+        results.transfer.merged_accuracy,
+    )
     return [
         # The paper: GELU scores get the larger gradients.
-        Claim('gradient_disparity',
-              holds=gradients[ACT].mean > gradients[ATTN].mean,
-              numbers=dict(ratio=gradients[ACT].mean / gradients[ATTN].mean,
-                           attn=gradients[ATTN].mean,
-                           act=gradients[ACT].mean)),
+        Claim(
+            'gradient_disparity',
+            holds=gradients[ACT].mean > gradients[ATTN].mean,
+            numbers=dict(
+                ratio=gradients[ACT].mean / gradients[ATTN].mean,
+                attn=gradients[ATTN].mean,
+                act=gradients[ACT].mean,
+            ),
+        ),
         # The paper: removing a GELU hurts more at once, and recovers more.
-        Claim('recovery_asymmetry',
-              holds=(recovery[ACT].at_once < recovery[ATTN].at_once and
-                     recovery[ACT].after_epochs[-1] - recovery[ACT].at_once >
-                     recovery[ATTN].after_epochs[-1] -
-                     recovery[ATTN].at_once),
-              numbers={f'{kind}_{when}': value
-                       for kind in (ATTN, ACT)
-                       for when, value in (
-                           ('at_once', recovery[kind].at_once),
-                           ('last', recovery[kind].after_epochs[-1]))}),
+        Claim(
+            'recovery_asymmetry',
+            holds=(
+                recovery[ACT].at_once < recovery[ATTN].at_once
+                and recovery[ACT].after_epochs[-1] - recovery[ACT].at_once
+                > recovery[ATTN].after_epochs[-1] - recovery[ATTN].at_once
+            ),
+            numbers={
+                f'{kind}_{when}': value
+                for kind in (ATTN, ACT)
+                for when, value in (
+                    ('at_once', recovery[kind].at_once),
+                    ('last', recovery[kind].after_epochs[-1]),
+                )
+            },
+        ),
         map_split_claim(splits),
-        Claim('merge_exact', holds=pruned == merged_accuracy,
-              numbers=dict(pruned=pruned, merged=merged_accuracy)),
-        Claim('hook_merge_identical',
-              holds=results.merge.hook_output_identical),
-        Claim('merged_faster', holds=merged.speedup > 1,
-              numbers=dict(speedup=merged.speedup,
-                           macs_speedup=merged.macs_speedup)),
+        Claim(
+            'merge_exact',
+            holds=pruned == merged_accuracy,
+            numbers=dict(pruned=pruned, merged=merged_accuracy),
+        ),
+        Claim(
+            'hook_merge_identical', holds=results.merge.hook_output_identical
+        ),
+        Claim(
+            'merged_faster',
+            holds=merged.speedup > 1,
+            numbers=dict(
+                speedup=merged.speedup, macs_speedup=merged.macs_speedup
+            ),
+        ),
     ]
 
 
-def summarise(run: RunInfo, results: DemoResults, budget: int, classes: int,
-              val_images: int) -> Summary:
+def summarise(
+    run: RunInfo,
+    results: DemoResults,
+    budget: int,
+    classes: int,
+    val_images: int,
+) -> Summary:
     """The report's :class:`Summary` of a finished run."""
     cost = analytic_cost(results)
     gradients = gradient_stats(results)
@@ -196,9 +256,17 @@ def summarise(run: RunInfo, results: DemoResults, budget: int, classes: int,
     if results.tome is not None:
         claims += tome_comparison(results.tome).claims
     return Summary(
-        run=run, results=results, budget=budget, classes=classes,
+        run=run,
+        results=results,
+        budget=budget,
+        classes=classes,
         val_images=val_images,
-        point_speedups=[cost.speedup(int(p['n_attn']), int(p['n_act']))
-                        for p in results.map.points],
+        point_speedups=[
+            cost.speedup(int(p['n_attn']), int(p['n_act']))
+            for p in results.map.points
+        ],
         macs_convention=macs_convention(cost.attention_products),
-        gradients=gradients, splits=splits, claims=claims)
+        gradients=gradients,
+        splits=splits,
+        claims=claims,
+    )

@@ -1,4 +1,5 @@
 """Markdown pieces of the demo report: tables, durations, block lists."""
+
 from typing import Any, Iterable, List, Optional, Sequence
 
 from ..spec import ACT, ATTN
@@ -7,15 +8,17 @@ from ..spec import ACT, ATTN
 LAYER_TYPE_NAMES = {ATTN: 'attention', ACT: 'GELU'}
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[Any]],
-          align: Optional[str] = None) -> List[str]:
+def table(
+    header: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    align: Optional[str] = None,
+) -> List[str]:
     """Markdown table; ``align`` has one ``l``/``r`` per column."""
     align = align or 'l' + 'r' * (len(header) - 1)
-    return (['| ' + ' | '.join(header) + ' |',
-             '| ' + ' | '.join('---' if a == 'l' else '---:'
-                               for a in align) + ' |'] +
-            ['| ' + ' | '.join(str(cell) for cell in row) + ' |'
-             for row in rows])
+    return [
+        '| ' + ' | '.join(header) + ' |',
+        '| ' + ' | '.join('---' if a == 'l' else '---:' for a in align) + ' |',
+    ] + ['| ' + ' | '.join(str(cell) for cell in row) + ' |' for row in rows]
 
 
 def duration(seconds: float) -> str:
@@ -33,8 +36,10 @@ def spread(values: Sequence[float]) -> str:
     mean = sum(values) / len(values)
     if len(values) == 1:
         return f'{mean:.2f} (1 seed)'
-    return (f'{mean:.2f} ± {(max(values) - min(values)) / 2:.2f} '
-            f'({len(values)} seeds)')
+    return (
+        f'{mean:.2f} ± {(max(values) - min(values)) / 2:.2f} '
+        f'({len(values)} seeds)'
+    )
 
 
 def clock_name(clock: str) -> str:

@@ -6,6 +6,7 @@ Each stage writes its own record into :class:`DemoResults`; the report
 data (a field marked :data:`OPTIONAL` is left out while it has its default);
 :func:`from_json` reads it back and says which entry is malformed.
 """
+
 import dataclasses
 import typing
 from dataclasses import dataclass, field
@@ -28,16 +29,21 @@ def json_type(value: Any) -> str:
     if isinstance(value, (int, float)):
         return 'a number'
     return {dict: 'an object', list: 'an array', str: 'a string'}.get(
-        type(value), 'null')
+        type(value), 'null'
+    )
 
 
 def to_json(value: Any) -> Any:
     """``value`` (records, and dicts and lists of them) as JSON data."""
     if dataclasses.is_dataclass(value):
-        return {f.name: to_json(getattr(value, f.name))
-                for f in dataclasses.fields(value)
-                if not (f.metadata.get('optional') and
-                        getattr(value, f.name) == f.default)}
+        return {
+            f.name: to_json(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (
+                f.metadata.get('optional')
+                and getattr(value, f.name) == f.default
+            )
+        }
     if isinstance(value, dict):
         return {key: to_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -51,20 +57,25 @@ def from_json(kind: Type[T], value: Any, where: str = 'results') -> T:
     malformed entry (``where`` is the name of ``value``)."""
     if dataclasses.is_dataclass(kind):
         if not isinstance(value, dict):
-            raise ValueError(f'"{where}" is {json_type(value)}, not an '
-                             'object')
+            raise ValueError(f'"{where}" is {json_type(value)}, not an object')
         hints = typing.get_type_hints(kind)
         fields = {f.name: f for f in dataclasses.fields(kind)}
         unknown = [key for key in value if key not in fields]
         if unknown:
-            raise ValueError(f'"{where}" has an unknown entry, '
-                             f'{unknown[0]!r}')
+            raise ValueError(f'"{where}" has an unknown entry, {unknown[0]!r}')
         for name, spec in fields.items():
-            if name not in value and spec.default is dataclasses.MISSING \
-                    and spec.default_factory is dataclasses.MISSING:
+            if (
+                name not in value
+                and spec.default is dataclasses.MISSING
+                and spec.default_factory is dataclasses.MISSING
+            ):
                 raise ValueError(f'"{where}" has no "{name}" entry')
-        return kind(**{name: from_json(hints[name], item, f'{where}.{name}')
-                       for name, item in value.items()})
+        return kind(
+            **{
+                name: from_json(hints[name], item, f'{where}.{name}')
+                for name, item in value.items()
+            }
+        )
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin is Union:
         if value is None and type(None) in args:
@@ -78,18 +89,24 @@ def from_json(kind: Type[T], value: Any, where: str = 'results') -> T:
         raise problem
     if origin is dict:
         if not isinstance(value, dict):
-            raise ValueError(f'"{where}" is {json_type(value)}, not an '
-                             'object')
-        return {key: from_json(args[1], item, f'{where}.{key}')
-                for key, item in value.items()}
+            raise ValueError(f'"{where}" is {json_type(value)}, not an object')
+        return {
+            key: from_json(args[1], item, f'{where}.{key}')
+            for key, item in value.items()
+        }
     if origin is list:
         if not isinstance(value, list):
-            raise ValueError(f'"{where}" is {json_type(value)}, not an '
-                             'array')
-        return [from_json(args[0], item, f'{where}[{index}]')
-                for index, item in enumerate(value)]
-    expected = {float: 'a number', int: 'a number', str: 'a string',
-                bool: 'a boolean'}.get(kind)
+            raise ValueError(f'"{where}" is {json_type(value)}, not an array')
+        return [
+            from_json(args[0], item, f'{where}[{index}]')
+            for index, item in enumerate(value)
+        ]
+    expected = {
+        float: 'a number',
+        int: 'a number',
+        str: 'a string',
+        bool: 'a boolean',
+    }.get(kind)
     if expected is not None and json_type(value) != expected:
         raise ValueError(f'"{where}" is {json_type(value)}, not {expected}')
     return value
@@ -99,6 +116,7 @@ def from_json(kind: Type[T], value: Any, where: str = 'results') -> T:
 @dataclass
 class DenseResult:
     """Stage ``dense``: the dense classifier."""
+
     checkpoint: str
     arch: Dict[str, Any]  # the build arguments in its meta
     depth: int
@@ -108,6 +126,7 @@ class DenseResult:
 @dataclass
 class MapPoints:
     """Stage ``map``: the MAP points of every schedule (CSV rows)."""
+
     points: List[Dict[str, str]]
     interval: int  # fine-tuning epochs per step
 
@@ -115,6 +134,7 @@ class MapPoints:
 @dataclass
 class MapFitResult:
     """Stage ``fit``: the MAP fit and the split of the budget."""
+
     fit: Dict[str, Any]  # MAPFit.to_dict()
     bounds: str
     fit_path: str
@@ -130,6 +150,7 @@ class MapFitResult:
 @dataclass
 class RecoveryRun:
     """Stage ``recovery``: one layer removed from the dense model."""
+
     block: int
     at_once: float
     after_epochs: List[float]
@@ -138,6 +159,7 @@ class RecoveryRun:
 @dataclass
 class PruneResult:
     """Stage ``prune``: the main run (the MAP split, first seed)."""
+
     checkpoint: str
     accuracy: float  # last validation, gates closed
     hook_merged: str  # what its MergeCheckpointHook wrote
@@ -150,6 +172,7 @@ class PruneResult:
 class CompareRun:
     """One pruning run of the comparison: a removed-counts pair and a seed,
     shared by the splits that remove those counts."""
+
     counts: List[int]  # (attention, GELU)
     seed: int
     splits: List[str]
@@ -165,6 +188,7 @@ class CompareRun:
 @dataclass
 class NaiveSplit:
     """The naive split of one seed: the lowest raw gate scores."""
+
     scores: Dict[str, List[float]]  # gate scores by type at the first close
     removed: Dict[str, List[int]]  # blocks by type
     counts: List[int]
@@ -173,6 +197,7 @@ class NaiveSplit:
 @dataclass
 class CompareResult:
     """Stages ``prune`` (the runs) and ``compare`` (the naive splits)."""
+
     runs: Dict[str, CompareRun]
     naive: Dict[str, NaiveSplit]  # by seed
     seeds: List[int]
@@ -181,6 +206,7 @@ class CompareResult:
 @dataclass
 class MergeResult:
     """Stage ``merge``."""
+
     merged: str
     hook_output_identical: bool  # tools/merge_ckpt.py == the hook's file
 
@@ -188,6 +214,7 @@ class MergeResult:
 @dataclass
 class DensePredictionRun:
     """DETR or UperNet trained on the merged backbone."""
+
     before: Dict[str, Any]  # validation metrics before training
     after: Dict[str, Any]
     loss_curve: List[List[float]]
@@ -200,6 +227,7 @@ class DensePredictionRun:
 @dataclass
 class TransferResult:
     """Stage ``transfer``."""
+
     merged_accuracy: float  # tools/test.py of the merged classifier
     detr: DensePredictionRun
     upernet: DensePredictionRun
@@ -208,6 +236,7 @@ class TransferResult:
 @dataclass
 class PlusResult:
     """Stage ``plus``: HetDPT+ (width pruning of the merged model)."""
+
     checkpoint: str
     ratio: float
     epochs: int
@@ -233,6 +262,7 @@ class BenchmarkModel:
 @dataclass
 class BenchmarkRun:
     """What the report needs from one ``tools/benchmark.py`` JSON."""
+
     batch_size: int
     threads: int
     repeats: int
@@ -246,6 +276,7 @@ class BenchmarkRun:
 @dataclass
 class TomePoint:
     """A classifier with ToMe at one ``r``."""
+
     model: str
     r: int
     removed_attn: str
@@ -278,6 +309,7 @@ class TomeTransferPoint:
 @dataclass
 class TomeTransfer:
     """DETR or UperNet with ToMe."""
+
     metric: str
     img_size: List[int]
     batch_size: int
@@ -295,6 +327,7 @@ class AttnOnlyRun:
 @dataclass
 class TomeResult:
     """Stage ``tome``."""
+
     r: List[int]
     points: List[TomePoint]
     timing: TomeTiming
@@ -307,6 +340,7 @@ class TomeResult:
 class DemoResults:
     """Every stage's record, ``None`` until the stage ran; ``tome_skipped``:
     the token-merging stage ran and measured nothing (``--quick``)."""
+
     dense: Optional[DenseResult] = unset()
     map: Optional[MapPoints] = unset()
     recovery: Optional[Dict[str, RecoveryRun]] = unset()
@@ -327,6 +361,7 @@ class DemoResults:
 class Claim:
     """One statement of the report: whether it ``holds`` on this run, and
     the numbers (and names) that decide it."""
+
     name: str
     holds: bool
     numbers: Dict[str, Any] = field(default_factory=dict)
@@ -343,6 +378,7 @@ class StageTime:
 @dataclass
 class RunInfo:
     """How the demo ran: its command, machine, load and times."""
+
     mode: str
     command: str
     machine: str

@@ -3,6 +3,7 @@ demo task, ``removed_attn``, DETR and UperNet with ToMe) in words, from
 the comparison computed as data (:mod:`.demo_tome_claims`): the report's
 section (:func:`tome_section`) and the statements as ``summary.json`` keeps
 them (:func:`tome_claims`)."""
+
 from typing import Any, Dict, List, Optional
 
 from .demo_report_format import clock_name
@@ -10,13 +11,16 @@ from .demo_results import TomePoint, TomeResult, to_json
 from .demo_tome_claims import TomeComparison, by_model, tome_comparison
 
 #: How the report names the models of the comparison.
-TOME_MODEL_NAMES = dict(dense='dense + ToMe',
-                        hetdpt='HetDPT (MAP split) + ToMe',
-                        attn_only='attention-only split + ToMe',
-                        attn_only_none='attention-only split + ToMe, '
-                        'removed_attn=none')
-TRANSFER_NAMES = dict(detr=('DETR (toy COCO)', 'bbox mAP', 100),
-                      upernet=('UperNet (toy ADE20K)', 'mIoU', 1))
+TOME_MODEL_NAMES = dict(
+    dense='dense + ToMe',
+    hetdpt='HetDPT (MAP split) + ToMe',
+    attn_only='attention-only split + ToMe',
+    attn_only_none='attention-only split + ToMe, removed_attn=none',
+)
+TRANSFER_NAMES = dict(
+    detr=('DETR (toy COCO)', 'bbox mAP', 100),
+    upernet=('UperNet (toy ADE20K)', 'mIoU', 1),
+)
 
 
 def point_key(point: TomePoint) -> str:
@@ -27,26 +31,31 @@ def comparison_verdict(tome: TomeResult, comparison: TomeComparison) -> str:
     """HetDPT + ToMe against dense + ToMe, ToMe alone, and the front."""
     faster = comparison.claims[0]
     dense = by_model(tome.points)['dense']
-    verdict = (f'HetDPT + ToMe is **'
-               f'{"faster" if faster.holds else "not always faster"}** than '
-               f'dense + ToMe at equal r: '
-               f'{faster.numbers["min_speedup"]:.2f}x to '
-               f'{faster.numbers["max_speedup"]:.2f}x measured throughput; '
-               'the paper reports 1.5-1.6x on DeiT-B on a GPU.')
+    verdict = (
+        f'HetDPT + ToMe is **'
+        f'{"faster" if faster.holds else "not always faster"}** than '
+        f'dense + ToMe at equal r: '
+        f'{faster.numbers["min_speedup"]:.2f}x to '
+        f'{faster.numbers["max_speedup"]:.2f}x measured throughput; '
+        'the paper reports 1.5-1.6x on DeiT-B on a GPU.'
+    )
     top, plain = dense[max(tome.r)], dense[0]
-    verdict += (f' ToMe alone (dense, r={top.r} against r=0): '
-                f'{top.throughput / plain.throughput:.2f}x measured, '
-                f'{plain.macs / top.macs:.2f}x fewer MACs, '
-                f'{top.accuracy - plain.accuracy:+.2f} points.')
+    verdict += (
+        f' ToMe alone (dense, r={top.r} against r=0): '
+        f'{top.throughput / plain.throughput:.2f}x measured, '
+        f'{plain.macs / top.macs:.2f}x fewer MACs, '
+        f'{top.accuracy - plain.accuracy:+.2f} points.'
+    )
     front = comparison.front
-    counts = {m: sum(p.model == m for p in front)
-              for m in ('dense', 'hetdpt')}
+    counts = {m: sum(p.model == m for p in front) for m in ('dense', 'hetdpt')}
     return verdict + (
         f' Of the {2 * len(tome.r)} points, the accuracy / '
         f'throughput front (no point both more accurate and faster) '
         f'holds {counts["hetdpt"]} HetDPT and {counts["dense"]} dense '
-        'point(s): ' + ', '.join(f'{TOME_MODEL_NAMES[p.model]} r={p.r}'
-                                 for p in front) + '.')
+        'point(s): '
+        + ', '.join(f'{TOME_MODEL_NAMES[p.model]} r={p.r}' for p in front)
+        + '.'
+    )
 
 
 def removed_attn_verdict(comparison: TomeComparison) -> str:
@@ -57,17 +66,25 @@ def removed_attn_verdict(comparison: TomeComparison) -> str:
     if not rows:
         verdict = 'No r > 0 was measured.'
     else:
-        accuracy = sum(row.norm_accuracy - row.none_accuracy
-                       for row in rows) / len(rows)
+        accuracy = sum(
+            row.norm_accuracy - row.none_accuracy for row in rows
+        ) / len(rows)
         speed = [row.norm_speedup for row in rows]
-        verdict = (f'At equal r, `removed_attn=\'norm\'` merges in every '
-                   f'block and runs {min(speed):.2f}x to {max(speed):.2f}x '
-                   f'as fast as `\'none\'`, at {accuracy:+.2f} points of '
-                   'accuracy on average (norm - none).')
-    return verdict + (' Accuracy / throughput front of the two: ' + ', '.join(
-        f'{p.removed_attn} r={p.r} ({p.accuracy:.2f} % at '
-        f'{p.throughput:,.0f} img/s)' for p in comparison.removed_attn_front)
-        + '.')
+        verdict = (
+            f"At equal r, `removed_attn='norm'` merges in every "
+            f'block and runs {min(speed):.2f}x to {max(speed):.2f}x '
+            f"as fast as `'none'`, at {accuracy:+.2f} points of "
+            'accuracy on average (norm - none).'
+        )
+    return verdict + (
+        ' Accuracy / throughput front of the two: '
+        + ', '.join(
+            f'{p.removed_attn} r={p.r} ({p.accuracy:.2f} % at '
+            f'{p.throughput:,.0f} img/s)'
+            for p in comparison.removed_attn_front
+        )
+        + '.'
+    )
 
 
 def tome_claims(tome: TomeResult) -> Dict[str, Any]:
@@ -79,9 +96,11 @@ def tome_claims(tome: TomeResult) -> Dict[str, Any]:
         front=[point_key(p) for p in comparison.front],
         verdict=comparison_verdict(tome, comparison),
         removed_attn=to_json(comparison.removed_attn),
-        removed_attn_front=[point_key(p)
-                            for p in comparison.removed_attn_front],
-        removed_attn_verdict=removed_attn_verdict(comparison))
+        removed_attn_front=[
+            point_key(p) for p in comparison.removed_attn_front
+        ],
+        removed_attn_verdict=removed_attn_verdict(comparison),
+    )
 
 
 def tome_summary_row(tome: Optional[TomeResult]) -> List[str]:
@@ -89,25 +108,37 @@ def tome_summary_row(tome: Optional[TomeResult]) -> List[str]:
     what = 'HetDPT + ToMe vs dense + ToMe, measured throughput at equal r'
     if tome is None:
         return [what, 'not measured in the --quick demo']
-    return [what, ', '.join(
-        f'r={row.r}: {row.speedup:.2f}x ({row.hetdpt_accuracy:.2f} '
-        f'vs {row.dense_accuracy:.2f} %)'
-        for row in tome_comparison(tome).equal_r)]
+    return [
+        what,
+        ', '.join(
+            f'r={row.r}: {row.speedup:.2f}x ({row.hetdpt_accuracy:.2f} '
+            f'vs {row.dense_accuracy:.2f} %)'
+            for row in tome_comparison(tome).equal_r
+        ),
+    ]
 
 
 def _fig8_table(tome: TomeResult) -> List[str]:
     rows = by_model(tome.points)
     macs = f'MACs/img ({tome.timing.macs_convention})'
-    lines = ['| r | ' + ' | '.join(
-        f'{TOME_MODEL_NAMES[m]}: top-1 (%) | img/s | {macs}'
-        for m in ('dense', 'hetdpt')) + ' | HetDPT speedup |',
-        '| ---: |' + ' ---: |' * 7]
+    lines = [
+        '| r | '
+        + ' | '.join(
+            f'{TOME_MODEL_NAMES[m]}: top-1 (%) | img/s | {macs}'
+            for m in ('dense', 'hetdpt')
+        )
+        + ' | HetDPT speedup |',
+        '| ---: |' + ' ---: |' * 7,
+    ]
     for r in tome.r:
         cells = []
         for model in ('dense', 'hetdpt'):
             p = rows[model][r]
-            cells += [f'{p.accuracy:.2f}', f'{p.throughput:,.0f}',
-                      f'{p.macs / 1e6:.2f} M']
+            cells += [
+                f'{p.accuracy:.2f}',
+                f'{p.throughput:,.0f}',
+                f'{p.macs / 1e6:.2f} M',
+            ]
         speedup = rows['hetdpt'][r].throughput / rows['dense'][r].throughput
         cells.append(f'{speedup:.2f}x')
         lines.append(f'| {r} | ' + ' | '.join(cells) + ' |')
@@ -116,11 +147,13 @@ def _fig8_table(tome: TomeResult) -> List[str]:
 
 def tome_section(tome: Optional[TomeResult]) -> List[str]:
     """The report's token-merging section (``None``: skipped)."""
-    lines = ['## Token merging (ToMe): the paper\'s Fig. 8 on this task', '']
+    lines = ["## Token merging (ToMe): the paper's Fig. 8 on this task", '']
     if tome is None:
-        return lines + ['Skipped in the `--quick` demo (the full demo tests '
-                        'and times the dense and HetDPT classifiers, DETR '
-                        'and UperNet with ToMe at several r).']
+        return lines + [
+            'Skipped in the `--quick` demo (the full demo tests '
+            'and times the dense and HetDPT classifiers, DETR '
+            'and UperNet with ToMe at several r).'
+        ]
     timing, comparison = tome.timing, tome_comparison(tome)
     lines += [
         'The dense classifier and the HetDPT merged classifier (MAP split), '
@@ -132,50 +165,73 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
         f'{timing.batch_size}, {timing.threads} thread(s), median of '
         f'{timing.repeats} repeats, every model and r alternating in one '
         f'process, {clock_name(timing.clock)}. r=0 merges nothing '
-        '(bit-identical to no merging).', '']
+        '(bit-identical to no merging).',
+        '',
+    ]
     lines += _fig8_table(tome)
     removed_blocks = ', '.join(map(str, tome.attn_only.attn_removed))
-    lines += ['', comparison_verdict(tome, comparison), '',
-              '![ToMe](tome.png)', '',
-              '### Blocks whose attention was removed', '',
-              'They have no attention keys: `removed_attn=\'norm\'` (the '
-              'default) merges on their LN1-normed tokens, `\'none\'` '
-              'merges nothing there. The MAP split removed attention in '
-              + (f'blocks {", ".join(map(str, tome.map_attn_removed))}'
-                 if tome.map_attn_removed else 'no block (both settings '
-                 'are the same model there)') +
-              '; the two are compared on the attention-only split of the '
-              f'same budget (seed {tome.attn_only.seed}, attention '
-              f'removed in blocks {removed_blocks}), merged, same r and '
-              f'timing as above (MACs {timing.macs_convention}):', '',
-              '| r | norm: top-1 (%) | img/s | MACs/img | none: top-1 (%) | '
-              'img/s | MACs/img | norm / none speed |',
-              '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |']
-    lines += [f'| {row.r} | {row.norm_accuracy:.2f} | '
-              f'{row.norm_throughput:,.0f} | '
-              f'{row.norm_macs / 1e6:.2f} M | {row.none_accuracy:.2f} | '
-              f'{row.none_throughput:,.0f} | '
-              f'{row.none_macs / 1e6:.2f} M | {row.norm_speedup:.2f}x |'
-              for row in comparison.removed_attn]
-    lines += ['', removed_attn_verdict(comparison), '',
-              '### DETR and UperNet with ToMe', '',
-              'The trained DETR and UperNet of the transfer section, tested '
-              'with ToMe in their backbone (tokens unmerged onto the full '
-              'grid before the neck); speed: `tools/benchmark.py --config` '
-              'with one config per r, alternating in one run, full model '
-              '(settings below; speedup: paired median over r=0).', '',
-              '| model | r | metric | MACs/img | img/s | speedup over r=0 |',
-              '| --- | ---: | ---: | ---: | ---: | ---: |']
+    lines += [
+        '',
+        comparison_verdict(tome, comparison),
+        '',
+        '![ToMe](tome.png)',
+        '',
+        '### Blocks whose attention was removed',
+        '',
+        "They have no attention keys: `removed_attn='norm'` (the "
+        "default) merges on their LN1-normed tokens, `'none'` "
+        'merges nothing there. The MAP split removed attention in '
+        + (
+            f'blocks {", ".join(map(str, tome.map_attn_removed))}'
+            if tome.map_attn_removed
+            else 'no block (both settings are the same model there)'
+        )
+        + '; the two are compared on the attention-only split of the '
+        f'same budget (seed {tome.attn_only.seed}, attention '
+        f'removed in blocks {removed_blocks}), merged, same r and '
+        f'timing as above (MACs {timing.macs_convention}):',
+        '',
+        '| r | norm: top-1 (%) | img/s | MACs/img | none: top-1 (%) | '
+        'img/s | MACs/img | norm / none speed |',
+        '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    ]
+    lines += [
+        f'| {row.r} | {row.norm_accuracy:.2f} | '
+        f'{row.norm_throughput:,.0f} | '
+        f'{row.norm_macs / 1e6:.2f} M | {row.none_accuracy:.2f} | '
+        f'{row.none_throughput:,.0f} | '
+        f'{row.none_macs / 1e6:.2f} M | {row.norm_speedup:.2f}x |'
+        for row in comparison.removed_attn
+    ]
+    lines += [
+        '',
+        removed_attn_verdict(comparison),
+        '',
+        '### DETR and UperNet with ToMe',
+        '',
+        'The trained DETR and UperNet of the transfer section, tested '
+        'with ToMe in their backbone (tokens unmerged onto the full '
+        'grid before the neck); speed: `tools/benchmark.py --config` '
+        'with one config per r, alternating in one run, full model '
+        '(settings below; speedup: paired median over r=0).',
+        '',
+        '| model | r | metric | MACs/img | img/s | speedup over r=0 |',
+        '| --- | ---: | ---: | ---: | ---: | ---: |',
+    ]
     for kind, run in tome.transfer.items():
         title, label, scale = TRANSFER_NAMES[kind]
         for point in run.points:
-            lines.append(f'| {title} | {point.r} | {label} '
-                         f'{scale * point.metric:.1f} | '
-                         f'{point.macs / 1e6:.2f} M | '
-                         f'{point.throughput:,.0f} | '
-                         f'{point.speedup:.2f}x |')
+            lines.append(
+                f'| {title} | {point.r} | {label} '
+                f'{scale * point.metric:.1f} | '
+                f'{point.macs / 1e6:.2f} M | '
+                f'{point.throughput:,.0f} | '
+                f'{point.speedup:.2f}x |'
+            )
     lines += [''] + [
         f'{TRANSFER_NAMES[kind][0]}: {run.img_size[0]}x{run.img_size[1]}, '
         f'batch {run.batch_size}, {run.repeats} repeats, MACs '
-        f'{run.macs_convention}.' for kind, run in tome.transfer.items()]
+        f'{run.macs_convention}.'
+        for kind, run in tome.transfer.items()
+    ]
     return lines

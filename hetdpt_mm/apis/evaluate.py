@@ -1,5 +1,6 @@
 """``tools/test.py``: evaluate a checkpoint of any mmpretrain / mmdet / mmseg
 config, checking every option before a model is built."""
+
 import argparse
 import json
 import os.path as osp
@@ -29,8 +30,9 @@ def enable_visualization(cfg, args: argparse.Namespace) -> None:
     spell its switches differently)."""
     hook = cfg.default_hooks.get('visualization')
     if hook is None:
-        raise UsageError('--show/--show-dir need a visualization hook in '
-                         'default_hooks')
+        raise UsageError(
+            '--show/--show-dir need a visualization hook in default_hooks'
+        )
     if hook['type'] == 'VisualizationHook':  # mmpretrain
         hook['enable'] = True
         hook['out_dir'] = args.show_dir
@@ -47,8 +49,10 @@ def enable_visualization(cfg, args: argparse.Namespace) -> None:
 
 def is_segmentation(cfg) -> bool:
     evaluator = cfg.get('test_evaluator') or {}
-    return isinstance(evaluator, dict) and \
-        evaluator.get('type') in ('IoUMetric', 'mmseg.IoUMetric')
+    return isinstance(evaluator, dict) and evaluator.get('type') in (
+        'IoUMetric',
+        'mmseg.IoUMetric',
+    )
 
 
 def apply_out(cfg, out: str, inputs) -> None:
@@ -57,27 +61,35 @@ def apply_out(cfg, out: str, inputs) -> None:
     dump a pickle (MMEngine's ``DumpResults``, added after the build)."""
     if is_segmentation(cfg) and not out.endswith(PICKLE_SUFFIXES):
         if osp.exists(out) and not osp.isdir(out):
-            raise UsageError(f'--out {out}: segmentation predictions go to a '
-                             'directory, and this is a file')
+            raise UsageError(
+                f'--out {out}: segmentation predictions go to a '
+                'directory, and this is a file'
+            )
         for path in inputs:
             if same_file(osp.dirname(osp.abspath(path)), out):
-                raise UsageError(f'--out {out} holds the input {path}; '
-                                 'choose another directory')
+                raise UsageError(
+                    f'--out {out} holds the input {path}; '
+                    'choose another directory'
+                )
         cfg.test_evaluator['output_dir'] = out
         cfg.test_evaluator['keep_results'] = True
         return
     check_output_path(out, inputs, force=True)
     if not out.endswith(PICKLE_SUFFIXES):
-        raise UsageError(f'--out {out}: raw predictions are dumped as a '
-                         'pickle; give a .pkl file (a directory of masks is '
-                         'only for segmentation configs)')
+        raise UsageError(
+            f'--out {out}: raw predictions are dumped as a '
+            'pickle; give a .pkl file (a directory of masks is '
+            'only for segmentation configs)'
+        )
 
 
 def apply_tta(cfg) -> None:
     missing = [key for key in ('tta_model', 'tta_pipeline') if key not in cfg]
     if missing:
-        raise UsageError(f'--tta needs {" and ".join(missing)} in the config '
-                         '(as in mmdet / mmseg / mmpretrain configs)')
+        raise UsageError(
+            f'--tta needs {" and ".join(missing)} in the config '
+            '(as in mmdet / mmseg / mmpretrain configs)'
+        )
     cfg.test_dataloader.dataset.pipeline = cfg.tta_pipeline
     cfg.model = dict(cfg.tta_model, module=cfg.model)
 
@@ -86,15 +98,17 @@ def load_for_test(runner: Runner, checkpoint: str, strict: bool) -> None:
     """Load the weights a test evaluates.  Strict by default: a checkpoint
     whose keys do not fit the model is an error, not a test of random
     weights (MMEngine's ``load_from`` only warns)."""
-    model = runner.model.module if is_model_wrapper(runner.model) else \
-        runner.model
+    model = (
+        runner.model.module if is_model_wrapper(runner.model) else runner.model
+    )
     if isinstance(model, BaseTTAModel):
         model = model.module
     try:
         load_fitting(model, checkpoint, 'this config', strict)
     except CheckpointError as err:
-        raise CheckpointError(f'{err}; pass --non-strict to test it anyway'
-                              ) from None
+        raise CheckpointError(
+            f'{err}; pass --non-strict to test it anyway'
+        ) from None
 
 
 def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:
@@ -102,8 +116,10 @@ def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:
     load_for_test(runner, args.checkpoint, strict=not args.non_strict)
     if args.out and args.out.endswith(PICKLE_SUFFIXES):
         from mmengine.evaluator import DumpResults
+
         runner.test_evaluator.metrics.append(
-            DumpResults(out_file_path=args.out))
+            DumpResults(out_file_path=args.out)
+        )
     return runner.test()
 
 
@@ -128,7 +144,14 @@ def run_test(args: argparse.Namespace) -> dict:
     finally:
         release_distributed()  # after the runner is gone: see its docstring
     if args.out_metrics:
-        atomic_write_text(args.out_metrics, json.dumps(
-            {k: float(v) if hasattr(v, '__float__') else v
-             for k, v in metrics.items()}, indent=1))
+        atomic_write_text(
+            args.out_metrics,
+            json.dumps(
+                {
+                    k: float(v) if hasattr(v, '__float__') else v
+                    for k, v in metrics.items()
+                },
+                indent=1,
+            ),
+        )
     return metrics

@@ -8,6 +8,7 @@ Outputs are written atomically, only after every input has been validated
 and everything computed, never over an input, and an existing output is
 kept unless ``force``.
 """
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ class FitMapOptions:
     JSON file; ``speedup`` and ``min_accuracy`` are targets for the
     latency-aware search.
     """
+
     points: Path
     depth: int
     budget: Optional[int] = None
@@ -66,11 +68,14 @@ class FitMapOptions:
     def __post_init__(self):
         analytic = self.cost == 'analytic'
         if analytic and self.arch is None:
-            raise UsageError('--cost analytic needs --arch '
-                             f'({", ".join(sorted(ARCH_PRESETS))})')
+            raise UsageError(
+                '--cost analytic needs --arch '
+                f'({", ".join(sorted(ARCH_PRESETS))})'
+            )
         if not analytic and (self.arch or self.img_size):
-            raise UsageError('--arch and --img-size only apply to --cost '
-                             'analytic')
+            raise UsageError(
+                '--arch and --img-size only apply to --cost analytic'
+            )
         if (self.speedup or self.min_accuracy) and self.cost is None:
             raise UsageError('--speedup and --min-accuracy need --cost')
         if self.save_allocation is not None and self.budget is None:
@@ -83,8 +88,11 @@ class FitMapOptions:
     @property
     def outputs(self) -> Dict[str, Path]:
         """The requested output files by option name."""
-        named = {'--plot': self.plot, '--save-fit': self.save_fit,
-                 '--save-allocation': self.save_allocation}
+        named = {
+            '--plot': self.plot,
+            '--save-fit': self.save_fit,
+            '--save-allocation': self.save_allocation,
+        }
         return {name: path for name, path in named.items() if path}
 
 
@@ -98,9 +106,11 @@ def check_outputs(options: FitMapOptions) -> None:
         plot_format = options.plot.suffix.lstrip('.').lower()
         supported = figure_formats()
         if plot_format not in supported:
-            raise ValueError(f'--plot {options.plot}: unsupported image '
-                             f'format "{plot_format}"; use one of '
-                             f'{", ".join(sorted(supported))}')
+            raise ValueError(
+                f'--plot {options.plot}: unsupported image '
+                f'format "{plot_format}"; use one of '
+                f'{", ".join(sorted(supported))}'
+            )
 
 
 def build_cost(options: FitMapOptions) -> Optional[CostModel]:
@@ -108,93 +118,135 @@ def build_cost(options: FitMapOptions) -> Optional[CostModel]:
         return None
     if options.cost == 'analytic':
         return AnalyticCost.from_arch(
-            options.arch, img_size=tuple(options.img_size or (224, 224)))
+            options.arch, img_size=tuple(options.img_size or (224, 224))
+        )
     return MeasuredCost.from_json(options.cost)
 
 
 # ------------------------------------------------------------------ report --
 
+
 def describe_best(best: Candidate, t_kind: str = ACT) -> str:
-    text = (f'best: remove {best.n_attn} attention + {best.n_act} '
-            f'{KIND_NAMES[t_kind]} layers (a = {best.a:.3f}, '
-            f't = {best.t:.3f}), predicted '
-            f'accuracy {best.predicted_accuracy:.3f}')
+    text = (
+        f'best: remove {best.n_attn} attention + {best.n_act} '
+        f'{KIND_NAMES[t_kind]} layers (a = {best.a:.3f}, '
+        f't = {best.t:.3f}), predicted '
+        f'accuracy {best.predicted_accuracy:.3f}'
+    )
     if best.extrapolated:
-        text += ('\nwarning: the best candidate lies outside the convex hull '
-                 'of the observed points, where the polynomial extrapolates; '
-                 'collect points near it before trusting the split')
+        text += (
+            '\nwarning: the best candidate lies outside the convex hull '
+            'of the observed points, where the polynomial extrapolates; '
+            'collect points near it before trusting the split'
+        )
     return text
 
 
-def budget_section(allocation: Allocation, bounds: str,
-                   cost: Optional[CostModel]) -> str:
+def budget_section(
+    allocation: Allocation, bounds: str, cost: Optional[CostModel]
+) -> str:
     lo, hi = allocation.bounds
     ratio_sum = 2 - allocation.budget / allocation.depth
     extra = None
     if cost is not None:
         t_kind = allocation.t_kind
-        extra = {'speedup': [
-            f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):.3f}x'
-            for c in allocation.candidates]}
-    return '\n'.join([
-        f'budget {allocation.budget} of depth {allocation.depth}, bounds '
-        f'{bounds} (each count in [{lo}, {hi}]): candidates on '
-        f'a + t = {ratio_sum:.4f}',
-        format_candidates(allocation.candidates, allocation.best, extra,
-                          allocation.t_kind),
-        describe_best(allocation.best, allocation.t_kind)])
+        extra = {
+            'speedup': [
+                f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):.3f}x'
+                for c in allocation.candidates
+            ]
+        }
+    return '\n'.join(
+        [
+            f'budget {allocation.budget} of depth {allocation.depth}, bounds '
+            f'{bounds} (each count in [{lo}, {hi}]): candidates on '
+            f'a + t = {ratio_sum:.4f}',
+            format_candidates(
+                allocation.candidates,
+                allocation.best,
+                extra,
+                allocation.t_kind,
+            ),
+            describe_best(allocation.best, allocation.t_kind),
+        ]
+    )
 
 
-def cost_section(fit: MAPFit, depth: int, cost: CostModel, bounds: str,
-                 speedups: Sequence[float],
-                 min_accuracies: Sequence[float]) -> str:
+def cost_section(
+    fit: MAPFit,
+    depth: int,
+    cost: CostModel,
+    bounds: str,
+    speedups: Sequence[float],
+    min_accuracies: Sequence[float],
+) -> str:
     lo, hi = resolve_bounds(bounds, depth)
     t_kind = fit.t_kind
-    one_removed = {ACT: 'one GELU removed (FFN merged)',
-                   FFN: 'one FFN branch removed'}[t_kind]
-    lines = [f'latency-aware allocation, bounds {bounds} (each count in '
-             f'[{lo}, {hi}]), any number of removed layers',
-             f'cost model: {cost.describe()}',
-             f'one attention removed: {cost.speedup(1):.4f}x; '
-             f'{one_removed}: {cost.split_speedup(0, 1, t_kind):.4f}x']
-    header = (f'{"target":>8}  {"method":<22} {"n_attn":>6} '
-              f'{count_name(t_kind):>5} '
-              f'{"removed":>7} {"speedup":>8} {"predicted":>9} '
-              f'{"extrapolated":>12}')
+    one_removed = {
+        ACT: 'one GELU removed (FFN merged)',
+        FFN: 'one FFN branch removed',
+    }[t_kind]
+    lines = [
+        f'latency-aware allocation, bounds {bounds} (each count in '
+        f'[{lo}, {hi}]), any number of removed layers',
+        f'cost model: {cost.describe()}',
+        f'one attention removed: {cost.speedup(1):.4f}x; '
+        f'{one_removed}: {cost.split_speedup(0, 1, t_kind):.4f}x',
+    ]
+    header = (
+        f'{"target":>8}  {"method":<22} {"n_attn":>6} '
+        f'{count_name(t_kind):>5} '
+        f'{"removed":>7} {"speedup":>8} {"predicted":>9} '
+        f'{"extrapolated":>12}'
+    )
 
     def row(target: str, method: str, c: Optional[Candidate]) -> str:
         if c is None:
             return f'{target:>8}  {method:<22} (no budget reaches the target)'
-        return (f'{target:>8}  {method:<22} {c.n_attn:>6} {c.n_act:>5} '
-                f'{c.removed:>7} '
-                f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):>7.3f}x '
-                f'{c.predicted_accuracy:>9.3f} '
-                f'{"yes" if c.extrapolated else "no":>12}')
+        return (
+            f'{target:>8}  {method:<22} {c.n_attn:>6} {c.n_act:>5} '
+            f'{c.removed:>7} '
+            f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):>7.3f}x '
+            f'{c.predicted_accuracy:>9.3f} '
+            f'{"yes" if c.extrapolated else "no":>12}'
+        )
 
     if speedups:
-        lines += ['', 'speedup targets: latency-aware = max predicted '
-                  'accuracy with speedup >= target; layer budget = the '
-                  'paper\'s MAP split of the smallest budget K that reaches '
-                  'the target', header]
+        lines += [
+            '',
+            'speedup targets: latency-aware = max predicted '
+            'accuracy with speedup >= target; layer budget = the '
+            "paper's MAP split of the smallest budget K that reaches "
+            'the target',
+            header,
+        ]
         for target in speedups:
             best = allocate_for_speedup(fit, depth, cost, target, bounds).best
-            baseline = smallest_budget_reaching(fit, depth, cost, target,
-                                                bounds)
+            baseline = smallest_budget_reaching(
+                fit, depth, cost, target, bounds
+            )
             lines.append(row(f'{target:g}x', 'latency-aware', best))
-            lines.append(row('', f'layer budget K='
-                             f'{baseline.removed if baseline else "-"}',
-                             baseline))
+            lines.append(
+                row(
+                    '',
+                    f'layer budget K={baseline.removed if baseline else "-"}',
+                    baseline,
+                )
+            )
     if min_accuracies:
-        lines += ['', 'accuracy targets: max speedup with predicted accuracy '
-                  '>= target', header]
+        lines += [
+            '',
+            'accuracy targets: max speedup with predicted accuracy >= target',
+            header,
+        ]
         for target in min_accuracies:
-            best = allocate_for_accuracy(fit, depth, cost, target,
-                                         bounds).best
+            best = allocate_for_accuracy(fit, depth, cost, target, bounds).best
             lines.append(row(f'{target:g}', 'latency-aware', best))
     return '\n'.join(lines)
 
 
 # -------------------------------------------------------------------- run --
+
 
 def run_fit_map(options: FitMapOptions) -> None:
     """Fit, allocate, print the report, then write the requested outputs."""
@@ -204,9 +256,12 @@ def run_fit_map(options: FitMapOptions) -> None:
     fit = fit_map(points, degrees=options.degrees, t_kind=t_kind)
 
     repeats = len(points) - len(fit.points)
-    averaged = f' ({repeats} rows repeat the (a, t) of another row: their ' \
-        f'accuracies are averaged, {len(fit.points)} distinct points)' \
-        if repeats else ''
+    averaged = (
+        f' ({repeats} rows repeat the (a, t) of another row: their '
+        f'accuracies are averaged, {len(fit.points)} distinct points)'
+        if repeats
+        else ''
+    )
     # The paper's t (GELUs kept) goes unnamed, as in the paper.
     counted = '' if t_kind == ACT else '; t = FFN branches kept / depth'
     sections = [
@@ -217,33 +272,54 @@ def run_fit_map(options: FitMapOptions) -> None:
         fit.format_table(),
         f'chosen degree {fit.degree}: CV MAE {fit.cv_mae:.4f}, CV RMSE '
         f'{fit.cv_rmse:.4f}, train RMSE {fit.chosen.train_rmse:.4f}',
-        fit.format_polynomial()]
+        fit.format_polynomial(),
+    ]
     allocations = {}
     if options.budget is not None:
         for bounds in options.bound_choices:
-            allocations[bounds] = allocate(fit, options.budget,
-                                           options.depth, bounds)
+            allocations[bounds] = allocate(
+                fit, options.budget, options.depth, bounds
+            )
             sections.append(budget_section(allocations[bounds], bounds, cost))
     if cost is not None:
         for bounds in options.bound_choices:
-            sections.append(cost_section(fit, options.depth, cost, bounds,
-                                         options.speedup,
-                                         options.min_accuracy))
+            sections.append(
+                cost_section(
+                    fit,
+                    options.depth,
+                    cost,
+                    bounds,
+                    options.speedup,
+                    options.min_accuracy,
+                )
+            )
 
     # Everything is validated and computed; only now produce the outputs.
     contents = {}
     if options.save_fit is not None:
-        contents[options.save_fit] = json.dumps(
-            fit.to_dict(), indent=2, allow_nan=False) + '\n'
+        contents[options.save_fit] = (
+            json.dumps(fit.to_dict(), indent=2, allow_nan=False) + '\n'
+        )
     if options.save_allocation is not None:
-        contents[options.save_allocation] = json.dumps(
-            {bounds: allocation.to_dict()
-             for bounds, allocation in allocations.items()}, indent=2,
-            allow_nan=False) + '\n'
+        contents[options.save_allocation] = (
+            json.dumps(
+                {
+                    bounds: allocation.to_dict()
+                    for bounds, allocation in allocations.items()
+                },
+                indent=2,
+                allow_nan=False,
+            )
+            + '\n'
+        )
     if options.plot is not None:
         contents[options.plot] = plot_map_fit(
-            fit, options.depth, allocations, options.budget,
-            options.plot.suffix.lstrip('.').lower())
+            fit,
+            options.depth,
+            allocations,
+            options.budget,
+            options.plot.suffix.lstrip('.').lower(),
+        )
     print('\n\n'.join(sections))
     write_outputs(contents, exclusive=not options.force)
     for name, path in options.outputs.items():
@@ -255,6 +331,8 @@ def load_allocation(path, bounds: str) -> Allocation:
     with open(path, encoding='utf-8') as file:
         saved = json.load(file)
     if bounds not in saved:
-        raise ValueError(f'{path} has no allocation with bounds {bounds!r} '
-                         f'(it has {", ".join(saved) or "none"})')
+        raise ValueError(
+            f'{path} has no allocation with bounds {bounds!r} '
+            f'(it has {", ".join(saved) or "none"})'
+        )
     return Allocation.from_dict(saved[bounds])

@@ -2,6 +2,7 @@
 independent ones side by side, with a filtered live view of their output
 (the full output goes to one log file per job), and picks threads per job
 from the idle cores."""
+
 import contextlib
 import dataclasses
 import importlib.util
@@ -18,20 +19,34 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
-__all__ = ['JobError', 'Job', 'JobRunner', 'default_jobs', 'load_average',
-           'free_cores', 'lane_threads']
+__all__ = [
+    'JobError',
+    'Job',
+    'JobRunner',
+    'default_jobs',
+    'load_average',
+    'free_cores',
+    'lane_threads',
+]
 
 #: Log lines of the subprocesses shown on the console (all are in the logs).
 PROGRESS_LINE = re.compile(
     r'Epoch\((?:val|test)\)|Iter\((?:val|test)\)|MAPCollectHook (?:point|'
     r'step \d+: removed)|HetDPT prune \d|HetDPT prune counts|spec now|'
-    r'merged checkpoint written|Traceback|Error|error:')
-TRAIN_LINE = re.compile(r'((?:Epoch|Iter)\(train\)\s*(?:\[\d+\])?\s*'
-                        r'\[\s*\d+/\d+\])')
-MMENGINE_PREFIX = re.compile(r'^(?:\d{4}/)?\d\d/\d\d \d\d:\d\d:\d\d - \S+ - '
-                             r'\w+ - ')
-NOISY_FIELDS = re.compile(r'\s+(?:data_time|time|base_lr|lr|grad_norm|eta): '
-                          r'\S+')
+    r'merged checkpoint written|Traceback|Error|error:'
+)
+TRAIN_LINE = re.compile(
+    r'((?:Epoch|Iter)\(train\)\s*(?:\[\d+\])?\s*'
+    r'\[\s*\d+/\d+\])'
+)
+MMENGINE_PREFIX = re.compile(
+    r'^(?:\d{4}/)?\d\d/\d\d \d\d:\d\d:\d\d - \S+ - '
+    r'\w+ - '
+)
+NOISY_FIELDS = re.compile(
+    r'\s+(?:data_time|time|base_lr|lr|grad_norm|eta): '
+    r'\S+'
+)
 TRAIN_LINE_SECONDS = 20  # at most one training line per job this often
 
 
@@ -42,6 +57,7 @@ class JobError(Exception):
 @dataclasses.dataclass
 class Job:
     """One subprocess: ``python ARGV...`` from the repository root."""
+
     name: str
     #: the arguments, or a function giving them when the job starts (its
     #: input is made by an earlier job of the same lane)
@@ -58,8 +74,14 @@ class JobRunner:
     """Runs jobs as subprocesses in ``cwd`` with a live, filtered view of
     their output; the full output of each goes to ``<log_dir>/<name>.log``."""
 
-    def __init__(self, logger, cwd: Path, log_dir: Path,
-                 threads: Optional[int], jobs: int):
+    def __init__(
+        self,
+        logger,
+        cwd: Path,
+        log_dir: Path,
+        threads: Optional[int],
+        jobs: int,
+    ):
         self.logger = logger
         self.cwd = cwd
         self.log_dir = log_dir
@@ -85,8 +107,9 @@ class JobRunner:
         threads = self.threads or lane_threads(workers)
         self._failure = None
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(self._run_lane, lane, threads)
-                       for lane in lanes]
+            futures = [
+                pool.submit(self._run_lane, lane, threads) for lane in lanes
+            ]
             try:
                 for future in futures:
                     future.result()
@@ -135,31 +158,41 @@ class JobRunner:
             raise JobError(
                 f'job {job.name} failed with exit status '
                 f'{returncode} after {seconds:.0f} s:\n  $ {command}'
-                '\n  last lines of its output:\n    ' + '\n    '.join(tail) +
-                f'\n  full log: {log_path}')
+                '\n  last lines of its output:\n    '
+                + '\n    '.join(tail)
+                + f'\n  full log: {log_path}'
+            )
         self.logger.info(f'[{job.name}] done in {seconds:.1f} s')
 
-    def _run_in_process(self, job: Job, argv: Sequence[str],
-                        log_path: Path) -> int:
+    def _run_in_process(
+        self, job: Job, argv: Sequence[str], log_path: Path
+    ) -> int:
         """``main(argv[1:])`` of the tool ``argv[0]`` (a path relative to
         ``cwd``), run in ``cwd`` as the subprocesses are (the arguments'
         relative paths are relative to it), its output to the log; returns
         its exit status."""
         path = self.cwd / argv[0]
         spec = importlib.util.spec_from_file_location(
-            f'hetdpt_demo_{path.stem}', path)
+            f'hetdpt_demo_{path.stem}', path
+        )
         module = importlib.util.module_from_spec(spec)
         output = io.StringIO()
-        with self._in_process_lock, contextlib.redirect_stdout(output), \
-                contextlib.redirect_stderr(output):
+        with (
+            self._in_process_lock,
+            contextlib.redirect_stdout(output),
+            contextlib.redirect_stderr(output),
+        ):
             previous_cwd = os.getcwd()
             os.chdir(self.cwd)
             try:
                 spec.loader.exec_module(module)
                 returncode = module.main(list(argv[1:]))
             except SystemExit as exit_:
-                returncode = exit_.code if isinstance(exit_.code, int) \
+                returncode = (
+                    exit_.code
+                    if isinstance(exit_.code, int)
                     else int(exit_.code is not None)
+                )
             except Exception:  # reported like a crashed subprocess
                 traceback.print_exc()
                 returncode = 1
@@ -170,16 +203,27 @@ class JobRunner:
             self._show(job, MMENGINE_PREFIX.sub('', line.rstrip()))
         return returncode or 0
 
-    def _run_subprocess(self, job: Job, argv: Sequence[str], threads: int,
-                        log_path: Path) -> int:
+    def _run_subprocess(
+        self, job: Job, argv: Sequence[str], threads: int, log_path: Path
+    ) -> int:
         """``python argv...`` in ``cwd``; returns its exit status."""
-        with open(log_path, 'w', encoding='utf-8') as log, subprocess.Popen(
-                [sys.executable] + argv, cwd=self.cwd, env=dict(
-                    os.environ, PYTHONUNBUFFERED='1',
+        with (
+            open(log_path, 'w', encoding='utf-8') as log,
+            subprocess.Popen(
+                [sys.executable] + argv,
+                cwd=self.cwd,
+                env=dict(
+                    os.environ,
+                    PYTHONUNBUFFERED='1',
                     OMP_NUM_THREADS=str(threads),
-                    MKL_NUM_THREADS=str(threads)),
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                bufsize=1) as process:
+                    MKL_NUM_THREADS=str(threads),
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            ) as process,
+        ):
             with self._lock:
                 self._running.add(process)
             try:
@@ -199,13 +243,15 @@ class JobRunner:
             self.logger.info(f'[{job.name}] {text}')
         elif PROGRESS_LINE.search(text):
             self.logger.info(f'[{job.name}] {NOISY_FIELDS.sub("", text)}')
-        elif TRAIN_LINE.search(text) and (time.monotonic() -
-                                          job.last_train_line >=
-                                          TRAIN_LINE_SECONDS):
+        elif TRAIN_LINE.search(text) and (
+            time.monotonic() - job.last_train_line >= TRAIN_LINE_SECONDS
+        ):
             job.last_train_line = time.monotonic()
             eta = re.search(r'eta: (\S+)', text)
-            self.logger.info(f'[{job.name}] {NOISY_FIELDS.sub("", text)}' +
-                             (f'  eta {eta.group(1)}' if eta else ''))
+            self.logger.info(
+                f'[{job.name}] {NOISY_FIELDS.sub("", text)}'
+                + (f'  eta {eta.group(1)}' if eta else '')
+            )
 
 
 def default_jobs() -> int:

@@ -2,6 +2,7 @@
 merged (or pruned) form, validating everything before OUT is written
 atomically (the conversion itself: :func:`hetdpt_mm.merge.merge_checkpoint`).
 """
+
 import argparse
 import shutil
 from typing import Optional
@@ -35,9 +36,13 @@ def run_merge(args: argparse.Namespace) -> None:
     check_output_path(args.output, inputs, args.force)
     spec = read_spec(args.spec)
     checkpoint = load_checkpoint_file(args.input)
-    merged, summary = merge_checkpoint(checkpoint, spec=spec,
-                                       prefix=args.prefix, arch=args.arch,
-                                       form=args.form)
+    merged, summary = merge_checkpoint(
+        checkpoint,
+        spec=spec,
+        prefix=args.prefix,
+        arch=args.arch,
+        form=args.form,
+    )
     with atomic_path(args.output, exclusive=not args.force) as tmp:
         if summary.unchanged:
             shutil.copyfile(args.input, tmp)

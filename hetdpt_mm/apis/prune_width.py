@@ -1,6 +1,7 @@
 """``tools/prune_width.py``: width-prune a checkpoint's HetDPTViT (HetDPT+,
 or the width-only baseline from dense weights) to a MACs target or by a
 ratio, and write the result with its record and report."""
+
 import json
 import math
 import re
@@ -31,14 +32,19 @@ def parse_macs(value: Union[str, float]) -> float:
     """``2.4G``, ``2400M``, ``2.4e9`` -> multiply-accumulates (> 0)."""
     match = _MACS.match(str(value))
     try:
-        macs = float(value) if match is None else \
-            float(match.group(1)) * _SCALE[match.group(2).lower()]
+        macs = (
+            float(value)
+            if match is None
+            else float(match.group(1)) * _SCALE[match.group(2).lower()]
+        )
     except ValueError:
         macs = math.nan
     # 0 and nan would be searched for before failing.
     if not (math.isfinite(macs) and macs > 0):
-        raise ValueError(f'the MACs target {value!r} is not a positive '
-                         'count (e.g. 2.4G, 2400M)')
+        raise ValueError(
+            f'the MACs target {value!r} is not a positive '
+            'count (e.g. 2.4G, 2400M)'
+        )
     return macs
 
 
@@ -63,23 +69,34 @@ class PruneWidthOptions:
     force: bool = False
 
 
-def calibration_batches(root: Path, batches: int, batch_size: int,
-                        img_size) -> Iterator[List[torch.Tensor]]:
+def calibration_batches(
+    root: Path, batches: int, batch_size: int, img_size
+) -> Iterator[List[torch.Tensor]]:
     """Labelled batches of an ImageFolder (``root/<class>/<image>``), in
     the evaluation transform, for Taylor importance."""
     from torchvision import datasets, transforms
+
     if not root.is_dir():
         raise FileNotFoundError(f'--calib-dir {root} is not a directory')
     size = tuple(img_size)
-    transform = transforms.Compose([
-        transforms.Resize(int(size[0] * 256 / 224),
-                          interpolation=transforms.InterpolationMode.BICUBIC),
-        transforms.CenterCrop(size), transforms.ToTensor(),
-        transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    transform = transforms.Compose(
+        [
+            transforms.Resize(
+                int(size[0] * 256 / 224),
+                interpolation=transforms.InterpolationMode.BICUBIC,
+            ),
+            transforms.CenterCrop(size),
+            transforms.ToTensor(),
+            transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
     dataset = datasets.ImageFolder(str(root), transform=transform)
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=True,
-        generator=torch.Generator().manual_seed(0))
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(0),
+    )
     for index, (images, labels) in enumerate(loader):
         if index >= batches:
             break
@@ -92,45 +109,80 @@ def run_prune_width(options: PruneWidthOptions) -> None:
     if options.importance not in IMPORTANCES:
         raise ValueError(f'--importance must be one of {IMPORTANCES}')
     if options.macs_convention not in MACS_CONVENTIONS:
-        raise ValueError(f'--macs-convention must be one of '
-                         f'{list(MACS_CONVENTIONS)}')
+        raise ValueError(
+            f'--macs-convention must be one of {list(MACS_CONVENTIONS)}'
+        )
     if options.importance == 'taylor' and options.calib_dir is None:
-        raise ValueError('--importance taylor needs calibration images: '
-                         '--calib-dir DIR (an ImageFolder); or use '
-                         '--importance magnitude')
-    check_output_paths([path for path in (options.output, options.report,
-                                          options.plot) if path is not None],
-                       [options.input], options.force)
-    if options.plot is not None and options.plot.suffix.lstrip(
-            '.').lower() not in figure_formats():
-        raise ValueError(f'--plot {options.plot}: unsupported image format; '
-                         f'use one of {", ".join(sorted(figure_formats()))}')
-    target = None if options.target_macs is None else parse_macs(
-        options.target_macs)
+        raise ValueError(
+            '--importance taylor needs calibration images: '
+            '--calib-dir DIR (an ImageFolder); or use '
+            '--importance magnitude'
+        )
+    check_output_paths(
+        [
+            path
+            for path in (options.output, options.report, options.plot)
+            if path is not None
+        ],
+        [options.input],
+        options.force,
+    )
+    if (
+        options.plot is not None
+        and options.plot.suffix.lstrip('.').lower() not in figure_formats()
+    ):
+        raise ValueError(
+            f'--plot {options.plot}: unsupported image format; '
+            f'use one of {", ".join(sorted(figure_formats()))}'
+        )
+    target = (
+        None
+        if options.target_macs is None
+        else parse_macs(options.target_macs)
+    )
     checkpoint = load_checkpoint_file(options.input)
     calibration = None
     if options.calib_dir is not None:
         from ..backbone_checkpoint import read_backbone_checkpoint
-        record = read_backbone_checkpoint(checkpoint, str(options.input),
-                                          options.prefix).record
+
+        record = read_backbone_checkpoint(
+            checkpoint, str(options.input), options.prefix
+        ).record
         img_size = (record.arch or {}).get('img_size', (224, 224))
-        calibration = calibration_batches(options.calib_dir,
-                                          options.calib_batches,
-                                          options.calib_batch_size, img_size)
+        calibration = calibration_batches(
+            options.calib_dir,
+            options.calib_batches,
+            options.calib_batch_size,
+            img_size,
+        )
     pruned, result = prune_width_checkpoint(
-        checkpoint, prefix=options.prefix, arch=parse_arch(options.arch),
-        source=str(options.input), target_macs=target, ratio=options.ratio,
-        importance=options.importance, calibration=calibration,
-        max_ratio=options.max_ratio, search_steps=options.search_steps,
+        checkpoint,
+        prefix=options.prefix,
+        arch=parse_arch(options.arch),
+        source=str(options.input),
+        target_macs=target,
+        ratio=options.ratio,
+        importance=options.importance,
+        calibration=calibration,
+        max_ratio=options.max_ratio,
+        search_steps=options.search_steps,
         attention_products=MACS_CONVENTIONS[options.macs_convention],
-        logger=lambda line: print_log(line, logger='current'))
+        logger=lambda line: print_log(line, logger='current'),
+    )
     outputs = {options.output: lambda tmp: torch.save(pruned, tmp)}
     if options.report is not None:
-        outputs[options.report] = json.dumps(dict(
-            input=str(options.input), output=str(options.output),
-            spec=result.record.spec.to_dict(), **result.report()), indent=2)
+        outputs[options.report] = json.dumps(
+            dict(
+                input=str(options.input),
+                output=str(options.output),
+                spec=result.record.spec.to_dict(),
+                **result.report(),
+            ),
+            indent=2,
+        )
     if options.plot is not None:
         outputs[options.plot] = plot_widths(
-            result.record.spec, options.plot.suffix.lstrip('.').lower())
+            result.record.spec, options.plot.suffix.lstrip('.').lower()
+        )
     write_outputs(outputs, exclusive=not options.force)
     print(f'{options.input} -> {options.output}\n{result.format()}')

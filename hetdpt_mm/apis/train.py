@@ -1,5 +1,6 @@
 """``tools/train.py``: train any mmpretrain / mmdet / mmseg config, checking
 the config, its inputs and the work dir before a runner is built."""
+
 import argparse
 
 from ..cli import UsageError
@@ -27,20 +28,26 @@ def run_train(args: argparse.Namespace) -> None:
         cfg.auto_scale_lr.enable = True
     if args.no_validate:
         if args.validate_first:
-            raise UsageError('--validate-first needs validation: drop '
-                             '--no-validate')
+            raise UsageError(
+                '--validate-first needs validation: drop --no-validate'
+            )
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
     if args.validate_first:
         cfg.custom_hooks = list(cfg.get('custom_hooks') or []) + [
-            dict(type='ValidateFirstHook')]
+            dict(type='ValidateFirstHook')
+        ]
     apply_resume(cfg, args.resume)
-    check_work_dir(cfg, args.config,
-                   resume_from=cfg.load_from if cfg.get('resume') else None)
+    check_work_dir(
+        cfg,
+        args.config,
+        resume_from=cfg.load_from if cfg.get('resume') else None,
+    )
     if not cfg.get('load_from') and not cfg.get('resume'):
         check_pretrained_exist(cfg)  # loaded weights replace init_cfg's
     try:
-        with claim_work_dir(cfg, resume=args.resume is not None,
-                            overwrite=args.overwrite):
+        with claim_work_dir(
+            cfg, resume=args.resume is not None, overwrite=args.overwrite
+        ):
             build_runner(cfg).train()
     finally:
         release_distributed()  # after the runner is gone: see its docstring

@@ -19,6 +19,7 @@ Everything is deterministic from the seed.  Each part is built in a
 temporary directory and renamed into place, so a reader never sees half a
 dataset, and an existing part with the same settings is kept.
 """
+
 import json
 import shutil
 import tempfile
@@ -34,24 +35,28 @@ SHAPE_CLASSES = ('rectangle', 'ellipse', 'triangle')
 #: Colours of the glyphs of the pairs task (six hues 60 degrees apart,
 #: saturation 0.8, value 0.9) and its labels: both glyphs in the same
 #: colour (which one), or in two different colours.
-PAIR_COLOURS = dict(red=(229, 45, 45), yellow=(229, 229, 45),
-                    green=(45, 229, 45), cyan=(45, 229, 229),
-                    blue=(45, 45, 229), magenta=(229, 45, 229))
-PAIR_CLASSES = tuple(f'same_{name}' for name in PAIR_COLOURS) + (
-    'different', )
+PAIR_COLOURS = dict(
+    red=(229, 45, 45),
+    yellow=(229, 229, 45),
+    green=(45, 229, 45),
+    cyan=(45, 229, 229),
+    blue=(45, 45, 229),
+    magenta=(229, 45, 229),
+)
+PAIR_CLASSES = tuple(f'same_{name}' for name in PAIR_COLOURS) + ('different',)
 PAIR_GLYPHS = ('square', 'disc', 'triangle', 'cross')
 #: Labels of the shape-matching pairs (``make_pairs(match='shape')``).
 SHAPE_PAIR_CLASSES = tuple(f'same_{glyph}' for glyph in PAIR_GLYPHS) + (
-    'different', )
+    'different',
+)
 #: The demo's classification task (docs/user_guides/demo.md): shape matching on
 #: 12-pixel glyphs, which the demo ViT (patch 8) learns to about 92 % in
 #: 20 epochs on 4,000 images, every block's layers carrying part of it.
 #: 3,000 validation images: a binomial standard error of 0.6 points at
 #: 90 % (600 gave 1.3, about the differences MAP has to fit).
-SHAPES_TASK = dict(match='shape', glyph_size=12, num_train=4000,
-                   num_val=3000)
+SHAPES_TASK = dict(match='shape', glyph_size=12, num_train=4000, num_val=3000)
 #: ADE-style segmentation classes (label value = index + 1; 0 = other).
-SEG_CLASSES = ('background', ) + SHAPE_CLASSES
+SEG_CLASSES = ('background',) + SHAPE_CLASSES
 MANIFEST = 'hetdpt_demo.json'
 
 
@@ -64,7 +69,8 @@ def _build_atomically(target: Path, settings: Dict, build) -> bool:
     if target.exists() and not manifest.exists():
         raise FileExistsError(
             f'{target} exists and is not a hetdpt_mm demo dataset; '
-            'refusing to replace it')
+            'refusing to replace it'
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f'.{target.name}.', dir=target.parent))
     try:
@@ -80,14 +86,17 @@ def _build_atomically(target: Path, settings: Dict, build) -> bool:
 
 
 # -------------------------------------------------------------- classification
-def make_classification(root, seed: int = 0, val_fraction: float = 0.2,
-                        size: int = 32) -> bool:
+def make_classification(
+    root, seed: int = 0, val_fraction: float = 0.2, size: int = 32
+) -> bool:
     """Digits in ImageNet layout; returns False if it was already there."""
-    settings = dict(kind='classification', seed=seed,
-                    val_fraction=val_fraction, size=size)
+    settings = dict(
+        kind='classification', seed=seed, val_fraction=val_fraction, size=size
+    )
 
     def build(out: Path):
         from sklearn.datasets import load_digits
+
         digits = load_digits()
         rng = np.random.default_rng(seed)
         order = rng.permutation(len(digits.target))
@@ -100,8 +109,11 @@ def make_classification(root, seed: int = 0, val_fraction: float = 0.2,
                 label = int(digits.target[index])
                 # 0..16 ink -> white digit on black, bilinear upscale.
                 pixels = (digits.images[index] * (255 / 16)).astype(np.uint8)
-                image = Image.fromarray(pixels).resize(
-                    (size, size), Image.BILINEAR).convert('RGB')
+                image = (
+                    Image.fromarray(pixels)
+                    .resize((size, size), Image.BILINEAR)
+                    .convert('RGB')
+                )
                 rel = f'{DIGIT_CLASSES[label]}/{index:04d}.png'
                 path = out / split / rel
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,8 +125,14 @@ def make_classification(root, seed: int = 0, val_fraction: float = 0.2,
     return _build_atomically(Path(root), settings, build)
 
 
-def _draw_glyph(draw: ImageDraw.ImageDraw, glyph: str, x0: int, y0: int,
-                size: int, colour: Tuple[int, int, int]) -> None:
+def _draw_glyph(
+    draw: ImageDraw.ImageDraw,
+    glyph: str,
+    x0: int,
+    y0: int,
+    size: int,
+    colour: Tuple[int, int, int],
+) -> None:
     x1, y1 = x0 + size - 1, y0 + size - 1
     if glyph == 'square':
         draw.rectangle([x0, y0, x1, y1], fill=colour)
@@ -129,10 +147,17 @@ def _draw_glyph(draw: ImageDraw.ImageDraw, glyph: str, x0: int, y0: int,
         draw.rectangle([x0, mid - half, x1, mid + half], fill=colour)
 
 
-def make_pairs(root, seed: int = 0, num_train: int = 1000,
-               num_val: int = 600, size: int = 32, glyph_size: int = 8,
-               min_distance: int = 14, colour_jitter: float = 25.0,
-               match: str = 'hue') -> bool:
+def make_pairs(
+    root,
+    seed: int = 0,
+    num_train: int = 1000,
+    num_val: int = 600,
+    size: int = 32,
+    glyph_size: int = 8,
+    min_distance: int = 14,
+    colour_jitter: float = 25.0,
+    match: str = 'hue',
+) -> bool:
     """Two glyphs at distant random positions; the label says whether they
     match and how, or that they differ (uniform).  ``match='hue'``
     (``PAIR_CLASSES``): the same colour (which) or different colours, the
@@ -155,14 +180,22 @@ def make_pairs(root, seed: int = 0, num_train: int = 1000,
     colours = list(PAIR_COLOURS.values())
     classes = PAIR_CLASSES if match == 'hue' else SHAPE_PAIR_CLASSES
     # What the label is about, and the attribute drawn at random.
-    matched, others = (colours, PAIR_GLYPHS) if match == 'hue' else (
-        PAIR_GLYPHS, colours)
+    matched, others = (
+        (colours, PAIR_GLYPHS) if match == 'hue' else (PAIR_GLYPHS, colours)
+    )
     # The colours are settings too: a dataset of other colours is rebuilt.
-    settings = dict(kind='pairs', seed=seed, num_train=num_train,
-                    num_val=num_val, size=size, glyph_size=glyph_size,
-                    min_distance=min_distance,
-                    colours=[list(colour) for colour in colours],
-                    colour_jitter=colour_jitter, match=match)
+    settings = dict(
+        kind='pairs',
+        seed=seed,
+        num_train=num_train,
+        num_val=num_val,
+        size=size,
+        glyph_size=glyph_size,
+        min_distance=min_distance,
+        colours=[list(colour) for colour in colours],
+        colour_jitter=colour_jitter,
+        match=match,
+    )
 
     def build(out: Path):
         rng = np.random.default_rng(seed + 2)
@@ -176,8 +209,9 @@ def make_pairs(root, seed: int = 0, num_train: int = 1000,
                 else:
                     pair = tuple(rng.choice(len(matched), 2, replace=False))
                 noise = rng.normal(0, 10, size=(size, size, 3))
-                canvas = np.clip(rng.integers(20, 60, size=3) + noise, 0,
-                                 255).astype(np.uint8)
+                canvas = np.clip(
+                    rng.integers(20, 60, size=3) + noise, 0, 255
+                ).astype(np.uint8)
                 image = Image.fromarray(canvas)
                 draw = ImageDraw.Draw(image)
                 high = size - glyph_size
@@ -187,14 +221,27 @@ def make_pairs(root, seed: int = 0, num_train: int = 1000,
                         break
                 for matched_index, (x0, y0) in zip(pair, corners):
                     other = int(rng.integers(len(others)))
-                    colour, glyph_index = (matched_index, other) \
-                        if match == 'hue' else (other, matched_index)
+                    colour, glyph_index = (
+                        (matched_index, other)
+                        if match == 'hue'
+                        else (other, matched_index)
+                    )
                     glyph = PAIR_GLYPHS[glyph_index]
                     side = glyph_size - int(rng.integers(0, 3))
-                    rgb = np.clip(np.array(colours[colour]) + rng.normal(
-                        0, colour_jitter, size=3), 0, 255)
-                    _draw_glyph(draw, glyph, int(x0), int(y0), side,
-                                tuple(int(value) for value in rgb))
+                    rgb = np.clip(
+                        np.array(colours[colour])
+                        + rng.normal(0, colour_jitter, size=3),
+                        0,
+                        255,
+                    )
+                    _draw_glyph(
+                        draw,
+                        glyph,
+                        int(x0),
+                        int(y0),
+                        side,
+                        tuple(int(value) for value in rgb),
+                    )
                 rel = f'{classes[label]}/{index:05d}.png'
                 (out / split / rel).parent.mkdir(parents=True, exist_ok=True)
                 image.save(out / split / rel)
@@ -206,10 +253,13 @@ def make_pairs(root, seed: int = 0, num_train: int = 1000,
 
 
 # ------------------------------------------------------------------ scenes
-def _draw_scene(rng: np.random.Generator, height: int, width: int,
-                max_objects: int,
-                object_size: Tuple[float, float] = (1 / 6, 1 / 2)
-                ) -> Tuple[Image.Image, List[Dict], np.ndarray]:
+def _draw_scene(
+    rng: np.random.Generator,
+    height: int,
+    width: int,
+    max_objects: int,
+    object_size: Tuple[float, float] = (1 / 6, 1 / 2),
+) -> Tuple[Image.Image, List[Dict], np.ndarray]:
     """A noisy background with 1..max_objects filled shapes (they may
     overlap), each side between ``object_size`` fractions of the image's.
 
@@ -222,17 +272,24 @@ def _draw_scene(rng: np.random.Generator, height: int, width: int,
     noise = rng.normal(0, 12, size=(height, width, 3))
     canvas = np.clip(background + noise, 0, 255).astype(np.uint8)
     image = Image.fromarray(canvas)
-    labels = np.full((height, width), SEG_CLASSES.index('background') + 1,
-                     dtype=np.uint8)
+    labels = np.full(
+        (height, width), SEG_CLASSES.index('background') + 1, dtype=np.uint8
+    )
     instance = np.zeros((height, width), dtype=np.int32)
     draw = ImageDraw.Draw(image)
     objects = []
     for obj_id in range(1, int(rng.integers(1, max_objects + 1)) + 1):
         cls = int(rng.integers(len(SHAPE_CLASSES)))
-        w = int(rng.integers(int(width * object_size[0]),
-                             int(width * object_size[1])))
-        h = int(rng.integers(int(height * object_size[0]),
-                             int(height * object_size[1])))
+        w = int(
+            rng.integers(
+                int(width * object_size[0]), int(width * object_size[1])
+            )
+        )
+        h = int(
+            rng.integers(
+                int(height * object_size[0]), int(height * object_size[1])
+            )
+        )
         x0 = int(rng.integers(0, width - w))
         y0 = int(rng.integers(0, height - h))
         colour = tuple(int(c) for c in rng.integers(130, 256, size=3))
@@ -244,8 +301,14 @@ def _draw_scene(rng: np.random.Generator, height: int, width: int,
         elif SHAPE_CLASSES[cls] == 'ellipse':
             shape = ('ellipse', box)
         else:
-            shape = ('polygon', [(x0, y0 + h - 1), (x0 + w - 1, y0 + h - 1),
-                                 (x0 + w // 2, y0)])
+            shape = (
+                'polygon',
+                [
+                    (x0, y0 + h - 1),
+                    (x0 + w - 1, y0 + h - 1),
+                    (x0 + w // 2, y0),
+                ],
+            )
         getattr(draw, shape[0])(shape[1], fill=colour)
         getattr(mask_draw, shape[0])(shape[1], fill=1)
         mask = np.asarray(mask_image, dtype=bool)
@@ -259,11 +322,14 @@ def _draw_scene(rng: np.random.Generator, height: int, width: int,
         if len(xs) < 16:
             continue
         x0, y0, x1, y1 = xs.min(), ys.min(), xs.max() + 1, ys.max() + 1
-        visible.append(dict(category=obj['category'],
-                            bbox=[float(x0), float(y0), float(x1 - x0),
-                                  float(y1 - y0)],
-                            area=float(len(xs)),
-                            mask=instance == obj['id']))
+        visible.append(
+            dict(
+                category=obj['category'],
+                bbox=[float(x0), float(y0), float(x1 - x0), float(y1 - y0)],
+                area=float(len(xs)),
+                mask=instance == obj['id'],
+            )
+        )
     return image, visible, labels
 
 
@@ -273,10 +339,15 @@ def _rle(mask: np.ndarray) -> Dict:
     return dict(size=rle['size'], counts=rle['counts'].decode('ascii'))
 
 
-def make_detection(root, seed: int = 0, num_train: int = 512,
-                   num_val: int = 64, size: Tuple[int, int] = (128, 128),
-                   max_objects: int = 2,
-                   object_size: Tuple[float, float] = (1 / 4, 1 / 2)) -> bool:
+def make_detection(
+    root,
+    seed: int = 0,
+    num_train: int = 512,
+    num_val: int = 64,
+    size: Tuple[int, int] = (128, 128),
+    max_objects: int = 2,
+    object_size: Tuple[float, float] = (1 / 4, 1 / 2),
+) -> bool:
     """Shapes with exact boxes and masks in COCO 2017 layout.
 
     The defaults give DETR (configs/demo/detr_hetdpt_demo.py) a set it
@@ -284,60 +355,101 @@ def make_detection(root, seed: int = 0, num_train: int = 512,
     its 1,500 steps not to memorise them.
     """
     # masks: datasets made before the masks were added are rebuilt.
-    settings = dict(kind='detection', masks='rle', seed=seed,
-                    num_train=num_train,
-                    num_val=num_val, size=list(size), max_objects=max_objects,
-                    object_size=list(object_size))
+    settings = dict(
+        kind='detection',
+        masks='rle',
+        seed=seed,
+        num_train=num_train,
+        num_val=num_val,
+        size=list(size),
+        max_objects=max_objects,
+        object_size=list(object_size),
+    )
 
     def build(out: Path):
         rng = np.random.default_rng(seed)
         (out / 'annotations').mkdir(parents=True)
-        categories = [dict(id=i + 1, name=name, supercategory='shape')
-                      for i, name in enumerate(SHAPE_CLASSES)]
+        categories = [
+            dict(id=i + 1, name=name, supercategory='shape')
+            for i, name in enumerate(SHAPE_CLASSES)
+        ]
         for split, count in (('train2017', num_train), ('val2017', num_val)):
             (out / split).mkdir()
             images, annotations = [], []
             for index in range(count):
-                image, objects, _ = _draw_scene(rng, *size, max_objects,
-                                                object_size)
+                image, objects, _ = _draw_scene(
+                    rng, *size, max_objects, object_size
+                )
                 file_name = f'{index:012d}.jpg'
                 image.save(out / split / file_name, quality=95)
                 image_id = index + 1
-                images.append(dict(id=image_id, file_name=file_name,
-                                   height=size[0], width=size[1]))
+                images.append(
+                    dict(
+                        id=image_id,
+                        file_name=file_name,
+                        height=size[0],
+                        width=size[1],
+                    )
+                )
                 for obj in objects:
-                    annotations.append(dict(
-                        id=len(annotations) + 1, image_id=image_id,
-                        category_id=obj['category'] + 1, bbox=obj['bbox'],
-                        area=obj['area'], iscrowd=0,
-                        segmentation=_rle(obj['mask'])))
+                    annotations.append(
+                        dict(
+                            id=len(annotations) + 1,
+                            image_id=image_id,
+                            category_id=obj['category'] + 1,
+                            bbox=obj['bbox'],
+                            area=obj['area'],
+                            iscrowd=0,
+                            segmentation=_rle(obj['mask']),
+                        )
+                    )
             ann_file = out / 'annotations' / f'instances_{split}.json'
-            ann_file.write_text(json.dumps(dict(
-                images=images, annotations=annotations,
-                categories=categories)))
+            ann_file.write_text(
+                json.dumps(
+                    dict(
+                        images=images,
+                        annotations=annotations,
+                        categories=categories,
+                    )
+                )
+            )
 
     return _build_atomically(Path(root), settings, build)
 
 
-def make_segmentation(root, seed: int = 0, num_train: int = 64,
-                      num_val: int = 16, size: Tuple[int, int] = (128, 128),
-                      max_objects: int = 3) -> bool:
+def make_segmentation(
+    root,
+    seed: int = 0,
+    num_train: int = 64,
+    num_val: int = 16,
+    size: Tuple[int, int] = (128, 128),
+    max_objects: int = 3,
+) -> bool:
     """Shapes with exact masks in ADE20K layout."""
-    settings = dict(kind='segmentation', seed=seed, num_train=num_train,
-                    num_val=num_val, size=list(size), max_objects=max_objects)
+    settings = dict(
+        kind='segmentation',
+        seed=seed,
+        num_train=num_train,
+        num_val=num_val,
+        size=list(size),
+        max_objects=max_objects,
+    )
 
     def build(out: Path):
         rng = np.random.default_rng(seed + 1)
-        for split, count, prefix in (('training', num_train, 'train'),
-                                     ('validation', num_val, 'val')):
+        for split, count, prefix in (
+            ('training', num_train, 'train'),
+            ('validation', num_val, 'val'),
+        ):
             (out / 'images' / split).mkdir(parents=True)
             (out / 'annotations' / split).mkdir(parents=True)
             for index in range(count):
                 image, _, labels = _draw_scene(rng, *size, max_objects)
                 stem = f'ADE_{prefix}_{index + 1:08d}'
                 image.save(out / 'images' / split / f'{stem}.jpg', quality=95)
-                Image.fromarray(labels).save(out / 'annotations' / split /
-                                             f'{stem}.png')
+                Image.fromarray(labels).save(
+                    out / 'annotations' / split / f'{stem}.png'
+                )
 
     return _build_atomically(Path(root), settings, build)
 
@@ -345,8 +457,12 @@ def make_segmentation(root, seed: int = 0, num_train: int = 64,
 def make_all(root, seed: int = 0) -> Dict[str, Path]:
     """All four demo datasets under ``root``; returns their directories."""
     root = Path(root)
-    paths = dict(cls=root / 'cls', shapes=root / 'shapes',
-                 coco=root / 'coco', ade=root / 'ade')
+    paths = dict(
+        cls=root / 'cls',
+        shapes=root / 'shapes',
+        coco=root / 'coco',
+        ade=root / 'ade',
+    )
     make_classification(paths['cls'], seed)
     make_pairs(paths['shapes'], seed, **SHAPES_TASK)
     make_detection(paths['coco'], seed)

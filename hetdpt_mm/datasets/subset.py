@@ -1,6 +1,7 @@
 """Fixed, seeded subsets of a dataset: the fast fine-tune of MAP collection
 trains on one (:class:`SubsetSampler`), and the transfer-entropy score is
 computed on one (:func:`select_subset`)."""
+
 import numbers
 from typing import List, Optional, Union
 
@@ -11,8 +12,9 @@ from mmengine.registry import DATA_SAMPLERS
 __all__ = ['select_subset', 'SubsetSampler']
 
 
-def select_subset(length: int, subset: Union[int, float],
-                  seed: int = 0) -> List[int]:
+def select_subset(
+    length: int, subset: Union[int, float], seed: int = 0
+) -> List[int]:
     """Sorted indices of a deterministic random subset of ``range(length)``.
 
     An ``int`` subset is a count (``1..length``), a ``float`` a fraction in
@@ -20,17 +22,22 @@ def select_subset(length: int, subset: Union[int, float],
     the same items, on every rank and after a resume.
     """
     if isinstance(subset, bool) or not isinstance(subset, numbers.Real):
-        raise TypeError(f'subset must be an image count (int) or a fraction '
-                        f'(float), got {subset!r}')
+        raise TypeError(
+            f'subset must be an image count (int) or a fraction '
+            f'(float), got {subset!r}'
+        )
     if isinstance(subset, numbers.Integral):
         count = int(subset)
         if not 1 <= count <= length:
-            raise ValueError(f'subset count {count} is out of range: the '
-                             f'dataset has {length} items')
+            raise ValueError(
+                f'subset count {count} is out of range: the '
+                f'dataset has {length} items'
+            )
     else:
         if not 0 < subset <= 1:
-            raise ValueError(f'subset fraction must be in (0, 1], got '
-                             f'{subset}')
+            raise ValueError(
+                f'subset fraction must be in (0, 1], got {subset}'
+            )
         count = max(1, int(round(subset * length)))
     order = np.random.default_rng(seed).permutation(length)[:count]
     return sorted(int(i) for i in order)
@@ -48,15 +55,22 @@ class SubsetSampler(DefaultSampler):
     subset=0.5)``.
     """
 
-    def __init__(self, dataset, subset: Union[int, float],
-                 subset_seed: int = 0, shuffle: bool = True,
-                 seed: Optional[int] = None, round_up: bool = True) -> None:
-        self.subset_indices = select_subset(len(dataset), subset,
-                                            subset_seed)
+    def __init__(
+        self,
+        dataset,
+        subset: Union[int, float],
+        subset_seed: int = 0,
+        shuffle: bool = True,
+        seed: Optional[int] = None,
+        round_up: bool = True,
+    ) -> None:
+        self.subset_indices = select_subset(len(dataset), subset, subset_seed)
         # DefaultSampler shuffles and shards positions in the subset.
-        super().__init__(self.subset_indices, shuffle=shuffle, seed=seed,
-                         round_up=round_up)
+        super().__init__(
+            self.subset_indices, shuffle=shuffle, seed=seed, round_up=round_up
+        )
 
     def __iter__(self):
-        return (self.subset_indices[position]
-                for position in super().__iter__())
+        return (
+            self.subset_indices[position] for position in super().__iter__()
+        )

@@ -14,6 +14,7 @@ temporary file, run in each verification runtime on the same random inputs
 at every size and batch size, and kept only if the largest absolute
 difference to PyTorch is within the tolerance.
 """
+
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -42,6 +43,7 @@ class VerificationError(Exception):
 @dataclass
 class ExportOptions:
     """What ``tools/export.py`` takes (see its help)."""
+
     task: str  # one of TASKS
     config: str
     checkpoint: str
@@ -51,7 +53,7 @@ class ExportOptions:
     static_hw: bool = False  # fix height and width to img_size
     verify_sizes: Sequence[Sequence[int]] = ()  # H W each; [img_size]
     verify_batch_sizes: Sequence[int] = (1, 3)
-    runtimes: Sequence[str] = ('onnxruntime', )
+    runtimes: Sequence[str] = ('onnxruntime',)
     tolerance: float = 1e-4
     cfg_options: Optional[Dict[str, Any]] = None
     seed: int = 0
@@ -60,44 +62,52 @@ class ExportOptions:
 
 def check_options(options: ExportOptions) -> None:
     if options.task not in TASKS:
-        raise UsageError(f'unknown task {options.task!r}; choose from '
-                         f'{list(TASKS)}')
+        raise UsageError(
+            f'unknown task {options.task!r}; choose from {list(TASKS)}'
+        )
     for name in ('config', 'checkpoint'):
         if not Path(getattr(options, name)).is_file():
-            raise UsageError(f'{name} {getattr(options, name)} does not '
-                             'exist')
+            raise UsageError(f'{name} {getattr(options, name)} does not exist')
     unknown = [r for r in options.runtimes if r not in RUNTIMES]
     if unknown:
-        raise UsageError(f'unknown runtimes {unknown}; choose from '
-                         f'{list(RUNTIMES)}')
+        raise UsageError(
+            f'unknown runtimes {unknown}; choose from {list(RUNTIMES)}'
+        )
     if options.batch_size < 2:
-        raise UsageError('--batch-size (of the example input) must be >= 2, '
-                         'or the exporter fixes the batch axis to 1')
+        raise UsageError(
+            '--batch-size (of the example input) must be >= 2, '
+            'or the exporter fixes the batch axis to 1'
+        )
     if min(options.verify_batch_sizes, default=1) < 1:
         raise UsageError('--verify-batch-sizes must be >= 1')
     if options.tolerance <= 0:
         raise UsageError('--tolerance must be > 0')
-    check_output_path(options.out, [options.config, options.checkpoint],
-                      options.force)
+    check_output_path(
+        options.out, [options.config, options.checkpoint], options.force
+    )
 
 
-def resolve_sizes(options: ExportOptions, model) -> Tuple[
-        Tuple[int, int], List[Tuple[int, int]]]:
+def resolve_sizes(
+    options: ExportOptions, model
+) -> Tuple[Tuple[int, int], List[Tuple[int, int]]]:
     """The example size (default: the size the backbone's position
     embedding is stored at) and the sizes to verify."""
-    img_size = options.img_size or getattr(model.backbone, 'img_size',
-                                           (224, 224))
+    img_size = options.img_size or getattr(
+        model.backbone, 'img_size', (224, 224)
+    )
     sizes = [tuple(img_size)] + [tuple(s) for s in options.verify_sizes]
     for size in sizes:
         if len(size) != 2 or min(size) < 1:
-            raise UsageError(f'sizes are H W with positive H and W, got '
-                             f'{list(size)}')
+            raise UsageError(
+                f'sizes are H W with positive H and W, got {list(size)}'
+            )
     if options.static_hw:
         fixed = [s for s in sizes if s != sizes[0]]
         if fixed:
             raise UsageError(
                 f'--static-hw fixes the input to {sizes[0][0]}x{sizes[0][1]}'
-                f'; it cannot be verified at {fixed[0][0]}x{fixed[0][1]}')
+                f'; it cannot be verified at {fixed[0][0]}x{fixed[0][1]}'
+            )
     return sizes[0], list(dict.fromkeys(sizes))
 
 
@@ -113,16 +123,20 @@ def reference_outputs(net, sizes, batch_sizes, seed) -> List[Dict]:
                 with torch.no_grad():
                     outputs = net(inputs)
             except (RuntimeError, ValueError, AssertionError) as err:
-                raise ValueError(f'input size {height}x{width} cannot work '
-                                 f'with this model: {err}') from None
-            outputs = [o.numpy() for o in torch.utils._pytree.tree_leaves(
-                outputs)]
+                raise ValueError(
+                    f'input size {height}x{width} cannot work '
+                    f'with this model: {err}'
+                ) from None
+            outputs = [
+                o.numpy() for o in torch.utils._pytree.tree_leaves(outputs)
+            ]
             cases.append(dict(inputs=inputs.numpy(), outputs=outputs))
     return cases
 
 
-def verify(path: Path, cases: List[Dict], runtimes: Sequence[str],
-           tolerance: float) -> List[Dict[str, Any]]:
+def verify(
+    path: Path, cases: List[Dict], runtimes: Sequence[str], tolerance: float
+) -> List[Dict[str, Any]]:
     """Run every case in every runtime; one result row per case."""
     rows = []
     for runtime in runtimes:
@@ -131,28 +145,39 @@ def verify(path: Path, cases: List[Dict], runtimes: Sequence[str],
             got = run(case['inputs'])
             expected = case['outputs']
             if len(got) != len(expected) or any(
-                    g.shape != e.shape for g, e in zip(got, expected)):
+                g.shape != e.shape for g, e in zip(got, expected)
+            ):
                 diff = float('inf')
             else:
-                diff = max(float(np.abs(g - e).max())
-                           for g, e in zip(got, expected))
-            rows.append(dict(
-                runtime=runtime, input=list(case['inputs'].shape),
-                outputs=[list(e.shape) for e in expected],
-                got=[list(g.shape) for g in got], max_abs_diff=diff,
-                ok=diff <= tolerance))
+                diff = max(
+                    float(np.abs(g - e).max()) for g, e in zip(got, expected)
+                )
+            rows.append(
+                dict(
+                    runtime=runtime,
+                    input=list(case['inputs'].shape),
+                    outputs=[list(e.shape) for e in expected],
+                    got=[list(g.shape) for g in got],
+                    max_abs_diff=diff,
+                    ok=diff <= tolerance,
+                )
+            )
     return rows
 
 
 def format_rows(rows: List[Dict[str, Any]], tolerance: float) -> str:
-    lines = ['| runtime | input | outputs | max abs diff | within '
-             f'{tolerance:g} |', '| --- | --- | --- | ---: | --- |']
+    lines = [
+        f'| runtime | input | outputs | max abs diff | within {tolerance:g} |',
+        '| --- | --- | --- | ---: | --- |',
+    ]
     for row in rows:
         shapes = ', '.join('x'.join(map(str, s)) for s in row['got'])
-        lines.append(f'| {row["runtime"]} | '
-                     f'{"x".join(map(str, row["input"]))} | {shapes} | '
-                     f'{row["max_abs_diff"]:.3g} | '
-                     f'{"yes" if row["ok"] else "NO"} |')
+        lines.append(
+            f'| {row["runtime"]} | '
+            f'{"x".join(map(str, row["input"]))} | {shapes} | '
+            f'{row["max_abs_diff"]:.3g} | '
+            f'{"yes" if row["ok"] else "NO"} |'
+        )
     return '\n'.join(lines)
 
 
@@ -162,35 +187,52 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
     :class:`VerificationError` when a difference exceeds the tolerance
     (nothing written either)."""
     check_options(options)
-    model, scope = load_model(options.config, options.checkpoint,
-                              options.cfg_options)
-    if getattr(model.backbone, 'token_merge', None) is not None and \
-            not options.static_hw:
+    model, scope = load_model(
+        options.config, options.checkpoint, options.cfg_options
+    )
+    if (
+        getattr(model.backbone, 'token_merge', None) is not None
+        and not options.static_hw
+    ):
         # How many tokens each block merges follows from the number of
         # patches; with symbolic H and W torch.export runs on and on (over
         # 10 minutes for a 4-block model).
-        raise UsageError('the backbone merges tokens (token_merge), and how '
-                         'many each block merges depends on the input size: '
-                         'it exports for one height and width only; add '
-                         '--static-hw (and --img-size H W for another size '
-                         'than the backbone\'s; '
-                         'docs/user_guides/token_merge.md)')
+        raise UsageError(
+            'the backbone merges tokens (token_merge), and how '
+            'many each block merges depends on the input size: '
+            'it exports for one height and width only; add '
+            '--static-hw (and --img-size H W for another size '
+            "than the backbone's; "
+            'docs/user_guides/token_merge.md)'
+        )
     net = build_network(options.task, model, scope)
     img_size, sizes = resolve_sizes(options, model)
-    cases = reference_outputs(net, sizes, options.verify_batch_sizes,
-                              options.seed)
-    example = torch.randn(options.batch_size, 3, *img_size,
-                          generator=torch.Generator().manual_seed(
-                              options.seed))
+    cases = reference_outputs(
+        net, sizes, options.verify_batch_sizes, options.seed
+    )
+    example = torch.randn(
+        options.batch_size,
+        3,
+        *img_size,
+        generator=torch.Generator().manual_seed(options.seed),
+    )
     names = output_names(options.task, len(cases[0]['outputs']))
     axes = 'batch' + ('' if options.static_hw else ', height, width')
-    print(f'exporting {options.task} ({type(model).__name__}, backbone '
-          f'{describe_backbone(model)}) at opset {OPSET}, example input '
-          f'{options.batch_size}x3x{img_size[0]}x{img_size[1]}, dynamic '
-          f'{axes}', flush=True)
+    print(
+        f'exporting {options.task} ({type(model).__name__}, backbone '
+        f'{describe_backbone(model)}) at opset {OPSET}, example input '
+        f'{options.batch_size}x3x{img_size[0]}x{img_size[1]}, dynamic '
+        f'{axes}',
+        flush=True,
+    )
     with atomic_path(options.out) as tmp:
-        export_onnx(exportable(net), example, tmp, names,
-                    dynamic_hw=not options.static_hw)
+        export_onnx(
+            exportable(net),
+            example,
+            tmp,
+            names,
+            dynamic_hw=not options.static_hw,
+        )
         rows = verify(tmp, cases, options.runtimes, options.tolerance)
         print(format_rows(rows, options.tolerance))
         bad = [row for row in rows if not row['ok']]
@@ -201,7 +243,8 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
                 f'more than {options.tolerance:g} (worst: '
                 f'{worst["max_abs_diff"]:.3g} in {worst["runtime"]} at '
                 f'{"x".join(map(str, worst["input"]))}); {options.out} was '
-                'not written')
+                'not written'
+            )
     print(f'wrote {options.out}')
     return rows
 

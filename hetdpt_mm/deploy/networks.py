@@ -14,6 +14,7 @@ HetDPT record rebuilds the backbone's exact structure as it loads
 (:mod:`hetdpt_mm.record`), and the neck or heads take the embedding width
 it records (a width-pruned, HetDPT+, backbone), as in ``tools/test.py``.
 """
+
 import copy
 from typing import Optional, Sequence, Tuple
 
@@ -26,12 +27,13 @@ from ..speed import build_from_config
 
 TASKS = ('classifier', 'backbone', 'detr', 'upernet')
 #: The toolbox each task's config must belong to.
-TASK_SCOPES = {'classifier': 'mmpretrain', 'detr': 'mmdet',
-               'upernet': 'mmseg'}
+TASK_SCOPES = {'classifier': 'mmpretrain', 'detr': 'mmdet', 'upernet': 'mmseg'}
 #: Names of the exported outputs (the backbone's are out0, out1, ...).
-OUTPUT_NAMES = {'classifier': ['cls_score'],
-                'detr': ['all_cls_scores', 'all_bbox_preds'],
-                'upernet': ['seg_logits']}
+OUTPUT_NAMES = {
+    'classifier': ['cls_score'],
+    'detr': ['all_cls_scores', 'all_bbox_preds'],
+    'upernet': ['seg_logits'],
+}
 
 
 class ClassifierNet(nn.Module):
@@ -69,8 +71,11 @@ class DETRNet(nn.Module):
         # Every image fills the batch: DETR then needs no padding mask and
         # takes its positional encoding from the feature map's size.
         shape = tuple(inputs.shape[2:])
-        samples = [DetDataSample(metainfo=dict(img_shape=shape,
-                                               batch_input_shape=shape))]
+        samples = [
+            DetDataSample(
+                metainfo=dict(img_shape=shape, batch_input_shape=shape)
+            )
+        ]
         return self.model._forward(inputs, samples)
 
 
@@ -100,8 +105,10 @@ class AdaptiveAvgPool2dExport(nn.Module):
         super().__init__()
         size = nn.modules.utils._pair(output_size)
         if None in size:
-            raise ValueError('an output size of None (keep the input size) '
-                             'is not supported for export')
+            raise ValueError(
+                'an output size of None (keep the input size) '
+                'is not supported for export'
+            )
         self.output_size = size
 
     @staticmethod
@@ -110,9 +117,13 @@ class AdaptiveAvgPool2dExport(nn.Module):
         # Non-negative operands only: ONNX integer division truncates.
         starts = [i * length // bins for i in range(bins)]
         ends = [((i + 1) * length + bins - 1) // bins for i in range(bins)]
-        return torch.cat([
-            x.narrow(dim, start, end - start).mean(dim, keepdim=True)
-            for start, end in zip(starts, ends)], dim)
+        return torch.cat(
+            [
+                x.narrow(dim, start, end - start).mean(dim, keepdim=True)
+                for start, end in zip(starts, ends)
+            ],
+            dim,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         height, width = self.output_size
@@ -125,14 +136,15 @@ def exportable(net: nn.Module) -> nn.Module:
     net = copy.deepcopy(net)
     for name, module in list(net.named_modules()):
         if isinstance(module, nn.AdaptiveAvgPool2d):
-            net.set_submodule(name, AdaptiveAvgPool2dExport(
-                module.output_size))
+            net.set_submodule(
+                name, AdaptiveAvgPool2dExport(module.output_size)
+            )
     return net
 
 
-def load_model(config: str, checkpoint: str,
-               cfg_options: Optional[dict] = None
-               ) -> Tuple[nn.Module, Optional[str]]:
+def load_model(
+    config: str, checkpoint: str, cfg_options: Optional[dict] = None
+) -> Tuple[nn.Module, Optional[str]]:
     """The model of ``config`` with the weights of ``checkpoint``, eval
     mode (the backbone's structure is the checkpoint's), and the config's
     registry scope."""
@@ -145,21 +157,26 @@ def load_model(config: str, checkpoint: str,
     return model.eval(), cfg.get('default_scope')
 
 
-def build_network(task: str, model: nn.Module,
-                  scope: Optional[str]) -> nn.Module:
+def build_network(
+    task: str, model: nn.Module, scope: Optional[str]
+) -> nn.Module:
     """The tensor network of ``task`` around a loaded ``model`` of the
     toolbox ``scope``."""
     if task != 'backbone' and scope != TASK_SCOPES[task]:
-        raise ValueError(f'task {task} needs a {TASK_SCOPES[task]} config; '
-                         f'this one is {scope}')
+        raise ValueError(
+            f'task {task} needs a {TASK_SCOPES[task]} config; '
+            f'this one is {scope}'
+        )
     if task == 'classifier':
         return ClassifierNet(model).eval()
     if task == 'backbone':
         return BackboneNet(model.backbone).eval()
     if task == 'detr':
         if not hasattr(model, 'forward_transformer'):
-            raise ValueError(f'task detr needs a DETR-like detector; the '
-                             f'config builds a {type(model).__name__}')
+            raise ValueError(
+                f'task detr needs a DETR-like detector; the '
+                f'config builds a {type(model).__name__}'
+            )
         return DETRNet(model).eval()
     return SegmentorNet(model).eval()
 

@@ -8,6 +8,7 @@ and specialises Python-level shape logic to the example input, while
 torch.export keeps sizes symbolic (dynamic batch, height and width) and
 fails loudly where it cannot.
 """
+
 import contextlib
 import ctypes
 import sys
@@ -29,7 +30,7 @@ RUNTIMES = ('onnxruntime', 'openvino')
 #: The precisions each runtime runs the fp32 graph in. OpenVINO's CPU
 #: plugin runs it in bf16 on CPUs with bf16 instructions (its inference
 #: precision hint); ONNX Runtime's CPU provider has no bf16 MatMul kernel.
-RUNTIME_DTYPES = {'onnxruntime': ('fp32', ), 'openvino': ('fp32', 'bf16')}
+RUNTIME_DTYPES = {'onnxruntime': ('fp32',), 'openvino': ('fp32', 'bf16')}
 #: Largest absolute output difference from fp32 PyTorch eager accepted by
 #: the benchmark, by precision: fp32 runtimes differ by rounding (~1e-6 on
 #: DeiT-B), bf16 (8-bit mantissa) by ~3e-2 there.
@@ -43,8 +44,12 @@ def require(module: str):
 
 class _SignalStack(ctypes.Structure):
     """``stack_t`` of sigaltstack(2) on Linux."""
-    _fields_ = [('ss_sp', ctypes.c_void_p), ('ss_flags', ctypes.c_int),
-                ('ss_size', ctypes.c_size_t)]
+
+    _fields_ = [
+        ('ss_sp', ctypes.c_void_p),
+        ('ss_flags', ctypes.c_int),
+        ('ss_size', ctypes.c_size_t),
+    ]
 
 
 @contextlib.contextmanager
@@ -70,9 +75,14 @@ def signal_stack_kept() -> Iterator[None]:
         sigaltstack(ctypes.byref(own), None)
 
 
-def export_onnx(net: nn.Module, example: torch.Tensor, path: Union[str, Path],
-                output_names: Sequence[str], dynamic_batch: bool = True,
-                dynamic_hw: bool = True) -> None:
+def export_onnx(
+    net: nn.Module,
+    example: torch.Tensor,
+    path: Union[str, Path],
+    output_names: Sequence[str],
+    dynamic_batch: bool = True,
+    dynamic_hw: bool = True,
+) -> None:
     """Export ``net(example)`` to ``path`` with input ``'input'``
     (N, C, H, W) and the given output names; the batch, height and width
     axes are dynamic as asked."""
@@ -85,31 +95,41 @@ def export_onnx(net: nn.Module, example: torch.Tensor, path: Union[str, Path],
     if dynamic_hw:
         axes.update({2: dynamic, 3: dynamic})
     with torch.no_grad():
-        torch.onnx.export(net, (example, ), str(path), dynamo=True,
-                          opset_version=OPSET, input_names=['input'],
-                          output_names=list(output_names),
-                          dynamic_shapes=(axes, ) if axes else None,
-                          external_data=False, verbose=False)
+        torch.onnx.export(
+            net,
+            (example,),
+            str(path),
+            dynamo=True,
+            opset_version=OPSET,
+            input_names=['input'],
+            output_names=list(output_names),
+            dynamic_shapes=(axes,) if axes else None,
+            external_data=False,
+            verbose=False,
+        )
 
 
-def make_session(path: Union[str, Path], runtime: str, threads: int = 0,
-                 dtype: str = 'fp32'
-                 ) -> Callable[[np.ndarray], List[np.ndarray]]:
+def make_session(
+    path: Union[str, Path], runtime: str, threads: int = 0, dtype: str = 'fp32'
+) -> Callable[[np.ndarray], List[np.ndarray]]:
     """A function running the ONNX model at ``path`` in ``runtime`` on the
     CPU in ``dtype`` (one of ``RUNTIME_DTYPES[runtime]``; ``threads``
     intra-op threads, 0: the runtime's default): one NCHW float32 array
     in, the list of outputs out."""
     if runtime in RUNTIME_DTYPES and dtype not in RUNTIME_DTYPES[runtime]:
-        raise ValueError(f'{runtime} runs '
-                         f'{" or ".join(RUNTIME_DTYPES[runtime])} here, not '
-                         f'{dtype}')
+        raise ValueError(
+            f'{runtime} runs '
+            f'{" or ".join(RUNTIME_DTYPES[runtime])} here, not '
+            f'{dtype}'
+        )
     if runtime == 'onnxruntime':
         ort = require('onnxruntime')
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
-        session = ort.InferenceSession(str(path), options,
-                                       providers=['CPUExecutionProvider'])
+        session = ort.InferenceSession(
+            str(path), options, providers=['CPUExecutionProvider']
+        )
         name = session.get_inputs()[0].name
         return lambda array: session.run(None, {name: array})
     if runtime == 'openvino':
@@ -123,13 +143,16 @@ def make_session(path: Union[str, Path], runtime: str, threads: int = 0,
         # A hint the CPU cannot follow is not an error to the plugin.
         used = compiled.get_property('INFERENCE_PRECISION_HINT')
         if used.get_type_name() != precision:
-            raise ValueError(f'OpenVINO runs {used.get_type_name()} on this '
-                             f'CPU, not {precision}')
+            raise ValueError(
+                f'OpenVINO runs {used.get_type_name()} on this '
+                f'CPU, not {precision}'
+            )
         request = compiled.create_infer_request()
 
         def run(array):
             results = request.infer([array], share_inputs=True)
             return [np.asarray(results[out]) for out in compiled.outputs]
+
         return run
     raise ValueError(f'unknown runtime {runtime!r}; choose from {RUNTIMES}')
 
@@ -139,9 +162,14 @@ def make_session(path: Union[str, Path], runtime: str, threads: int = 0,
 BENCHMARK_RUNTIMES = ('torch', 'compile') + RUNTIMES
 
 
-def benchmark_runner(model: nn.Module, images: torch.Tensor, runtime: str,
-                     workdir: Union[str, Path], name: str,
-                     dtype: str = 'fp32') -> Tuple[Callable[[], Any], float]:
+def benchmark_runner(
+    model: nn.Module,
+    images: torch.Tensor,
+    runtime: str,
+    workdir: Union[str, Path],
+    name: str,
+    dtype: str = 'fp32',
+) -> Tuple[Callable[[], Any], float]:
     """A call running ``model(images)`` in ``runtime`` at ``dtype``
     (``images`` fixed, as a benchmark times it; torch and compile run it
     under the benchmark's AMP context) and the largest absolute difference
@@ -150,7 +178,7 @@ def benchmark_runner(model: nn.Module, images: torch.Tensor, runtime: str,
     exactly this input shape (static shapes: the most their graph
     optimisers can do), with PyTorch's number of threads."""
     if runtime == 'torch' and dtype == 'fp32':  # the reference itself
-        return (lambda: model(images)), 0.
+        return (lambda: model(images)), 0.0
     with torch.inference_mode():
         expected = torch.utils._pytree.tree_leaves(model(images))
     if runtime in ('torch', 'compile'):
@@ -158,34 +186,51 @@ def benchmark_runner(model: nn.Module, images: torch.Tensor, runtime: str,
         # compile compiles here, for this precision, not in the timing.
         with torch.inference_mode(), autocast(images.device, dtype):
             got = torch.utils._pytree.tree_leaves(run(images))
-        return (lambda: run(images)), checked_diff(got, expected, runtime,
-                                                   name, dtype)
+        return (lambda: run(images)), checked_diff(
+            got, expected, runtime, name, dtype
+        )
     path = Path(workdir) / f'{name}.onnx'
     if not path.exists():
         count = len(expected)
-        export_onnx(model, images, path, [f'out{i}' for i in range(count)],
-                    dynamic_batch=False, dynamic_hw=False)
+        export_onnx(
+            model,
+            images,
+            path,
+            [f'out{i}' for i in range(count)],
+            dynamic_batch=False,
+            dynamic_hw=False,
+        )
     run = make_session(path, runtime, torch.get_num_threads(), dtype)
     array = images.cpu().numpy()
     got = [torch.from_numpy(np.asarray(out)) for out in run(array)]
-    return (lambda: run(array)), checked_diff(got, expected, runtime, name,
-                                              dtype)
+    return (lambda: run(array)), checked_diff(
+        got, expected, runtime, name, dtype
+    )
 
 
-def checked_diff(got: Sequence[torch.Tensor],
-                 expected: Sequence[torch.Tensor], runtime: str, name: str,
-                 dtype: str) -> float:
+def checked_diff(
+    got: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    runtime: str,
+    name: str,
+    dtype: str,
+) -> float:
     """:func:`max_abs_diff`, or ``ValueError`` above ``TOLERANCES[dtype]``:
     a wrong graph's speed means nothing."""
     diff = max_abs_diff(got, expected)
     if not diff <= TOLERANCES[dtype]:
-        raise ValueError(f'{name} in {runtime} ({dtype}) differs from '
-                         f'PyTorch eager in fp32 by {diff:.3g}, more than '
-                         f'{TOLERANCES[dtype]:g}')
+        raise ValueError(
+            f'{name} in {runtime} ({dtype}) differs from '
+            f'PyTorch eager in fp32 by {diff:.3g}, more than '
+            f'{TOLERANCES[dtype]:g}'
+        )
     return diff
 
 
-def max_abs_diff(got: Sequence[torch.Tensor],
-                 expected: Sequence[torch.Tensor]) -> float:
-    return max(float((g.float() - e.float()).abs().max())
-               for g, e in zip(got, expected))
+def max_abs_diff(
+    got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
+) -> float:
+    return max(
+        float((g.float() - e.float()).abs().max())
+        for g, e in zip(got, expected)
+    )

@@ -1,4 +1,5 @@
 """MMEngine hooks of hetdpt_mm (registered in mmengine's HOOKS on import)."""
+
 from .epoch_seed_hook import EpochSeedHook  # noqa: F401
 from .map_collect_hook import MAPCollectHook, SubsetSampler  # noqa: F401
 from .merge_hook import MergeCheckpointHook  # noqa: F401

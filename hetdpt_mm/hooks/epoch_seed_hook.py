@@ -1,5 +1,6 @@
 """Seed the global random generators per epoch, so that ``--resume`` is
 exact with random augmentation."""
+
 import random
 
 import numpy as np
@@ -27,6 +28,7 @@ class EpochSeedHook(Hook):
     any runner gets it (mmdet's / mmseg's own ``tools/train.py``, ``mim
     train``); ``tools/train.py`` adds it to configs that do not.
     """
+
     priority = 'VERY_HIGH'
 
     def before_train_epoch(self, runner) -> None:

@@ -10,6 +10,7 @@ closing the chosen gate, the hook's versioned state in
 used only through its family interface (``depth``, ``prune_spec``, ``gates``,
 ``gate_scores``, ``set_spec``, ``form``).
 """
+
 import copy
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple, Union
 
@@ -26,8 +27,13 @@ from ..sharding import full_params, is_fsdp
 from ..spec import FFN, KIND_NAMES, PruneSpec
 from .spec_meta_hook import HetDPTMetaHook
 
-__all__ = ['KIND_NAMES', 'GatedBackboneError', 'MissingGatesError',
-           'removable_blocks', 'GateHookBase']
+__all__ = [
+    'KIND_NAMES',
+    'GatedBackboneError',
+    'MissingGatesError',
+    'removable_blocks',
+    'GateHookBase',
+]
 
 
 def removable_blocks(spec: PruneSpec, kind: str) -> List[int]:
@@ -81,16 +87,21 @@ class GateHookBase(HetDPTMetaHook):
     def backbone(self, runner):
         """The model's one gated backbone (a distillation teacher's are not
         counted)."""
-        found = [(prefix, backbone.form, backbone)
-                 for prefix, backbone in find_hetdpt_backbones(runner.model)]
+        found = [
+            (prefix, backbone.form, backbone)
+            for prefix, backbone in find_hetdpt_backbones(runner.model)
+        ]
         gated = [backbone for _, form, backbone in found if form == 'gated']
         if len(gated) != 1:
-            described = ', '.join(f'{type(b).__name__} in the {form} form at '
-                                  f'{prefix!r}' for prefix, form, b in found)
+            described = ', '.join(
+                f'{type(b).__name__} in the {form} form at {prefix!r}'
+                for prefix, form, b in found
+            )
             raise GatedBackboneError(
                 f'{type(self).__name__} removes layers by closing gates: the '
                 "model needs backbone=dict(type='HetDPTViT', gated=True, ...)"
-                f' (exactly one); found: {described or "none"}')
+                f' (exactly one); found: {described or "none"}'
+            )
         return gated[0]
 
     def check_gates(self, backbone, kinds: Iterable[str], asked: str) -> None:
@@ -101,31 +112,40 @@ class GateHookBase(HetDPTMetaHook):
                 continue
             name = type(backbone).__name__
             if kind not in backbone.REMOVABLE_KINDS:
-                reason = (f'{name} removes only '
-                          f'{list(backbone.REMOVABLE_KINDS)}')
+                reason = (
+                    f'{name} removes only {list(backbone.REMOVABLE_KINDS)}'
+                )
             elif kind == FFN:
-                reason = (f'{name} gates FFN branches only under whole-branch '
-                          "removal: build it with removed_attn_output="
-                          "'identity'")
+                reason = (
+                    f'{name} gates FFN branches only under whole-branch '
+                    'removal: build it with removed_attn_output='
+                    "'identity'"
+                )
             else:
-                reason = (f'this {name} gates none (a SwiGLU FFN has no GELU: '
-                          'remove FFN branches, ffn, instead)')
+                reason = (
+                    f'this {name} gates none (a SwiGLU FFN has no GELU: '
+                    'remove FFN branches, ffn, instead)'
+                )
             raise MissingGatesError(
                 f'{type(self).__name__}: {asked} asks for {kind} removals '
                 f'({KIND_NAMES[kind]}), but the backbone has no {kind} gates:'
-                f' {reason}')
+                f' {reason}'
+            )
 
     def check_wrapper(self, runner) -> None:
         """Closed gates leave parameters without gradients: DDP must expect
         unused parameters."""
         model = runner.model
-        if isinstance(model, DistributedDataParallel) and \
-                not model.find_unused_parameters:
+        if (
+            isinstance(model, DistributedDataParallel)
+            and not model.find_unused_parameters
+        ):
             raise ValueError(
                 f'{type(self).__name__} under DistributedDataParallel needs '
                 'find_unused_parameters=True (set `find_unused_parameters = '
                 'True` in the config, or in model_wrapper_cfg): a closed gate '
-                'skips its layer, whose parameters then get no gradient')
+                'skips its layer, whose parameters then get no gradient'
+            )
 
     # ----------------------------------------------------------- selection
     @property
@@ -143,12 +163,14 @@ class GateHookBase(HetDPTMetaHook):
                 f'{type(self).__name__}: selection {self.selection.name} '
                 'cannot run under sharded training (FSDP): it runs forward '
                 'passes on rank 0 alone; use LowestGateScore, or DDP '
-                '(docs/user_guides/dinov2.md, Sharding)')
+                '(docs/user_guides/dinov2.md, Sharding)'
+            )
         if self.selects_here:
             self.selection.setup(runner, backbone)
 
-    def select_and_close(self, backbone, kind: str, candidates: List[int]
-                         ) -> Tuple[Decision, Optional[List[int]]]:
+    def select_and_close(
+        self, backbone, kind: str, candidates: List[int]
+    ) -> Tuple[Decision, Optional[List[int]]]:
         """Rank 0's decision among ``candidates`` (open ``kind`` layers),
         applied on every rank, so all ranks close the same gate; also each
         rank's own choice when the policy runs on every rank (else None)."""
@@ -156,15 +178,22 @@ class GateHookBase(HetDPTMetaHook):
         # gathers them whole (a collective) before anyone selects.
         model = self._model if self._model is not None else backbone
         with full_params(model):
-            own = self.selection.select(backbone, kind, candidates) \
-                if self.selects_here else None
+            own = (
+                self.selection.select(backbone, kind, candidates)
+                if self.selects_here
+                else None
+            )
         shared = [own]
         broadcast_object_list(shared)
         decision = shared[0]
-        rank_choices = [d.index for d in all_gather_object(own)] \
-            if self.selection.runs_on_every_rank else None
-        backbone.set_spec(backbone.prune_spec.with_removed(
-            decision.kind, decision.index))
+        rank_choices = (
+            [d.index for d in all_gather_object(own)]
+            if self.selection.runs_on_every_rank
+            else None
+        )
+        backbone.set_spec(
+            backbone.prune_spec.with_removed(decision.kind, decision.index)
+        )
         return decision, rank_choices
 
     # --------------------------------------------------------------- state
@@ -181,15 +210,17 @@ class GateHookBase(HetDPTMetaHook):
         state = self.state_dict()
         if state is not None:
             checkpoint.setdefault('meta', {})[self.STATE_KEY] = dict(
-                copy.deepcopy(state), version=self.STATE_VERSION)
+                copy.deepcopy(state), version=self.STATE_VERSION
+            )
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
         """Runs before the runner says whether it resumes: keep the
         hook's state for :meth:`resumed_state` (the gates load with the
         weights: they are buffers)."""
         state = (checkpoint.get('meta') or {}).get(self.STATE_KEY)
-        self._loaded_state = copy.deepcopy(dict(state)) \
-            if state is not None else None
+        self._loaded_state = (
+            copy.deepcopy(dict(state)) if state is not None else None
+        )
 
     @property
     def has_loaded_state(self) -> bool:
@@ -202,19 +233,22 @@ class GateHookBase(HetDPTMetaHook):
         if state is None:
             return None
         version = state.pop('version', 1)
-        if isinstance(version, bool) or not isinstance(version, int) or \
-                not 1 <= version <= self.STATE_VERSION:
+        if (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or not 1 <= version <= self.STATE_VERSION
+        ):
             raise ValueError(
                 f'{type(self).__name__}: unsupported state version '
                 f'{version!r} in meta[{self.STATE_KEY!r}] (this version '
-                f'writes {self.STATE_VERSION}; is the checkpoint newer?)')
+                f'writes {self.STATE_VERSION}; is the checkpoint newer?)'
+            )
         for older in range(version, self.STATE_VERSION):
             state = self.upgrade_state(state, older)
         return state
 
     # -------------------------------------------------------------- resume
-    def check_resumed_settings(self, state: Mapping,
-                               current: Mapping) -> None:
+    def check_resumed_settings(self, state: Mapping, current: Mapping) -> None:
         """The settings in ``current`` must equal those the checkpoint was
         saved with."""
         for key, value in current.items():
@@ -222,10 +256,12 @@ class GateHookBase(HetDPTMetaHook):
                 raise ValueError(
                     f'{type(self).__name__}: the checkpoint was saved with '
                     f'{key}={state.get(key)!r}, this configuration gives '
-                    f'{value!r}; resume with the same setting')
+                    f'{value!r}; resume with the same setting'
+                )
 
-    def check_resumed_gates(self, backbone, start: PruneSpec,
-                            removals: Iterable[Tuple[str, int]]) -> None:
+    def check_resumed_gates(
+        self, backbone, start: PruneSpec, removals: Iterable[Tuple[str, int]]
+    ) -> None:
         """The gates loaded from the checkpoint must be ``start`` with the
         recorded ``removals`` applied."""
         expected = start
@@ -235,4 +271,5 @@ class GateHookBase(HetDPTMetaHook):
             raise ValueError(
                 f'{type(self).__name__}: inconsistent resume state: the '
                 f'checkpoint gates give {backbone.prune_spec} but its '
-                f'recorded removals give {expected}')
+                f'recorded removals give {expected}'
+            )

@@ -19,6 +19,7 @@ iterative *prune -> fast fine-tune -> evaluate* loop that produces the
 fine-tune run on a fixed, seeded subset of the training set.  See
 docs/user_guides/map.md for configs and the resume guarantees.
 """
+
 import csv
 import io
 import os.path as osp
@@ -37,17 +38,41 @@ from ..pruning.validation import positive_int
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .gate_hook import KIND_NAMES, GateHookBase, removable_blocks
 
-__all__ = ['POINT_COLUMNS', 'BRANCH_POINT_COLUMNS', 'STATE_KEY',
-           'select_subset', 'SubsetSampler', 'MAPCollectHook']
+__all__ = [
+    'POINT_COLUMNS',
+    'BRANCH_POINT_COLUMNS',
+    'STATE_KEY',
+    'select_subset',
+    'SubsetSampler',
+    'MAPCollectHook',
+]
 
 #: Columns of the points file (read by hetdpt_mm.pruning.map.load_points).
-POINT_COLUMNS = ('step', 'schedule', 'n_attn', 'n_act', 'a', 't', 'accuracy',
-                 'removed_attn', 'removed_act')
+POINT_COLUMNS = (
+    'step',
+    'schedule',
+    'n_attn',
+    'n_act',
+    'a',
+    't',
+    'accuracy',
+    'removed_attn',
+    'removed_act',
+)
 #: Its columns when the schedule removes FFN branches (whole-branch
 #: removal): MAP's ``t`` then counts the FFN branches kept, as
 #: ``HetDPTPruneHook(map_kinds=('attn', 'ffn'))`` reads it.
-BRANCH_POINT_COLUMNS = ('step', 'schedule', 'n_attn', 'n_ffn', 'a', 't',
-                        'accuracy', 'removed_attn', 'removed_ffn')
+BRANCH_POINT_COLUMNS = (
+    'step',
+    'schedule',
+    'n_attn',
+    'n_ffn',
+    'a',
+    't',
+    'accuracy',
+    'removed_attn',
+    'removed_ffn',
+)
 #: Key of the hook's state in ``checkpoint['meta']``.
 STATE_KEY = 'hetdpt_map_collect'
 
@@ -94,36 +119,46 @@ class MAPCollectHook(GateHookBase):
     #: 2 added ``selection``.
     STATE_VERSION = 2
 
-    def __init__(self,
-                 schedule: Union[str, Mapping,
-                                 CollectSchedule] = 'interleaved',
-                 interval: int = 10,
-                 max_removed: Optional[int] = None,
-                 calib_images: Optional[int] = None,
-                 calib_batch_size: Optional[int] = None,
-                 calib_seed: Optional[int] = None,
-                 calib_dataset: Optional[dict] = None,
-                 selection: Union[None, str, Mapping, SelectionPolicy] = None,
-                 metric: str = 'accuracy/top1',
-                 out_file: str = 'map_points.csv',
-                 overwrite: bool = False) -> None:
-        calibration = {name: value for name, value in (
-            ('calib_images', calib_images),
-            ('calib_batch_size', calib_batch_size),
-            ('calib_seed', calib_seed), ('calib_dataset', calib_dataset))
-            if value is not None}
+    def __init__(
+        self,
+        schedule: Union[str, Mapping, CollectSchedule] = 'interleaved',
+        interval: int = 10,
+        max_removed: Optional[int] = None,
+        calib_images: Optional[int] = None,
+        calib_batch_size: Optional[int] = None,
+        calib_seed: Optional[int] = None,
+        calib_dataset: Optional[dict] = None,
+        selection: Union[None, str, Mapping, SelectionPolicy] = None,
+        metric: str = 'accuracy/top1',
+        out_file: str = 'map_points.csv',
+        overwrite: bool = False,
+    ) -> None:
+        calibration = {
+            name: value
+            for name, value in (
+                ('calib_images', calib_images),
+                ('calib_batch_size', calib_batch_size),
+                ('calib_seed', calib_seed),
+                ('calib_dataset', calib_dataset),
+            )
+            if value is not None
+        }
         if selection is None:
             selection = dict(type='TransferEntropy', **calibration)
         elif calibration:
             raise ValueError(
                 f'MAPCollectHook: {sorted(calibration)} configure the default '
                 'TransferEntropy selection; with selection=... give them in '
-                'its config')
+                'its config'
+            )
         super().__init__(selection)
         self.schedule = build_collect_schedule(schedule)
         self.interval = positive_int(interval, 'interval')
-        self.max_removed = None if max_removed is None else positive_int(
-            max_removed, 'max_removed')
+        self.max_removed = (
+            None
+            if max_removed is None
+            else positive_int(max_removed, 'max_removed')
+        )
         self.metric = metric
         self.out_file = out_file
         self.overwrite = overwrite
@@ -136,8 +171,10 @@ class MAPCollectHook(GateHookBase):
     @property
     def finished(self) -> bool:
         state = self._state
-        return (len(state['removed']) == state['max_removed']
-                and len(state['rows']) == state['max_removed'] + 1)
+        return (
+            len(state['removed']) == state['max_removed']
+            and len(state['rows']) == state['max_removed'] + 1
+        )
 
     def _resolve_max_removed(self, runner, start: PruneSpec) -> int:
         """Validate the schedule against the network and the epochs."""
@@ -148,26 +185,29 @@ class MAPCollectHook(GateHookBase):
             kinds = self.schedule.kinds(max_epochs // self.interval)
             steps = 0
             while steps < len(kinds) and not self._too_many(
-                    start, kinds[:steps + 1]):
+                start, kinds[: steps + 1]
+            ):
                 steps += 1
             if steps == 0:
                 raise ValueError(
                     f'MAPCollectHook: no step fits: train_cfg.max_epochs='
                     f'{max_epochs}, interval={self.interval} epochs, '
-                    f'schedule {name!r} on {start}')
+                    f'schedule {name!r} on {start}'
+                )
             return steps
-        too_many = self._too_many(start, self.schedule.kinds(
-            self.max_removed))
+        too_many = self._too_many(start, self.schedule.kinds(self.max_removed))
         if too_many:
             raise ValueError(
                 f'MAPCollectHook: schedule {name!r} with max_removed='
-                f'{self.max_removed} {too_many} in {start}')
+                f'{self.max_removed} {too_many} in {start}'
+            )
         needed = self.interval * self.max_removed
         if needed > max_epochs:
             raise ValueError(
                 f'MAPCollectHook: {self.max_removed} steps of {self.interval} '
                 f'epochs need train_cfg.max_epochs >= {needed}, got '
-                f'{max_epochs}')
+                f'{max_epochs}'
+            )
         return self.max_removed
 
     @staticmethod
@@ -176,29 +216,36 @@ class MAPCollectHook(GateHookBase):
         for kind in LAYER_KINDS:
             present = len(removable_blocks(start, kind))
             if kinds.count(kind) > present:
-                return (f'removes {kinds.count(kind)} {KIND_NAMES[kind]} '
-                        f'layers, but only {present} are present')
+                return (
+                    f'removes {kinds.count(kind)} {KIND_NAMES[kind]} '
+                    f'layers, but only {present} are present'
+                )
         # Whole-branch removal keeps one branch of every block.
         branches = kinds.count(ATTN) + kinds.count(FFN)
         free = len(removable_blocks(start, FFN))
         if FFN in kinds and branches > free:
-            return (f'removes {branches} attention and FFN branches, but '
-                    f'only {free} blocks have both (a block keeps one)')
+            return (
+                f'removes {branches} attention and FFN branches, but '
+                f'only {free} blocks have both (a block keeps one)'
+            )
         return ''
 
-    def _check_kinds(self, backbone, start: PruneSpec,
-                     max_removed: int) -> None:
+    def _check_kinds(
+        self, backbone, start: PruneSpec, max_removed: int
+    ) -> None:
         """The kinds removed must be gated, and MAP's ``t`` counts GELUs or
         FFN branches, not both."""
         kinds = set(self.schedule.kinds(max_removed))
-        self.check_gates(backbone, sorted(kinds),
-                         f'schedule {self.schedule.name!r}')
+        self.check_gates(
+            backbone, sorted(kinds), f'schedule {self.schedule.name!r}'
+        )
         if FFN in kinds and (ACT in kinds or start.act_removed):
             raise ValueError(
                 f'MAPCollectHook: schedule {self.schedule.name!r} from '
-                f'{start} mixes GELU and FFN-branch removals; MAP\'s t '
+                f"{start} mixes GELU and FFN-branch removals; MAP's t "
                 'counts one of them: collect (attn, act) and (attn, ffn) '
-                'points in separate runs')
+                'points in separate runs'
+            )
 
     @property
     def t_kind(self) -> str:
@@ -216,10 +263,13 @@ class MAPCollectHook(GateHookBase):
             raise TypeError(
                 'MAPCollectHook counts steps in epochs: use an epoch based '
                 'train loop (train_cfg=dict(by_epoch=True, ...)), got '
-                f'{type(runner.train_loop).__name__}')
+                f'{type(runner.train_loop).__name__}'
+            )
         if runner.val_loop is None:
-            raise ValueError('MAPCollectHook evaluates every step: the config '
-                             'needs val_dataloader, val_cfg and val_evaluator')
+            raise ValueError(
+                'MAPCollectHook evaluates every step: the config '
+                'needs val_dataloader, val_cfg and val_evaluator'
+            )
 
     # --------------------------------------------------------------- state
     def state_dict(self) -> Optional[Dict]:
@@ -246,13 +296,15 @@ class MAPCollectHook(GateHookBase):
                 f'MAPCollectHook: resumed at epoch {loop.epoch} with '
                 f'{len(self._state["rows"])} points and '
                 f'{len(self._state["removed"])}/{self._state["max_removed"]} '
-                f'removal steps in {self.points_path(runner)}')
+                f'removal steps in {self.points_path(runner)}'
+            )
         else:
             if self.has_loaded_state:
                 runner.logger.info(
                     'MAPCollectHook: the loaded checkpoint comes from an '
                     'earlier MAP collection; starting a new one from its '
-                    f'structure {backbone.prune_spec}')
+                    f'structure {backbone.prune_spec}'
+                )
             start = backbone.prune_spec
             max_removed = self._resolve_max_removed(runner, start)
             self._check_kinds(backbone, start, max_removed)
@@ -261,19 +313,24 @@ class MAPCollectHook(GateHookBase):
                 raise FileExistsError(
                     f'MAPCollectHook: {path} already exists (points of an '
                     'earlier run?); continue that run with --resume, use '
-                    'another --work-dir, or set overwrite=True')
+                    'another --work-dir, or set overwrite=True'
+                )
             self.setup_selection(runner, backbone)
-            self._state = dict(schedule=self.schedule.name,
-                               interval=self.interval,
-                               selection=self.selection.name,
-                               max_removed=max_removed,
-                               start_spec=start.to_dict(), removed=[],
-                               rows=[])
+            self._state = dict(
+                schedule=self.schedule.name,
+                interval=self.interval,
+                selection=self.selection.name,
+                max_removed=max_removed,
+                start_spec=start.to_dict(),
+                removed=[],
+                rows=[],
+            )
             runner.logger.info(
                 f'MAPCollectHook: schedule {self.schedule.name!r}, '
                 f'{max_removed} steps of {self.interval} epochs from {start},'
                 f' layers chosen by {self.selection.name}; points go to '
-                f'{path}')
+                f'{path}'
+            )
             self._record_point(runner)
         if self.finished:
             runner.logger.info('MAPCollectHook: all steps are done')
@@ -285,42 +342,55 @@ class MAPCollectHook(GateHookBase):
             raise ValueError(
                 'MAPCollectHook: resuming from a checkpoint without MAP '
                 f'collection state (no meta[{STATE_KEY!r}]); resume from a '
-                'checkpoint of the same MAP run or start a new run')
-        self.check_resumed_settings(state, dict(
-            schedule=self.schedule.name, interval=self.interval,
-            selection=self.selection.name))
+                'checkpoint of the same MAP run or start a new run'
+            )
+        self.check_resumed_settings(
+            state,
+            dict(
+                schedule=self.schedule.name,
+                interval=self.interval,
+                selection=self.selection.name,
+            ),
+        )
         start = PruneSpec.from_dict(state['start_spec'])
-        self.check_resumed_gates(backbone, start,
-                                 [tuple(r) for r in state['removed']])
+        self.check_resumed_gates(
+            backbone, start, [tuple(r) for r in state['removed']]
+        )
         state['max_removed'] = self._resolve_max_removed(runner, start)
         self._check_kinds(backbone, start, state['max_removed'])
         if state['max_removed'] < len(state['removed']):
             raise ValueError(
                 f'MAPCollectHook: the checkpoint has already removed '
                 f'{len(state["removed"])} layers, more than the '
-                f'{state["max_removed"]} steps configured now')
+                f'{state["max_removed"]} steps configured now'
+            )
         return state
 
     def before_train_epoch(self, runner) -> None:
         state = self._state
         epoch = runner.epoch
-        if (epoch % self.interval == 0
-                and len(state['removed']) == epoch // self.interval
-                and len(state['removed']) < state['max_removed']):
+        if (
+            epoch % self.interval == 0
+            and len(state['removed']) == epoch // self.interval
+            and len(state['removed']) < state['max_removed']
+        ):
             self._remove_next_layer(runner)
 
     def after_train_epoch(self, runner) -> None:
         state = self._state
         finished_epochs = runner.epoch + 1
         step = len(state['removed'])
-        if (finished_epochs % self.interval == 0
-                and finished_epochs // self.interval == step
-                and len(state['rows']) == step):
+        if (
+            finished_epochs % self.interval == 0
+            and finished_epochs // self.interval == step
+            and len(state['rows']) == step
+        ):
             self._record_point(runner)
             if self.finished:
                 runner.logger.info(
                     f'MAPCollectHook: {step} steps done, stopping; points in '
-                    f'{self.points_path(runner)}')
+                    f'{self.points_path(runner)}'
+                )
                 runner.train_loop.stop_training = True
 
     # ------------------------------------------------------------- removal
@@ -335,7 +405,8 @@ class MAPCollectHook(GateHookBase):
         runner.logger.info(
             f'MAPCollectHook step {step}: removed {kind} layer of block '
             f'{decision.index} ({self.selection.name}); now '
-            f'{backbone.prune_spec}; fine-tuning for {self.interval} epochs')
+            f'{backbone.prune_spec}; fine-tuning for {self.interval} epochs'
+        )
 
     # ---------------------------------------------------------- evaluation
     def _evaluate(self, runner) -> float:
@@ -347,13 +418,16 @@ class MAPCollectHook(GateHookBase):
         model.eval()
         with torch.no_grad():
             for data in val_loop.dataloader:
-                val_loop.evaluator.process(data_samples=model.val_step(data),
-                                           data_batch=data)
+                val_loop.evaluator.process(
+                    data_samples=model.val_step(data), data_batch=data
+                )
         metrics = val_loop.evaluator.evaluate(len(val_loop.dataloader.dataset))
         model.train(was_training)
         if self.metric not in metrics:
-            raise KeyError(f'MAPCollectHook: the evaluator returned '
-                           f'{sorted(metrics)}, not metric={self.metric!r}')
+            raise KeyError(
+                f'MAPCollectHook: the evaluator returned '
+                f'{sorted(metrics)}, not metric={self.metric!r}'
+            )
         return float(metrics[self.metric])
 
     def _record_point(self, runner) -> None:
@@ -362,25 +436,32 @@ class MAPCollectHook(GateHookBase):
         kind = self.t_kind
         a = (spec.depth - spec.n_attn) / spec.depth
         t = (spec.depth - len(spec.removed(kind))) / spec.depth
-        row = {'step': len(self._state['rows']),
-               'schedule': self.schedule.name, 'n_attn': spec.n_attn,
-               f'n_{kind}': len(spec.removed(kind)), 'a': round(a, 6),
-               't': round(t, 6), 'accuracy': round(accuracy, 4),
-               'removed_attn': ' '.join(map(str, spec.attn_removed)),
-               f'removed_{kind}': ' '.join(map(str, spec.removed(kind)))}
+        row = {
+            'step': len(self._state['rows']),
+            'schedule': self.schedule.name,
+            'n_attn': spec.n_attn,
+            f'n_{kind}': len(spec.removed(kind)),
+            'a': round(a, 6),
+            't': round(t, 6),
+            'accuracy': round(accuracy, 4),
+            'removed_attn': ' '.join(map(str, spec.attn_removed)),
+            f'removed_{kind}': ' '.join(map(str, spec.removed(kind))),
+        }
         self._state['rows'].append(row)
         self._write_points(runner)
         runner.logger.info(
             f'MAPCollectHook point {row["step"]}: a={a:.4f} t={t:.4f} '
-            f'{self.metric}={accuracy:.2f} ({spec})')
+            f'{self.metric}={accuracy:.2f} ({spec})'
+        )
 
     def _write_points(self, runner) -> None:
         """Rewrite the whole points file from the state, atomically."""
         if not is_main_process():
             return
         text = io.StringIO()
-        writer = csv.DictWriter(text, fieldnames=self.point_columns,
-                                lineterminator='\n')
+        writer = csv.DictWriter(
+            text, fieldnames=self.point_columns, lineterminator='\n'
+        )
         writer.writeheader()
         writer.writerows(self._state['rows'])
         atomic_write_text(self.points_path(runner), text.getvalue())

@@ -1,4 +1,5 @@
 """MergeCheckpointHook: write the deployable merged model (METHOD.md §4)."""
+
 import os.path as osp
 from collections import OrderedDict
 from typing import Optional, Tuple
@@ -43,41 +44,57 @@ class MergeCheckpointHook(Hook):
     #: ``<name>_<suffix>.pth``.
     suffix = 'merged'
 
-    def __init__(self, name: Optional[str] = None,
-                 out_dir: Optional[str] = None, at_each_save: bool = False):
+    def __init__(
+        self,
+        name: Optional[str] = None,
+        out_dir: Optional[str] = None,
+        at_each_save: bool = False,
+    ):
         self.name = name
         self.out_dir = out_dir
         self.at_each_save = at_each_save
 
     def before_train(self, runner) -> None:
         if hetdpt_record(runner.model) is None:
-            raise ValueError('MergeCheckpointHook needs a model with a '
-                             'HetDPTViT backbone')
-        if self.at_each_save and is_fsdp(runner.model) and \
-                not _saves_full_state_dict(runner):
+            raise ValueError(
+                'MergeCheckpointHook needs a model with a HetDPTViT backbone'
+            )
+        if (
+            self.at_each_save
+            and is_fsdp(runner.model)
+            and not _saves_full_state_dict(runner)
+        ):
             raise ValueError(
                 'MergeCheckpointHook(at_each_save=True) under FSDP needs '
                 "whole checkpoints: strategy=dict(type='FSDPStrategy', "
                 "state_dict_cfg='full', ...) (sharded ones hold a shard of "
-                'each weight per rank)')
+                'each weight per rank)'
+            )
 
     def output_path(self, runner) -> str:
         name = self.name
         if name is None:
             filename = getattr(runner.cfg, 'filename', None)
-            name = osp.splitext(osp.basename(filename))[0] if filename \
+            name = (
+                osp.splitext(osp.basename(filename))[0]
+                if filename
                 else 'model'
-        return osp.join(self.out_dir or runner.work_dir,
-                        f'{name}_{self.suffix}.pth')
+            )
+        return osp.join(
+            self.out_dir or runner.work_dir, f'{name}_{self.suffix}.pth'
+        )
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         # Runner.save_checkpoint calls this on the main process only;
         # FlexibleRunner on every rank, where under FSDP with
         # state_dict_cfg='full' only rank 0's checkpoint holds the weights.
         if self.at_each_save and is_main_process():
-            self._write(runner, checkpoint['state_dict'],
-                        checkpoint.get('meta', {}),
-                        checkpoint.get(EMA_KEY))
+            self._write(
+                runner,
+                checkpoint['state_dict'],
+                checkpoint.get('meta', {}),
+                checkpoint.get(EMA_KEY),
+            )
 
     def after_train(self, runner) -> None:
         # Every rank: under FSDP the whole state dict is gathered to rank 0
@@ -86,8 +103,9 @@ class MergeCheckpointHook(Hook):
         if not is_main_process():
             return
         meta = dict(epoch=runner.epoch, iter=runner.iter)
-        dataset_meta = getattr(runner.train_dataloader.dataset, 'metainfo',
-                               None)
+        dataset_meta = getattr(
+            runner.train_dataloader.dataset, 'metainfo', None
+        )
         if dataset_meta is not None:
             meta['dataset_meta'] = dataset_meta
         state_dict, ema_state_dict = _ema_layout(runner, state_dict)
@@ -104,8 +122,10 @@ class MergeCheckpointHook(Hook):
         path = self.output_path(runner)
         with atomic_path(path) as tmp:
             torch.save(written, tmp)
-        runner.logger.info(f'HetDPT {self.suffix} checkpoint written to '
-                           f'{path}\n{summary.format()}{report}')
+        runner.logger.info(
+            f'HetDPT {self.suffix} checkpoint written to '
+            f'{path}\n{summary.format()}{report}'
+        )
 
     def _convert(self, runner, merged: dict) -> Tuple[dict, str]:
         """What becomes of the merged checkpoint before it is written, and
@@ -117,8 +137,14 @@ def _ema_layout(runner, state_dict):
     """``(state_dict, ema_state_dict)`` as EMAHook saves them when the run
     has one (the averaged weights as the model's), else ``state_dict``
     and ``None``."""
-    ema_hook = next((hook for hook in getattr(runner, 'hooks', ())
-                     if isinstance(hook, EMAHook)), None)
+    ema_hook = next(
+        (
+            hook
+            for hook in getattr(runner, 'hooks', ())
+            if isinstance(hook, EMAHook)
+        ),
+        None,
+    )
     if ema_hook is None:
         return state_dict, None
     averaged = dict(state_dict)
@@ -126,8 +152,8 @@ def _ema_layout(runner, state_dict):
     for key, value in ema_hook.ema_model.state_dict().items():
         value = value.detach().cpu()
         if key.startswith(EMA_MODULE):
-            ema_state[key] = state_dict[key[len(EMA_MODULE):]]
-            averaged[key[len(EMA_MODULE):]] = value
+            ema_state[key] = state_dict[key[len(EMA_MODULE) :]]
+            averaged[key[len(EMA_MODULE) :]] = value
         else:
             ema_state[key] = value
     return averaged, ema_state

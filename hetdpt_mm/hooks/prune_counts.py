@@ -6,6 +6,7 @@ and resolved at the backbone's depth before training
 (:func:`resolve_counts`); a points file or fit recorded for other kinds than
 the hook's ``map_kinds`` is refused then with :class:`MAPKindsError`.
 """
+
 import json
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -26,65 +27,90 @@ class MAPKindsError(ValueError):
     ``('attn', 'act')``)."""
 
 
-def check_count_sources(counts: Optional[Mapping[str, int]],
-                        map_points: Optional[str],
-                        map_fit: Union[None, str, Mapping],
-                        budget: Optional[int], map_kinds: Sequence[str]
-                        ) -> Tuple[Optional[Dict[str, int]],
-                                   Tuple[str, str]]:
+def check_count_sources(
+    counts: Optional[Mapping[str, int]],
+    map_points: Optional[str],
+    map_fit: Union[None, str, Mapping],
+    budget: Optional[int],
+    map_kinds: Sequence[str],
+) -> Tuple[Optional[Dict[str, int]], Tuple[str, str]]:
     """Exactly one of ``counts``, ``map_points`` or ``map_fit``, a budget
     with MAP and none with counts, and known ``map_kinds``; returns the
     counts (a dict, or None) and the map kinds (a tuple)."""
-    sources = [name for name, value in (('counts', counts),
-                                        ('map_points', map_points),
-                                        ('map_fit', map_fit))
-               if value is not None]
+    sources = [
+        name
+        for name, value in (
+            ('counts', counts),
+            ('map_points', map_points),
+            ('map_fit', map_fit),
+        )
+        if value is not None
+    ]
     if len(sources) != 1:
-        raise ValueError('HetDPTPruneHook needs exactly one of counts, '
-                         f'map_points or map_fit; got {sources or "none"}')
+        raise ValueError(
+            'HetDPTPruneHook needs exactly one of counts, '
+            f'map_points or map_fit; got {sources or "none"}'
+        )
     if counts is not None:
         counts = dict(counts)
         if not {ATTN, ACT} <= set(counts) <= set(LAYER_KINDS):
-            raise ValueError(f'counts must be dict(attn=..., act=...) '
-                             f'(and ffn=...), got {counts}')
+            raise ValueError(
+                f'counts must be dict(attn=..., act=...) '
+                f'(and ffn=...), got {counts}'
+            )
         if budget is not None:
-            raise ValueError('budget is for MAP; with explicit counts '
-                             'leave it out')
+            raise ValueError(
+                'budget is for MAP; with explicit counts leave it out'
+            )
     elif budget is None:
-        raise ValueError(f'{sources[0]} needs a budget (total number of '
-                         'layers to remove)')
+        raise ValueError(
+            f'{sources[0]} needs a budget (total number of layers to remove)'
+        )
     map_kinds = tuple(map_kinds)
     if map_kinds not in MAP_KINDS:
-        raise ValueError(f"map_kinds must be ('attn', 'act') or "
-                         f"('attn', 'ffn'), got {map_kinds}")
+        raise ValueError(
+            f"map_kinds must be ('attn', 'act') or "
+            f"('attn', 'ffn'), got {map_kinds}"
+        )
     return counts, map_kinds
 
 
-def resolve_counts(depth: int, logger, *,
-                   counts: Optional[Mapping[str, int]],
-                   map_points: Optional[str],
-                   map_fit: Union[None, str, Mapping], budget: Optional[int],
-                   map_kinds: Tuple[str, str], bounds,
-                   degrees: Sequence[int]) -> Dict[str, int]:
+def resolve_counts(
+    depth: int,
+    logger,
+    *,
+    counts: Optional[Mapping[str, int]],
+    map_points: Optional[str],
+    map_fit: Union[None, str, Mapping],
+    budget: Optional[int],
+    map_kinds: Tuple[str, str],
+    bounds,
+    degrees: Sequence[int],
+) -> Dict[str, int]:
     """The layers to remove per kind at ``depth``: the given counts, or
     MAP's allocation of ``budget`` (logged with the fit)."""
     if counts is not None:
-        counts = {kind: counts[kind] for kind in LAYER_KINDS
-                  if kind in counts}
+        counts = {kind: counts[kind] for kind in LAYER_KINDS if kind in counts}
         _check_count_values(counts, depth)
-        logger.info('HetDPT prune counts (given): ' + ' '.join(
-            f'{kind}={value}' for kind, value in counts.items()))
+        logger.info(
+            'HetDPT prune counts (given): '
+            + ' '.join(f'{kind}={value}' for kind, value in counts.items())
+        )
         return counts
     t_kind = map_kinds[1]
     if map_points is not None:
-        points, recorded = load_points_and_kind(map_points, depth=depth,
-                                                unrecorded=None)
+        points, recorded = load_points_and_kind(
+            map_points, depth=depth, unrecorded=None
+        )
         source = f'points {map_points}'
-        _check_recorded_kind(recorded, t_kind, f'MAP points file '
-                             f'{map_points}', 'its columns')
+        _check_recorded_kind(
+            recorded, t_kind, f'MAP points file {map_points}', 'its columns'
+        )
         if recorded is None:
-            source += (' (ratios alone, which do not say what t counts: '
-                       f'read as {map_kinds})')
+            source += (
+                ' (ratios alone, which do not say what t counts: '
+                f'read as {map_kinds})'
+            )
         fit = fit_map(points, degrees, t_kind=t_kind)
     else:
         if isinstance(map_fit, Mapping):
@@ -94,8 +120,7 @@ def resolve_counts(depth: int, logger, *,
                 data = json.load(file)
             source = f'fit {map_fit}'
         fit = MAPFit.from_dict(data)
-        _check_recorded_kind(fit.t_kind, t_kind, f'MAP {source}',
-                             'its t_kind')
+        _check_recorded_kind(fit.t_kind, t_kind, f'MAP {source}', 'its t_kind')
     allocation = allocate(fit, budget, depth, bounds)
     logger.info(
         f'HetDPT MAP from {source} ({len(fit.points)} points), degree '
@@ -104,14 +129,16 @@ def resolve_counts(depth: int, logger, *,
         f'allocation of budget {budget} at depth {depth} (bounds '
         f'{allocation.bounds}):\n{allocation.format_table()}\n'
         f'HetDPT prune counts (MAP): attn={allocation.n_attn} '
-        f'{t_kind}={allocation.n_act}')
+        f'{t_kind}={allocation.n_act}'
+    )
     resolved = {ATTN: allocation.n_attn, ACT: 0}
     resolved[t_kind] = allocation.n_act
     return resolved
 
 
-def _check_recorded_kind(recorded: Optional[str], t_kind: str, what: str,
-                         where: str) -> None:
+def _check_recorded_kind(
+    recorded: Optional[str], t_kind: str, what: str, where: str
+) -> None:
     """Refuse MAP data whose ``t`` counts another kind than ``t_kind``
     (``recorded`` None: the data do not say)."""
     if recorded is None or recorded == t_kind:
@@ -121,12 +148,18 @@ def _check_recorded_kind(recorded: Optional[str], t_kind: str, what: str,
         f'counts the {T_COUNTS[recorded]} kept), but map_kinds is '
         f'{(ATTN, t_kind)} (t counting the {T_COUNTS[t_kind]} kept); set '
         f'map_kinds={(ATTN, recorded)} or give MAP data collected for '
-        f'{(ATTN, t_kind)}')
+        f'{(ATTN, t_kind)}'
+    )
 
 
 def _check_count_values(counts: Mapping[str, int], depth: int) -> None:
     for kind, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, int) or \
-                not 0 <= value <= depth:
-            raise ValueError(f'counts[{kind!r}] must be an integer in '
-                             f'0..{depth}, got {value!r}')
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 0 <= value <= depth
+        ):
+            raise ValueError(
+                f'counts[{kind!r}] must be an integer in '
+                f'0..{depth}, got {value!r}'
+            )

@@ -34,6 +34,7 @@ Under DDP the scores are identical anyway (their gradients are
 all-reduced); with a policy that runs on every rank each decision also
 records every rank's own choice to show it.
 """
+
 import math
 import os.path as osp
 from typing import Dict, List, Mapping, Optional, Sequence, Union
@@ -107,34 +108,38 @@ class HetDPTPruneHook(GateHookBase):
     #: 2 added ``version`` and ``selection``.
     STATE_VERSION = 2
 
-    def __init__(self,
-                 counts: Optional[Mapping[str, int]] = None,
-                 map_points: Optional[str] = None,
-                 map_fit: Union[None, str, Mapping] = None,
-                 budget: Optional[int] = None,
-                 map_kinds: Sequence[str] = (ATTN, ACT),
-                 bounds='full',
-                 degrees: Sequence[int] = (1, 2, 3, 4),
-                 schedule='progressive',
-                 stages: Union[None, int, Sequence[int]] = None,
-                 by_epoch: Optional[bool] = None,
-                 prune_epoch: Optional[int] = None,
-                 candidates: Optional[Mapping[str, Sequence[int]]] = None,
-                 selection: Union[str, Mapping,
-                                  SelectionPolicy] = 'LowestGateScore',
-                 spec_file: Optional[str] = None,
-                 log_score_grads: bool = False):
-        counts, map_kinds = check_count_sources(counts, map_points, map_fit,
-                                                budget, map_kinds)
+    def __init__(
+        self,
+        counts: Optional[Mapping[str, int]] = None,
+        map_points: Optional[str] = None,
+        map_fit: Union[None, str, Mapping] = None,
+        budget: Optional[int] = None,
+        map_kinds: Sequence[str] = (ATTN, ACT),
+        bounds='full',
+        degrees: Sequence[int] = (1, 2, 3, 4),
+        schedule='progressive',
+        stages: Union[None, int, Sequence[int]] = None,
+        by_epoch: Optional[bool] = None,
+        prune_epoch: Optional[int] = None,
+        candidates: Optional[Mapping[str, Sequence[int]]] = None,
+        selection: Union[str, Mapping, SelectionPolicy] = 'LowestGateScore',
+        spec_file: Optional[str] = None,
+        log_score_grads: bool = False,
+    ):
+        counts, map_kinds = check_count_sources(
+            counts, map_points, map_fit, budget, map_kinds
+        )
         if candidates is not None:
             unknown = set(candidates) - set(LAYER_KINDS)
             if unknown:
-                raise ValueError(f'candidates keys must be some of '
-                                 f'{LAYER_KINDS}, got {sorted(unknown)}')
+                raise ValueError(
+                    f'candidates keys must be some of '
+                    f'{LAYER_KINDS}, got {sorted(unknown)}'
+                )
         super().__init__(selection)
         self.schedule = build_prune_schedule(
-            schedule, stages=stages, by_epoch=by_epoch,
-            prune_epoch=prune_epoch)
+            schedule, stages=stages, by_epoch=by_epoch, prune_epoch=prune_epoch
+        )
         self.counts_cfg = counts
         self.map_points = map_points
         self.map_fit = map_fit
@@ -147,7 +152,8 @@ class HetDPTPruneHook(GateHookBase):
         self.log_score_grads = log_score_grads
         # |dL/dm| of the open gates of each kind in the current iteration.
         self._score_grads: Dict[str, List[float]] = {
-            kind: [] for kind in LAYER_KINDS}
+            kind: [] for kind in LAYER_KINDS
+        }
         # Resolved in before_train.
         self.counts: Dict[str, int] = {}
         self.order: List[str] = []
@@ -158,10 +164,16 @@ class HetDPTPruneHook(GateHookBase):
     # ------------------------------------------------------------ helpers
     def _resolve_counts(self, depth: int, logger) -> Dict[str, int]:
         return resolve_counts(
-            depth, logger, counts=self.counts_cfg, map_points=self.map_points,
-            map_fit=self.map_fit, budget=self.budget,
-            map_kinds=self.map_kinds, bounds=self.bounds,
-            degrees=self.degrees)
+            depth,
+            logger,
+            counts=self.counts_cfg,
+            map_points=self.map_points,
+            map_fit=self.map_fit,
+            budget=self.budget,
+            map_kinds=self.map_kinds,
+            bounds=self.bounds,
+            degrees=self.degrees,
+        )
 
     def _resolve_candidates(self, depth: int) -> Dict[str, List[int]]:
         resolved = {}
@@ -175,8 +187,9 @@ class HetDPTPruneHook(GateHookBase):
             listed = dict.fromkeys(LAYER_KINDS, ())
             listed[kind] = given
             try:
-                spec = PruneSpec(depth, listed[ATTN], listed[ACT],
-                                 ffn_removed=listed[FFN])
+                spec = PruneSpec(
+                    depth, listed[ATTN], listed[ACT], ffn_removed=listed[FFN]
+                )
             except (TypeError, ValueError) as error:
                 raise type(error)(f'candidates[{kind!r}]: {error}') from error
             resolved[kind] = list(spec.removed(kind))
@@ -184,7 +197,8 @@ class HetDPTPruneHook(GateHookBase):
                 raise ValueError(
                     f'{self.counts[kind]} {kind} layers are to be removed '
                     f'but candidates[{kind!r}] lists only '
-                    f'{len(resolved[kind])}: {resolved[kind]}')
+                    f'{len(resolved[kind])}: {resolved[kind]}'
+                )
         return resolved
 
     # -------------------------------------------------------------- hooks
@@ -192,31 +206,39 @@ class HetDPTPruneHook(GateHookBase):
         backbone = self.backbone(runner)
         self.check_wrapper(runner)
         if is_fsdp(runner.model) and getattr(
-                unwrap_model(runner.model), 'wants_teacher_snapshot', False):
+            unwrap_model(runner.model), 'wants_teacher_snapshot', False
+        ):
             raise ValueError(
                 'HetDPTPruneHook: the self-distillation teacher snapshot '
                 '(HetDPTDistillClassifier) copies the model, which under FSDP '
                 'holds one shard per rank; train without it or under DDP '
-                '(docs/user_guides/dinov2.md, Sharding)')
+                '(docs/user_guides/dinov2.md, Sharding)'
+            )
         self.setup_selection(runner, backbone)
         if self.log_score_grads:
             self._watch_score_grads(runner, backbone)
         depth = backbone.depth
         self.counts = self._resolve_counts(depth, runner.logger)
-        self.check_gates(backbone, [kind for kind, count in
-                                    self.counts.items() if count],
-                         f'counts={self.counts}')
+        self.check_gates(
+            backbone,
+            [kind for kind, count in self.counts.items() if count],
+            f'counts={self.counts}',
+        )
         branches = self.counts[ATTN] + self.counts.get(FFN, 0)
         if self.counts.get(FFN) and branches > depth:
             raise ValueError(
                 f'counts={self.counts} remove {branches} branches of '
                 f'{depth} blocks, but whole-branch removal keeps one branch '
-                f'of every block: attn + ffn must be at most {depth}')
+                f'of every block: attn + ffn must be at most {depth}'
+            )
         self.candidates = self._resolve_candidates(depth)
         self.order = self.schedule.order(self.counts)
         iters_per_epoch = len(runner.train_dataloader)
-        self.positions = self.schedule.iterations(
-            len(self.order), iters_per_epoch) if self.order else []
+        self.positions = (
+            self.schedule.iterations(len(self.order), iters_per_epoch)
+            if self.order
+            else []
+        )
         if self.positions and self.positions[-1] > runner.max_iters:
             last = self.positions[-1]
             raise ValueError(
@@ -225,43 +247,57 @@ class HetDPTPruneHook(GateHookBase):
                 f'{math.ceil(last / iters_per_epoch)} at {iters_per_epoch} '
                 f'iterations per epoch), but the run has {runner.max_iters} '
                 f'iterations ({runner.max_epochs} epochs); shorten stages / '
-                'prune_epoch or train longer')
+                'prune_epoch or train longer'
+            )
         self._restore_or_start(runner, backbone)
         where = ''
         if self.schedule.by_epoch:
-            where = ' (' + ', '.join(
-                f'epoch {(p - 1) // iters_per_epoch + 1} iter '
-                f'{(p - 1) % iters_per_epoch + 1}/{iters_per_epoch}'
-                for p in self.positions) + ')'
+            where = (
+                ' ('
+                + ', '.join(
+                    f'epoch {(p - 1) // iters_per_epoch + 1} iter '
+                    f'{(p - 1) % iters_per_epoch + 1}/{iters_per_epoch}'
+                    for p in self.positions
+                )
+                + ')'
+            )
         runner.logger.info(
             f'HetDPT prune schedule ({self.schedule.name}): order '
             f'{self.order}, after iterations {self.positions}{where}; '
             f'{len(self.decisions)} of {len(self.order)} done; decisions by '
             f'{self.selection.name} on rank 0, on {get_world_size()} '
-            'rank(s)')
+            'rank(s)'
+        )
         if self.positions and self.positions[-1] == runner.max_iters:
-            runner.logger.warning('HetDPT: the last removal is at the end '
-                                  'of the run, so nothing fine-tunes after '
-                                  'it')
+            runner.logger.warning(
+                'HetDPT: the last removal is at the end '
+                'of the run, so nothing fine-tunes after '
+                'it'
+            )
 
     def _watch_score_grads(self, runner, backbone) -> None:
         if is_fsdp(runner.model):
-            raise ValueError('HetDPTPruneHook: log_score_grads reads each '
-                             'gate score\'s gradient, which FSDP flattens '
-                             'into shards; leave it off under FSDP')
+            raise ValueError(
+                'HetDPTPruneHook: log_score_grads reads each '
+                "gate score's gradient, which FSDP flattens "
+                'into shards; leave it off under FSDP'
+            )
         for kind in backbone.REMOVABLE_KINDS:
             for gate in backbone.gates(kind):
                 # A closed gate's score gets no gradient: only open ones
                 # report, so the mean is over the open layers.
                 gate.hetdpt_score.register_hook(
                     lambda grad, kind=kind: self._score_grads[kind].append(
-                        float(grad.abs())))
+                        float(grad.abs())
+                    )
+                )
 
     def _log_score_grads(self, runner) -> None:
         for kind, grads in self._score_grads.items():
             if grads:
                 runner.message_hub.update_scalar(
-                    f'train/score_grad_{kind}', sum(grads) / len(grads))
+                    f'train/score_grad_{kind}', sum(grads) / len(grads)
+                )
             grads.clear()
 
     def _restore_or_start(self, runner, backbone) -> None:
@@ -271,7 +307,8 @@ class HetDPTPruneHook(GateHookBase):
                     f'the gated backbone starts with closed gates '
                     f'({backbone.prune_spec}); HetDPTPruneHook removes '
                     'layers from a dense network: start from dense weights, '
-                    'or --resume the pruning run')
+                    'or --resume the pruning run'
+                )
             self.decisions = []
             return
         state = self.resumed_state()
@@ -281,23 +318,35 @@ class HetDPTPruneHook(GateHookBase):
                 raise ValueError(
                     f'resumed at iteration {runner.iter}, after {done} '
                     'scheduled removals, from a checkpoint without HetDPT '
-                    'prune state (was it saved by a run with this hook?)')
+                    'prune state (was it saved by a run with this hook?)'
+                )
             self.decisions = []
             return
-        self.check_resumed_settings(state, dict(
-            counts=self.counts, order=self.order, positions=self.positions,
-            selection=self.selection.name))
+        self.check_resumed_settings(
+            state,
+            dict(
+                counts=self.counts,
+                order=self.order,
+                positions=self.positions,
+                selection=self.selection.name,
+            ),
+        )
         self.decisions = [dict(d) for d in state['decisions']]
         if len(self.decisions) != done:
             raise ValueError(
                 f'inconsistent resume state at iteration {runner.iter}: '
-                f'{len(self.decisions)} recorded decisions, {done} due')
+                f'{len(self.decisions)} recorded decisions, {done} due'
+            )
         self.check_resumed_gates(
-            backbone, PruneSpec(backbone.depth),
-            [(d['kind'], d['index']) for d in self.decisions])
-        runner.logger.info(f'HetDPT prune state restored: '
-                           f'{backbone.prune_spec}, {done} of '
-                           f'{len(self.order)} removals done')
+            backbone,
+            PruneSpec(backbone.depth),
+            [(d['kind'], d['index']) for d in self.decisions],
+        )
+        runner.logger.info(
+            f'HetDPT prune state restored: '
+            f'{backbone.prune_spec}, {done} of '
+            f'{len(self.order)} removals done'
+        )
 
     def upgrade_state(self, state: Dict, version: int) -> Dict:
         # 1 -> 2, the only step: version 1 predates selection policies, its
@@ -305,19 +354,25 @@ class HetDPTPruneHook(GateHookBase):
         return dict(state, selection='LowestGateScore')
 
     def state_dict(self) -> Dict:
-        return dict(counts=dict(self.counts), order=list(self.order),
-                    positions=list(self.positions),
-                    decisions=[dict(d) for d in self.decisions],
-                    schedule=self.schedule.name,
-                    selection=self.selection.name)
+        return dict(
+            counts=dict(self.counts),
+            order=list(self.order),
+            positions=list(self.positions),
+            decisions=[dict(d) for d in self.decisions],
+            schedule=self.schedule.name,
+            selection=self.selection.name,
+        )
 
-    def after_train_iter(self, runner, batch_idx: int, data_batch=None,
-                         outputs=None) -> None:
+    def after_train_iter(
+        self, runner, batch_idx: int, data_batch=None, outputs=None
+    ) -> None:
         if self.log_score_grads:
             self._log_score_grads(runner)
         step = runner.iter + 1
-        while len(self.decisions) < len(self.positions) and \
-                self.positions[len(self.decisions)] == step:
+        while (
+            len(self.decisions) < len(self.positions)
+            and self.positions[len(self.decisions)] == step
+        ):
             self._remove_next(runner, step)
 
     def _remove_next(self, runner, step: int) -> None:
@@ -329,32 +384,43 @@ class HetDPTPruneHook(GateHookBase):
         spec = backbone.prune_spec
         closed_before = list(spec.removed(kind))
         removable = removable_blocks(spec, kind)
-        open_candidates = [i for i in self.candidates[kind]
-                           if i in removable]
-        decision, rank_choices = self.select_and_close(backbone, kind,
-                                                       open_candidates)
+        open_candidates = [i for i in self.candidates[kind] if i in removable]
+        decision, rank_choices = self.select_and_close(
+            backbone, kind, open_candidates
+        )
         record = dict(
-            step=number + 1, iter=step, epoch=runner.epoch + 1, kind=kind,
-            index=decision.index, scores=list(decision.scores),
-            candidates=open_candidates, closed_before=closed_before,
+            step=number + 1,
+            iter=step,
+            epoch=runner.epoch + 1,
+            kind=kind,
+            index=decision.index,
+            scores=list(decision.scores),
+            candidates=open_candidates,
+            closed_before=closed_before,
             rank_choices=rank_choices,
             # Every layer's score of both types at this moment, for the
             # record (e.g. to rank them across types, as HetDPT does not);
             # a type without gates (SwiGLU FFNs: no GELU) is left out.
-            gate_scores={k: backbone.gate_scores(k).float().tolist()
-                         for k in backbone.REMOVABLE_KINDS
-                         if backbone.gates(k)})
+            gate_scores={
+                k: backbone.gate_scores(k).float().tolist()
+                for k in backbone.REMOVABLE_KINDS
+                if backbone.gates(k)
+            },
+        )
         self.decisions.append(record)
-        epoch = f' (epoch {record["epoch"]})' if self.schedule.by_epoch \
-            else ''
-        ranks = '' if rank_choices is None else \
-            f'\n  each rank\'s own choice: {rank_choices}'
+        epoch = f' (epoch {record["epoch"]})' if self.schedule.by_epoch else ''
+        ranks = (
+            ''
+            if rank_choices is None
+            else f"\n  each rank's own choice: {rank_choices}"
+        )
         table = decision.table.replace('\n', '\n  ')
         runner.logger.info(
             f'HetDPT prune {record["step"]}/{len(self.order)} after iter '
             f'{step}{epoch}: close {KIND_NAMES[kind]} ({kind}) of block '
             f'{decision.index}, chosen by {self.selection.name}\n  {table}'
-            f'{ranks}\n  spec now: {backbone.prune_spec}')
+            f'{ranks}\n  spec now: {backbone.prune_spec}'
+        )
 
     @staticmethod
     def _snapshot_teacher(runner) -> None:
@@ -363,17 +429,19 @@ class HetDPTPruneHook(GateHookBase):
         model = unwrap_model(runner.model)
         if getattr(model, 'wants_teacher_snapshot', False):
             model.snapshot_teacher()
-            runner.logger.info('HetDPT self-distillation: the teacher is a '
-                               'frozen copy of the model before the first '
-                               'removal')
+            runner.logger.info(
+                'HetDPT self-distillation: the teacher is a '
+                'frozen copy of the model before the first '
+                'removal'
+            )
 
     def after_train(self, runner) -> None:
         backbone = self.backbone(runner)
         runner.logger.info(
             f'HetDPT pruning: {len(self.decisions)} of {len(self.order)} '
-            f'removals done, final {backbone.prune_spec}')
+            f'removals done, final {backbone.prune_spec}'
+        )
         if self.spec_file is not None and is_main_process():
             path = osp.join(runner.work_dir, self.spec_file)
             atomic_write_text(path, backbone.prune_spec.to_json() + '\n')
             runner.logger.info(f'HetDPT spec written to {path}')
-

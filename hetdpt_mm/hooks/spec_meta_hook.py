@@ -7,6 +7,7 @@ backbone's record into the checkpoint's meta, where people and meta-reading
 tools look; :class:`~.prune_hook.HetDPTPruneHook` is a subclass and adds its
 schedule state.
 """
+
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 

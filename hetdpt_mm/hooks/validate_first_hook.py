@@ -1,4 +1,5 @@
 """Validate the starting model before the first training step."""
+
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
@@ -14,6 +15,7 @@ class ValidateFirstHook(Hook):
     prune hook, say) has run when the model is validated.  MMEngine's
     loops validate only after epochs or iterations.
     """
+
     priority = 'LOWEST'
 
     def before_train(self, runner) -> None:

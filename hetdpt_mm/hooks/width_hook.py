@@ -1,5 +1,6 @@
 """WidthPruneHook: after depth pruning, write the HetDPT+ model (METHOD.md
 section 6) -- the merged model pruned in width -- from the same run."""
+
 import os.path as osp
 from typing import Iterator, List, Optional, Tuple
 
@@ -44,24 +45,33 @@ class WidthPruneHook(MergeCheckpointHook):
     priority = 'LOWEST'
     suffix = 'plus'
 
-    def __init__(self, target_macs: Optional[float] = None,
-                 ratio: Optional[float] = None, importance: str = 'taylor',
-                 calib_images: int = 3200, name: Optional[str] = None,
-                 out_dir: Optional[str] = None, at_each_save: bool = False,
-                 plot: bool = True, **width_options):
-        super().__init__(name=name, out_dir=out_dir,
-                         at_each_save=at_each_save)
+    def __init__(
+        self,
+        target_macs: Optional[float] = None,
+        ratio: Optional[float] = None,
+        importance: str = 'taylor',
+        calib_images: int = 3200,
+        name: Optional[str] = None,
+        out_dir: Optional[str] = None,
+        at_each_save: bool = False,
+        plot: bool = True,
+        **width_options,
+    ):
+        super().__init__(name=name, out_dir=out_dir, at_each_save=at_each_save)
         if (target_macs is None) == (ratio is None):
-            raise ValueError('WidthPruneHook needs either target_macs or '
-                             'ratio')
+            raise ValueError(
+                'WidthPruneHook needs either target_macs or ratio'
+            )
         if importance not in IMPORTANCES:
-            raise ValueError(f'importance must be one of {IMPORTANCES}, got '
-                             f'{importance!r}')
+            raise ValueError(
+                f'importance must be one of {IMPORTANCES}, got {importance!r}'
+            )
         self.importance = importance
         self.calib_images = calib_images
         self.plot = plot
-        self.width_options = dict(width_options, target_macs=target_macs,
-                                  ratio=ratio)
+        self.width_options = dict(
+            width_options, target_macs=target_macs, ratio=ratio
+        )
 
     def _calibration(self, runner) -> Iterator[List[torch.Tensor]]:
         """Labelled training batches, preprocessed as for evaluation (no
@@ -72,20 +82,27 @@ class WidthPruneHook(MergeCheckpointHook):
             if images >= self.calib_images:
                 return
             data = preprocessor(data, False)
-            labels = torch.cat([sample.gt_label
-                                for sample in data['data_samples']])
+            labels = torch.cat(
+                [sample.gt_label for sample in data['data_samples']]
+            )
             images += len(labels)
             yield [data['inputs'].cpu(), labels.cpu()]
 
     def _convert(self, runner, merged: dict) -> Tuple[dict, str]:
-        calibration = self._calibration(runner) \
-            if self.importance == 'taylor' else None
+        calibration = (
+            self._calibration(runner) if self.importance == 'taylor' else None
+        )
         pruned, result = prune_width_checkpoint(
-            merged, importance=self.importance, calibration=calibration,
-            logger=runner.logger.info, **self.width_options)
+            merged,
+            importance=self.importance,
+            calibration=calibration,
+            logger=runner.logger.info,
+            **self.width_options,
+        )
         report = '\n' + result.format()
         if self.plot:
             from ..visualization import plot_widths, write_image
+
             path = osp.splitext(self.output_path(runner))[0] + '_widths.png'
             write_image(path, plot_widths(result.record.spec))
             report += f'\nper-block widths drawn in {path}'

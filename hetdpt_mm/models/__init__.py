@@ -9,26 +9,38 @@ from .layerscale_codec import LAYERSCALE_ARCH_PRESETS
 from .swin_args import SWIN_ARCH_PRESETS
 from .vit_state_dict import convert_state_dict, merge_ffn_weights
 
-__all__ = ['ARCH_PRESETS', 'FAMILIES', 'HetDPTBackbone',
-           'HetDPTLayerScaleViT', 'HetDPTSwin', 'HetDPTViT',
-           'LAYERSCALE_ARCH_PRESETS', 'SWIN_ARCH_PRESETS',
-           'convert_state_dict', 'get_family', 'merge_ffn_weights']
+__all__ = [
+    'ARCH_PRESETS',
+    'FAMILIES',
+    'HetDPTBackbone',
+    'HetDPTLayerScaleViT',
+    'HetDPTSwin',
+    'HetDPTViT',
+    'LAYERSCALE_ARCH_PRESETS',
+    'SWIN_ARCH_PRESETS',
+    'convert_state_dict',
+    'get_family',
+    'merge_ffn_weights',
+]
 
 
 def build_fused_attention_detr(**kwargs):
     """Builds :class:`~hetdpt_mm.models.fused_attention.FusedAttentionDETR`,
     importing mmdet's detectors only when a config asks for one."""
     from .fused_attention import FusedAttentionDETR
+
     return FusedAttentionDETR(**kwargs)
 
 
-TOOLBOX_MODULES.setdefault('mmdet', {})['FusedAttentionDETR'] = \
+TOOLBOX_MODULES.setdefault('mmdet', {})['FusedAttentionDETR'] = (
     build_fused_attention_detr
+)
 
 
 def toolbox_builder(family, toolbox: str):
     """What ``toolbox``'s registry builds for ``type='<family>'``: the
     family with that toolbox's defaults under the config's arguments."""
+
     def build(**kwargs):
         return family(**family.toolbox_args(toolbox, kwargs))
 
@@ -40,5 +52,6 @@ def toolbox_builder(family, toolbox: str):
 # toolbox's registry builds a family with that toolbox's defaults.
 for _family in FAMILIES.values():
     for _toolbox in _family.TOOLBOX_DEFAULTS:
-        TOOLBOX_MODULES.setdefault(_toolbox, {})[_family.__name__] = \
+        TOOLBOX_MODULES.setdefault(_toolbox, {})[_family.__name__] = (
             toolbox_builder(_family, _toolbox)
+        )

@@ -24,6 +24,7 @@ hetdpt_mm`` does not; configs that use the classifier import it::
 
     custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'])
 """
+
 import copy
 from typing import List, Optional
 
@@ -39,18 +40,30 @@ from ..record import RecordInStateDict
 KD_MODES = ('hard', 'soft')
 
 
-def kd_loss(student: torch.Tensor, teacher: torch.Tensor, mode: str,
-            temperature: float = 1.0) -> torch.Tensor:
+def kd_loss(
+    student: torch.Tensor,
+    teacher: torch.Tensor,
+    mode: str,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """DeiT's distillation losses between logits (batch mean)."""
     if mode == 'hard':
         return F.cross_entropy(student, teacher.argmax(dim=1))
     if mode == 'soft':
         t = temperature
-        return F.kl_div(F.log_softmax(student / t, dim=1),
-                        F.log_softmax(teacher / t, dim=1),
-                        reduction='batchmean', log_target=True) * t * t
-    raise ValueError(f'unknown distillation mode {mode!r}; use one of '
-                     f'{KD_MODES}')
+        return (
+            F.kl_div(
+                F.log_softmax(student / t, dim=1),
+                F.log_softmax(teacher / t, dim=1),
+                reduction='batchmean',
+                log_target=True,
+            )
+            * t
+            * t
+        )
+    raise ValueError(
+        f'unknown distillation mode {mode!r}; use one of {KD_MODES}'
+    )
 
 
 def teacher_init_cfg(teacher: dict, checkpoint: str) -> None:
@@ -67,14 +80,17 @@ def teacher_init_cfg(teacher: dict, checkpoint: str) -> None:
         teacher['init_cfg'] = dict(type='Pretrained', checkpoint=checkpoint)
         return
     teacher['backbone'] = dict(
-        backbone, init_cfg=dict(type='Pretrained', checkpoint=checkpoint))
+        backbone, init_cfg=dict(type='Pretrained', checkpoint=checkpoint)
+    )
     teacher['head'] = dict(
-        teacher['head'], init_cfg=dict(type='PretrainedHeads',
-                                       checkpoint=checkpoint))
+        teacher['head'],
+        init_cfg=dict(type='PretrainedHeads', checkpoint=checkpoint),
+    )
 
 
-def _teacher_is_optional(model: 'HetDPTDistillClassifier',
-                         incompatible_keys) -> None:
+def _teacher_is_optional(
+    model: 'HetDPTDistillClassifier', incompatible_keys
+) -> None:
     """Loading weights without any of the teacher's (a merged checkpoint:
     a test, or the start of a fine-tune) keeps the teacher's own
     (``teacher_checkpoint``, or the snapshot still to be taken)."""
@@ -84,10 +100,12 @@ def _teacher_is_optional(model: 'HetDPTDistillClassifier',
     missing = incompatible_keys.missing_keys
     kept = [key for key in missing if not key.startswith(teacher)]
     if len(kept) < len(missing):
-        print_log('HetDPTDistillClassifier: the loaded weights hold no '
-                  'teacher (a merged checkpoint); the teacher keeps its own '
-                  f'({model.teacher_source}), which only training uses',
-                  logger='current')
+        print_log(
+            'HetDPTDistillClassifier: the loaded weights hold no '
+            'teacher (a merged checkpoint); the teacher keeps its own '
+            f'({model.teacher_source}), which only training uses',
+            logger='current',
+        )
     missing[:] = kept
 
 
@@ -105,32 +123,45 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
             of the student (see the module doc).
     """
 
-    def __init__(self, backbone: dict, head: dict,
-                 neck: Optional[dict] = None,
-                 distill: Optional[dict] = None,
-                 teacher: Optional[dict] = None,
-                 teacher_checkpoint: Optional[str] = None, **kwargs):
+    def __init__(
+        self,
+        backbone: dict,
+        head: dict,
+        neck: Optional[dict] = None,
+        distill: Optional[dict] = None,
+        teacher: Optional[dict] = None,
+        teacher_checkpoint: Optional[str] = None,
+        **kwargs,
+    ):
         super().__init__(backbone=backbone, neck=neck, head=head, **kwargs)
-        distill = dict(dict(mode='hard', alpha=0.5, temperature=1.0),
-                       **(distill or {}))
+        distill = dict(
+            dict(mode='hard', alpha=0.5, temperature=1.0), **(distill or {})
+        )
         unknown = set(distill) - {'mode', 'alpha', 'temperature'}
         if unknown:
-            raise ValueError(f'unknown distill keys {sorted(unknown)}; use '
-                             'mode, alpha, temperature')
+            raise ValueError(
+                f'unknown distill keys {sorted(unknown)}; use '
+                'mode, alpha, temperature'
+            )
         if distill['mode'] not in KD_MODES:
-            raise ValueError(f'distill mode must be one of {KD_MODES}, got '
-                             f'{distill["mode"]!r}')
+            raise ValueError(
+                f'distill mode must be one of {KD_MODES}, got '
+                f'{distill["mode"]!r}'
+            )
         if not 0 <= distill['alpha'] <= 1 or distill['temperature'] <= 0:
-            raise ValueError('distill needs 0 <= alpha <= 1 and '
-                             f'temperature > 0, got {distill}')
+            raise ValueError(
+                'distill needs 0 <= alpha <= 1 and '
+                f'temperature > 0, got {distill}'
+            )
         self.distill = distill
         if teacher is None and teacher_checkpoint is None:
             self.teacher_source = 'snapshot'
         else:
             self.teacher_source = teacher_checkpoint or 'config'
         if teacher is None:
-            teacher = dict(type='ImageClassifier', backbone=backbone,
-                           neck=neck, head=head)
+            teacher = dict(
+                type='ImageClassifier', backbone=backbone, neck=neck, head=head
+            )
         teacher = copy.deepcopy(dict(teacher))
         if teacher_checkpoint is not None:
             teacher_init_cfg(teacher, teacher_checkpoint)
@@ -138,8 +169,9 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
         self.teacher.requires_grad_(False)
         # Saved with the teacher's weights (so a resumed run knows whether
         # the snapshot was taken) and dropped with them on merging.
-        self.teacher.register_buffer('hetdpt_ready', torch.tensor(
-            self.teacher_source != 'snapshot'))
+        self.teacher.register_buffer(
+            'hetdpt_ready', torch.tensor(self.teacher_source != 'snapshot')
+        )
         self._teacher_left_out = None
         self.register_load_state_dict_post_hook(_teacher_is_optional)
 
@@ -151,8 +183,11 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # Merged checkpoints leave the teacher out; testing never runs it.
         teacher = prefix + 'teacher.'
-        self._teacher_left_out = None if any(
-            key.startswith(teacher) for key in state_dict) else teacher
+        self._teacher_left_out = (
+            None
+            if any(key.startswith(teacher) for key in state_dict)
+            else teacher
+        )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
@@ -170,7 +205,8 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
             student = getattr(self, name, None)
             if student is not None:
                 getattr(self.teacher, name).load_state_dict(
-                    student.state_dict())
+                    student.state_dict()
+                )
         self.teacher.hetdpt_ready.fill_(True)
 
     def train(self, mode: bool = True):
@@ -193,8 +229,12 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
         if self.teacher_ready:
             with torch.no_grad():
                 teacher_logits = self.teacher(inputs, mode='tensor')
-            kd = kd_loss(kd_logits, teacher_logits, self.distill['mode'],
-                         self.distill['temperature'])
+            kd = kd_loss(
+                kd_logits,
+                teacher_logits,
+                self.distill['mode'],
+                self.distill['temperature'],
+            )
         elif distilled:
             # No teacher yet: the distillation token learns the labels.
             kd = self.head._get_loss(kd_logits, data_samples)['loss']

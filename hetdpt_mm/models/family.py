@@ -34,6 +34,7 @@ first (through every loading path: ``load_state_dict``, MMEngine's
 ``load_checkpoint``, ``load_from``, ``--resume``, the toolboxes' inference
 APIs).
 """
+
 from types import ModuleType
 from typing import (
     ClassVar,
@@ -73,6 +74,7 @@ from .record_check import (
 
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
+
     family: ClassVar[Optional[str]] = None
     #: The family's codec module (see the module docstring).
     codec: ClassVar[Optional[ModuleType]] = None
@@ -131,8 +133,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         return state if canonical is None else canonical(state)
 
     @classmethod
-    def record_from_tensors(cls, state: Mapping,
-                            source: str) -> HetDPTRecord:
+    def record_from_tensors(cls, state: Mapping, source: str) -> HetDPTRecord:
         """The record that the key names of ``state`` imply."""
         return cls.codec.record_from_tensors(state, source, cls.family)
 
@@ -143,9 +144,13 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         cls.codec.check_record(record, state)
 
     @classmethod
-    def convert_state_dict(cls, state: Mapping, spec: PruneSpec,
-                           form: str, semantics: Optional[Mapping] = None
-                           ) -> Dict:
+    def convert_state_dict(
+        cls,
+        state: Mapping,
+        spec: PruneSpec,
+        form: str,
+        semantics: Optional[Mapping] = None,
+    ) -> Dict:
         """The family's one tensor surgery (ViT: ``vit_state_dict.py``);
         only families with whole-branch removal take ``semantics``."""
         if semantics is None:
@@ -153,14 +158,16 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         return cls.codec.convert_state_dict(state, spec, form, semantics)
 
     @classmethod
-    def build_args_from_tensors(cls, state: Mapping,
-                                arch: Optional[Mapping] = None) -> Dict:
+    def build_args_from_tensors(
+        cls, state: Mapping, arch: Optional[Mapping] = None
+    ) -> Dict:
         """Constructor arguments of a backbone holding ``state``."""
         return cls.codec.build_args_from_tensors(state, arch)
 
     @classmethod
-    def layer_macs(cls, arch: Mapping, img_size,
-                   attention_products: bool = True) -> Dict[str, object]:
+    def layer_macs(
+        cls, arch: Mapping, img_size, attention_products: bool = True
+    ) -> Dict[str, object]:
         """Multiply-accumulates of the network at ``img_size``: lists by
         block index of its attention sublayer (``'attn'``; with its two
         token x token products unless ``attention_products`` is false),
@@ -188,16 +195,22 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         if record.arch is None:
             raise StateDictMismatch(
                 f'{record.source}: the record does not give the '
-                'architecture; read it with build_args_from_tensors')
+                'architecture; read it with build_args_from_tensors'
+            )
         try:
-            return family(**dict(record.arch), **dict(record.semantics),
-                          prune_spec=record.spec,
-                          gated=record.form == 'gated',
-                          merged=record.form == 'merged', **kwargs)
+            return family(
+                **dict(record.arch),
+                **dict(record.semantics),
+                prune_spec=record.spec,
+                gated=record.form == 'gated',
+                merged=record.form == 'merged',
+                **kwargs,
+            )
         except (TypeError, ValueError) as err:
             raise RecordError(
-                f'{record.source}: the HetDPT record\'s architecture cannot '
-                f'be built ({err})') from None
+                f"{record.source}: the HetDPT record's architecture cannot "
+                f'be built ({err})'
+            ) from None
 
     # ------------------------------------------------ the record, verified
     @classmethod
@@ -209,17 +222,22 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             unknown = sorted(set(record.arch) - cls.RECORD_ARCH_KEYS)
             if unknown:
                 raise RecordError(
-                    f'{where}\'s arch gives {unknown}, which are not '
+                    f"{where}'s arch gives {unknown}, which are not "
                     f'structural arguments of a {cls.family} backbone '
                     f'(allowed: {sorted(cls.RECORD_ARCH_KEYS)}); a record '
-                    'describes a structure and never configures loading')
+                    'describes a structure and never configures loading'
+                )
         for name, value in record.semantics.items():
             if value not in SEMANTICS_CHOICES.get(name, ()):
                 allowed = SEMANTICS_CHOICES.get(name)
                 raise RecordError(
-                    f'{where} gives {name}={value!r}; ' + (
-                        f'{name} is one of {allowed}' if allowed else
-                        f'semantics are {sorted(SEMANTICS_CHOICES)}'))
+                    f'{where} gives {name}={value!r}; '
+                    + (
+                        f'{name} is one of {allowed}'
+                        if allowed
+                        else f'semantics are {sorted(SEMANTICS_CHOICES)}'
+                    )
+                )
 
     @classmethod
     def verify_record(cls, record: HetDPTRecord, state: Mapping) -> None:
@@ -259,8 +277,9 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """Constructor arguments that fix the shapes of this network."""
         raise NotImplementedError
 
-    def _build_structure(self, spec: PruneSpec, form: str,
-                         semantics: Mapping) -> None:
+    def _build_structure(
+        self, spec: PruneSpec, form: str, semantics: Mapping
+    ) -> None:
         """(Re)build the modules that depend on the spec, form and
         semantics."""
         raise NotImplementedError
@@ -275,15 +294,26 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """The current structure (read from the gates in the gated form)."""
         if self.form != 'gated':
             return self._spec
-        closed = {kind: [i for i, gate in enumerate(self.gates(kind))
-                         if not gate.is_open] for kind in self.REMOVABLE_KINDS}
-        return PruneSpec(self.depth, closed[ATTN], closed[ACT],
-                         ffn_removed=closed.get(FFN, ()))
+        closed = {
+            kind: [
+                i
+                for i, gate in enumerate(self.gates(kind))
+                if not gate.is_open
+            ]
+            for kind in self.REMOVABLE_KINDS
+        }
+        return PruneSpec(
+            self.depth,
+            closed[ATTN],
+            closed[ACT],
+            ffn_removed=closed.get(FFN, ()),
+        )
 
     def gate_scores(self, kind: str) -> torch.Tensor:
         """Learned importance ``m`` of every layer of ``kind`` (detached)."""
         return torch.stack(
-            [gate.hetdpt_score.detach() for gate in self.gates(kind)])
+            [gate.hetdpt_score.detach() for gate in self.gates(kind)]
+        )
 
     def set_spec(self, spec) -> None:
         """Open and close the gates to match ``spec`` (gated form only)."""
@@ -298,16 +328,20 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     def record(self, form: Optional[str] = None) -> HetDPTRecord:
         """This backbone's record (``form`` overrides the stored form, e.g.
         ``'merged'`` for the file a merge will write)."""
-        return HetDPTRecord(spec=self.prune_spec, form=form or self.form,
-                            family=self.family, arch=self.build_args(),
-                            semantics=dict(self.semantics))
+        return HetDPTRecord(
+            spec=self.prune_spec,
+            form=form or self.form,
+            family=self.family,
+            arch=self.build_args(),
+            semantics=dict(self.semantics),
+        )
 
     def to_merged(self) -> 'HetDPTBackbone':
         """A new merged-form backbone computing the same function."""
-        merged = self.from_record(self.record('merged'),
-                                  **self._output_args())
-        state = self.convert_weights(self.state_dict(), self.prune_spec,
-                                     'merged', self.semantics)
+        merged = self.from_record(self.record('merged'), **self._output_args())
+        state = self.convert_weights(
+            self.state_dict(), self.prune_spec, 'merged', self.semantics
+        )
         merged.load_state_dict(with_record(state, merged.record()))
         return merged.train(self.training)
 
@@ -345,11 +379,18 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             # (a ViT's tokens) take the width the record gives them.
             source = record_source(state_dict[key], 'the loaded state dict')
             record = HetDPTRecord.from_dict(
-                decode_record(state_dict[key], source), source,
-                origin='extra_state')
-            self.verify_record(record, {
-                k[len(prefix):]: v for k, v in state_dict.items()
-                if k.startswith(prefix)})
+                decode_record(state_dict[key], source),
+                source,
+                origin='extra_state',
+            )
+            self.verify_record(
+                record,
+                {
+                    k[len(prefix) :]: v
+                    for k, v in state_dict.items()
+                    if k.startswith(prefix)
+                },
+            )
             self._adopt(record)
         if any(k.startswith(prefix) for k in state_dict):
             self.awaited_checkpoint = None
@@ -358,8 +399,11 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     def _follow_tensors(self, state_dict: Mapping, prefix: str) -> None:
         """A state dict without a record: its tensors say the structure,
         unless they are gated or cannot say which GELUs are gone."""
-        state = {k[len(prefix):]: v for k, v in state_dict.items()
-                 if k.startswith(prefix)}
+        state = {
+            k[len(prefix) :]: v
+            for k, v in state_dict.items()
+            if k.startswith(prefix)
+        }
         if not self.recognizes(state):
             return
         found = self.record_from_tensors(state, 'the loaded state dict')
@@ -376,7 +420,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
                 f'{list(found.spec.attn_removed)} and carry no HetDPT record, '
                 f'so their removed GELUs are unknown; this backbone is '
                 f'{self.record().describe()}. Give the backbone the spec '
-                '(prune_spec=...) or load the file through init_cfg.')
+                '(prune_spec=...) or load the file through init_cfg.'
+            )
         self._adopt(found)
 
     def _adopt(self, record: HetDPTRecord) -> None:
@@ -389,17 +434,21 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             raise StateDictMismatch(
                 f'{record.source}: the loaded weights are a '
                 f'{record.describe()}, this backbone a {mine.describe()}: '
-                'build it with that family')
+                'build it with that family'
+            )
         check_arch_agrees(self.build_args(), record)
         if record.same_structure(mine):
             return
-        if self.structure_given and not rebuilds_given_structure(mine,
-                                                                 record):
+        if self.structure_given and not rebuilds_given_structure(mine, record):
             return
-        print_log(f'{type(self).__name__}: rebuilding as {record.describe()} '
-                  f'to load weights of that structure (was {mine.describe()}'
-                  + (', as configured: the weights are its merged result)'
-                     if self.structure_given else ')'), logger='current')
-        self._build_structure(record.spec, record.form,
-                              dict(record.semantics))
-
+        print_log(
+            f'{type(self).__name__}: rebuilding as {record.describe()} '
+            f'to load weights of that structure (was {mine.describe()}'
+            + (
+                ', as configured: the weights are its merged result)'
+                if self.structure_given
+                else ')'
+            ),
+            logger='current',
+        )
+        self._build_structure(record.spec, record.form, dict(record.semantics))

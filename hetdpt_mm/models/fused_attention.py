@@ -10,6 +10,7 @@ backbone pruning can remove.  Asking for no weights lets PyTorch run
 float tolerance) stay those of mmdet's DETR, so checkpoints move freely
 between ``type='DETR'`` and ``type='FusedAttentionDETR'``.
 """
+
 import torch.nn as nn
 from mmcv.cnn.bricks.transformer import MultiheadAttention
 from mmdet.models.detectors import DETR
@@ -19,14 +20,27 @@ class FusedMultiheadAttention(nn.MultiheadAttention):
     """``nn.MultiheadAttention`` that returns attention weights only when
     asked (``need_weights=False`` by default); same parameters."""
 
-    def forward(self, query, key, value, key_padding_mask=None,
-                need_weights=False, attn_mask=None, average_attn_weights=True,
-                is_causal=False):
-        return super().forward(query, key, value,
-                               key_padding_mask=key_padding_mask,
-                               need_weights=need_weights, attn_mask=attn_mask,
-                               average_attn_weights=average_attn_weights,
-                               is_causal=is_causal)
+    def forward(
+        self,
+        query,
+        key,
+        value,
+        key_padding_mask=None,
+        need_weights=False,
+        attn_mask=None,
+        average_attn_weights=True,
+        is_causal=False,
+    ):
+        return super().forward(
+            query,
+            key,
+            value,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            attn_mask=attn_mask,
+            average_attn_weights=average_attn_weights,
+            is_causal=is_causal,
+        )
 
 
 def use_fused_attention(model: nn.Module) -> None:
@@ -34,8 +48,10 @@ def use_fused_attention(model: nn.Module) -> None:
     ``MultiheadAttention`` of ``model`` (which discards the weights) to
     :class:`FusedMultiheadAttention`, in place."""
     for module in model.modules():
-        if (isinstance(module, MultiheadAttention)
-                and type(module.attn) is nn.MultiheadAttention):
+        if (
+            isinstance(module, MultiheadAttention)
+            and type(module.attn) is nn.MultiheadAttention
+        ):
             # A subclass without state of its own: only the forward changes.
             module.attn.__class__ = FusedMultiheadAttention
 

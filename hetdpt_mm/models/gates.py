@@ -2,6 +2,7 @@
 each removable layer of a gated network sits behind one (attention
 sublayers, FFN activations and, under whole-branch removal, whole FFN
 branches)."""
+
 import torch
 import torch.nn as nn
 from timm.layers import Attention, GluMlp, Mlp

@@ -10,6 +10,7 @@ initializer reads the heads of any layout
 them into the linears of the head module it initialises: ``DeiTClsHead``,
 ``VisionTransformerClsHead``, ``LinearClsHead`` or a bare ``nn.Linear``.
 """
+
 import logging
 from typing import Dict
 
@@ -27,18 +28,22 @@ def head_linears(module: nn.Module) -> Dict[str, nn.Linear]:
     ``'head_dist'``)."""
     layers = getattr(module, 'layers', None)
     if isinstance(layers, nn.Module) and isinstance(
-            getattr(layers, CLASS_HEAD, None), nn.Linear):
+        getattr(layers, CLASS_HEAD, None), nn.Linear
+    ):
         # VisionTransformerClsHead / DeiTClsHead
-        return {name: getattr(layers, name) for name in (CLASS_HEAD,
-                                                         DIST_HEAD)
-                if isinstance(getattr(layers, name, None), nn.Linear)}
+        return {
+            name: getattr(layers, name)
+            for name in (CLASS_HEAD, DIST_HEAD)
+            if isinstance(getattr(layers, name, None), nn.Linear)
+        }
     if isinstance(getattr(module, 'fc', None), nn.Linear):
         return {CLASS_HEAD: module.fc}  # LinearClsHead
     if isinstance(module, nn.Linear):
         return {CLASS_HEAD: module}
     raise TypeError(
         f'PretrainedHeads initialises DeiTClsHead, VisionTransformerClsHead, '
-        f'LinearClsHead or nn.Linear, not {type(module).__name__}')
+        f'LinearClsHead or nn.Linear, not {type(module).__name__}'
+    )
 
 
 @WEIGHT_INITIALIZERS.register_module(name='PretrainedHeads')
@@ -65,9 +70,10 @@ class PretrainedHeadsInit:
                 if own is None or own.shape != value.shape:
                     raise StateDictMismatch(
                         f'{self.checkpoint}: {name}.{key} has shape '
-                        f'{tuple(value.shape)}, the classifier\'s '
+                        f"{tuple(value.shape)}, the classifier's "
                         f'{None if own is None else tuple(own.shape)} '
-                        '(check num_classes and in_channels)')
+                        '(check num_classes and in_channels)'
+                    )
                 own.copy_(value)
         loaded = sorted(set(targets) & set(heads))
         lines = [f'PretrainedHeads: loaded {loaded} from {self.checkpoint}']
@@ -77,9 +83,11 @@ class PretrainedHeadsInit:
             lines.append(f'  not in the checkpoint (left at init): {absent}')
         if dropped:
             lines.append(f'  not in this classifier (dropped): {dropped}')
-        print_log('\n'.join(lines), logger='current',
-                  level=logging.WARNING if absent or dropped else
-                  logging.INFO)
+        print_log(
+            '\n'.join(lines),
+            logger='current',
+            level=logging.WARNING if absent or dropped else logging.INFO,
+        )
 
     def _get_init_info(self) -> str:
         return f'PretrainedHeads: classifier heads from {self.checkpoint}'

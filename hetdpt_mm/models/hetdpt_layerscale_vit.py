@@ -24,6 +24,7 @@ What the forms leave (with the default ``removed_attn_output='norm'``):
   attention branch or FFN branch (``ffn_removed``) goes with its LayerNorm
   and LayerScale and leaves ``x`` (DINOv2-g's Table 6 rows).
 """
+
 import math
 from functools import partial
 from typing import Dict, Mapping, Optional, Tuple, Union
@@ -71,40 +72,80 @@ from .vit_codec import RELEASED_SEMANTICS
 LAYERSCALE_SEMANTICS = dict(RELEASED_SEMANTICS)
 
 
-def build_layerscale_block(dim: int, num_heads: int, mlp_ratio: float,
-                           qkv_bias: bool, drop_path: float, form: str,
-                           attn_removed: bool, act_removed: bool,
-                           removed_attn_output: str, residual_gelu: str,
-                           norm_layer, ffn: str, layer_scale_init_value: float,
-                           drop_rate: float = 0., attn_drop_rate: float = 0.,
-                           ffn_removed: bool = False):
+def build_layerscale_block(
+    dim: int,
+    num_heads: int,
+    mlp_ratio: float,
+    qkv_bias: bool,
+    drop_path: float,
+    form: str,
+    attn_removed: bool,
+    act_removed: bool,
+    removed_attn_output: str,
+    residual_gelu: str,
+    norm_layer,
+    ffn: str,
+    layer_scale_init_value: float,
+    drop_rate: float = 0.0,
+    attn_drop_rate: float = 0.0,
+    ffn_removed: bool = False,
+):
     """One LayerScale ViT block of the given form (layer types from
     :func:`choose_block_layers`; a SwiGLU FFN always keeps its SiLU)."""
-    common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
-                  qkv_bias=qkv_bias, drop_path=drop_path, proj_drop=drop_rate,
-                  attn_drop=attn_drop_rate, norm_layer=norm_layer,
-                  init_values=layer_scale_init_value)
-    layers = choose_block_layers(form, attn_removed, act_removed,
-                                 removed_attn_output, residual_gelu,
-                                 Attention, GatedAttention)
+    common = dict(
+        dim=dim,
+        num_heads=num_heads,
+        mlp_ratio=mlp_ratio,
+        qkv_bias=qkv_bias,
+        drop_path=drop_path,
+        proj_drop=drop_rate,
+        attn_drop=attn_drop_rate,
+        norm_layer=norm_layer,
+        init_values=layer_scale_init_value,
+    )
+    layers = choose_block_layers(
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        residual_gelu,
+        Attention,
+        GatedAttention,
+    )
     if ffn == 'swiglu':
-        check_branch_removal(attn_removed, ffn_removed,
-                             removed_attn_output)
+        check_branch_removal(attn_removed, ffn_removed, removed_attn_output)
         whole = removed_attn_output == WHOLE_BRANCH
         gated = form == 'gated'
         # No activation is ever removed, so no residual GELU either.
-        block = HetDPTBlock(attn_layer=layers.attn_layer, act_layer=nn.SiLU,
-                            mlp_layer=GatedSwiGLU if gated and whole
-                            else SwiGLUPacked, residual_gelu=False, **common)
+        block = HetDPTBlock(
+            attn_layer=layers.attn_layer,
+            act_layer=nn.SiLU,
+            mlp_layer=GatedSwiGLU if gated and whole else SwiGLUPacked,
+            residual_gelu=False,
+            **common,
+        )
         if gated:
-            set_block_gates(block.attn, None, attn_removed, False,
-                            removed_attn_output,
-                            block.mlp if whole else None, ffn_removed)
+            set_block_gates(
+                block.attn,
+                None,
+                attn_removed,
+                False,
+                removed_attn_output,
+                block.mlp if whole else None,
+                ffn_removed,
+            )
         else:
             remove_branches(block, attn_removed and whole, ffn_removed)
         return block
-    block = assemble_block(layers, form, attn_removed, act_removed,
-                           removed_attn_output, ffn_removed, **common)
+    block = assemble_block(
+        layers,
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        ffn_removed,
+        **common,
+    )
     if layers.mlp_layer is MergedFFN:
         block.ls2 = nn.Identity()  # folded into the merged linear
     return block
@@ -134,34 +175,44 @@ class HetDPTLayerScaleViT(HetDPTViT):
             semantics, outputs, fine-tuning, ``init_cfg``); LayerScale ViTs
             have no distillation token.
     """
+
     family = 'layerscale_vit'
     codec = layerscale_codec
     RECORD_ARCH_KEYS = HetDPTViT.RECORD_ARCH_KEYS | {
-        'reg_tokens', 'no_embed_class'}
-    SMALL_ARGS = dict(HetDPTViT.SMALL_ARGS, layer_scale_init_value=1e-5,
-                      no_embed_class=False)
+        'reg_tokens',
+        'no_embed_class',
+    }
+    SMALL_ARGS = dict(
+        HetDPTViT.SMALL_ARGS, layer_scale_init_value=1e-5, no_embed_class=False
+    )
     DEFAULT_ARCH = 'dinov2-base'
     # Torch-Pruning does not follow the LayerScale gammas.
     WIDTH_PRUNABLE = False
     POS_EMBED_ANTIALIAS = True
 
-    def __init__(self,
-                 arch: Union[str, Mapping] = 'dinov2-base',
-                 img_size=None,
-                 patch_size: Optional[int] = None,
-                 reg_tokens: Optional[int] = None,
-                 no_embed_class: Optional[bool] = None,
-                 layer_scale_init_value: Optional[float] = None,
-                 **kwargs):
+    def __init__(
+        self,
+        arch: Union[str, Mapping] = 'dinov2-base',
+        img_size=None,
+        patch_size: Optional[int] = None,
+        reg_tokens: Optional[int] = None,
+        no_embed_class: Optional[bool] = None,
+        layer_scale_init_value: Optional[float] = None,
+        **kwargs,
+    ):
         # mmseg's spelling of the architecture (the rest: HetDPTViT's).
         arch = arch_from_stock(arch, self.DEFAULT_ARCH, kwargs)
-        defaults = LAYERSCALE_ARCH_PRESETS[arch] if isinstance(
-            arch, str) and arch in LAYERSCALE_ARCH_PRESETS else \
-            DICT_ARCH_DEFAULTS
+        defaults = (
+            LAYERSCALE_ARCH_PRESETS[arch]
+            if isinstance(arch, str) and arch in LAYERSCALE_ARCH_PRESETS
+            else DICT_ARCH_DEFAULTS
+        )
         shape = resolve_layerscale_arch(arch)
         if kwargs.get('distilled'):
-            raise ValueError('LayerScale ViTs (DeiT-III, DINOv2) have no '
-                             'distillation token: distilled must be False')
+            raise ValueError(
+                'LayerScale ViTs (DeiT-III, DINOv2) have no '
+                'distillation token: distilled must be False'
+            )
 
         def given(value, name):
             return defaults[name] if value is None else value
@@ -171,29 +222,42 @@ class HetDPTLayerScaleViT(HetDPTViT):
             raise ValueError(f'reg_tokens must be >= 0, got {reg_tokens}')
         # Read by _build_structure, which HetDPTViT.__init__ calls.
         self.ffn = shape.pop('ffn')
-        self.layer_scale_init_value = given(layer_scale_init_value,
-                                            'layer_scale_init_value')
+        self.layer_scale_init_value = given(
+            layer_scale_init_value, 'layer_scale_init_value'
+        )
         if not self.layer_scale_init_value:
-            raise ValueError('layer_scale_init_value must be non-zero (a '
-                             'LayerScale ViT has a gamma per branch)')
-        super().__init__(arch=shape, img_size=given(img_size, 'img_size'),
-                         patch_size=given(patch_size, 'patch_size'),
-                         **kwargs)
+            raise ValueError(
+                'layer_scale_init_value must be non-zero (a '
+                'LayerScale ViT has a gamma per branch)'
+            )
+        super().__init__(
+            arch=shape,
+            img_size=given(img_size, 'img_size'),
+            patch_size=given(patch_size, 'patch_size'),
+            **kwargs,
+        )
         self.no_embed_class = bool(given(no_embed_class, 'no_embed_class'))
         self._build_args['arch'] = dict(self.arch_settings, ffn=self.ffn)
-        self._build_args.update(reg_tokens=reg_tokens,
-                                no_embed_class=self.no_embed_class)
+        self._build_args.update(
+            reg_tokens=reg_tokens, no_embed_class=self.no_embed_class
+        )
         # Register tokens follow the class token; the position embedding
         # (sized by HetDPTViT for the class token) is rebuilt to cover the
         # prefix tokens only when they have positions.
         dim = self.arch_settings['embed_dims']
-        self.reg_token = nn.Parameter(torch.zeros(
-            1, reg_tokens, dim)) if reg_tokens else None
+        self.reg_token = (
+            nn.Parameter(torch.zeros(1, reg_tokens, dim))
+            if reg_tokens
+            else None
+        )
         if self.reg_token is not None:
             nn.init.normal_(self.reg_token, std=1e-6)
         self.num_prefix_tokens += reg_tokens
-        self.pos_embed = nn.Parameter(torch.zeros(
-            1, self.num_positioned_tokens + math.prod(self.patch_grid), dim))
+        self.pos_embed = nn.Parameter(
+            torch.zeros(
+                1, self.num_positioned_tokens + math.prod(self.patch_grid), dim
+            )
+        )
         if self.frozen_stages:
             for param in (self.pos_embed, self.reg_token):
                 if param is not None:
@@ -215,29 +279,36 @@ class HetDPTLayerScaleViT(HetDPTViT):
                 'computes fc2(x1 * x2), a product of two linear maps of its '
                 'input: not linear, so it cannot merge into one linear layer '
                 'and removing it saves nothing. Remove attention layers only '
-                '(act_removed=[]) in this network')
+                '(act_removed=[]) in this network'
+            )
 
-    def _build_structure(self, spec: PruneSpec, form: str,
-                         semantics: Mapping) -> None:
+    def _build_structure(
+        self, spec: PruneSpec, form: str, semantics: Mapping
+    ) -> None:
         self.check_removable(spec)
         self.form = form
         self.semantics = dict(semantics)
         self._spec = spec
         args = dict(self._block_args)
         drop_path = args.pop('drop_path')
-        self.blocks = nn.ModuleList([
-            build_layerscale_block(
-                drop_path=drop_path[i], form=form,
-                attn_removed=spec.is_removed(ATTN, i),
-                act_removed=spec.is_removed(ACT, i),
-                ffn_removed=spec.is_removed(FFN, i),
-                norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
-                ffn=self.ffn,
-                layer_scale_init_value=self.layer_scale_init_value,
-                **args, **self.semantics)
-            for i in range(spec.depth)
-        ])
-        self._freeze(self.blocks[:self.frozen_stages])
+        self.blocks = nn.ModuleList(
+            [
+                build_layerscale_block(
+                    drop_path=drop_path[i],
+                    form=form,
+                    attn_removed=spec.is_removed(ATTN, i),
+                    act_removed=spec.is_removed(ACT, i),
+                    ffn_removed=spec.is_removed(FFN, i),
+                    norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
+                    ffn=self.ffn,
+                    layer_scale_init_value=self.layer_scale_init_value,
+                    **args,
+                    **self.semantics,
+                )
+                for i in range(spec.depth)
+            ]
+        )
+        self._freeze(self.blocks[: self.frozen_stages])
         frozen_by_exclude(self, self.frozen_exclude)
 
     def gates(self, kind: str):
@@ -249,8 +320,9 @@ class HetDPTLayerScaleViT(HetDPTViT):
         self.check_removable(PruneSpec.coerce(spec, self.depth))
         super().set_spec(spec)
 
-    def get_layer_depth(self, param_name: str,
-                        prefix: str = '') -> Tuple[int, int]:
+    def get_layer_depth(
+        self, param_name: str, prefix: str = ''
+    ) -> Tuple[int, int]:
         """As :meth:`HetDPTViT.get_layer_depth`; register tokens are
         embeddings (depth 0)."""
         if param_name == prefix + 'reg_token':
@@ -266,10 +338,16 @@ class HetDPTLayerScaleViT(HetDPTViT):
                     f'pos_embed has positions for {positioned} prefix '
                     f'token(s), this backbone for {self.num_positioned_tokens}'
                     ': set no_embed_class / reg_tokens as the checkpoint '
-                    '(or use the matching preset)')
+                    '(or use the matching preset)'
+                )
             state['pos_embed'] = vit_state_dict.resize_pos_embed(
-                state['pos_embed'], positioned, positioned, self.patch_grid,
-                self.interpolate_mode, antialias=True)
+                state['pos_embed'],
+                positioned,
+                positioned,
+                self.patch_grid,
+                self.interpolate_mode,
+                antialias=True,
+            )
         return state
 
     # -------------------------------------------------------------- forward
@@ -279,9 +357,11 @@ class HetDPTLayerScaleViT(HetDPTViT):
         x = self.patch_embed(x)
         grid = x.shape[1:3]
         x = x.flatten(1, 2)
-        prefix = [token.expand(x.shape[0], -1, -1)
-                  for token in (self.cls_token, self.reg_token)
-                  if token is not None]
+        prefix = [
+            token.expand(x.shape[0], -1, -1)
+            for token in (self.cls_token, self.reg_token)
+            if token is not None
+        ]
         if self.no_embed_class:
             x = torch.cat(prefix + [x + self._pos_embed(grid)], dim=1)
         else:

@@ -2,6 +2,7 @@
 (W-MSA and SW-MSA) and FFN GELUs can be removed (HetDPT), for mmpretrain,
 mmdet and mmseg (docs/user_guides/swin.md).  Its codec is
 :mod:`.swin_codec`."""
+
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
@@ -78,115 +79,163 @@ class HetDPTSwin(HetDPTBackbone):
             loads official, timm, mmpretrain, mmdet / mmseg or our Swin
             weights, converted to this form.
     """
+
     family = 'swin'
     codec = swin_codec
-    RECORD_ARCH_KEYS = frozenset({
-        'arch', 'window_size', 'patch_size', 'in_channels', 'qkv_bias',
-        'patch_norm', 'out_indices', 'qk_scale', 'out_after_downsample'})
-    SMALL_ARGS = dict(arch=dict(embed_dims=32, depths=[2, 2, 2, 2],
-                                num_heads=[1, 2, 4, 8]), window_size=4)
+    RECORD_ARCH_KEYS = frozenset(
+        {
+            'arch',
+            'window_size',
+            'patch_size',
+            'in_channels',
+            'qkv_bias',
+            'patch_norm',
+            'out_indices',
+            'qk_scale',
+            'out_after_downsample',
+        }
+    )
+    SMALL_ARGS = dict(
+        arch=dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8]),
+        window_size=4,
+    )
     DEFAULT_ARCH = 'base'
     TOOLBOX_DEFAULTS = TOOLBOX_DEFAULTS
 
-    def __init__(self,
-                 arch: Union[str, Mapping] = 'tiny',
-                 in_channels: int = 3,
-                 patch_size: int = 4,
-                 window_size: int = 7,
-                 prune_spec=None,
-                 gated: bool = False,
-                 merged: Optional[bool] = None,
-                 removed_attn_output: Optional[str] = None,
-                 residual_gelu: Optional[str] = None,
-                 out_indices: Sequence[int] = (0, 1, 2, 3),
-                 qkv_bias: bool = True,
-                 patch_norm: bool = True,
-                 drop_rate: float = 0.,
-                 attn_drop_rate: float = 0.,
-                 drop_path_rate: float = 0.1,
-                 pad_small_map: bool = False,
-                 with_cp: bool = False,
-                 frozen_stages: int = -1,
-                 token_merge: Optional[Mapping] = None,
-                 pretrained: Optional[str] = None,
-                 init_cfg: Optional[Union[dict, List[dict]]] = None,
-                 qk_scale: Optional[float] = None,
-                 out_after_downsample: bool = False,
-                 block_drop_rate: Optional[float] = None,
-                 **stock_args):
+    def __init__(
+        self,
+        arch: Union[str, Mapping] = 'tiny',
+        in_channels: int = 3,
+        patch_size: int = 4,
+        window_size: int = 7,
+        prune_spec=None,
+        gated: bool = False,
+        merged: Optional[bool] = None,
+        removed_attn_output: Optional[str] = None,
+        residual_gelu: Optional[str] = None,
+        out_indices: Sequence[int] = (0, 1, 2, 3),
+        qkv_bias: bool = True,
+        patch_norm: bool = True,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.1,
+        pad_small_map: bool = False,
+        with_cp: bool = False,
+        frozen_stages: int = -1,
+        token_merge: Optional[Mapping] = None,
+        pretrained: Optional[str] = None,
+        init_cfg: Optional[Union[dict, List[dict]]] = None,
+        qk_scale: Optional[float] = None,
+        out_after_downsample: bool = False,
+        block_drop_rate: Optional[float] = None,
+        **stock_args,
+    ):
         if token_merge is not None:
             raise ValueError(
                 'token_merge: Swin attends within fixed windows of the '
                 'token grid and shifts them between blocks; merged tokens '
                 'leave no grid to partition, so ToMe does not apply to '
-                'Swin (use a ViT family)')
+                'Swin (use a ViT family)'
+            )
         if pretrained is not None:
             if init_cfg is not None:
-                raise ValueError('pass either pretrained or init_cfg, not '
-                                 'both')
+                raise ValueError(
+                    'pass either pretrained or init_cfg, not both'
+                )
             init_cfg = dict(type='Pretrained', checkpoint=pretrained)
         super().__init__(init_cfg=init_cfg)
-        stock = read_stock_args(arch, window_size, patch_size, in_channels,
-                                stock_args)
+        stock = read_stock_args(
+            arch, window_size, patch_size, in_channels, stock_args
+        )
         self.arch_settings = stock['arch']
         window_size, patch_size = stock['window_size'], stock['patch_size']
         depths = self.arch_settings['depths']
         stages = len(depths)
         if window_size < 1:
-            raise ValueError(f'window_size must be positive, got '
-                             f'{window_size}')
+            raise ValueError(
+                f'window_size must be positive, got {window_size}'
+            )
         if isinstance(out_indices, int):
             out_indices = [out_indices]
-        self.out_indices = sorted({i + stages if i < 0 else i
-                                   for i in out_indices})
+        self.out_indices = sorted(
+            {i + stages if i < 0 else i for i in out_indices}
+        )
         if any(not 0 <= i < stages for i in self.out_indices):
-            raise ValueError(f'out_indices {list(out_indices)} must name '
-                             f'stages of 0..{stages - 1}')
+            raise ValueError(
+                f'out_indices {list(out_indices)} must name '
+                f'stages of 0..{stages - 1}'
+            )
         if not -1 <= frozen_stages <= stages:
-            raise ValueError(f'frozen_stages must be in -1..{stages} (the '
-                             f'number of stages), got {frozen_stages}')
+            raise ValueError(
+                f'frozen_stages must be in -1..{stages} (the '
+                f'number of stages), got {frozen_stages}'
+            )
         self.window_size = window_size
         self.pad_small_map = pad_small_map
         self.out_after_downsample = out_after_downsample
         self.with_cp = with_cp
         self.frozen_stages = frozen_stages
         spec, form, semantics = self._resolve_structure(
-            sum(depths), prune_spec, gated, merged, SWIN_SEMANTICS,
+            sum(depths),
+            prune_spec,
+            gated,
+            merged,
+            SWIN_SEMANTICS,
             removed_attn_output=removed_attn_output,
-            residual_gelu=residual_gelu)
+            residual_gelu=residual_gelu,
+        )
         self._build_args = dict(
-            arch=dict(self.arch_settings), window_size=window_size,
-            patch_size=patch_size, in_channels=in_channels,
-            qkv_bias=qkv_bias, patch_norm=patch_norm,
-            out_indices=list(self.out_indices), qk_scale=qk_scale,
-            out_after_downsample=out_after_downsample)
+            arch=dict(self.arch_settings),
+            window_size=window_size,
+            patch_size=patch_size,
+            in_channels=in_channels,
+            qkv_bias=qkv_bias,
+            patch_norm=patch_norm,
+            out_indices=list(self.out_indices),
+            qk_scale=qk_scale,
+            out_after_downsample=out_after_downsample,
+        )
 
         dims = [self.arch_settings['embed_dims'] * 2**s for s in range(stages)]
         self.stage_dims = dims
         #: The width of each stage's output (mmpretrain's name).
         self.num_features = [
             dims[min(s + 1, stages - 1)] if out_after_downsample else dims[s]
-            for s in range(stages)]
-        self.patch_embed = SwinPatchEmbed(in_channels, dims[0], patch_size,
-                                          patch_norm)
+            for s in range(stages)
+        ]
+        self.patch_embed = SwinPatchEmbed(
+            in_channels, dims[0], patch_size, patch_norm
+        )
         self.drop_after_pos = nn.Dropout(drop_rate)
-        self.stages = nn.ModuleList([
-            SwinStage(PatchMerging(dims[s], patch_norm)
-                      if s < stages - 1 else None)
-            for s in range(stages)])
+        self.stages = nn.ModuleList(
+            [
+                SwinStage(
+                    PatchMerging(dims[s], patch_norm)
+                    if s < stages - 1
+                    else None
+                )
+                for s in range(stages)
+            ]
+        )
         # Stochastic depth grows linearly over all blocks (as mmdet, timm).
         depth = sum(depths)
         self._block_args = dict(
-            mlp_ratio=self.arch_settings['mlp_ratio'], qkv_bias=qkv_bias,
-            qk_scale=qk_scale, attn_drop_rate=attn_drop_rate,
-            drop_rate=drop_rate if block_drop_rate is None else
-            block_drop_rate,
-            drop_path=[drop_path_rate * i / max(depth - 1, 1)
-                       for i in range(depth)])
+            mlp_ratio=self.arch_settings['mlp_ratio'],
+            qkv_bias=qkv_bias,
+            qk_scale=qk_scale,
+            attn_drop_rate=attn_drop_rate,
+            drop_rate=drop_rate
+            if block_drop_rate is None
+            else block_drop_rate,
+            drop_path=[
+                drop_path_rate * i / max(depth - 1, 1) for i in range(depth)
+            ],
+        )
         self._build_structure(spec, form, semantics)
         for stage in self.out_indices:
-            self.add_module(f'norm{stage}',
-                            nn.LayerNorm(self.num_features[stage]))
+            self.add_module(
+                f'norm{stage}', nn.LayerNorm(self.num_features[stage])
+            )
         self._freeze(self._frozen_modules())
 
     # ------------------------------------------------ family: the tensors
@@ -195,14 +244,18 @@ class HetDPTSwin(HetDPTBackbone):
         return toolbox_args(toolbox, args)
 
     # --------------------------------------------------------- structure
-    def _build_structure(self, spec: PruneSpec, form: str,
-                         semantics: Mapping) -> None:
-        if semantics['removed_attn_output'] == WHOLE_BRANCH or \
-                spec.ffn_removed:
+    def _build_structure(
+        self, spec: PruneSpec, form: str, semantics: Mapping
+    ) -> None:
+        if (
+            semantics['removed_attn_output'] == WHOLE_BRANCH
+            or spec.ffn_removed
+        ):
             raise ValueError(
                 'whole-branch removal (removed_attn_output='
                 f"'{WHOLE_BRANCH}', ffn_removed) is for ViTs; a Swin block "
-                "removes its attention with 'norm' or 'zero'")
+                "removes its attention with 'norm' or 'zero'"
+            )
         self.form = form
         self.semantics = dict(semantics)
         self._spec = spec  # fixed for pruned/merged; gates own it if gated
@@ -212,18 +265,24 @@ class HetDPTSwin(HetDPTBackbone):
         positions = swin_state_dict.block_positions(depths)
         blocks = [[] for _ in depths]
         for index, (stage, block) in enumerate(positions):
-            blocks[stage].append(build_swin_block(
-                dim=self.stage_dims[stage],
-                num_heads=self.arch_settings['num_heads'][stage],
-                window_size=self.window_size,
-                shift_size=self.window_size // 2 if block % 2 else 0,
-                drop_path=drop_path[index], form=form,
-                attn_removed=spec.is_removed(ATTN, index),
-                act_removed=spec.is_removed(ACT, index),
-                pad_small_map=self.pad_small_map, **args, **self.semantics))
+            blocks[stage].append(
+                build_swin_block(
+                    dim=self.stage_dims[stage],
+                    num_heads=self.arch_settings['num_heads'][stage],
+                    window_size=self.window_size,
+                    shift_size=self.window_size // 2 if block % 2 else 0,
+                    drop_path=drop_path[index],
+                    form=form,
+                    attn_removed=spec.is_removed(ATTN, index),
+                    act_removed=spec.is_removed(ACT, index),
+                    pad_small_map=self.pad_small_map,
+                    **args,
+                    **self.semantics,
+                )
+            )
         for stage, stage_blocks in zip(self.stages, blocks):
             stage.blocks = nn.ModuleList(stage_blocks)
-        self._freeze(self.stages[:max(self.frozen_stages, 0)])
+        self._freeze(self.stages[: max(self.frozen_stages, 0)])
 
     def _frozen_modules(self) -> List[nn.Module]:
         if self.frozen_stages < 0:
@@ -250,17 +309,21 @@ class HetDPTSwin(HetDPTBackbone):
     def depth(self) -> int:
         return sum(self.arch_settings['depths'])
 
-    def get_layer_depth(self, param_name: str,
-                        prefix: str = '') -> Tuple[int, int]:
+    def get_layer_depth(
+        self, param_name: str, prefix: str = ''
+    ) -> Tuple[int, int]:
         """Layer depth of a parameter for layer-wise learning-rate decay
         (:func:`~.layer_decay.swin_layer_depth`)."""
-        return swin_layer_depth(param_name, prefix,
-                                self.arch_settings['depths'])
+        return swin_layer_depth(
+            param_name, prefix, self.arch_settings['depths']
+        )
 
     def gates(self, kind: str) -> List[nn.Module]:
         if self.form != 'gated':
-            raise RuntimeError(f'a {self.form} backbone has no gates; build '
-                               'it with gated=True')
+            raise RuntimeError(
+                f'a {self.form} backbone has no gates; build '
+                'it with gated=True'
+            )
         if kind == ATTN:
             return [block.attn for block in self.all_blocks()]
         if kind == ACT:
@@ -279,28 +342,34 @@ class HetDPTSwin(HetDPTBackbone):
             return
         for module in self.modules():
             if isinstance(module, nn.Linear):
-                trunc_normal_(module.weight, std=.02)
+                trunc_normal_(module.weight, std=0.02)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.LayerNorm):
                 nn.init.ones_(module.weight)
                 nn.init.zeros_(module.bias)
             elif hasattr(module, 'relative_position_bias_table'):
-                trunc_normal_(module.relative_position_bias_table, std=.02)
+                trunc_normal_(module.relative_position_bias_table, std=0.02)
 
     def _adapt_pretrained(self, state: Dict) -> Dict:
         resized = []
         for key, value in state.items():
-            if key.endswith('relative_position_bias_table') and \
-                    value.shape[0] != (2 * self.window_size - 1)**2:
-                state[key] = swin_state_dict.\
-                    resize_relative_position_bias_table(value,
-                                                        self.window_size)
+            if (
+                key.endswith('relative_position_bias_table')
+                and value.shape[0] != (2 * self.window_size - 1) ** 2
+            ):
+                state[key] = (
+                    swin_state_dict.resize_relative_position_bias_table(
+                        value, self.window_size
+                    )
+                )
                 resized.append(key)
         if resized:
-            print_log(f'HetDPTSwin: {len(resized)} relative position bias '
-                      f'tables resampled to window {self.window_size}',
-                      logger='current')
+            print_log(
+                f'HetDPTSwin: {len(resized)} relative position bias '
+                f'tables resampled to window {self.window_size}',
+                logger='current',
+            )
         return state
 
     def class_feature(self, inputs: torch.Tensor) -> torch.Tensor:
@@ -310,9 +379,10 @@ class HetDPTSwin(HetDPTBackbone):
         last = len(self.stages) - 1
         if self.out_indices[-1] != last:
             raise ValueError(
-                f'the class feature is the last stage\'s ({last}) output; '
+                f"the class feature is the last stage's ({last}) output; "
                 f'this HetDPTSwin returns stages {self.out_indices}: build '
-                f'it with out_indices=({last}, )')
+                f'it with out_indices=({last}, )'
+            )
         return self(inputs)[-1].mean(dim=(2, 3))
 
     # -------------------------------------------------------------- forward
@@ -332,9 +402,11 @@ class HetDPTSwin(HetDPTBackbone):
                 x, hw_shape = stage.downsample(x, hw_shape)
             if index in self.out_indices:
                 out = getattr(self, f'norm{index}')(x)
-                outs.append(out.view(x.shape[0], *hw_shape, -1).permute(
-                    0, 3, 1, 2).contiguous())
+                outs.append(
+                    out.view(x.shape[0], *hw_shape, -1)
+                    .permute(0, 3, 1, 2)
+                    .contiguous()
+                )
             if downsample and not self.out_after_downsample:
                 x, hw_shape = stage.downsample(x, hw_shape)
         return tuple(outs)
-

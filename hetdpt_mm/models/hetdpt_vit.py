@@ -1,6 +1,7 @@
 """HetDPTViT: a DeiT/ViT backbone whose attention sublayers and FFN GELUs can
 be removed (HetDPT), for mmpretrain, mmdet and mmseg.  Its codec is
 :mod:`.vit_codec`, its forward pass :mod:`.vit_forward`."""
+
 from functools import partial
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -71,14 +72,28 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         **stock_args: mmseg's / mmpretrain's ``VisionTransformer``
             arguments, with their meaning (:mod:`.stock_vit_args`).
     """
+
     family = 'vit'
     codec = vit_codec
-    RECORD_ARCH_KEYS = frozenset({
-        'arch', 'img_size', 'patch_size', 'in_channels', 'distilled',
-        'with_cls_token', 'qkv_bias', 'final_norm', 'norm_cfg',
-        'out_type'})
-    SMALL_ARGS = dict(arch=dict(embed_dims=96, num_layers=6, num_heads=3),
-                      img_size=32, patch_size=4)
+    RECORD_ARCH_KEYS = frozenset(
+        {
+            'arch',
+            'img_size',
+            'patch_size',
+            'in_channels',
+            'distilled',
+            'with_cls_token',
+            'qkv_bias',
+            'final_norm',
+            'norm_cfg',
+            'out_type',
+        }
+    )
+    SMALL_ARGS = dict(
+        arch=dict(embed_dims=96, num_layers=6, num_heads=3),
+        img_size=32,
+        patch_size=4,
+    )
     DEFAULT_ARCH = 'deit-base'
     WIDTH_PRUNABLE = True
     REMOVABLE_KINDS = (ATTN, ACT, FFN)
@@ -87,36 +102,39 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     #: Antialiased position-embedding resampling (timm's for LayerScale ViTs).
     POS_EMBED_ANTIALIAS = False
 
-    def __init__(self,
-                 arch: Union[str, Mapping] = 'deit-base',
-                 img_size: Union[int, Sequence[int]] = 224,
-                 patch_size: int = 16,
-                 in_channels: int = 3,
-                 prune_spec=None,
-                 gated: bool = False,
-                 merged: Optional[bool] = None,
-                 removed_attn_output: Optional[str] = None,
-                 residual_gelu: Optional[str] = None,
-                 distilled: bool = False,
-                 with_cls_token: bool = True,
-                 out_type: str = 'cls_token',
-                 out_indices: Union[int, Sequence[int]] = -1,
-                 final_norm: bool = True,
-                 output_cls_token: bool = False,
-                 token_merge: Optional[Mapping] = None,
-                 qkv_bias: bool = True,
-                 drop_rate: float = 0.,
-                 attn_drop_rate: float = 0.,
-                 drop_path_rate: float = 0.,
-                 interpolate_mode: str = 'bicubic',
-                 with_cp: bool = False,
-                 frozen_stages: int = -1,
-                 norm_eval: bool = False,
-                 pretrained: Optional[str] = None,
-                 init_cfg: Optional[Union[dict, List[dict]]] = None,
-                 **stock_args):
-        arch, stock = stock_vit.take_stock_args(arch, self.DEFAULT_ARCH,
-                                                stock_args)
+    def __init__(
+        self,
+        arch: Union[str, Mapping] = 'deit-base',
+        img_size: Union[int, Sequence[int]] = 224,
+        patch_size: int = 16,
+        in_channels: int = 3,
+        prune_spec=None,
+        gated: bool = False,
+        merged: Optional[bool] = None,
+        removed_attn_output: Optional[str] = None,
+        residual_gelu: Optional[str] = None,
+        distilled: bool = False,
+        with_cls_token: bool = True,
+        out_type: str = 'cls_token',
+        out_indices: Union[int, Sequence[int]] = -1,
+        final_norm: bool = True,
+        output_cls_token: bool = False,
+        token_merge: Optional[Mapping] = None,
+        qkv_bias: bool = True,
+        drop_rate: float = 0.0,
+        attn_drop_rate: float = 0.0,
+        drop_path_rate: float = 0.0,
+        interpolate_mode: str = 'bicubic',
+        with_cp: bool = False,
+        frozen_stages: int = -1,
+        norm_eval: bool = False,
+        pretrained: Optional[str] = None,
+        init_cfg: Optional[Union[dict, List[dict]]] = None,
+        **stock_args,
+    ):
+        arch, stock = stock_vit.take_stock_args(
+            arch, self.DEFAULT_ARCH, stock_args
+        )
         if pretrained is not None:
             if init_cfg is not None:
                 raise ValueError('give either pretrained or init_cfg')
@@ -125,11 +143,14 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.arch_settings = resolve_arch(arch)
         depth = self.arch_settings['num_layers']
         dim = self.arch_settings['embed_dims']
-        stock_vit.check_output_args(out_type, with_cls_token,
-                                    output_cls_token, distilled)
+        stock_vit.check_output_args(
+            out_type, with_cls_token, output_cls_token, distilled
+        )
         if not -1 <= frozen_stages <= depth:
-            raise ValueError(f'frozen_stages must be in -1..{depth} (the '
-                             f'number of blocks), got {frozen_stages}')
+            raise ValueError(
+                f'frozen_stages must be in -1..{depth} (the '
+                f'number of blocks), got {frozen_stages}'
+            )
         self.with_cp = with_cp
         self.norm_eps = stock_vit.norm_eps(stock.get('norm_cfg'))
         self.frozen_exclude = stock.get('frozen_exclude')
@@ -138,12 +159,20 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.norm_eval = norm_eval
 
         spec, form, semantics = self._resolve_structure(
-            depth, prune_spec, gated, merged, RELEASED_SEMANTICS,
+            depth,
+            prune_spec,
+            gated,
+            merged,
+            RELEASED_SEMANTICS,
             removed_attn_output=removed_attn_output,
-            residual_gelu=residual_gelu)
+            residual_gelu=residual_gelu,
+        )
 
-        self.img_size = tuple(img_size) if isinstance(
-            img_size, Sequence) else (img_size, img_size)
+        self.img_size = (
+            tuple(img_size)
+            if isinstance(img_size, Sequence)
+            else (img_size, img_size)
+        )
         self.patch_size = patch_size
         self.distilled = distilled
         self.with_cls_token = with_cls_token
@@ -155,12 +184,18 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         if self.token_merge is not None:
             self.token_merge.per_block(depth)  # a list r names every block
         self._build_args = dict(
-            arch=dict(self.arch_settings), img_size=self.img_size,
-            patch_size=patch_size, in_channels=in_channels,
-            distilled=distilled, with_cls_token=with_cls_token,
-            qkv_bias=qkv_bias, final_norm=final_norm)
-        self._build_args.update(stock_vit.structural_args(self.norm_eps,
-                                                          out_type))
+            arch=dict(self.arch_settings),
+            img_size=self.img_size,
+            patch_size=patch_size,
+            in_channels=in_channels,
+            distilled=distilled,
+            with_cls_token=with_cls_token,
+            qkv_bias=qkv_bias,
+            final_norm=final_norm,
+        )
+        self._build_args.update(
+            stock_vit.structural_args(self.norm_eps, out_type)
+        )
 
         self.num_prefix_tokens = int(with_cls_token) + int(distilled)
         self.embed_dims = None
@@ -169,14 +204,22 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
 
         # Stochastic depth grows linearly with the block index (as timm).
         self._block_args = dict(
-            dim=dim, num_heads=self.arch_settings['num_heads'],
-            mlp_ratio=self.arch_settings['mlp_ratio'], qkv_bias=qkv_bias,
-            drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
-            drop_path=[drop_path_rate * i / max(depth - 1, 1)
-                       for i in range(depth)])
+            dim=dim,
+            num_heads=self.arch_settings['num_heads'],
+            mlp_ratio=self.arch_settings['mlp_ratio'],
+            qkv_bias=qkv_bias,
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            drop_path=[
+                drop_path_rate * i / max(depth - 1, 1) for i in range(depth)
+            ],
+        )
         self._build_structure(spec, form, semantics)
-        self.norm = nn.LayerNorm(self.embed_dims, eps=self.norm_eps) if \
-            final_norm else nn.Identity()
+        self.norm = (
+            nn.LayerNorm(self.embed_dims, eps=self.norm_eps)
+            if final_norm
+            else nn.Identity()
+        )
 
         self.out_indices = stock_vit.block_indices(out_indices, depth)
         self._freeze(self._frozen_modules())
@@ -195,30 +238,44 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.embed_dims = dim
         # Padding makes any input size work; the grid follows the input.
         self.patch_embed = PatchEmbed(
-            img_size=self.img_size, patch_size=self.patch_size,
-            in_chans=self._build_args['in_channels'], embed_dim=dim,
-            output_fmt='NHWC', strict_img_size=False, dynamic_img_pad=True)
+            img_size=self.img_size,
+            patch_size=self.patch_size,
+            in_chans=self._build_args['in_channels'],
+            embed_dim=dim,
+            output_fmt='NHWC',
+            strict_img_size=False,
+            dynamic_img_pad=True,
+        )
         self.patch_grid = self.patch_embed.grid_size
-        self.cls_token = nn.Parameter(torch.zeros(
-            1, 1, dim)) if self.with_cls_token else None
-        self.dist_token = nn.Parameter(torch.zeros(
-            1, 1, dim)) if self.distilled else None
+        self.cls_token = (
+            nn.Parameter(torch.zeros(1, 1, dim))
+            if self.with_cls_token
+            else None
+        )
+        self.dist_token = (
+            nn.Parameter(torch.zeros(1, 1, dim)) if self.distilled else None
+        )
         num_patches = self.patch_grid[0] * self.patch_grid[1]
         self.pos_embed = nn.Parameter(
-            torch.zeros(1, self.num_prefix_tokens + num_patches, dim))
+            torch.zeros(1, self.num_prefix_tokens + num_patches, dim)
+        )
         if isinstance(getattr(self, 'norm', None), nn.LayerNorm):
             self.norm = nn.LayerNorm(dim, eps=self.norm_eps)
         # The norm of the averaged patch tokens (mmpretrain's ln2).
-        self.fc_norm = nn.LayerNorm(dim, eps=self.norm_eps) if \
-            self.out_type == 'avg_featmap' else None
+        self.fc_norm = (
+            nn.LayerNorm(dim, eps=self.norm_eps)
+            if self.out_type == 'avg_featmap'
+            else None
+        )
         if self.frozen_stages:
             self._freeze([self.patch_embed])
             for param in (self.pos_embed, self.cls_token, self.dist_token):
                 if param is not None:
                     param.requires_grad_(False)
 
-    def _build_structure(self, spec: PruneSpec, form: str,
-                         semantics: Mapping) -> None:
+    def _build_structure(
+        self, spec: PruneSpec, form: str, semantics: Mapping
+    ) -> None:
         self.form = form
         self.semantics = dict(semantics)
         self._spec = spec  # fixed for pruned/merged; gates own it if gated
@@ -229,22 +286,28 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             args['dim'] = widths.embed_dims
         if args['dim'] != self.embed_dims:
             self._build_embedding(args['dim'])
-        self.blocks = nn.ModuleList([
-            build_block(drop_path=drop_path[i], form=form,
-                        attn_removed=spec.is_removed(ATTN, i),
-                        act_removed=spec.is_removed(ACT, i),
-                        ffn_removed=spec.is_removed(FFN, i),
-                        norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
-                        widths=widths.block(i) if widths else None,
-                        **args, **self.semantics)
-            for i in range(spec.depth)
-        ])
-        self._freeze(self.blocks[:self.frozen_stages])  # also on rebuilds
+        self.blocks = nn.ModuleList(
+            [
+                build_block(
+                    drop_path=drop_path[i],
+                    form=form,
+                    attn_removed=spec.is_removed(ATTN, i),
+                    act_removed=spec.is_removed(ACT, i),
+                    ffn_removed=spec.is_removed(FFN, i),
+                    norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
+                    widths=widths.block(i) if widths else None,
+                    **args,
+                    **self.semantics,
+                )
+                for i in range(spec.depth)
+            ]
+        )
+        self._freeze(self.blocks[: self.frozen_stages])  # also on rebuilds
         stock_vit.frozen_by_exclude(self, self.frozen_exclude)
 
     # ------------------------------------------------------ fine-tuning
     def _frozen_modules(self) -> List[nn.Module]:
-        modules = list(self.blocks[:self.frozen_stages])
+        modules = list(self.blocks[: self.frozen_stages])
         if self.frozen_stages:
             modules += [self.patch_embed, self.pos_drop]
             if self.frozen_stages == len(self.blocks):
@@ -262,8 +325,9 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
                         module.eval()
         return self
 
-    def get_layer_depth(self, param_name: str,
-                        prefix: str = '') -> Tuple[int, int]:
+    def get_layer_depth(
+        self, param_name: str, prefix: str = ''
+    ) -> Tuple[int, int]:
         """Layer depth of a parameter for layer-wise learning-rate decay
         (:func:`~.layer_decay.vit_layer_depth`)."""
         return vit_layer_depth(param_name, prefix, len(self.blocks))
@@ -274,8 +338,10 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
 
     def gates(self, kind: str) -> List[nn.Module]:
         if self.form != 'gated':
-            raise RuntimeError(f'a {self.form} backbone has no gates; build '
-                               'it with gated=True')
+            raise RuntimeError(
+                f'a {self.form} backbone has no gates; build '
+                'it with gated=True'
+            )
         if kind == ATTN:
             return [block.attn for block in self.blocks]
         if kind == ACT:
@@ -290,18 +356,24 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         return dict(self._build_args)
 
     def _output_args(self) -> Dict:
-        out_type = {} if 'out_type' in self._build_args else dict(
-            out_type=self.out_type)  # then structural, in build_args()
-        return dict(**out_type, out_indices=self.out_indices,
-                    output_cls_token=self.output_cls_token,
-                    interpolate_mode=self.interpolate_mode,
-                    token_merge=self.token_merge)
+        out_type = (
+            {}
+            if 'out_type' in self._build_args
+            else dict(out_type=self.out_type)
+        )  # then structural, in build_args()
+        return dict(
+            **out_type,
+            out_indices=self.out_indices,
+            output_cls_token=self.output_cls_token,
+            interpolate_mode=self.interpolate_mode,
+            token_merge=self.token_merge,
+        )
 
     # -------------------------------------------------------------- weights
     def init_weights(self):
         if self._init_from_cfg():
             return
-        trunc_normal_(self.pos_embed, std=.02)
+        trunc_normal_(self.pos_embed, std=0.02)
         for token in (self.cls_token, self.dist_token):
             if token is not None:
                 nn.init.normal_(token, std=1e-6)
@@ -313,14 +385,22 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         if 'dist_token' in state and self.dist_token is None:
             # Loads, but not the network the file was trained as.
             state.pop('dist_token')
-            print_log('HetDPTViT: the checkpoint is distilled (it has a '
-                      'distillation token) and this backbone is not '
-                      '(distilled=False): the token and its position '
-                      'embedding are dropped', logger='current', level=30)
+            print_log(
+                'HetDPTViT: the checkpoint is distilled (it has a '
+                'distillation token) and this backbone is not '
+                '(distilled=False): the token and its position '
+                'embedding are dropped',
+                logger='current',
+                level=30,
+            )
         if 'pos_embed' in state:
             state['pos_embed'] = vit_state_dict.resize_pos_embed(
-                state['pos_embed'], src_prefix, self.num_prefix_tokens,
-                self.patch_grid, self.interpolate_mode)
+                state['pos_embed'],
+                src_prefix,
+                self.num_prefix_tokens,
+                self.patch_grid,
+                self.interpolate_mode,
+            )
         return state
 
     @property

@@ -26,6 +26,7 @@ After width pruning (HetDPT+) a block of either form may have its own number
 of heads, head dimension and FFN hidden width (``widths``); a merged FFN
 stays one ``D x D`` linear.
 """
+
 from dataclasses import dataclass
 from typing import Optional, Tuple, Type, Union
 
@@ -45,8 +46,9 @@ WHOLE_BRANCH = 'identity'
 #: When the extra GELU is applied to the residual stream after a block.
 RESIDUAL_GELU_MODES = ('both_removed', 'act_removed', 'never')
 #: The semantics options of every family, with their allowed values.
-SEMANTICS_CHOICES = dict(removed_attn_output=REMOVED_ATTN_OUTPUTS,
-                         residual_gelu=RESIDUAL_GELU_MODES)
+SEMANTICS_CHOICES = dict(
+    removed_attn_output=REMOVED_ATTN_OUTPUTS, residual_gelu=RESIDUAL_GELU_MODES
+)
 
 
 class AttentionBypass(nn.Module):
@@ -80,8 +82,10 @@ def remove_branches(block: nn.Module, attn: bool, ffn: bool) -> None:
     """Take the attention branch (``attn``) and / or the FFN branch
     (``ffn``) out of a pruned or merged block: LayerNorm, sublayer and
     LayerScale go, the branch adds nothing."""
-    for removed, names in ((attn, ('norm1', 'attn', 'ls1')),
-                           (ffn, ('norm2', 'mlp', 'ls2'))):
+    for removed, names in (
+        (attn, ('norm1', 'attn', 'ls1')),
+        (ffn, ('norm2', 'mlp', 'ls2')),
+    ):
         if removed:
             norm, sublayer, scale = names
             setattr(block, norm, nn.Identity())
@@ -94,8 +98,13 @@ class MergedFFN(nn.Module):
     """An activation-free FFN ``fc2(fc1(x))`` merged into one ``D x D``
     linear: ``W = W2 W1``, ``b = W2 b1 + b2``."""
 
-    def __init__(self, in_features: int, hidden_features: Optional[int] = None,
-                 bias: bool = True, **unused_mlp_kwargs):
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: Optional[int] = None,
+        bias: bool = True,
+        **unused_mlp_kwargs,
+    ):
         super().__init__()
         self.fc = nn.Linear(in_features, in_features, bias=bias)
 
@@ -129,9 +138,9 @@ class GatedHetDPTBlock(Block):
         self.residual_act = nn.GELU()
 
     def residual_gelu_active(self) -> bool:
-        return residual_gelu_applies(self.residual_gelu,
-                                     not self.attn.is_open,
-                                     not self.mlp.act.is_open)
+        return residual_gelu_applies(
+            self.residual_gelu, not self.attn.is_open, not self.mlp.act.is_open
+        )
 
     def forward(self, x, attn_mask=None, is_causal=False):
         x = super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
@@ -141,8 +150,9 @@ class GatedHetDPTBlock(Block):
         return self.residual_act(x) if self.residual_gelu_active() else x
 
 
-def residual_gelu_applies(mode: str, attn_removed: bool,
-                          act_removed: bool) -> bool:
+def residual_gelu_applies(
+    mode: str, attn_removed: bool, act_removed: bool
+) -> bool:
     """Whether a block ends with a GELU on the residual stream, for a
     ``residual_gelu`` mode (one of RESIDUAL_GELU_MODES)."""
     return {
@@ -160,43 +170,58 @@ class BlockLayers:
     ``residual_gelu`` is the mode for a gated block (its gates decide at run
     time) and a fixed yes/no otherwise.
     """
+
     attn_layer: Type[nn.Module]
     act_layer: Type[nn.Module]
     mlp_layer: Optional[Type[nn.Module]]
     residual_gelu: Union[str, bool]
 
 
-def choose_block_layers(form: str, attn_removed: bool, act_removed: bool,
-                        removed_attn_output: str, residual_gelu: str,
-                        attention: Type[nn.Module],
-                        gated_attention: Type[nn.Module]) -> BlockLayers:
+def choose_block_layers(
+    form: str,
+    attn_removed: bool,
+    act_removed: bool,
+    removed_attn_output: str,
+    residual_gelu: str,
+    attention: Type[nn.Module],
+    gated_attention: Type[nn.Module],
+) -> BlockLayers:
     """Which layer types make up a block of ``form`` with these layers
     removed: the one decision every family's block builder follows
     (``attention`` / ``gated_attention``: the family's own attention and its
     gated variant)."""
     if form == 'gated':
         return BlockLayers(
-            gated_attention, GatedGELU,
+            gated_attention,
+            GatedGELU,
             GatedMlp if removed_attn_output == WHOLE_BRANCH else None,
-            residual_gelu)
+            residual_gelu,
+        )
     if attn_removed:
-        attn_layer = AttentionBypass if removed_attn_output == 'norm' \
-            else AttentionZero
+        attn_layer = (
+            AttentionBypass if removed_attn_output == 'norm' else AttentionZero
+        )
     else:
         attn_layer = attention
     return BlockLayers(
         attn_layer=attn_layer,
         act_layer=nn.Identity if act_removed else nn.GELU,
         mlp_layer=MergedFFN if act_removed and form == 'merged' else None,
-        residual_gelu=residual_gelu_applies(residual_gelu, attn_removed,
-                                            act_removed))
+        residual_gelu=residual_gelu_applies(
+            residual_gelu, attn_removed, act_removed
+        ),
+    )
 
 
-def set_block_gates(attn: GatedResidualBranch, act: Optional[GatedGELU],
-                    attn_removed: bool, act_removed: bool,
-                    removed_attn_output: str,
-                    ffn: Optional[GatedResidualBranch] = None,
-                    ffn_removed: bool = False) -> None:
+def set_block_gates(
+    attn: GatedResidualBranch,
+    act: Optional[GatedGELU],
+    attn_removed: bool,
+    act_removed: bool,
+    removed_attn_output: str,
+    ffn: Optional[GatedResidualBranch] = None,
+    ffn_removed: bool = False,
+) -> None:
     """Open or close a gated block's gates (``act``: none for a SwiGLU FFN;
     ``ffn``: its FFN branch's, with whole-branch removal); a closed
     attention gate leaves what ``removed_attn_output`` says."""
@@ -208,8 +233,9 @@ def set_block_gates(attn: GatedResidualBranch, act: Optional[GatedGELU],
         ffn.set_open(not ffn_removed)
 
 
-def check_branch_removal(attn_removed: bool, ffn_removed: bool,
-                         removed_attn_output: str) -> None:
+def check_branch_removal(
+    attn_removed: bool, ffn_removed: bool, removed_attn_output: str
+) -> None:
     """An FFN branch is removed only under whole-branch removal, and never
     with the attention branch of its block: a block without tensors would
     leave the network's depth unreadable from its weights."""
@@ -219,17 +245,25 @@ def check_branch_removal(attn_removed: bool, ffn_removed: bool,
         raise ValueError(
             'the spec removes FFN branches (ffn_removed), which needs '
             f"whole-branch removal: removed_attn_output='{WHOLE_BRANCH}' "
-            f'(got {removed_attn_output!r})')
+            f'(got {removed_attn_output!r})'
+        )
     if attn_removed:
         raise ValueError(
             'the spec removes both branches of a block (attn_removed and '
             'ffn_removed): whole-branch removal keeps at least one branch '
-            'of every block')
+            'of every block'
+        )
 
 
-def assemble_block(layers: BlockLayers, form: str, attn_removed: bool,
-                   act_removed: bool, removed_attn_output: str,
-                   ffn_removed: bool = False, **block_args) -> Block:
+def assemble_block(
+    layers: BlockLayers,
+    form: str,
+    attn_removed: bool,
+    act_removed: bool,
+    removed_attn_output: str,
+    ffn_removed: bool = False,
+    **block_args,
+) -> Block:
     """The timm block of the chosen layer types (``block_args``: timm
     ``Block`` arguments); a gated block gets its gates set, a pruned or
     merged one loses its removed whole branches."""
@@ -237,16 +271,28 @@ def assemble_block(layers: BlockLayers, form: str, attn_removed: bool,
     if layers.mlp_layer is not None:
         block_args['mlp_layer'] = layers.mlp_layer
     if form == 'gated':
-        block = GatedHetDPTBlock(attn_layer=layers.attn_layer,
-                                 act_layer=layers.act_layer,
-                                 residual_gelu=layers.residual_gelu,
-                                 **block_args)
-        set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
-                        removed_attn_output, gated_ffn(block), ffn_removed)
+        block = GatedHetDPTBlock(
+            attn_layer=layers.attn_layer,
+            act_layer=layers.act_layer,
+            residual_gelu=layers.residual_gelu,
+            **block_args,
+        )
+        set_block_gates(
+            block.attn,
+            block.mlp.act,
+            attn_removed,
+            act_removed,
+            removed_attn_output,
+            gated_ffn(block),
+            ffn_removed,
+        )
         return block
-    block = HetDPTBlock(attn_layer=layers.attn_layer,
-                        act_layer=layers.act_layer,
-                        residual_gelu=layers.residual_gelu, **block_args)
+    block = HetDPTBlock(
+        attn_layer=layers.attn_layer,
+        act_layer=layers.act_layer,
+        residual_gelu=layers.residual_gelu,
+        **block_args,
+    )
     whole = removed_attn_output == WHOLE_BRANCH
     remove_branches(block, attn_removed and whole, ffn_removed)
     return block
@@ -257,52 +303,107 @@ def gated_ffn(block: nn.Module) -> Optional[GatedResidualBranch]:
     return block.mlp if isinstance(block.mlp, GatedResidualBranch) else None
 
 
-def build_block(dim: int, num_heads: int, mlp_ratio: float, qkv_bias: bool,
-                drop_path: float, form: str, attn_removed: bool,
-                act_removed: bool, removed_attn_output: str,
-                residual_gelu: str, norm_layer, drop_rate: float = 0.,
-                attn_drop_rate: float = 0.,
-                widths: Optional[Tuple[int, int, Optional[int]]] = None,
-                ffn_removed: bool = False) -> Block:
+def build_block(
+    dim: int,
+    num_heads: int,
+    mlp_ratio: float,
+    qkv_bias: bool,
+    drop_path: float,
+    form: str,
+    attn_removed: bool,
+    act_removed: bool,
+    removed_attn_output: str,
+    residual_gelu: str,
+    norm_layer,
+    drop_rate: float = 0.0,
+    attn_drop_rate: float = 0.0,
+    widths: Optional[Tuple[int, int, Optional[int]]] = None,
+    ffn_removed: bool = False,
+) -> Block:
     """Build one ViT block of the given form (layer types from
     :func:`choose_block_layers`). ``widths`` are the block's
     ``(num_heads, head_dim, ffn_hidden)`` after width pruning (``None``:
     ``num_heads`` heads of ``dim / num_heads`` and ``mlp_ratio * dim``)."""
     if widths is not None and form == 'gated':
-        raise ValueError('a width-pruned network has no gated form: layers '
-                         'are removed before width pruning')
-    common = dict(dim=dim, num_heads=num_heads, mlp_ratio=mlp_ratio,
-                  qkv_bias=qkv_bias, drop_path=drop_path, proj_drop=drop_rate,
-                  attn_drop=attn_drop_rate, norm_layer=norm_layer)
+        raise ValueError(
+            'a width-pruned network has no gated form: layers '
+            'are removed before width pruning'
+        )
+    common = dict(
+        dim=dim,
+        num_heads=num_heads,
+        mlp_ratio=mlp_ratio,
+        qkv_bias=qkv_bias,
+        drop_path=drop_path,
+        proj_drop=drop_rate,
+        attn_drop=attn_drop_rate,
+        norm_layer=norm_layer,
+    )
     if widths is not None:
         # timm sizes attention by dim / num_heads; _set_widths replaces it.
         common['num_heads'] = 1
-    layers = choose_block_layers(form, attn_removed, act_removed,
-                                 removed_attn_output, residual_gelu,
-                                 Attention, GatedAttention)
-    block = assemble_block(layers, form, attn_removed, act_removed,
-                           removed_attn_output, ffn_removed, **common)
+    layers = choose_block_layers(
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        residual_gelu,
+        Attention,
+        GatedAttention,
+    )
+    block = assemble_block(
+        layers,
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        ffn_removed,
+        **common,
+    )
     if widths is not None:
-        _set_widths(block, *widths, qkv_bias=qkv_bias, drop_rate=drop_rate,
-                    attn_drop_rate=attn_drop_rate,
-                    act_layer=layers.act_layer)
+        _set_widths(
+            block,
+            *widths,
+            qkv_bias=qkv_bias,
+            drop_rate=drop_rate,
+            attn_drop_rate=attn_drop_rate,
+            act_layer=layers.act_layer,
+        )
     return block
 
 
-def _set_widths(block: Block, num_heads: int, head_dim: int,
-                ffn_hidden: Optional[int], qkv_bias: bool, drop_rate: float,
-                attn_drop_rate: float, act_layer) -> None:
+def _set_widths(
+    block: Block,
+    num_heads: int,
+    head_dim: int,
+    ffn_hidden: Optional[int],
+    qkv_bias: bool,
+    drop_rate: float,
+    attn_drop_rate: float,
+    act_layer,
+) -> None:
     """Give a block its own attention and FFN widths (timm builds them from
     ``dim``, ``num_heads`` and ``mlp_ratio`` alone)."""
     dim = block.norm1.normalized_shape[0]
     if isinstance(block.attn, Attention):
-        block.attn = Attention(dim, num_heads=num_heads,
-                               attn_head_dim=head_dim, qkv_bias=qkv_bias,
-                               attn_drop=attn_drop_rate, proj_drop=drop_rate)
+        block.attn = Attention(
+            dim,
+            num_heads=num_heads,
+            attn_head_dim=head_dim,
+            qkv_bias=qkv_bias,
+            attn_drop=attn_drop_rate,
+            proj_drop=drop_rate,
+        )
     if isinstance(block.mlp, Mlp):
         if ffn_hidden is None:
-            raise ValueError('the widths give no FFN hidden width for an '
-                             'unmerged FFN (it was width-pruned merged): '
-                             'build the merged form')
-        block.mlp = Mlp(dim, hidden_features=ffn_hidden, act_layer=act_layer,
-                        drop=drop_rate)
+            raise ValueError(
+                'the widths give no FFN hidden width for an '
+                'unmerged FFN (it was width-pruned merged): '
+                'build the merged form'
+            )
+        block.mlp = Mlp(
+            dim,
+            hidden_features=ffn_hidden,
+            act_layer=act_layer,
+            drop=drop_rate,
+        )

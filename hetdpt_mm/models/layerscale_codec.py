@@ -4,6 +4,7 @@ per block, as functions apart from the module; what its per-block keys say
 (a record), their check and the tensor surgery are the ViT family's
 (:mod:`.vit_codec`), which folds ``ls2.gamma`` into a merged FFN.  Its
 checkpoint layouts: :mod:`.layerscale_state_dict`."""
+
 import math
 from typing import Dict, Mapping, Optional, Union
 
@@ -17,18 +18,41 @@ from .vit_codec import resolve_arch
 FFN_TYPES = ('mlp', 'swiglu')
 
 
-def _preset(embed_dims, num_layers, num_heads, *, patch_size, img_size,
-            layer_scale_init_value, mlp_ratio=4., ffn='mlp', reg_tokens=0,
-            no_embed_class=False) -> Dict:
-    return dict(arch=dict(embed_dims=embed_dims, num_layers=num_layers,
-                          num_heads=num_heads, mlp_ratio=mlp_ratio, ffn=ffn),
-                patch_size=patch_size, img_size=img_size,
-                layer_scale_init_value=layer_scale_init_value,
-                reg_tokens=reg_tokens, no_embed_class=no_embed_class)
+def _preset(
+    embed_dims,
+    num_layers,
+    num_heads,
+    *,
+    patch_size,
+    img_size,
+    layer_scale_init_value,
+    mlp_ratio=4.0,
+    ffn='mlp',
+    reg_tokens=0,
+    no_embed_class=False,
+) -> Dict:
+    return dict(
+        arch=dict(
+            embed_dims=embed_dims,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            mlp_ratio=mlp_ratio,
+            ffn=ffn,
+        ),
+        patch_size=patch_size,
+        img_size=img_size,
+        layer_scale_init_value=layer_scale_init_value,
+        reg_tokens=reg_tokens,
+        no_embed_class=no_embed_class,
+    )
 
 
-_DEIT3 = dict(patch_size=16, img_size=224, layer_scale_init_value=1e-6,
-              no_embed_class=True)
+_DEIT3 = dict(
+    patch_size=16,
+    img_size=224,
+    layer_scale_init_value=1e-6,
+    no_embed_class=True,
+)
 _DINOV2 = dict(patch_size=14, img_size=518, layer_scale_init_value=1e-5)
 _REG4 = dict(_DINOV2, reg_tokens=4, no_embed_class=True)
 #: DINOv2-g: timm's packed SwiGLU, hidden 2 x 4096 (``fc1`` 1536 -> 8192).
@@ -52,17 +76,25 @@ LAYERSCALE_ARCH_PRESETS = {
     'dinov2-giant-reg4': _preset(1536, 40, 24, **_GIANT, **_REG4),
 }
 #: Model settings of an arch given as a dict.
-DICT_ARCH_DEFAULTS = dict(patch_size=16, img_size=224,
-                          layer_scale_init_value=1e-5, reg_tokens=0,
-                          no_embed_class=False)
+DICT_ARCH_DEFAULTS = dict(
+    patch_size=16,
+    img_size=224,
+    layer_scale_init_value=1e-5,
+    reg_tokens=0,
+    no_embed_class=False,
+)
+
+
 def resolve_layerscale_arch(arch: Union[str, Mapping]) -> Dict:
     """Block shapes of a preset or an arch dict (the ViT's keys and
     ``ffn``: ``'mlp'`` or ``'swiglu'``)."""
     if isinstance(arch, str):
         if arch not in LAYERSCALE_ARCH_PRESETS:
-            raise ValueError(f'unknown LayerScale ViT arch {arch!r}; choose '
-                             f'one of {sorted(LAYERSCALE_ARCH_PRESETS)} or '
-                             'pass a dict')
+            raise ValueError(
+                f'unknown LayerScale ViT arch {arch!r}; choose '
+                f'one of {sorted(LAYERSCALE_ARCH_PRESETS)} or '
+                'pass a dict'
+            )
         arch = LAYERSCALE_ARCH_PRESETS[arch]['arch']
     arch = dict(arch)
     ffn = arch.pop('ffn', 'mlp')
@@ -78,22 +110,26 @@ convert_state_dict = vit_codec.convert_state_dict
 
 
 def recognizes(state: Mapping) -> bool:
-    return vit_state_dict.is_vit_state_dict(state) and \
-        ls_state_dict.has_layer_scale(state)
+    return vit_state_dict.is_vit_state_dict(
+        state
+    ) and ls_state_dict.has_layer_scale(state)
 
 
 def describe_keys() -> str:
-    return ('ViT keys with LayerScale: pos_embed, patch_embed.proj.weight '
-            'and blocks.0.ls1.gamma (timm deit3 / dinov2, official '
-            'DINOv2) or blocks.0.gamma_1 (official DeiT-III)')
+    return (
+        'ViT keys with LayerScale: pos_embed, patch_embed.proj.weight '
+        'and blocks.0.ls1.gamma (timm deit3 / dinov2, official '
+        'DINOv2) or blocks.0.gamma_1 (official DeiT-III)'
+    )
 
 
 def canonical_state(state: Mapping) -> Mapping:
     return ls_state_dict.canonical_layout(state)
 
 
-def build_args_from_tensors(state: Mapping,
-                            arch: Optional[Mapping] = None) -> Dict:
+def build_args_from_tensors(
+    state: Mapping, arch: Optional[Mapping] = None
+) -> Dict:
     """Everything is read from tensor shapes except the number of heads,
     which comes from ``arch`` (a preset, an arch dict, or a record's
     build args) or from a preset with the same width, depth and FFN."""
@@ -107,59 +143,77 @@ def build_args_from_tensors(state: Mapping,
     if fc1 is not None:
         hidden = state[fc1].shape[0]
         fc2_in = state[fc1.replace('fc1', 'fc2')].shape[1]
-        found = dict(ffn='swiglu' if 2 * fc2_in == hidden else 'mlp',
-                     mlp_ratio=hidden / dim)
+        found = dict(
+            ffn='swiglu' if 2 * fc2_in == hidden else 'mlp',
+            mlp_ratio=hidden / dim,
+        )
     if not arch:
-        matches = [dict(p['arch']) for p in
-                   LAYERSCALE_ARCH_PRESETS.values()
-                   if p['arch']['embed_dims'] == dim and
-                   p['arch']['num_layers'] == depth and
-                   found.get('ffn', p['arch']['ffn']) == p['arch']['ffn']]
+        matches = [
+            dict(p['arch'])
+            for p in LAYERSCALE_ARCH_PRESETS.values()
+            if p['arch']['embed_dims'] == dim
+            and p['arch']['num_layers'] == depth
+            and found.get('ffn', p['arch']['ffn']) == p['arch']['ffn']
+        ]
         if not matches:
             raise ValueError(
                 f'the checkpoint has no HetDPT record and its shape '
                 f'(width {dim}, {depth} blocks) matches no preset in '
                 f'{sorted(LAYERSCALE_ARCH_PRESETS)}: give the '
-                'architecture (number of heads) with --arch')
+                'architecture (number of heads) with --arch'
+            )
         arch = matches[0]
     arch = dict(resolve_layerscale_arch(arch), **found)
     if arch['embed_dims'] != dim or arch['num_layers'] != depth:
         raise StateDictMismatch(
             f'arch {arch} does not match the checkpoint (width {dim}, '
-            f'{depth} blocks)')
+            f'{depth} blocks)'
+        )
     positioned = ls_state_dict.positioned_prefix_tokens(state)
     side = math.isqrt(state['pos_embed'].shape[1] - positioned)
     patch = int(proj.shape[-1])
     reg = state['reg_token'].shape[1] if 'reg_token' in state else 0
-    return dict(arch=arch, img_size=(side * patch, side * patch),
-                patch_size=patch, in_channels=int(proj.shape[1]),
-                reg_tokens=int(reg), no_embed_class=positioned == 0,
-                distilled=False, with_cls_token='cls_token' in state,
-                qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
-                final_norm='norm.weight' in state)
+    return dict(
+        arch=arch,
+        img_size=(side * patch, side * patch),
+        patch_size=patch,
+        in_channels=int(proj.shape[1]),
+        reg_tokens=int(reg),
+        no_embed_class=positioned == 0,
+        distilled=False,
+        with_cls_token='cls_token' in state,
+        qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
+        final_norm='norm.weight' in state,
+    )
 
 
 def arch_depth(arch) -> int:
     return resolve_layerscale_arch(arch)['num_layers']
 
 
-def layer_macs(arch: Mapping, img_size,
-               attention_products: bool = True) -> Dict[str, object]:
+def layer_macs(
+    arch: Mapping, img_size, attention_products: bool = True
+) -> Dict[str, object]:
     """The ViT's count over the class and register tokens; a packed
     SwiGLU FFN (``D -> 2H``, ``H -> D``) costs 3/4 of a GELU FFN of
     hidden width ``2H``."""
     settings = resolve_layerscale_arch(arch['arch'])
     cost = AnalyticCost(
-        embed_dim=settings['embed_dims'], num_heads=settings['num_heads'],
-        mlp_ratio=settings['mlp_ratio'], depth=settings['num_layers'],
-        img_size=tuple(img_size), patch_size=arch['patch_size'],
+        embed_dim=settings['embed_dims'],
+        num_heads=settings['num_heads'],
+        mlp_ratio=settings['mlp_ratio'],
+        depth=settings['num_layers'],
+        img_size=tuple(img_size),
+        patch_size=arch['patch_size'],
         in_chans=arch['in_channels'],
-        num_prefix_tokens=int(arch['with_cls_token']) +
-        arch['reg_tokens'], attention_products=attention_products)
-    ffn_macs = cost.ffn_macs * (0.75 if settings['ffn'] == 'swiglu'
-                                else 1.)
+        num_prefix_tokens=int(arch['with_cls_token']) + arch['reg_tokens'],
+        attention_products=attention_products,
+    )
+    ffn_macs = cost.ffn_macs * (0.75 if settings['ffn'] == 'swiglu' else 1.0)
     depth = settings['num_layers']
-    return dict(attn=[cost.attention_macs] * depth,
-                ffn=[ffn_macs] * depth,
-                merged_ffn=[cost.merged_ffn_macs] * depth,
-                rest=cost.patch_embed_macs)
+    return dict(
+        attn=[cost.attention_macs] * depth,
+        ffn=[ffn_macs] * depth,
+        merged_ffn=[cost.merged_ffn_macs] * depth,
+        rest=cost.patch_embed_macs,
+    )

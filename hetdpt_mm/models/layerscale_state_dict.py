@@ -17,6 +17,7 @@ both halves ``[x1, x2]`` (``SiLU(x1) * x2``), ``mlp.fc2`` the half back to
 ``D``.  The tensor surgery is the ViT family's (``state_dict.py``), which
 folds ``ls2.gamma`` into a merged FFN.
 """
+
 import math
 import re
 from collections import OrderedDict
@@ -34,8 +35,10 @@ _DINOV2_SWIGLU_NAMES = {'w12': 'fc1', 'w3': 'fc2'}
 def has_layer_scale(state_dict: Mapping) -> bool:
     """Whether ViT weights carry LayerScale (timm, official DeiT-III or
     official DINOv2 names)."""
-    return any(key.endswith('.ls1.gamma') or _DEIT3_GAMMA.match(key)
-               for key in state_dict)
+    return any(
+        key.endswith('.ls1.gamma') or _DEIT3_GAMMA.match(key)
+        for key in state_dict
+    )
 
 
 def canonical_layout(state_dict: Mapping) -> 'OrderedDict':
@@ -65,8 +68,10 @@ def canonical_layout(state_dict: Mapping) -> 'OrderedDict':
         if gamma:
             key = f'{gamma.group(1)}ls{gamma.group(2)}.gamma'
         elif swiglu:
-            key = (f'{swiglu.group(1)}{_DINOV2_SWIGLU_NAMES[swiglu.group(2)]}'
-                   f'.{swiglu.group(3)}')
+            key = (
+                f'{swiglu.group(1)}{_DINOV2_SWIGLU_NAMES[swiglu.group(2)]}'
+                f'.{swiglu.group(3)}'
+            )
         out[key] = value
     return out
 
@@ -85,5 +90,6 @@ def positioned_prefix_tokens(state_dict: Mapping) -> int:
     if side * side != length - prefix:
         raise StateDictMismatch(
             f'pos_embed has {length} positions: neither a square grid nor '
-            f'{prefix} prefix token(s) and a square grid')
+            f'{prefix} prefix token(s) and a square grid'
+        )
     return prefix

@@ -1,5 +1,6 @@
 """The HetDPT backbones of a model, and the record a checkpoint's meta
 carries for them (:class:`~hetdpt_mm.hooks.HetDPTMetaHook`)."""
+
 from typing import Dict, List, Optional, Tuple
 
 import torch.nn as nn
@@ -13,22 +14,28 @@ TEACHER_ATTR = 'teacher'
 
 
 def find_hetdpt_backbones(
-        model: nn.Module) -> List[Tuple[str, HetDPTBackbone]]:
+    model: nn.Module,
+) -> List[Tuple[str, HetDPTBackbone]]:
     """``(state-dict prefix, backbone)`` of every HetDPT backbone of the
     trained model (a distillation teacher's are left out), e.g.
     ``('backbone.', m)``."""
     model = unwrap_model(model)
     teacher = getattr(model, TEACHER_ATTR, None)
-    skipped = {id(m) for m in teacher.modules()} if isinstance(
-        teacher, nn.Module) else set()
-    return [(f'{name}.' if name else '', module)
-            for name, module in model.named_modules()
-            if isinstance(module, HetDPTBackbone) and
-            id(module) not in skipped]
+    skipped = (
+        {id(m) for m in teacher.modules()}
+        if isinstance(teacher, nn.Module)
+        else set()
+    )
+    return [
+        (f'{name}.' if name else '', module)
+        for name, module in model.named_modules()
+        if isinstance(module, HetDPTBackbone) and id(module) not in skipped
+    ]
 
 
-def hetdpt_record(model: nn.Module,
-                  form: Optional[str] = None) -> Optional[Dict]:
+def hetdpt_record(
+    model: nn.Module, form: Optional[str] = None
+) -> Optional[Dict]:
     """The ``meta['hetdpt']`` record of a model: the main backbone's
     record (the one under ``backbone.`` if there are several) with its
     state-dict ``prefix``; ``None`` when the model has no HetDPT backbone.
@@ -47,6 +54,7 @@ def hetdpt_record(model: nn.Module,
     if isinstance(teacher, nn.Module):
         record['teacher_prefix'] = f'{TEACHER_ATTR}.'
     if len(backbones) > 1:
-        record['backbones'] = {p: dict(b.record(form).to_dict(), prefix=p)
-                               for p, b in backbones}
+        record['backbones'] = {
+            p: dict(b.record(form).to_dict(), prefix=p) for p, b in backbones
+        }
     return record

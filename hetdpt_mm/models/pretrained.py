@@ -2,6 +2,7 @@
 backbone built without one, and loading a pretrained file into a backbone
 of a given structure, the file's weights converted to this backbone's form
 and spec (``init_cfg``'s ``Pretrained``; docs/user_guides/transfer.md)."""
+
 import os.path as osp
 from contextlib import contextmanager
 from typing import Dict, Mapping, Optional, Tuple
@@ -28,8 +29,11 @@ class PretrainedLoading:
 
     # ------------------------------------------- construction (init_cfg)
     def _pretrained_cfg(self) -> Optional[dict]:
-        cfgs = self.init_cfg if isinstance(self.init_cfg, list) else [
-            self.init_cfg]
+        cfgs = (
+            self.init_cfg
+            if isinstance(self.init_cfg, list)
+            else [self.init_cfg]
+        )
         for cfg in cfgs:
             if isinstance(cfg, Mapping) and cfg.get('type') == 'Pretrained':
                 return dict(cfg)
@@ -45,37 +49,49 @@ class PretrainedLoading:
             return None
         source = cfg['checkpoint']
         if absent_local_file(source):
-            print_log(f'{type(self).__name__}: init_cfg checkpoint {source} '
-                      'does not exist; building the configured structure '
-                      '(weights loaded later set theirs)', logger='current',
-                      level=30)
+            print_log(
+                f'{type(self).__name__}: init_cfg checkpoint {source} '
+                'does not exist; building the configured structure '
+                '(weights loaded later set theirs)',
+                logger='current',
+                level=30,
+            )
             return None
-        return load_backbone_checkpoint(source, cfg.get('prefix'),
-                                        mmap=True).record
+        return load_backbone_checkpoint(
+            source, cfg.get('prefix'), mmap=True
+        ).record
 
-    def _resolve_structure(self, depth: int, prune_spec, gated: bool,
-                           merged: Optional[bool], defaults: Mapping,
-                           **given_semantics
-                           ) -> Tuple[PruneSpec, str, Dict[str, str]]:
+    def _resolve_structure(
+        self,
+        depth: int,
+        prune_spec,
+        gated: bool,
+        merged: Optional[bool],
+        defaults: Mapping,
+        **given_semantics,
+    ) -> Tuple[PruneSpec, str, Dict[str, str]]:
         """The spec, form and semantics to build: the constructor's
         arguments where given, else the ``init_cfg`` checkpoint's record,
         else dense, unmerged and the family's ``defaults`` semantics
         (``given_semantics``: the semantics arguments, ``None`` = not
         given).  Sets :attr:`structure_given`."""
-        self.structure_given = gated or prune_spec is not None or \
-            merged is not None
+        self.structure_given = (
+            gated or prune_spec is not None or merged is not None
+        )
         record = self._checkpoint_record()
         if prune_spec is None and record is not None and record.act_unknown:
             raise CheckpointError(
                 f'{record.source} has no attention weights for blocks '
                 f'{list(record.spec.attn_removed)} but no HetDPT record, so '
-                'its removed GELUs are unknown (e.g. an authors\' stage-2 '
+                "its removed GELUs are unknown (e.g. an authors' stage-2 "
                 'checkpoint): pass prune_spec=dict(attn_removed=[...], '
-                'act_removed=[...]) to the backbone')
+                'act_removed=[...]) to the backbone'
+            )
         if record is not None and record.family != self.family:
             raise StateDictMismatch(
                 f'{record.source} holds a {record.family} backbone, this is '
-                f'{self.family}')
+                f'{self.family}'
+            )
         if prune_spec is None:
             spec = record.spec if record is not None else PruneSpec(depth)
         else:
@@ -83,14 +99,18 @@ class PretrainedLoading:
         if spec.depth != depth:
             raise ValueError(
                 f'{record.source if record else "the checkpoint"} has '
-                f'{spec.depth} blocks but arch has {depth}')
+                f'{spec.depth} blocks but arch has {depth}'
+            )
         if gated and merged:
             raise ValueError('a gated (search) backbone cannot be merged')
         if gated:
             form = 'gated'
         elif merged is None:
-            form = 'merged' if record is not None and \
-                record.form == 'merged' else 'pruned'
+            form = (
+                'merged'
+                if record is not None and record.form == 'merged'
+                else 'pruned'
+            )
         else:
             form = 'merged' if merged else 'pruned'
         semantics = dict(defaults)
@@ -101,8 +121,9 @@ class PretrainedLoading:
             if value is not None:
                 semantics[name] = value
             if semantics[name] not in allowed:
-                raise ValueError(f'{name} must be one of {allowed}, got '
-                                 f'{semantics[name]!r}')
+                raise ValueError(
+                    f'{name} must be one of {allowed}, got {semantics[name]!r}'
+                )
         return spec, form, semantics
 
     def _init_from_cfg(self) -> bool:
@@ -132,7 +153,8 @@ class PretrainedLoading:
                 f'{type(self).__name__}: init_cfg checkpoint '
                 f'{self.awaited_checkpoint} does not exist and no weights '
                 'were loaded since; make it (docs/user_guides/transfer.md) or '
-                'load a whole model checkpoint')
+                'load a whole model checkpoint'
+            )
 
     @contextmanager
     def _converted_load(self):
@@ -150,22 +172,26 @@ class PretrainedLoading:
         if record.family != self.family:
             raise StateDictMismatch(
                 f'{source} holds a {record.family} backbone, this is '
-                f'{self.family}')
+                f'{self.family}'
+            )
         self._check_compatible(record.spec, source)
         state = loaded.state
         if record.form == 'gated':
             # A search checkpoint's weights are those of its own spec.
-            state = self.convert_weights(state, record.spec, 'pruned',
-                                         record.semantics)
+            state = self.convert_weights(
+                state, record.spec, 'pruned', record.semantics
+            )
         # Gates follow this backbone's spec, never a pretrained file.
         state = {k: v for k, v in state.items() if not self._is_gate_key(k)}
-        state = self.convert_weights(state, self.prune_spec, self.form,
-                                     self.semantics)
+        state = self.convert_weights(
+            state, self.prune_spec, self.form, self.semantics
+        )
         self._load_checked(self._adapt_pretrained(state), source)
 
     @classmethod
-    def convert_weights(cls, state: Mapping, spec: PruneSpec, form: str,
-                        semantics: Mapping) -> Dict:
+    def convert_weights(
+        cls, state: Mapping, spec: PruneSpec, form: str, semantics: Mapping
+    ) -> Dict:
         """The family's ``convert_state_dict`` to a network of ``semantics``:
         only whole-branch removal changes which tensors a network holds, so
         only then are the semantics passed (families without it take
@@ -184,39 +210,49 @@ class PretrainedLoading:
         if source_spec.depth != self.depth:
             raise StateDictMismatch(
                 f'{source} has {source_spec.depth} blocks, the backbone '
-                f'{self.depth}')
+                f'{self.depth}'
+            )
         spec = self.prune_spec
         for kind in LAYER_KINDS:
-            lost = sorted(set(source_spec.removed(kind)) -
-                          set(spec.removed(kind)))
+            lost = sorted(
+                set(source_spec.removed(kind)) - set(spec.removed(kind))
+            )
             if lost:
                 raise StateDictMismatch(
                     f'{source} was pruned with {kind} layers {lost} removed, '
                     f'but this backbone keeps them: the spec does not match '
                     f'the checkpoint (checkpoint {source_spec}, backbone '
-                    f'{spec})')
+                    f'{spec})'
+                )
 
     def _closed_gate_keys(self) -> set:
         """State-dict keys of layers behind closed gates (never run)."""
         if self.form != 'gated':
             return set()
         names = {id(m): name for name, m in self.named_modules()}
-        return {f'{names[id(gate)]}.{key}'
-                for kind in self.REMOVABLE_KINDS for gate in self.gates(kind)
-                if not gate.is_open for key in gate.state_dict()
-                if not self._is_gate_key(key)}
+        return {
+            f'{names[id(gate)]}.{key}'
+            for kind in self.REMOVABLE_KINDS
+            for gate in self.gates(kind)
+            if not gate.is_open
+            for key in gate.state_dict()
+            if not self._is_gate_key(key)
+        }
 
     def _load_checked(self, state: Mapping, source: str) -> None:
-        own = {k: v for k, v in self.state_dict().items()
-               if k != EXTRA_STATE_KEY}
+        own = {
+            k: v for k, v in self.state_dict().items() if k != EXTRA_STATE_KEY
+        }
         mismatched = [
             f'{k}: checkpoint {tuple(v.shape)} vs backbone '
-            f'{tuple(own[k].shape)}' for k, v in state.items()
+            f'{tuple(own[k].shape)}'
+            for k, v in state.items()
             if k in own and v.shape != own[k].shape
         ]
         if mismatched:
             raise StateDictMismatch(
-                f'{source}: shape mismatch for ' + '; '.join(mismatched))
+                f'{source}: shape mismatch for ' + '; '.join(mismatched)
+            )
         unexpected = sorted(k for k in state if k not in own)
         expected = [k for k in own if not self._is_gate_key(k)]
         closed = self._closed_gate_keys()
@@ -225,16 +261,22 @@ class PretrainedLoading:
         with self._converted_load():
             self.load_state_dict(state, strict=False)
         loaded = len(expected) - len(missing) - len(unused)
-        lines = [f'{type(self).__name__}: loaded {loaded}/{len(expected)} '
-                 f'backbone tensors from {source} ({self.form}, '
-                 f'{self.prune_spec})']
+        lines = [
+            f'{type(self).__name__}: loaded {loaded}/{len(expected)} '
+            f'backbone tensors from {source} ({self.form}, '
+            f'{self.prune_spec})'
+        ]
         if missing:
             lines.append(f'  missing in checkpoint (left at init): {missing}')
         if unused:
-            lines.append(f'  not in checkpoint, behind closed gates: '
-                         f'{len(unused)} tensors')
+            lines.append(
+                f'  not in checkpoint, behind closed gates: '
+                f'{len(unused)} tensors'
+            )
         if unexpected:
-            lines.append(f'  ignored (not part of this backbone): '
-                         f'{unexpected}')
-        print_log('\n'.join(lines), logger='current',
-                  level=30 if missing else 20)
+            lines.append(
+                f'  ignored (not part of this backbone): {unexpected}'
+            )
+        print_log(
+            '\n'.join(lines), logger='current', level=30 if missing else 20
+        )

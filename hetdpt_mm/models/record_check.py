@@ -1,6 +1,7 @@
 """The record against the tensors it travels with: the network a record
 describes, and the comparison of a configured architecture with a record's
 (docs/advanced/checkpoint_record.md)."""
+
 import functools
 import json
 from typing import Dict, Mapping
@@ -15,23 +16,34 @@ from ..spec import LAYER_KINDS
 def check_tensors_fit(family, record: HetDPTRecord, state: Mapping) -> None:
     """Every tensor the network of ``record`` (of ``family``) holds is in
     ``state`` with its shape, and ``state`` holds no other."""
-    expected = _record_shapes(family, json.dumps(record.to_dict(False),
-                                                 sort_keys=True),
-                              record.source)
-    found = {k: tuple(v.shape) for k, v in state.items()
-             if k != EXTRA_STATE_KEY and isinstance(v, torch.Tensor)}
-    problems = [f'{label} {keys[:5]}{"..." if len(keys) > 5 else ""}'
-                for label, keys in (
-                    ('missing', sorted(set(expected) - set(found))),
-                    ('not part of it', sorted(set(found) - set(expected))))
-                if keys]
-    problems += [f'{k} is {found[k]}, the record implies {shape}'
-                 for k, shape in expected.items()
-                 if k in found and found[k] != shape][:5]
+    expected = _record_shapes(
+        family,
+        json.dumps(record.to_dict(False), sort_keys=True),
+        record.source,
+    )
+    found = {
+        k: tuple(v.shape)
+        for k, v in state.items()
+        if k != EXTRA_STATE_KEY and isinstance(v, torch.Tensor)
+    }
+    problems = [
+        f'{label} {keys[:5]}{"..." if len(keys) > 5 else ""}'
+        for label, keys in (
+            ('missing', sorted(set(expected) - set(found))),
+            ('not part of it', sorted(set(found) - set(expected))),
+        )
+        if keys
+    ]
+    problems += [
+        f'{k} is {found[k]}, the record implies {shape}'
+        for k, shape in expected.items()
+        if k in found and found[k] != shape
+    ][:5]
     if problems:
         raise StateDictMismatch(
             f'{record.source}: the tensors do not fit the HetDPT record '
-            f'({record.describe()}): ' + '; '.join(problems))
+            f'({record.describe()}): ' + '; '.join(problems)
+        )
 
 
 def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
@@ -50,11 +62,13 @@ def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
             f'with arch={theirs!r}, this backbone is configured with '
             f'arch={mine!r}: configure the architecture of the checkpoint '
             "(or leave model.backbone.arch as the checkpoint's config has "
-            'it)')
+            'it)'
+        )
 
 
-def rebuilds_given_structure(configured: HetDPTRecord,
-                             loaded: HetDPTRecord) -> bool:
+def rebuilds_given_structure(
+    configured: HetDPTRecord, loaded: HetDPTRecord
+) -> bool:
     """Whether a backbone whose config gives its structure (``configured``,
     other than ``loaded``'s) rebuilds as ``loaded`` to take those weights:
     ``False`` where they load into it as built (a gated network holds every
@@ -62,7 +76,8 @@ def rebuilds_given_structure(configured: HetDPTRecord,
     it needs), ``True`` for its run's merged result (so that a training
     config tests the merged file), else :class:`StateDictMismatch`."""
     if {configured.form, loaded.form} == {'gated', 'pruned'} and (
-            configured.form == 'gated' or loaded.spec == configured.spec):
+        configured.form == 'gated' or loaded.spec == configured.spec
+    ):
         return False
     if _is_merged_result(configured, loaded):
         return True
@@ -71,23 +86,28 @@ def rebuilds_given_structure(configured: HetDPTRecord,
         f'this backbone was built as a {configured.describe()}: leave its '
         'structure (prune_spec, gated, merged) out of the config to take the '
         'structure of the weights, or load them through '
-        "init_cfg=dict(type='Pretrained', ...), which converts them")
+        "init_cfg=dict(type='Pretrained', ...), which converts them"
+    )
 
 
-def _is_merged_result(configured: HetDPTRecord,
-                      loaded: HetDPTRecord) -> bool:
+def _is_merged_result(configured: HetDPTRecord, loaded: HetDPTRecord) -> bool:
     """The merged network a gated or pruned ``configured`` one becomes: the
     same semantics, and every layer the configuration removes removed (a
     gated network's gates close more; a pruned one's spec is its own).
     Widths are the record's, as for any loaded weights (HetDPT+)."""
-    if loaded.form != 'merged' or configured.form == 'merged' or \
-            dict(loaded.semantics) != dict(configured.semantics):
+    if (
+        loaded.form != 'merged'
+        or configured.form == 'merged'
+        or dict(loaded.semantics) != dict(configured.semantics)
+    ):
         return False
     given, found = configured.spec, loaded.spec
     if configured.form == 'pruned':
         return given.with_widths(None) == found.with_widths(None)
-    return all(set(given.removed(kind)) <= set(found.removed(kind))
-               for kind in LAYER_KINDS)
+    return all(
+        set(given.removed(kind)) <= set(found.removed(kind))
+        for kind in LAYER_KINDS
+    )
 
 
 def _plain_json(value) -> Dict:
@@ -96,8 +116,7 @@ def _plain_json(value) -> Dict:
 
 
 @functools.lru_cache(maxsize=64)
-def _record_shapes(family, record_json: str, source: str
-                   ) -> Dict[str, tuple]:
+def _record_shapes(family, record_json: str, source: str) -> Dict[str, tuple]:
     """Key -> shape of every tensor the network of a record holds (built on
     the meta device: no memory, no initialisation)."""
     record = HetDPTRecord.from_dict(json.loads(record_json), source)
@@ -107,8 +126,11 @@ def _record_shapes(family, record_json: str, source: str
     for name, module in network.named_modules(remove_duplicate=False):
         prefix = f'{name}.' if name else ''
         tensors = list(module._parameters.items()) + [
-            (k, v) for k, v in module._buffers.items()
-            if k not in module._non_persistent_buffers_set]
-        shapes.update((prefix + k, tuple(v.shape)) for k, v in tensors
-                      if v is not None)
+            (k, v)
+            for k, v in module._buffers.items()
+            if k not in module._non_persistent_buffers_set
+        ]
+        shapes.update(
+            (prefix + k, tuple(v.shape)) for k, v in tensors if v is not None
+        )
     return shapes

@@ -3,6 +3,7 @@
 changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
 *Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
 HetDPT removes is an error naming what to write instead."""
+
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
@@ -14,29 +15,48 @@ OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
 #: The LayerNorm epsilon of DeiT / timm (and of mmpretrain's ViT).
 DEFAULT_NORM_EPS = 1e-6
 #: mmseg's spelling of the architecture, with its defaults.
-MMSEG_ARCH_ARGS = dict(embed_dims=768, num_layers=12, num_heads=12,
-                       mlp_ratio=4)
+MMSEG_ARCH_ARGS = dict(
+    embed_dims=768, num_layers=12, num_heads=12, mlp_ratio=4
+)
 #: Stock arguments that must keep their stock default here, and what the
 #: error suggests instead.
 FIXED_ARGS = {
-    'act_cfg': (dict(type='GELU'), 'HetDPT removes the FFN GELUs: the '
-                'activation is GELU'),
+    'act_cfg': (
+        dict(type='GELU'),
+        'HetDPT removes the FFN GELUs: the activation is GELU',
+    ),
     'num_fcs': (2, 'the FFN has two linear layers (HetDPT merges them)'),
-    'patch_pad': ('corner', "inputs of any size are padded at the bottom "
-                  "and right ('corner')"),
-    'patch_norm': (False, 'the patch embedding has no norm (DeiT\'s)'),
-    'pre_norm': (False, 'a DeiT/ViT has no norm before the blocks; '
-                 'CLIP-style ViTs are not supported'),
-    'patch_bias': (True, "the patch embedding has a bias (DeiT's); leave "
-                   'patch_bias out: weights without one (mmseg\'s default) '
-                   'load as a zero bias, which computes the same'),
-    'layer_scale_init_value': (0., 'LayerScale ViTs (DeiT-III, DINOv2) are '
-                               "type='HetDPTLayerScaleViT'"),
-    'layer_cfgs': ({}, 'blocks are configured by the backbone\'s own '
-                   'arguments (drop_rate, attn_drop_rate, drop_path_rate, '
-                   'qkv_bias, norm_cfg)'),
-    'patch_cfg': ({}, 'the patch embedding is configured by patch_size, '
-                  'in_channels and img_size'),
+    'patch_pad': (
+        'corner',
+        "inputs of any size are padded at the bottom and right ('corner')",
+    ),
+    'patch_norm': (False, "the patch embedding has no norm (DeiT's)"),
+    'pre_norm': (
+        False,
+        'a DeiT/ViT has no norm before the blocks; '
+        'CLIP-style ViTs are not supported',
+    ),
+    'patch_bias': (
+        True,
+        "the patch embedding has a bias (DeiT's); leave "
+        "patch_bias out: weights without one (mmseg's default) "
+        'load as a zero bias, which computes the same',
+    ),
+    'layer_scale_init_value': (
+        0.0,
+        "LayerScale ViTs (DeiT-III, DINOv2) are type='HetDPTLayerScaleViT'",
+    ),
+    'layer_cfgs': (
+        {},
+        "blocks are configured by the backbone's own "
+        'arguments (drop_rate, attn_drop_rate, drop_path_rate, '
+        'qkv_bias, norm_cfg)',
+    ),
+    'patch_cfg': (
+        {},
+        'the patch embedding is configured by patch_size, '
+        'in_channels and img_size',
+    ),
 }
 
 
@@ -46,17 +66,20 @@ FIXED_ARGS = {
 TOOLBOX_DEFAULTS = {'mmseg': dict(out_type='featmap', final_norm=False)}
 
 
-def arch_from_stock(arch: Union[str, Mapping], default_arch,
-                    stock: Dict) -> Union[str, Dict]:
+def arch_from_stock(
+    arch: Union[str, Mapping], default_arch, stock: Dict
+) -> Union[str, Dict]:
     """``arch`` of our spelling from mmseg's ``embed_dims``,
     ``num_layers``, ``num_heads``, ``mlp_ratio`` (popped from ``stock``)
     or an mmpretrain arch name (``'base'``, ``'deit-b'``, ...)."""
-    given = {name: stock.pop(name) for name in MMSEG_ARCH_ARGS
-             if name in stock}
+    given = {
+        name: stock.pop(name) for name in MMSEG_ARCH_ARGS if name in stock
+    }
     if given:
         if arch != default_arch:
-            raise ValueError(f'give the architecture once: arch={arch!r} '
-                             f'or {sorted(given)}')
+            raise ValueError(
+                f'give the architecture once: arch={arch!r} or {sorted(given)}'
+            )
         return {**MMSEG_ARCH_ARGS, **given}
     return arch
 
@@ -67,14 +90,16 @@ def mmpretrain_arch(name: str) -> Optional[Dict]:
     from mmpretrain.models.backbones.vision_transformer import (
         VisionTransformer,
     )
+
     settings = VisionTransformer.arch_zoo.get(name.lower())
     if settings is None:
         return None
-    return dict(embed_dims=settings['embed_dims'],
-                num_layers=settings['num_layers'],
-                num_heads=settings['num_heads'],
-                mlp_ratio=settings['feedforward_channels'] /
-                settings['embed_dims'])
+    return dict(
+        embed_dims=settings['embed_dims'],
+        num_layers=settings['num_layers'],
+        num_heads=settings['num_heads'],
+        mlp_ratio=settings['feedforward_channels'] / settings['embed_dims'],
+    )
 
 
 def check_fixed_args(stock: Dict) -> None:
@@ -89,17 +114,21 @@ def norm_eps(norm_cfg: Optional[Mapping]) -> float:
         return DEFAULT_NORM_EPS
     cfg = dict(norm_cfg)
     if cfg.pop('type', 'LN') not in ('LN', 'LayerNorm', nn.LayerNorm):
-        raise ValueError(f'norm_cfg={dict(norm_cfg)!r}: the ViT\'s norms are '
-                         "LayerNorms: norm_cfg=dict(type='LN', eps=...)")
+        raise ValueError(
+            f"norm_cfg={dict(norm_cfg)!r}: the ViT's norms are "
+            "LayerNorms: norm_cfg=dict(type='LN', eps=...)"
+        )
     eps = cfg.pop('eps', 1e-5)  # mmcv's LayerNorm default
     if cfg.pop('requires_grad', True) is not True or cfg:
-        raise ValueError(f'norm_cfg={dict(norm_cfg)!r}: only type and eps '
-                         'are supported')
+        raise ValueError(
+            f'norm_cfg={dict(norm_cfg)!r}: only type and eps are supported'
+        )
     return float(eps)
 
 
-def take_stock_args(arch, default_arch, stock: Dict
-                    ) -> Tuple[Union[str, Dict], Dict]:
+def take_stock_args(
+    arch, default_arch, stock: Dict
+) -> Tuple[Union[str, Dict], Dict]:
     """Our ``arch`` (also from mmpretrain's arch names) and the stock
     arguments that remain (``norm_cfg``, ``frozen_exclude``,
     ``out_origin``) from the stock ones in ``stock``; any other name is a
@@ -109,20 +138,28 @@ def take_stock_args(arch, default_arch, stock: Dict
     if isinstance(arch, str) and arch not in ARCH_PRESETS:
         arch = mmpretrain_arch(arch) or arch  # 'base', 'deit-b', ...
     check_fixed_args(stock)
-    kept = {name: stock.pop(name) for name in
-            ('norm_cfg', 'frozen_exclude', 'out_origin') if name in stock}
+    kept = {
+        name: stock.pop(name)
+        for name in ('norm_cfg', 'frozen_exclude', 'out_origin')
+        if name in stock
+    }
     if stock:
         raise TypeError(f'unexpected keyword arguments {sorted(stock)}')
     return arch, kept
 
 
-def check_output_args(out_type: str, with_cls_token: bool,
-                      output_cls_token: bool, distilled: bool) -> None:
+def check_output_args(
+    out_type: str,
+    with_cls_token: bool,
+    output_cls_token: bool,
+    distilled: bool,
+) -> None:
     """Refuse outputs (mmpretrain's ``out_type``, mmseg's
     ``output_cls_token``) and tokens that do not go together."""
     if out_type not in OUT_TYPES:
-        raise ValueError(f'unknown out_type {out_type!r}; choose one of '
-                         f'{OUT_TYPES}')
+        raise ValueError(
+            f'unknown out_type {out_type!r}; choose one of {OUT_TYPES}'
+        )
     if out_type == 'cls_token' and not with_cls_token:
         raise ValueError('out_type="cls_token" needs with_cls_token=True')
     if output_cls_token and not with_cls_token:
@@ -131,8 +168,9 @@ def check_output_args(out_type: str, with_cls_token: bool,
         raise ValueError('a distilled ViT needs with_cls_token=True')
 
 
-def block_indices(out_indices: Union[int, Sequence[int]],
-                  depth: int) -> List[int]:
+def block_indices(
+    out_indices: Union[int, Sequence[int]], depth: int
+) -> List[int]:
     """``out_indices`` (an index or a list; negative from the last block)
     as block indices."""
     if isinstance(out_indices, int):
@@ -141,8 +179,9 @@ def block_indices(out_indices: Union[int, Sequence[int]],
     for index in out_indices:
         block = index + depth if index < 0 else index
         if not 0 <= block < depth:
-            raise ValueError(f'out_indices entry {index} is out of range '
-                             f'for {depth} blocks')
+            raise ValueError(
+                f'out_indices entry {index} is out of range for {depth} blocks'
+            )
         resolved.append(block)
     return resolved
 
@@ -152,8 +191,11 @@ def structural_args(eps: float, out_type: str) -> Dict:
     from a DeiT's (so that other records keep their keys): the norms'
     epsilon, and ``out_type='avg_featmap'``, whose ``fc_norm`` is part of
     the network."""
-    args = {} if eps == DEFAULT_NORM_EPS else dict(
-        norm_cfg=dict(type='LN', eps=eps))
+    args = (
+        {}
+        if eps == DEFAULT_NORM_EPS
+        else dict(norm_cfg=dict(type='LN', eps=eps))
+    )
     if out_type == 'avg_featmap':
         args['out_type'] = out_type
     return args

@@ -10,35 +10,51 @@ changes nothing because every Swin layout is recognised when loaded.  The
 few stock choices HetDPTSwin does not build are refused with the supported
 alternative named.
 """
+
 from typing import Dict, Mapping, Optional, Sequence, Union
 
 SWIN_ARCH_PRESETS = {
     'tiny': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
-    'small': dict(embed_dims=96, depths=(2, 2, 18, 2),
-                  num_heads=(3, 6, 12, 24)),
-    'base': dict(embed_dims=128, depths=(2, 2, 18, 2),
-                 num_heads=(4, 8, 16, 32)),
-    'large': dict(embed_dims=192, depths=(2, 2, 18, 2),
-                  num_heads=(6, 12, 24, 48)),
+    'small': dict(
+        embed_dims=96, depths=(2, 2, 18, 2), num_heads=(3, 6, 12, 24)
+    ),
+    'base': dict(
+        embed_dims=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32)
+    ),
+    'large': dict(
+        embed_dims=192, depths=(2, 2, 18, 2), num_heads=(6, 12, 24, 48)
+    ),
 }
 #: mmpretrain's one-letter names of the presets.
 _PRESET_ALIASES = {name[0]: name for name in SWIN_ARCH_PRESETS}
 #: mmdet's / mmseg's arguments that make up an arch dict.
 ARCH_KEYS = ('embed_dims', 'depths', 'num_heads', 'mlp_ratio')
 #: Stock arguments without an effect here (see the module docstring).
-_NO_EFFECT = ('pretrain_img_size', 'img_size', 'interpolate_mode',
-              'norm_eval', 'convert_weights')
+_NO_EFFECT = (
+    'pretrain_img_size',
+    'img_size',
+    'interpolate_mode',
+    'norm_eval',
+    'convert_weights',
+)
 #: What the patch embedding of every stock Swin is built with.
-_PATCH_DEFAULTS = dict(conv_type='Conv2d', padding='corner', dilation=1,
-                       bias=True, norm_cfg=dict(type='LN'))
+_PATCH_DEFAULTS = dict(
+    conv_type='Conv2d',
+    padding='corner',
+    dilation=1,
+    bias=True,
+    norm_cfg=dict(type='LN'),
+)
 
 
 def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
     if isinstance(arch, str):
         arch = _PRESET_ALIASES.get(arch.lower(), arch.lower())
         if arch not in SWIN_ARCH_PRESETS:
-            raise ValueError(f'unknown Swin arch {arch!r}; choose one of '
-                             f'{sorted(SWIN_ARCH_PRESETS)} or pass a dict')
+            raise ValueError(
+                f'unknown Swin arch {arch!r}; choose one of '
+                f'{sorted(SWIN_ARCH_PRESETS)} or pass a dict'
+            )
         arch = SWIN_ARCH_PRESETS[arch]
     arch = dict(arch)
     missing = {'embed_dims', 'depths', 'num_heads'} - set(arch)
@@ -49,12 +65,16 @@ def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
         raise ValueError(f'unknown Swin arch keys {sorted(unknown)}')
     arch['depths'] = [int(d) for d in arch['depths']]
     arch['num_heads'] = [int(h) for h in arch['num_heads']]
-    if len(arch['depths']) != len(arch['num_heads']) or \
-            min(arch['depths'], default=0) < 1:
-        raise ValueError(f'Swin arch needs one positive depth and one number '
-                         f'of heads per stage, got depths {arch["depths"]} '
-                         f'and num_heads {arch["num_heads"]}')
-    arch.setdefault('mlp_ratio', 4.)
+    if (
+        len(arch['depths']) != len(arch['num_heads'])
+        or min(arch['depths'], default=0) < 1
+    ):
+        raise ValueError(
+            f'Swin arch needs one positive depth and one number '
+            f'of heads per stage, got depths {arch["depths"]} '
+            f'and num_heads {arch["num_heads"]}'
+        )
+    arch.setdefault('mlp_ratio', 4.0)
     return arch
 
 
@@ -64,29 +84,44 @@ def _refuse(name: str, value, supported: str):
 
 def _check_layer_cfg(name: str, cfg, layer_type: str, aliases) -> None:
     """``act_cfg`` / ``norm_cfg``: only the layer every Swin uses."""
-    extra = {key: value for key, value in cfg.items() if key != 'type'} \
-        if isinstance(cfg, Mapping) else None
-    if extra not in ({}, dict(eps=1e-5), dict(requires_grad=True)) or \
-            cfg.get('type') not in aliases:
-        _refuse(name, cfg, f'dict(type={layer_type!r}) only (the Swin '
-                'layers whose removal and merging HetDPT defines)')
+    extra = (
+        {key: value for key, value in cfg.items() if key != 'type'}
+        if isinstance(cfg, Mapping)
+        else None
+    )
+    if (
+        extra not in ({}, dict(eps=1e-5), dict(requires_grad=True))
+        or cfg.get('type') not in aliases
+    ):
+        _refuse(
+            name,
+            cfg,
+            f'dict(type={layer_type!r}) only (the Swin '
+            'layers whose removal and merging HetDPT defines)',
+        )
 
 
 def _uniform(name: str, values: Sequence, given):
     """One value for all stages and blocks (``given`` where none)."""
     distinct = {repr(v): v for v in values}
     if len(distinct) > 1:
-        _refuse(name, values, f'one {name} for every stage and block; pass '
-                'the same value everywhere')
+        _refuse(
+            name,
+            values,
+            f'one {name} for every stage and block; pass '
+            'the same value everywhere',
+        )
     return next(iter(distinct.values()), given)
 
 
-def _stage_cfgs(stage_cfgs, stages: int, window_size: int,
-                mlp_ratio: float):
+def _stage_cfgs(stage_cfgs, stages: int, window_size: int, mlp_ratio: float):
     """The window and MLP ratio mmpretrain's ``stage_cfgs`` give (the only
     per-stage choices HetDPTSwin takes, and uniformly)."""
-    per_stage = list(stage_cfgs) if isinstance(stage_cfgs, Sequence) else \
-        [stage_cfgs] * stages
+    per_stage = (
+        list(stage_cfgs)
+        if isinstance(stage_cfgs, Sequence)
+        else [stage_cfgs] * stages
+    )
     windows, ratios = [], []
     for stage_cfg in per_stage:
         stage_cfg = dict(stage_cfg)
@@ -100,73 +135,125 @@ def _stage_cfgs(stage_cfgs, stages: int, window_size: int,
             if 'ffn_ratio' in block:
                 ratios.append(block.pop('ffn_ratio'))
             if block:
-                _refuse('stage_cfgs.block_cfgs', block,
-                        'blocks configured by window_size and ffn_ratio '
-                        '(mlp_ratio), attention and FFN otherwise stock')
+                _refuse(
+                    'stage_cfgs.block_cfgs',
+                    block,
+                    'blocks configured by window_size and ffn_ratio '
+                    '(mlp_ratio), attention and FFN otherwise stock',
+                )
         if stage_cfg.pop('downsample_cfg', {}):
-            _refuse('stage_cfgs.downsample_cfg', stage_cfg,
-                    "the stock patch merging (2 x 2, LN) only")
+            _refuse(
+                'stage_cfgs.downsample_cfg',
+                stage_cfg,
+                'the stock patch merging (2 x 2, LN) only',
+            )
         if stage_cfg:
-            _refuse('stage_cfgs', stage_cfg, 'stages configured by '
-                    'window_size and block_cfgs only; pass depths, heads '
-                    'and widths in arch')
-    return (_uniform('window_size', windows, window_size),
-            _uniform('ffn_ratio', ratios, mlp_ratio))
+            _refuse(
+                'stage_cfgs',
+                stage_cfg,
+                'stages configured by '
+                'window_size and block_cfgs only; pass depths, heads '
+                'and widths in arch',
+            )
+    return (
+        _uniform('window_size', windows, window_size),
+        _uniform('ffn_ratio', ratios, mlp_ratio),
+    )
 
 
-def _patch_cfg(patch_cfg: Mapping, patch_size: int, in_channels: int,
-               embed_dims: int) -> int:
+def _patch_cfg(
+    patch_cfg: Mapping, patch_size: int, in_channels: int, embed_dims: int
+) -> int:
     """The patch size mmpretrain's ``patch_cfg`` gives; anything but the
     stock non-overlapping embedding is refused."""
     cfg = dict(patch_cfg)
     cfg.pop('input_size', None)  # sizes the absolute position embedding
     sizes = {cfg.pop(key) for key in ('kernel_size', 'stride') if key in cfg}
     if len(sizes) > 1:
-        _refuse('patch_cfg', patch_cfg, 'non-overlapping patches only '
-                '(kernel_size equal to stride; pass patch_size)')
+        _refuse(
+            'patch_cfg',
+            patch_cfg,
+            'non-overlapping patches only '
+            '(kernel_size equal to stride; pass patch_size)',
+        )
     patch_size = sizes.pop() if sizes else patch_size
-    fixed = dict(_PATCH_DEFAULTS, in_channels=in_channels,
-                 embed_dims=embed_dims)
+    fixed = dict(
+        _PATCH_DEFAULTS, in_channels=in_channels, embed_dims=embed_dims
+    )
     for key, value in cfg.items():
         if key not in fixed or fixed[key] != value:
-            _refuse(f'patch_cfg.{key}', value,
-                    'the stock patch embedding (a strided Conv2d with a LN; '
-                    'pass patch_size, in_channels, arch.embed_dims)')
+            _refuse(
+                f'patch_cfg.{key}',
+                value,
+                'the stock patch embedding (a strided Conv2d with a LN; '
+                'pass patch_size, in_channels, arch.embed_dims)',
+            )
     return patch_size
 
 
-def read_stock_args(arch: Union[str, Mapping], window_size: int,
-                    patch_size: int, in_channels: int,
-                    stock: Dict) -> Dict:
+def read_stock_args(
+    arch: Union[str, Mapping],
+    window_size: int,
+    patch_size: int,
+    in_channels: int,
+    stock: Dict,
+) -> Dict:
     """``arch``, ``window_size`` and ``patch_size`` from HetDPTSwin's own
     arguments and the stock ones in ``stock`` (refused where they cannot
     apply; unknown names raise a ``TypeError`` as a constructor does)."""
-    unknown = sorted(set(stock) - set(ARCH_KEYS) - set(_NO_EFFECT) - {
-        'strides', 'use_abs_pos_embed', 'act_cfg', 'norm_cfg', 'stage_cfgs',
-        'patch_cfg'})
+    unknown = sorted(
+        set(stock)
+        - set(ARCH_KEYS)
+        - set(_NO_EFFECT)
+        - {
+            'strides',
+            'use_abs_pos_embed',
+            'act_cfg',
+            'norm_cfg',
+            'stage_cfgs',
+            'patch_cfg',
+        }
+    )
     if unknown:
-        raise TypeError(f'HetDPTSwin got unexpected keyword arguments '
-                        f'{unknown}')
+        raise TypeError(
+            f'HetDPTSwin got unexpected keyword arguments {unknown}'
+        )
     arch = resolve_swin_arch(arch)
     arch.update({key: stock[key] for key in ARCH_KEYS if key in stock})
     arch = resolve_swin_arch(arch)
     if stock.get('use_abs_pos_embed'):
-        _refuse('use_abs_pos_embed', True, 'relative position biases only, '
-                'as every released Swin: use_abs_pos_embed=False')
-    _check_layer_cfg('act_cfg', stock.get('act_cfg', dict(type='GELU')),
-                     'GELU', ('GELU', ))
-    _check_layer_cfg('norm_cfg', stock.get('norm_cfg', dict(type='LN')),
-                     'LN', ('LN', 'LayerNorm'))
+        _refuse(
+            'use_abs_pos_embed',
+            True,
+            'relative position biases only, '
+            'as every released Swin: use_abs_pos_embed=False',
+        )
+    _check_layer_cfg(
+        'act_cfg', stock.get('act_cfg', dict(type='GELU')), 'GELU', ('GELU',)
+    )
+    _check_layer_cfg(
+        'norm_cfg',
+        stock.get('norm_cfg', dict(type='LN')),
+        'LN',
+        ('LN', 'LayerNorm'),
+    )
     stages = len(arch['depths'])
     window_size, arch['mlp_ratio'] = _stage_cfgs(
-        stock.get('stage_cfgs', {}), stages, window_size, arch['mlp_ratio'])
-    patch_size = _patch_cfg(stock.get('patch_cfg', {}), patch_size,
-                            in_channels, arch['embed_dims'])
+        stock.get('stage_cfgs', {}), stages, window_size, arch['mlp_ratio']
+    )
+    patch_size = _patch_cfg(
+        stock.get('patch_cfg', {}), patch_size, in_channels, arch['embed_dims']
+    )
     strides = stock.get('strides')
-    if strides is not None and \
-            list(strides) != [patch_size] + [2] * (stages - 1):
-        _refuse('strides', strides, f'patches of patch_size ({patch_size}) '
-                'and patch merging by 2: strides=(patch_size, 2, 2, ...)')
+    if strides is not None and list(strides) != [patch_size] + [2] * (
+        stages - 1
+    ):
+        _refuse(
+            'strides',
+            strides,
+            f'patches of patch_size ({patch_size}) '
+            'and patch merging by 2: strides=(patch_size, 2, 2, ...)',
+        )
     return dict(arch=arch, window_size=window_size, patch_size=patch_size)
 
 
@@ -175,7 +262,7 @@ def read_stock_args(arch: Union[str, Mapping], window_size: int,
 TOOLBOX_DEFAULTS = {
     'mmdet': dict(pad_small_map=True),
     'mmseg': dict(pad_small_map=True),
-    'mmpretrain': dict(out_indices=(3, ), block_drop_rate=0.),
+    'mmpretrain': dict(out_indices=(3,), block_drop_rate=0.0),
 }
 
 

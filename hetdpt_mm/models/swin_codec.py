@@ -3,6 +3,7 @@ record, build arguments), their conversion and the MACs per block, as
 functions apart from the module; once the blocks are numbered over all
 stages, the ViT family's functions (:mod:`.vit_codec`) read them.  Its
 checkpoint layouts and surgery: :mod:`.swin_state_dict`."""
+
 from dataclasses import replace
 from typing import Dict, Mapping
 
@@ -17,8 +18,7 @@ from .swin_args import resolve_swin_arch
 #: weights starts from the function the method's recipe was tuned on;
 #: ``removed_attn_output='zero'`` leaves ``x``, a true identity, for
 #: recipes that want one (docs/user_guides/swin.md).
-SWIN_SEMANTICS = dict(removed_attn_output='norm',
-                      residual_gelu='both_removed')
+SWIN_SEMANTICS = dict(removed_attn_output='norm', residual_gelu='both_removed')
 
 
 def recognizes(state: Mapping) -> bool:
@@ -26,10 +26,12 @@ def recognizes(state: Mapping) -> bool:
 
 
 def describe_keys() -> str:
-    return ('Swin keys like patch_embed.proj.weight and '
-            'layers.0.blocks.0.norm1.weight (official, timm), '
-            'patch_embed.projection.weight and '
-            'stages.0.blocks.0.norm1.weight (mmpretrain, mmdet, mmseg)')
+    return (
+        'Swin keys like patch_embed.proj.weight and '
+        'layers.0.blocks.0.norm1.weight (official, timm), '
+        'patch_embed.projection.weight and '
+        'stages.0.blocks.0.norm1.weight (mmpretrain, mmdet, mmseg)'
+    )
 
 
 def canonical_state(state: Mapping) -> Mapping:
@@ -39,16 +41,18 @@ def canonical_state(state: Mapping) -> Mapping:
 # Once the blocks are numbered over all stages, a Swin state dict's
 # per-block keys say what a ViT's do (attention missing, FFN merged,
 # gates): the ViT family reads them.
-def record_from_tensors(state: Mapping, source: str,
-                        family: str = 'swin') -> HetDPTRecord:
+def record_from_tensors(
+    state: Mapping, source: str, family: str = 'swin'
+) -> HetDPTRecord:
     flat = swin_state_dict.to_global_blocks(state)[0]
-    return replace(vit_codec.record_from_tensors(flat, source, family),
-                   semantics=dict(SWIN_SEMANTICS))
+    return replace(
+        vit_codec.record_from_tensors(flat, source, family),
+        semantics=dict(SWIN_SEMANTICS),
+    )
 
 
 def check_record(record: HetDPTRecord, state: Mapping) -> None:
-    vit_codec.check_record(
-        record, swin_state_dict.to_global_blocks(state)[0])
+    vit_codec.check_record(record, swin_state_dict.to_global_blocks(state)[0])
 
 
 #: The family's tensor surgery and its reading of tensor shapes.
@@ -60,8 +64,9 @@ def arch_depth(arch) -> int:
     return sum(resolve_swin_arch(arch)['depths'])
 
 
-def layer_macs(arch: Mapping, img_size,
-               attention_products: bool = True) -> Dict[str, object]:
+def layer_macs(
+    arch: Mapping, img_size, attention_products: bool = True
+) -> Dict[str, object]:
     """Per block (global index): attention (qkv, both attention
     products over the padded windows unless ``attention_products`` is
     false, proj), FFN and merged FFN; the rest: patch embedding and

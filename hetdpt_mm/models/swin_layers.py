@@ -18,6 +18,7 @@ Maps are ``(B, H*W, C)`` token sequences with their ``(H, W)`` passed along.
 Every size works: maps are padded (bottom / right) to whole windows and to
 even sizes before patch merging, and the padding is dropped again.
 """
+
 from typing import Optional, Tuple
 
 import torch
@@ -44,9 +45,11 @@ def relative_position_index(window: int, table_window: int) -> torch.Tensor:
     made for ``table_window`` (``(2 * table_window - 1)²`` rows), for the
     token pairs of a ``window`` x ``window`` window (``window <=
     table_window``: a smaller window uses the table's central offsets)."""
-    coords = torch.stack(torch.meshgrid(torch.arange(window),
-                                        torch.arange(window),
-                                        indexing='ij')).flatten(1)
+    coords = torch.stack(
+        torch.meshgrid(
+            torch.arange(window), torch.arange(window), indexing='ij'
+        )
+    ).flatten(1)
     offsets = coords[:, :, None] - coords[:, None, :] + table_window - 1
     return offsets[0] * (2 * table_window - 1) + offsets[1]
 
@@ -54,22 +57,26 @@ def relative_position_index(window: int, table_window: int) -> torch.Tensor:
 def window_partition(x: torch.Tensor, window: int) -> torch.Tensor:
     """``(B, H, W, C)`` -> ``(B * windows, window², C)``."""
     batch, height, width, channels = x.shape
-    x = x.view(batch, height // window, window, width // window, window,
-               channels)
+    x = x.view(
+        batch, height // window, window, width // window, window, channels
+    )
     return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window * window, channels)
 
 
-def window_reverse(windows: torch.Tensor, window: int, height: int,
-                   width: int) -> torch.Tensor:
+def window_reverse(
+    windows: torch.Tensor, window: int, height: int, width: int
+) -> torch.Tensor:
     """The inverse of :func:`window_partition`."""
     channels = windows.shape[-1]
-    x = windows.view(-1, height // window, width // window, window, window,
-                     channels)
+    x = windows.view(
+        -1, height // window, width // window, window, window, channels
+    )
     return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, height, width, channels)
 
 
-def shifted_window_mask(height: int, width: int, window: int, shift: int,
-                        device) -> torch.Tensor:
+def shifted_window_mask(
+    height: int, width: int, window: int, shift: int, device
+) -> torch.Tensor:
     """``(windows, window², window²)`` additive mask of a map rolled by
     ``shift``: tokens that were not neighbours before the roll do not
     attend to each other."""
@@ -83,7 +90,8 @@ def shifted_window_mask(height: int, width: int, window: int, shift: int,
     labels = window_partition(region, window).squeeze(-1)
     different = labels[:, None, :] != labels[:, :, None]
     return torch.zeros(different.shape, device=device).masked_fill(
-        different, MASKED_LOGIT)
+        different, MASKED_LOGIT
+    )
 
 
 class WindowAttention(nn.Module):
@@ -99,29 +107,40 @@ class WindowAttention(nn.Module):
             window shrinks to the map and is not shifted.
     """
 
-    def __init__(self, dim: int, num_heads: int, window_size: int,
-                 shift_size: int = 0, qkv_bias: bool = True,
-                 attn_drop: float = 0., proj_drop: float = 0.,
-                 pad_small_map: bool = False,
-                 qk_scale: Optional[float] = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        window_size: int,
+        shift_size: int = 0,
+        qkv_bias: bool = True,
+        attn_drop: float = 0.0,
+        proj_drop: float = 0.0,
+        pad_small_map: bool = False,
+        qk_scale: Optional[float] = None,
+    ):
         super().__init__()
         if not 0 <= shift_size < window_size:
-            raise ValueError(f'shift_size must be in 0..{window_size - 1}, '
-                             f'got {shift_size}')
+            raise ValueError(
+                f'shift_size must be in 0..{window_size - 1}, got {shift_size}'
+            )
         if dim % num_heads:
-            raise ValueError(f'{dim} channels do not split into {num_heads} '
-                             'heads')
+            raise ValueError(
+                f'{dim} channels do not split into {num_heads} heads'
+            )
         self.num_heads = num_heads
         self.window_size = window_size
         self.shift_size = shift_size
         self.pad_small_map = pad_small_map
-        self.scale = qk_scale or (dim // num_heads)**-0.5
+        self.scale = qk_scale or (dim // num_heads) ** -0.5
         self.relative_position_bias_table = nn.Parameter(
-            torch.zeros((2 * window_size - 1)**2, num_heads))
+            torch.zeros((2 * window_size - 1) ** 2, num_heads)
+        )
         self.register_buffer(
             'relative_position_index',
             relative_position_index(window_size, window_size),
-            persistent=False)
+            persistent=False,
+        )
         self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
         self.attn_drop = nn.Dropout(attn_drop)
         self.proj = nn.Linear(dim, dim)
@@ -135,15 +154,22 @@ class WindowAttention(nn.Module):
         return self.window_size, self.shift_size
 
     def relative_position_bias(self, window: int) -> torch.Tensor:
-        index = self.relative_position_index if window == self.window_size \
+        index = (
+            self.relative_position_index
+            if window == self.window_size
             else relative_position_index(window, self.window_size).to(
-                self.relative_position_index.device)
+                self.relative_position_index.device
+            )
+        )
         bias = self.relative_position_bias_table[index.flatten()]
-        return bias.view(window * window, window * window,
-                         -1).permute(2, 0, 1)
+        return bias.view(window * window, window * window, -1).permute(2, 0, 1)
 
-    def attend(self, windows: torch.Tensor, bias: torch.Tensor,
-               mask: Optional[torch.Tensor]) -> torch.Tensor:
+    def attend(
+        self,
+        windows: torch.Tensor,
+        bias: torch.Tensor,
+        mask: Optional[torch.Tensor],
+    ) -> torch.Tensor:
         """Self-attention within each window: ``(B * windows, N, C)``.
 
         One ``scaled_dot_product_attention`` call: PyTorch's fused kernel
@@ -156,16 +182,24 @@ class WindowAttention(nn.Module):
         count, tokens, channels = windows.shape
         groups = 1 if mask is None else mask.shape[0]
         heads = groups * self.num_heads
-        qkv = self.qkv(windows).reshape(count // groups, groups, tokens, 3,
-                                        self.num_heads, -1)
-        query, key, value = qkv.permute(3, 0, 1, 4, 2, 5).reshape(
-            3, count // groups, heads, tokens, -1).unbind(0)
+        qkv = self.qkv(windows).reshape(
+            count // groups, groups, tokens, 3, self.num_heads, -1
+        )
+        query, key, value = (
+            qkv.permute(3, 0, 1, 4, 2, 5)
+            .reshape(3, count // groups, heads, tokens, -1)
+            .unbind(0)
+        )
         if mask is not None:
             bias = (mask[:, None] + bias).flatten(0, 1)
         out = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=bias[None],
-            dropout_p=self.attn_drop.p if self.training else 0.,
-            scale=self.scale)
+            query,
+            key,
+            value,
+            attn_mask=bias[None],
+            dropout_p=self.attn_drop.p if self.training else 0.0,
+            scale=self.scale,
+        )
         out = out.view(count // groups, groups, self.num_heads, tokens, -1)
         out = out.permute(0, 1, 3, 2, 4).reshape(count, tokens, channels)
         return self.proj_drop(self.proj(out))
@@ -182,10 +216,14 @@ class WindowAttention(nn.Module):
         mask = None
         if shift:
             x = torch.roll(x, (-shift, -shift), dims=(1, 2))
-            mask = shifted_window_mask(padded_height, padded_width, window,
-                                       shift, x.device)
-        windows = self.attend(window_partition(x, window),
-                              self.relative_position_bias(window), mask)
+            mask = shifted_window_mask(
+                padded_height, padded_width, window, shift, x.device
+            )
+        windows = self.attend(
+            window_partition(x, window),
+            self.relative_position_bias(window),
+            mask,
+        )
         x = window_reverse(windows, window, padded_height, padded_width)
         if shift:
             x = torch.roll(x, (shift, shift), dims=(1, 2))
@@ -207,30 +245,55 @@ class SwinBlock(nn.Module):
     residual stream (blocks with both layers removed in released HetDPT
     models)."""
 
-    def __init__(self, dim: int, num_heads: int, window_size: int,
-                 shift_size: int, mlp_ratio: float, qkv_bias: bool,
-                 drop_path: float, drop_rate: float, attn_drop_rate: float,
-                 pad_small_map: bool, attn_layer, act_layer,
-                 mlp_layer=Mlp, residual_gelu: bool = False,
-                 qk_scale: Optional[float] = None):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        window_size: int,
+        shift_size: int,
+        mlp_ratio: float,
+        qkv_bias: bool,
+        drop_path: float,
+        drop_rate: float,
+        attn_drop_rate: float,
+        pad_small_map: bool,
+        attn_layer,
+        act_layer,
+        mlp_layer=Mlp,
+        residual_gelu: bool = False,
+        qk_scale: Optional[float] = None,
+    ):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = attn_layer(dim, num_heads, window_size=window_size,
-                               shift_size=shift_size, qkv_bias=qkv_bias,
-                               attn_drop=attn_drop_rate, proj_drop=drop_rate,
-                               pad_small_map=pad_small_map, qk_scale=qk_scale)
-        self.drop_path1 = DropPath(drop_path) if drop_path > 0 else \
-            nn.Identity()
+        self.attn = attn_layer(
+            dim,
+            num_heads,
+            window_size=window_size,
+            shift_size=shift_size,
+            qkv_bias=qkv_bias,
+            attn_drop=attn_drop_rate,
+            proj_drop=drop_rate,
+            pad_small_map=pad_small_map,
+            qk_scale=qk_scale,
+        )
+        self.drop_path1 = (
+            DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        )
         self.norm2 = nn.LayerNorm(dim)
-        self.mlp = mlp_layer(in_features=dim,
-                             hidden_features=int(dim * mlp_ratio),
-                             act_layer=act_layer, drop=drop_rate)
-        self.drop_path2 = DropPath(drop_path) if drop_path > 0 else \
-            nn.Identity()
+        self.mlp = mlp_layer(
+            in_features=dim,
+            hidden_features=int(dim * mlp_ratio),
+            act_layer=act_layer,
+            drop=drop_rate,
+        )
+        self.drop_path2 = (
+            DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        )
         self.residual_act = nn.GELU() if residual_gelu else nn.Identity()
 
-    def forward_branches(self, x: torch.Tensor,
-                         hw_shape: HWShape) -> torch.Tensor:
+    def forward_branches(
+        self, x: torch.Tensor, hw_shape: HWShape
+    ) -> torch.Tensor:
         x = x + self.drop_path1(self.attn(self.norm1(x), hw_shape))
         return x + self.drop_path2(self.mlp(self.norm2(x)))
 
@@ -242,44 +305,73 @@ class GatedSwinBlock(SwinBlock):
     """Search-form block: its gates decide at run time whether the residual
     GELU applies, following ``residual_gelu`` (one of RESIDUAL_GELU_MODES)."""
 
-    def __init__(self, *args, residual_gelu: str = 'both_removed',
-                 **kwargs):
+    def __init__(self, *args, residual_gelu: str = 'both_removed', **kwargs):
         super().__init__(*args, residual_gelu=True, **kwargs)
         self.residual_gelu = residual_gelu
 
     def forward(self, x: torch.Tensor, hw_shape: HWShape) -> torch.Tensor:
         x = self.forward_branches(x, hw_shape)
-        if residual_gelu_applies(self.residual_gelu, not self.attn.is_open,
-                                 not self.mlp.act.is_open):
+        if residual_gelu_applies(
+            self.residual_gelu, not self.attn.is_open, not self.mlp.act.is_open
+        ):
             return self.residual_act(x)
         return x
 
 
-def build_swin_block(dim: int, num_heads: int, window_size: int,
-                     shift_size: int, mlp_ratio: float, qkv_bias: bool,
-                     drop_path: float, form: str, attn_removed: bool,
-                     act_removed: bool, removed_attn_output: str,
-                     residual_gelu: str, pad_small_map: bool,
-                     drop_rate: float = 0.,
-                     attn_drop_rate: float = 0.,
-                     qk_scale: Optional[float] = None) -> SwinBlock:
+def build_swin_block(
+    dim: int,
+    num_heads: int,
+    window_size: int,
+    shift_size: int,
+    mlp_ratio: float,
+    qkv_bias: bool,
+    drop_path: float,
+    form: str,
+    attn_removed: bool,
+    act_removed: bool,
+    removed_attn_output: str,
+    residual_gelu: str,
+    pad_small_map: bool,
+    drop_rate: float = 0.0,
+    attn_drop_rate: float = 0.0,
+    qk_scale: Optional[float] = None,
+) -> SwinBlock:
     """Build one Swin block of the given form (layer types from
     :func:`~hetdpt_mm.models.layers.choose_block_layers`)."""
-    layers = choose_block_layers(form, attn_removed, act_removed,
-                                 removed_attn_output, residual_gelu,
-                                 WindowAttention, GatedWindowAttention)
-    common = dict(dim=dim, num_heads=num_heads, window_size=window_size,
-                  shift_size=shift_size, mlp_ratio=mlp_ratio,
-                  qkv_bias=qkv_bias, drop_path=drop_path,
-                  drop_rate=drop_rate, attn_drop_rate=attn_drop_rate,
-                  qk_scale=qk_scale,
-                  pad_small_map=pad_small_map, attn_layer=layers.attn_layer,
-                  act_layer=layers.act_layer,
-                  mlp_layer=layers.mlp_layer or Mlp)
+    layers = choose_block_layers(
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        residual_gelu,
+        WindowAttention,
+        GatedWindowAttention,
+    )
+    common = dict(
+        dim=dim,
+        num_heads=num_heads,
+        window_size=window_size,
+        shift_size=shift_size,
+        mlp_ratio=mlp_ratio,
+        qkv_bias=qkv_bias,
+        drop_path=drop_path,
+        drop_rate=drop_rate,
+        attn_drop_rate=attn_drop_rate,
+        qk_scale=qk_scale,
+        pad_small_map=pad_small_map,
+        attn_layer=layers.attn_layer,
+        act_layer=layers.act_layer,
+        mlp_layer=layers.mlp_layer or Mlp,
+    )
     if form == 'gated':
         block = GatedSwinBlock(residual_gelu=layers.residual_gelu, **common)
-        set_block_gates(block.attn, block.mlp.act, attn_removed, act_removed,
-                        removed_attn_output)
+        set_block_gates(
+            block.attn,
+            block.mlp.act,
+            attn_removed,
+            act_removed,
+            removed_attn_output,
+        )
         return block
     return SwinBlock(residual_gelu=layers.residual_gelu, **common)
 
@@ -288,8 +380,13 @@ class SwinPatchEmbed(nn.Module):
     """Non-overlapping patches (a strided convolution) and a LayerNorm;
     inputs are padded (bottom / right) to whole patches."""
 
-    def __init__(self, in_channels: int, dim: int, patch_size: int,
-                 patch_norm: bool = True):
+    def __init__(
+        self,
+        in_channels: int,
+        dim: int,
+        patch_size: int,
+        patch_norm: bool = True,
+    ):
         super().__init__()
         self.patch_size = patch_size
         self.proj = nn.Conv2d(in_channels, dim, patch_size, patch_size)
@@ -297,8 +394,9 @@ class SwinPatchEmbed(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, HWShape]:
         height, width = x.shape[-2:]
-        x = F.pad(x, (0, -width % self.patch_size,
-                      0, -height % self.patch_size))
+        x = F.pad(
+            x, (0, -width % self.patch_size, 0, -height % self.patch_size)
+        )
         x = self.proj(x)
         hw_shape = tuple(x.shape[-2:])
         return self.norm(x.flatten(2).transpose(1, 2)), hw_shape
@@ -316,14 +414,22 @@ class PatchMerging(nn.Module):
         self.norm = nn.LayerNorm(4 * dim) if norm else nn.Identity()
         self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
 
-    def forward(self, x: torch.Tensor,
-                hw_shape: HWShape) -> Tuple[torch.Tensor, HWShape]:
+    def forward(
+        self, x: torch.Tensor, hw_shape: HWShape
+    ) -> Tuple[torch.Tensor, HWShape]:
         batch, _, channels = x.shape
         height, width = hw_shape
         x = x.view(batch, height, width, channels)
         x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
-        x = torch.cat([x[:, 0::2, 0::2], x[:, 1::2, 0::2],
-                       x[:, 0::2, 1::2], x[:, 1::2, 1::2]], dim=-1)
+        x = torch.cat(
+            [
+                x[:, 0::2, 0::2],
+                x[:, 1::2, 0::2],
+                x[:, 0::2, 1::2],
+                x[:, 1::2, 1::2],
+            ],
+            dim=-1,
+        )
         hw_shape = tuple(x.shape[1:3])
         x = x.view(batch, -1, 4 * channels)
         return self.reduction(self.norm(x)), hw_shape

@@ -30,6 +30,7 @@ stages (Swin-T: 2 + 2 + 6 + 2 = 12 blocks, stage 3 = blocks 4..9): the
 surgery numbers the blocks that way and uses the ViT family's
 (:mod:`hetdpt_mm.models.vit_state_dict`), whose per-block keys are the same.
 """
+
 import re
 from collections import OrderedDict
 from typing import Dict, List, Mapping, Tuple
@@ -50,13 +51,19 @@ _DOWNSAMPLE_KEY = re.compile(r'^stages\.(\d+)\.downsample\.(.+)$')
 _BUFFER_SUFFIXES = ('relative_position_index', 'attn_mask')
 
 OWN_MARKERS = ('patch_embed.proj.weight', 'stages.0.blocks.0.norm1.weight')
-REFERENCE_MARKERS = ('patch_embed.proj.weight',
-                     'layers.0.blocks.0.norm1.weight')
-OPENMMLAB_MARKERS = ('patch_embed.projection.weight',
-                     'stages.0.blocks.0.norm1.weight')
-_OPENMMLAB_BLOCK_RENAMES = (('attn.w_msa.', 'attn.'),
-                            ('ffn.layers.0.0.', 'mlp.fc1.'),
-                            ('ffn.layers.1.', 'mlp.fc2.'))
+REFERENCE_MARKERS = (
+    'patch_embed.proj.weight',
+    'layers.0.blocks.0.norm1.weight',
+)
+OPENMMLAB_MARKERS = (
+    'patch_embed.projection.weight',
+    'stages.0.blocks.0.norm1.weight',
+)
+_OPENMMLAB_BLOCK_RENAMES = (
+    ('attn.w_msa.', 'attn.'),
+    ('ffn.layers.0.0.', 'mlp.fc1.'),
+    ('ffn.layers.1.', 'mlp.fc2.'),
+)
 
 
 def _has(state: Mapping, markers) -> bool:
@@ -65,18 +72,25 @@ def _has(state: Mapping, markers) -> bool:
 
 def is_swin_state_dict(state: Mapping) -> bool:
     """Whether ``state`` holds Swin weights in any layout read here."""
-    return any(_has(state, markers) for markers in
-               (OWN_MARKERS, REFERENCE_MARKERS, OPENMMLAB_MARKERS))
+    return any(
+        _has(state, markers)
+        for markers in (OWN_MARKERS, REFERENCE_MARKERS, OPENMMLAB_MARKERS)
+    )
 
 
 def num_stages(state: Mapping, pattern=_BLOCK_KEY) -> int:
-    return max((int(m.group(1)) + 1 for m in map(pattern.match, state)
-                if m), default=0)
+    return max(
+        (int(m.group(1)) + 1 for m in map(pattern.match, state) if m),
+        default=0,
+    )
 
 
 def _drop_buffers_and_heads(key: str) -> bool:
-    return key.endswith(_BUFFER_SUFFIXES) or key.startswith('head.') or \
-        key.startswith('head_')
+    return (
+        key.endswith(_BUFFER_SUFFIXES)
+        or key.startswith('head.')
+        or key.startswith('head_')
+    )
 
 
 def _refuse_absolute_pos_embed(state: Mapping) -> None:
@@ -84,7 +98,8 @@ def _refuse_absolute_pos_embed(state: Mapping) -> None:
         raise StateDictMismatch(
             'the Swin weights have an absolute position embedding '
             '(use_abs_pos_embed / ape); HetDPTSwin has relative position '
-            'biases only, like every released Swin')
+            'biases only, like every released Swin'
+        )
 
 
 def _reference_layout(state: Mapping) -> 'OrderedDict':
@@ -92,9 +107,9 @@ def _reference_layout(state: Mapping) -> 'OrderedDict':
     last = num_stages(state, _LAYERS_KEY) - 1
     # The official release merges at the end of stage s, timm at the start
     # of stage s + 1: timm has no layers.0.downsample.
-    timm_order = any(k.startswith('layers.') and '.downsample.' in k
-                     for k in state) and not any(
-                         k.startswith('layers.0.downsample.') for k in state)
+    timm_order = any(
+        k.startswith('layers.') and '.downsample.' in k for k in state
+    ) and not any(k.startswith('layers.0.downsample.') for k in state)
     out = OrderedDict()
     for key, value in state.items():
         if _drop_buffers_and_heads(key):
@@ -106,7 +121,7 @@ def _reference_layout(state: Mapping) -> 'OrderedDict':
                 stage -= 1
             key = f'stages.{stage}.{rest}'
         elif key.startswith('norm.'):
-            key = f'norm{last}.' + key[len('norm.'):]
+            key = f'norm{last}.' + key[len('norm.') :]
         out[key] = value
     return out
 
@@ -118,8 +133,9 @@ def unfold_to_official_order(weight: torch.Tensor) -> torch.Tensor:
     of ``weight`` (a reduction weight or a norm's vector) is permuted."""
     channels = weight.shape[-1] // 4
     by_neighbour = weight.reshape(*weight.shape[:-1], channels, 4)
-    return by_neighbour[..., [0, 2, 1, 3]].transpose(-1, -2).reshape(
-        weight.shape)
+    return (
+        by_neighbour[..., [0, 2, 1, 3]].transpose(-1, -2).reshape(weight.shape)
+    )
 
 
 def _openmmlab_layout(state: Mapping) -> 'OrderedDict':
@@ -128,12 +144,15 @@ def _openmmlab_layout(state: Mapping) -> 'OrderedDict':
         if _drop_buffers_and_heads(key):
             continue
         if key.startswith('patch_embed.projection.'):
-            key = 'patch_embed.proj.' + key[len('patch_embed.projection.'):]
+            key = 'patch_embed.proj.' + key[len('patch_embed.projection.') :]
         match = _BLOCK_KEY.match(key)
         if match:
-            key = f'stages.{match.group(1)}.blocks.{match.group(2)}.' + \
-                vit_state_dict.rename_key(match.group(3),
-                                          _OPENMMLAB_BLOCK_RENAMES)
+            key = (
+                f'stages.{match.group(1)}.blocks.{match.group(2)}.'
+                + vit_state_dict.rename_key(
+                    match.group(3), _OPENMMLAB_BLOCK_RENAMES
+                )
+            )
         elif _DOWNSAMPLE_KEY.match(key):
             value = unfold_to_official_order(value)
         out[key] = value
@@ -173,48 +192,75 @@ def build_args_from_tensors(state: Mapping, arch=None) -> Dict:
     dim = int(proj.shape[0])
     heads, window = [], None
     for stage, count in enumerate(depths):
-        tables = [state[f'stages.{stage}.blocks.{j}.attn.'
-                        'relative_position_bias_table']
-                  for j in range(count)
-                  if f'stages.{stage}.blocks.{j}.attn.'
-                  'relative_position_bias_table' in state]
+        tables = [
+            state[
+                f'stages.{stage}.blocks.{j}.attn.relative_position_bias_table'
+            ]
+            for j in range(count)
+            if f'stages.{stage}.blocks.{j}.attn.'
+            'relative_position_bias_table' in state
+        ]
         heads.append(int(tables[0].shape[1]) if tables else None)
         if tables:
-            window = (int(round(tables[0].shape[0]**0.5)) + 1) // 2
+            window = (int(round(tables[0].shape[0] ** 0.5)) + 1) // 2
     if None in heads:
-        known = resolve_swin_arch(arch) if arch else next(
-            (dict(p) for p in SWIN_ARCH_PRESETS.values()
-             if p['embed_dims'] == dim and list(p['depths']) == depths),
-            None)
+        known = (
+            resolve_swin_arch(arch)
+            if arch
+            else next(
+                (
+                    dict(p)
+                    for p in SWIN_ARCH_PRESETS.values()
+                    if p['embed_dims'] == dim and list(p['depths']) == depths
+                ),
+                None,
+            )
+        )
         if known is None:
             raise ValueError(
                 f'the Swin weights have no attention in a stage and '
                 f'match no preset (width {dim}, depths {depths}): give '
-                'the architecture (number of heads) with --arch')
-        heads = [h if h is not None else known['num_heads'][s]
-                 for s, h in enumerate(heads)]
-    fc1 = [v for k, v in state.items() if k.endswith('mlp.fc1.weight')
-           and k.startswith('stages.0.')]
-    mlp_ratio = fc1[0].shape[0] / dim if fc1 else 4.
+                'the architecture (number of heads) with --arch'
+            )
+        heads = [
+            h if h is not None else known['num_heads'][s]
+            for s, h in enumerate(heads)
+        ]
+    fc1 = [
+        v
+        for k, v in state.items()
+        if k.endswith('mlp.fc1.weight') and k.startswith('stages.0.')
+    ]
+    mlp_ratio = fc1[0].shape[0] / dim if fc1 else 4.0
     outputs = [s for s in range(len(depths)) if f'norm{s}.weight' in state]
     # A stage's output norm twice its width: taken after the merging.
-    after = any(state[f'norm{s}.weight'].shape[0] == 2 ** (s + 1) * dim
-                for s in outputs if s < len(depths) - 1)
+    after = any(
+        state[f'norm{s}.weight'].shape[0] == 2 ** (s + 1) * dim
+        for s in outputs
+        if s < len(depths) - 1
+    )
     return dict(
-        arch=dict(embed_dims=dim, depths=depths, num_heads=heads,
-                  mlp_ratio=mlp_ratio),
-        window_size=window or 7, patch_size=int(proj.shape[-1]),
+        arch=dict(
+            embed_dims=dim, depths=depths, num_heads=heads, mlp_ratio=mlp_ratio
+        ),
+        window_size=window or 7,
+        patch_size=int(proj.shape[-1]),
         in_channels=int(proj.shape[1]),
         qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
         patch_norm='patch_embed.norm.weight' in state,
-        out_indices=outputs, out_after_downsample=after,
-        qk_scale=None)  # a scale leaves no trace in the tensors
+        out_indices=outputs,
+        out_after_downsample=after,
+        qk_scale=None,
+    )  # a scale leaves no trace in the tensors
 
 
 def block_positions(depths) -> List[Tuple[int, int]]:
     """``(stage, block in stage)`` of each global block index."""
-    return [(stage, block) for stage, count in enumerate(depths)
-            for block in range(count)]
+    return [
+        (stage, block)
+        for stage, count in enumerate(depths)
+        for block in range(count)
+    ]
 
 
 def to_global_blocks(state: Mapping) -> Tuple['OrderedDict', List[int]]:
@@ -244,8 +290,9 @@ def from_global_blocks(state: Mapping, depths) -> 'OrderedDict':
     return out
 
 
-def convert_state_dict(state: Mapping, spec: PruneSpec,
-                       form: str) -> 'OrderedDict[str, torch.Tensor]':
+def convert_state_dict(
+    state: Mapping, spec: PruneSpec, form: str
+) -> 'OrderedDict[str, torch.Tensor]':
     """``state`` (own layout) in the layout of a ``form`` network with
     ``spec``: the ViT surgery (drop removed attention, drop gates, merge
     ``fc2 fc1``) on globally numbered blocks."""
@@ -253,24 +300,29 @@ def convert_state_dict(state: Mapping, spec: PruneSpec,
     if sum(depths) != spec.depth:
         raise StateDictMismatch(
             f'the Swin weights have {sum(depths)} blocks ({depths} per '
-            f'stage), the spec {spec.depth}')
+            f'stage), the spec {spec.depth}'
+        )
     return from_global_blocks(
-        vit_state_dict.convert_state_dict(flat, spec, form), depths)
+        vit_state_dict.convert_state_dict(flat, spec, form), depths
+    )
 
 
-def resize_relative_position_bias_table(table: torch.Tensor,
-                                        window: int) -> torch.Tensor:
+def resize_relative_position_bias_table(
+    table: torch.Tensor, window: int
+) -> torch.Tensor:
     """A ``((2w' - 1)², heads)`` bias table for window ``w'`` resampled
     (bicubic) to window ``window``."""
-    side = int(round(table.shape[0]**0.5))
+    side = int(round(table.shape[0] ** 0.5))
     if side * side != table.shape[0]:
         raise StateDictMismatch(
             f'a relative position bias table of {table.shape[0]} rows is '
-            'not a square grid of offsets')
+            'not a square grid of offsets'
+        )
     new_side = 2 * window - 1
     if side == new_side:
         return table
     grid = table.T.reshape(1, -1, side, side).float()
-    grid = F.interpolate(grid, size=(new_side, new_side), mode='bicubic',
-                         align_corners=False)
+    grid = F.interpolate(
+        grid, size=(new_side, new_side), mode='bicubic', align_corners=False
+    )
     return grid.reshape(-1, new_side * new_side).T.to(table.dtype)

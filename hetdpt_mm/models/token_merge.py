@@ -11,6 +11,7 @@ Prefix tokens (class, distillation, register) are never merged. A
 outputs are unmerged onto the full grid (as ToMe for Stable Diffusion
 does) and dense-prediction heads see every position.
 """
+
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
@@ -38,26 +39,36 @@ class TokenMerge:
     ``r`` is a number of tokens per block (scheduled by ``schedule``) or a
     list with one entry per block.
     """
+
     r: Union[int, Tuple[int, ...]]
     schedule: str = 'constant'
     removed_attn: str = 'norm'
 
     def __post_init__(self):
-        values = self.r if isinstance(self.r, tuple) else (self.r, )
-        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0
-               for v in values):
-            raise ValueError('token_merge r must be a non-negative integer '
-                             f'or a list of them, got {self.r!r}')
+        values = self.r if isinstance(self.r, tuple) else (self.r,)
+        if any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0
+            for v in values
+        ):
+            raise ValueError(
+                'token_merge r must be a non-negative integer '
+                f'or a list of them, got {self.r!r}'
+            )
         if self.schedule not in SCHEDULES:
-            raise ValueError(f'token_merge schedule must be one of '
-                             f'{SCHEDULES}, got {self.schedule!r}')
+            raise ValueError(
+                f'token_merge schedule must be one of '
+                f'{SCHEDULES}, got {self.schedule!r}'
+            )
         if isinstance(self.r, tuple) and self.schedule != 'constant':
-            raise ValueError('token_merge takes a list r or a schedule, '
-                             'not both')
+            raise ValueError(
+                'token_merge takes a list r or a schedule, not both'
+            )
         if self.removed_attn not in REMOVED_ATTN_METRICS:
-            raise ValueError(f'token_merge removed_attn must be one of '
-                             f'{REMOVED_ATTN_METRICS}, got '
-                             f'{self.removed_attn!r}')
+            raise ValueError(
+                f'token_merge removed_attn must be one of '
+                f'{REMOVED_ATTN_METRICS}, got '
+                f'{self.removed_attn!r}'
+            )
 
     @classmethod
     def coerce(cls, value) -> Optional['TokenMerge']:
@@ -65,15 +76,20 @@ class TokenMerge:
         if value is None or isinstance(value, cls):
             return value
         if not isinstance(value, dict):
-            raise ValueError('token_merge must be a dict like dict(r=8) or '
-                             f'None, got {value!r}')
+            raise ValueError(
+                'token_merge must be a dict like dict(r=8) or '
+                f'None, got {value!r}'
+            )
         unknown = set(value) - {'r', 'schedule', 'removed_attn'}
         if unknown:
-            raise ValueError(f'unknown token_merge key(s) {sorted(unknown)};'
-                             ' it takes r, schedule, removed_attn')
+            raise ValueError(
+                f'unknown token_merge key(s) {sorted(unknown)};'
+                ' it takes r, schedule, removed_attn'
+            )
         if 'r' not in value:
-            raise ValueError('token_merge needs r, the tokens merged per '
-                             'block')
+            raise ValueError(
+                'token_merge needs r, the tokens merged per block'
+            )
         r = value['r']
         if isinstance(r, (list, tuple)):
             r = tuple(r)
@@ -84,8 +100,10 @@ class TokenMerge:
         tokens there are)."""
         if isinstance(self.r, tuple):
             if len(self.r) != depth:
-                raise ValueError(f'token_merge r lists {len(self.r)} '
-                                 f'blocks, the network has {depth}')
+                raise ValueError(
+                    f'token_merge r lists {len(self.r)} '
+                    f'blocks, the network has {depth}'
+                )
             return list(self.r)
         if self.schedule == 'constant' or depth == 1:
             return [self.r] * depth
@@ -94,8 +112,9 @@ class TokenMerge:
 
     def to_dict(self) -> dict:
         r = list(self.r) if isinstance(self.r, tuple) else self.r
-        return dict(r=r, schedule=self.schedule,
-                    removed_attn=self.removed_attn)
+        return dict(
+            r=r, schedule=self.schedule, removed_attn=self.removed_attn
+        )
 
 
 def attention_removed(attn: nn.Module) -> bool:
@@ -106,37 +125,47 @@ def attention_removed(attn: nn.Module) -> bool:
     return isinstance(attn, GatedResidualBranch) and not attn.is_open
 
 
-def sized_attention(attn: Attention, x: torch.Tensor,
-                    size: Optional[torch.Tensor]
-                    ) -> Tuple[torch.Tensor, torch.Tensor]:
+def sized_attention(
+    attn: Attention, x: torch.Tensor, size: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, torch.Tensor]:
     """timm's ``Attention.forward`` with ``log(size)`` added to the logits
     (``size=None``: all tokens of size 1, no bias), also returning the keys
     averaged over heads, the matching metric."""
     batch, tokens, _ = x.shape
-    qkv = attn.qkv(x).reshape(batch, tokens, 3, attn.num_heads,
-                              attn.head_dim).permute(2, 0, 3, 1, 4)
+    qkv = (
+        attn.qkv(x)
+        .reshape(batch, tokens, 3, attn.num_heads, attn.head_dim)
+        .permute(2, 0, 3, 1, 4)
+    )
     query, key, value = qkv.unbind(0)
     query, key = attn.q_norm(query), attn.k_norm(key)
     bias = None if size is None else size.log()[:, None, None, :, 0]
     if attn.fused_attn:
         out = F.scaled_dot_product_attention(
-            query, key, value, attn_mask=bias,
-            dropout_p=attn.attn_drop.p if attn.training else 0.)
+            query,
+            key,
+            value,
+            attn_mask=bias,
+            dropout_p=attn.attn_drop.p if attn.training else 0.0,
+        )
     else:
         scores = (query * attn.scale) @ key.transpose(-2, -1)
         if bias is not None:
             scores = scores + bias
         out = attn.attn_drop(scores.softmax(dim=-1)) @ value
-    out = attn.norm(out.transpose(1, 2).reshape(batch, tokens,
-                                                attn.attn_dim))
+    out = attn.norm(out.transpose(1, 2).reshape(batch, tokens, attn.attn_dim))
     if attn.gate is not None:
         out = out * attn.gate(x).sigmoid()
     return attn.proj_drop(attn.proj(out)), key.mean(dim=1)
 
 
-def bipartite_merge(x: torch.Tensor, size: torch.Tensor,
-                    metric: torch.Tensor, r: int, num_prefix: int
-                    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def bipartite_merge(
+    x: torch.Tensor,
+    size: torch.Tensor,
+    metric: torch.Tensor,
+    r: int,
+    num_prefix: int,
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Merge ``r`` patch tokens of ``x`` (``B, N, C``) by bipartite soft
     matching on ``metric`` (``B, N, D``); tokens after the ``num_prefix``
     prefix tokens alternate between sets A (even) and B (odd), and each of
@@ -164,38 +193,62 @@ def bipartite_merge(x: torch.Tensor, size: torch.Tensor,
     size_a, size_b = patch_sizes[:, 0::2], patch_sizes[:, 1::2]
 
     def take(values, index):
-        return values.gather(1, index[..., None].expand(-1, -1,
-                                                        values.shape[-1]))
+        return values.gather(
+            1, index[..., None].expand(-1, -1, values.shape[-1])
+        )
 
     def merge_into_b(values_a, values_b):
         index = partner[..., None].expand(-1, -1, values_a.shape[-1])
         return values_b.scatter_add(1, index, take(values_a, merged_a))
 
-    new_size = torch.cat([size[:, :num_prefix], take(size_a, kept_a),
-                          merge_into_b(size_a, size_b)], dim=1)
-    summed = torch.cat([prefix, take(set_a, kept_a),
-                        merge_into_b(set_a, set_b)], dim=1)
+    new_size = torch.cat(
+        [
+            size[:, :num_prefix],
+            take(size_a, kept_a),
+            merge_into_b(size_a, size_b),
+        ],
+        dim=1,
+    )
+    summed = torch.cat(
+        [prefix, take(set_a, kept_a), merge_into_b(set_a, set_b)], dim=1
+    )
 
     num_kept = kept_a.shape[1]
     a_index = torch.empty_like(order)
-    a_index.scatter_(1, kept_a, num_prefix + torch.arange(
-        num_kept, device=x.device).expand(batch, -1))
+    a_index.scatter_(
+        1,
+        kept_a,
+        num_prefix + torch.arange(num_kept, device=x.device).expand(batch, -1),
+    )
     a_index.scatter_(1, merged_a, num_prefix + num_kept + partner)
-    b_index = num_prefix + num_kept + torch.arange(
-        patches // 2, device=x.device).expand(batch, -1)
+    b_index = (
+        num_prefix
+        + num_kept
+        + torch.arange(patches // 2, device=x.device).expand(batch, -1)
+    )
     patch_index = torch.stack(
-        [a_index[:, :patches // 2], b_index], dim=-1).flatten(1)
+        [a_index[:, : patches // 2], b_index], dim=-1
+    ).flatten(1)
     if patches % 2:
         patch_index = torch.cat([patch_index, a_index[:, -1:]], dim=1)
-    destination = torch.cat([
-        torch.arange(num_prefix, device=x.device).expand(batch, -1),
-        patch_index], dim=1)
+    destination = torch.cat(
+        [
+            torch.arange(num_prefix, device=x.device).expand(batch, -1),
+            patch_index,
+        ],
+        dim=1,
+    )
     return summed / new_size, new_size, destination
 
 
-def merge_tokens(x: torch.Tensor, size: Optional[torch.Tensor],
-                 source: Optional[torch.Tensor], metric: torch.Tensor,
-                 r: int, num_prefix: int) -> Tuple[torch.Tensor, ...]:
+def merge_tokens(
+    x: torch.Tensor,
+    size: Optional[torch.Tensor],
+    source: Optional[torch.Tensor],
+    metric: torch.Tensor,
+    r: int,
+    num_prefix: int,
+) -> Tuple[torch.Tensor, ...]:
     """Merge up to ``r`` tokens (no more than half the patches), carrying
     the sizes and, for every input token, the index of the token it is
     now part of (``size`` / ``source``: ``None`` before any merge)."""
@@ -205,13 +258,13 @@ def merge_tokens(x: torch.Tensor, size: Optional[torch.Tensor],
     if size is None:
         size = x.new_ones(x.shape[0], x.shape[1], 1)
     x, size, destination = bipartite_merge(x, size, metric, r, num_prefix)
-    source = destination if source is None else destination.gather(1,
-                                                                   source)
+    source = destination if source is None else destination.gather(1, source)
     return x, size, source
 
 
-def unmerge_tokens(x: torch.Tensor,
-                   source: Optional[torch.Tensor]) -> torch.Tensor:
+def unmerge_tokens(
+    x: torch.Tensor, source: Optional[torch.Tensor]
+) -> torch.Tensor:
     """Tokens back on every input position (copies of their merged
     token)."""
     if source is None:
@@ -219,11 +272,15 @@ def unmerge_tokens(x: torch.Tensor,
     return x.gather(1, source[..., None].expand(-1, -1, x.shape[-1]))
 
 
-def merging_block_forward(block: nn.Module, x: torch.Tensor,
-                          size: Optional[torch.Tensor],
-                          source: Optional[torch.Tensor], r: int,
-                          num_prefix: int, removed_attn: str
-                          ) -> Tuple[torch.Tensor, ...]:
+def merging_block_forward(
+    block: nn.Module,
+    x: torch.Tensor,
+    size: Optional[torch.Tensor],
+    source: Optional[torch.Tensor],
+    r: int,
+    num_prefix: int,
+    removed_attn: str,
+) -> Tuple[torch.Tensor, ...]:
     """One HetDPT block (timm ``Block`` layout, any form) with up to ``r``
     tokens merged between its attention and its FFN; a pure function of
     its tensors, so that it can be checkpointed."""
@@ -238,7 +295,6 @@ def merging_block_forward(block: nn.Module, x: torch.Tensor,
             out = attn.blend(out, normed)
     x = x + block.drop_path1(block.ls1(out))
     if metric is not None:
-        x, size, source = merge_tokens(x, size, source, metric, r,
-                                       num_prefix)
+        x, size, source = merge_tokens(x, size, source, metric, r, num_prefix)
     x = x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
     return block.residual_activation(x), size, source

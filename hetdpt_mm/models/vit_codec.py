@@ -3,6 +3,7 @@ record, build arguments), their conversion and the MACs per block, as
 functions apart from the module (timm's ``checkpoint_filter_fn`` style);
 the Swin and LayerScale families reuse them.  The tensor surgery is
 :mod:`.vit_state_dict`."""
+
 import math
 from typing import Dict, Mapping, Optional, Union
 
@@ -16,26 +17,34 @@ from .layers import WHOLE_BRANCH
 from .layerscale_state_dict import has_layer_scale
 
 #: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
-RELEASED_SEMANTICS = dict(removed_attn_output='norm',
-                          residual_gelu='both_removed')
+RELEASED_SEMANTICS = dict(
+    removed_attn_output='norm', residual_gelu='both_removed'
+)
 
 
 def resolve_arch(arch: Union[str, Mapping]) -> Dict:
     if isinstance(arch, str):
         if arch not in ARCH_PRESETS:
-            raise ValueError(f'unknown arch {arch!r}; choose one of '
-                             f'{sorted(ARCH_PRESETS)} or pass a dict')
+            raise ValueError(
+                f'unknown arch {arch!r}; choose one of '
+                f'{sorted(ARCH_PRESETS)} or pass a dict'
+            )
         return dict(ARCH_PRESETS[arch])
     arch = dict(arch)
     missing = {'embed_dims', 'num_layers', 'num_heads'} - set(arch)
     if missing:
         raise ValueError(f'arch dict is missing {sorted(missing)}')
     if 'feedforward_channels' in arch:  # mmpretrain's spelling
-        arch['mlp_ratio'] = arch.pop('feedforward_channels') / \
-            arch['embed_dims']
-    arch.setdefault('mlp_ratio', 4.)
-    unknown = set(arch) - {'embed_dims', 'num_layers', 'num_heads',
-                           'mlp_ratio'}
+        arch['mlp_ratio'] = (
+            arch.pop('feedforward_channels') / arch['embed_dims']
+        )
+    arch.setdefault('mlp_ratio', 4.0)
+    unknown = set(arch) - {
+        'embed_dims',
+        'num_layers',
+        'num_heads',
+        'mlp_ratio',
+    }
     if unknown:
         raise ValueError(f'unknown arch keys {sorted(unknown)}')
     return arch
@@ -43,16 +52,19 @@ def resolve_arch(arch: Union[str, Mapping]) -> Dict:
 
 def recognizes(state: Mapping) -> bool:
     # LayerScale ViTs are their own family (HetDPTLayerScaleViT).
-    return (vit_state_dict.is_vit_state_dict(state) or
-            vit_state_dict.is_openmmlab_vit_state_dict(state)) and \
-        not has_layer_scale(state)
+    return (
+        vit_state_dict.is_vit_state_dict(state)
+        or vit_state_dict.is_openmmlab_vit_state_dict(state)
+    ) and not has_layer_scale(state)
 
 
 def describe_keys() -> str:
-    return ('ViT keys like pos_embed, patch_embed.proj.weight and '
-            'blocks.0.norm1.weight (timm / DeiT), or '
-            'patch_embed.projection.weight and layers.0.ln1.weight '
-            '(mmpretrain / mmseg)')
+    return (
+        'ViT keys like pos_embed, patch_embed.proj.weight and '
+        'blocks.0.norm1.weight (timm / DeiT), or '
+        'patch_embed.projection.weight and layers.0.ln1.weight '
+        '(mmpretrain / mmseg)'
+    )
 
 
 def canonical_state(state: Mapping) -> Mapping:
@@ -63,27 +75,37 @@ def canonical_state(state: Mapping) -> Mapping:
 convert_state_dict = vit_state_dict.convert_state_dict
 
 
-def record_from_tensors(state: Mapping, source: str,
-                        family: str = 'vit') -> HetDPTRecord:
+def record_from_tensors(
+    state: Mapping, source: str, family: str = 'vit'
+) -> HetDPTRecord:
     """The record that the key names of ``state`` imply."""
     layout = vit_state_dict.infer_layout(state)
     depth = layout['depth']
     semantics = dict(RELEASED_SEMANTICS)
     if layout['whole_branch']:
         semantics['removed_attn_output'] = WHOLE_BRANCH
-    common = dict(family=family, source=source, origin='tensors',
-                  semantics=semantics)
+    common = dict(
+        family=family, source=source, origin='tensors', semantics=semantics
+    )
     if layout['gated']:
-        return HetDPTRecord(spec=vit_state_dict.gate_spec(state, depth),
-                            form='gated', **common)
-    removed = dict(attn_removed=layout['attn_missing'],
-                   ffn_removed=layout['ffn_missing'])
+        return HetDPTRecord(
+            spec=vit_state_dict.gate_spec(state, depth), form='gated', **common
+        )
+    removed = dict(
+        attn_removed=layout['attn_missing'], ffn_removed=layout['ffn_missing']
+    )
     if layout['merged']:
-        return HetDPTRecord(spec=PruneSpec(depth, act_removed=layout[
-            'merged'], **removed), form='merged', **common)
-    return HetDPTRecord(spec=PruneSpec(depth, **removed), form='pruned',
-                        act_unknown=bool(layout['attn_missing']),
-                        **common)
+        return HetDPTRecord(
+            spec=PruneSpec(depth, act_removed=layout['merged'], **removed),
+            form='merged',
+            **common,
+        )
+    return HetDPTRecord(
+        spec=PruneSpec(depth, **removed),
+        form='pruned',
+        act_unknown=bool(layout['attn_missing']),
+        **common,
+    )
 
 
 def check_record(record: HetDPTRecord, state: Mapping) -> None:
@@ -93,8 +115,10 @@ def check_record(record: HetDPTRecord, state: Mapping) -> None:
     spec = record.spec
     problems = []
     if layout['depth'] != spec.depth:
-        problems.append(f'{layout["depth"]} blocks of weights for a '
-                        f'{spec.depth}-block spec')
+        problems.append(
+            f'{layout["depth"]} blocks of weights for a '
+            f'{spec.depth}-block spec'
+        )
     elif record.form == 'gated':
         gates = vit_state_dict.gate_spec(state, spec.depth)
         if not layout['gated']:
@@ -107,24 +131,29 @@ def check_record(record: HetDPTRecord, state: Mapping) -> None:
             problems.append(
                 f'attention weights are missing for blocks '
                 f'{layout["attn_missing"]}, the record removes '
-                f'{list(spec.attn_removed)}')
+                f'{list(spec.attn_removed)}'
+            )
         if layout['merged'] != merged:
             problems.append(
                 f'merged FFNs are in blocks {layout["merged"]}, the '
-                f'record expects {merged}')
+                f'record expects {merged}'
+            )
         if layout['ffn_missing'] != list(spec.ffn_removed):
             problems.append(
                 f'FFN branches are missing in blocks '
                 f'{layout["ffn_missing"]}, the record removes '
-                f'{list(spec.ffn_removed)}')
+                f'{list(spec.ffn_removed)}'
+            )
     if problems:
         raise StateDictMismatch(
             f'{record.source}: the HetDPT record ({record.describe()}) '
-            f'does not match the tensors: ' + '; '.join(problems))
+            f'does not match the tensors: ' + '; '.join(problems)
+        )
 
 
-def build_args_from_tensors(state: Mapping,
-                            arch: Optional[Mapping] = None) -> Dict:
+def build_args_from_tensors(
+    state: Mapping, arch: Optional[Mapping] = None
+) -> Dict:
     """Everything is read from tensor shapes except the number of heads,
     which comes from ``arch`` (a preset, an arch dict, or a record's
     build args) or from the preset with the same width, depth and MLP
@@ -142,48 +171,63 @@ def build_args_from_tensors(state: Mapping,
     num_patches = pos_embed.shape[1] - int(with_cls) - int(distilled)
     side = math.isqrt(num_patches)
     if side * side != num_patches:
-        raise StateDictMismatch(f'pos_embed has {num_patches} patch '
-                                'positions, not a square grid')
+        raise StateDictMismatch(
+            f'pos_embed has {num_patches} patch positions, not a square grid'
+        )
     if not arch:
-        matches = [dict(p) for p in ARCH_PRESETS.values()
-                   if p['embed_dims'] == dim and p['num_layers'] == depth
-                   and mlp_ratio in (None, p['mlp_ratio'])]
+        matches = [
+            dict(p)
+            for p in ARCH_PRESETS.values()
+            if p['embed_dims'] == dim
+            and p['num_layers'] == depth
+            and mlp_ratio in (None, p['mlp_ratio'])
+        ]
         if not matches:
             raise ValueError(
                 f'the checkpoint has no HetDPT record and its shape '
                 f'(width {dim}, {depth} blocks) matches no preset in '
                 f'{sorted(ARCH_PRESETS)}: give the architecture (number '
-                'of heads) with --arch')
+                'of heads) with --arch'
+            )
         arch = matches[0]
     arch = resolve_arch(arch)
     if arch['embed_dims'] != dim or arch['num_layers'] != depth:
         raise StateDictMismatch(
             f'arch {arch} does not match the checkpoint (width {dim}, '
-            f'{depth} blocks)')
+            f'{depth} blocks)'
+        )
     if mlp_ratio is not None:
         arch['mlp_ratio'] = mlp_ratio
     patch = int(proj.shape[-1])
-    return dict(arch=arch, img_size=(side * patch, side * patch),
-                patch_size=patch, in_channels=int(proj.shape[1]),
-                distilled=distilled, with_cls_token=with_cls,
-                qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
-                final_norm='norm.weight' in state,
-                **({'out_type': 'avg_featmap'} if 'fc_norm.weight' in state
-                   else {}))
+    return dict(
+        arch=arch,
+        img_size=(side * patch, side * patch),
+        patch_size=patch,
+        in_channels=int(proj.shape[1]),
+        distilled=distilled,
+        with_cls_token=with_cls,
+        qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
+        final_norm='norm.weight' in state,
+        **({'out_type': 'avg_featmap'} if 'fc_norm.weight' in state else {}),
+    )
 
 
 def arch_depth(arch) -> int:
     return resolve_arch(arch)['num_layers']
 
 
-def layer_macs(arch: Mapping, img_size,
-               attention_products: bool = True) -> Dict[str, object]:
+def layer_macs(
+    arch: Mapping, img_size, attention_products: bool = True
+) -> Dict[str, object]:
     """MACs per block of a ViT of build arguments ``arch``."""
     settings = resolve_arch(arch['arch'])
-    cost = AnalyticCost.from_build_args(dict(arch, arch=settings), img_size,
-                                        attention_products)
+    cost = AnalyticCost.from_build_args(
+        dict(arch, arch=settings), img_size, attention_products
+    )
     depth = settings['num_layers']
-    return dict(attn=[cost.attention_macs] * depth,
-                ffn=[cost.ffn_macs] * depth,
-                merged_ffn=[cost.merged_ffn_macs] * depth,
-                rest=cost.patch_embed_macs)
+    return dict(
+        attn=[cost.attention_macs] * depth,
+        ffn=[cost.ffn_macs] * depth,
+        merged_ffn=[cost.merged_ffn_macs] * depth,
+        rest=cost.patch_embed_macs,
+    )

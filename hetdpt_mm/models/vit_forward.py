@@ -2,6 +2,7 @@
 tokens and positions (resampled to the input's grid), the blocks (with
 token merging and gradient checkpointing where asked) and the outputs of
 ``out_type``."""
+
 from functools import partial
 from typing import List, Tuple
 
@@ -22,10 +23,13 @@ class ViTForward:
         if not is_exporting() and tuple(grid) == tuple(self.patch_grid):
             return self.pos_embed
         return resample_abs_pos_embed(
-            self.pos_embed, list(grid), old_size=list(self.patch_grid),
+            self.pos_embed,
+            list(grid),
+            old_size=list(self.patch_grid),
             num_prefix_tokens=self.num_positioned_tokens,
             interpolation=self.interpolate_mode,
-            antialias=self.POS_EMBED_ANTIALIAS)
+            antialias=self.POS_EMBED_ANTIALIAS,
+        )
 
     def forward(self, x: torch.Tensor) -> tuple:
         self._check_weights_arrived()
@@ -33,7 +37,8 @@ class ViTForward:
         if height < self.patch_size or width < self.patch_size:
             raise ValueError(
                 f'input of {height}x{width} pixels is smaller than one '
-                f'{self.patch_size}x{self.patch_size} patch')
+                f'{self.patch_size}x{self.patch_size} patch'
+            )
         x, grid = self._embed_tokens(x)
         merging = self._merge_schedule()
         size = source = None
@@ -41,12 +46,16 @@ class ViTForward:
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
             if merging:
-                run = partial(merging_block_forward, block, r=merging[index],
-                              num_prefix=self.num_prefix_tokens,
-                              removed_attn=self.token_merge.removed_attn)
+                run = partial(
+                    merging_block_forward,
+                    block,
+                    r=merging[index],
+                    num_prefix=self.num_prefix_tokens,
+                    removed_attn=self.token_merge.removed_attn,
+                )
                 args = (x, size, source)
             else:
-                run, args = block, (x, )
+                run, args = block, (x,)
             if self.with_cp and self.training:
                 result = checkpoint(run, *args, use_reentrant=False)
             else:
@@ -59,8 +68,11 @@ class ViTForward:
                 x = self.norm(x)
             if index in self.out_indices:
                 # Class tokens are never merged; maps need every position.
-                tokens = x if self.out_type == 'cls_token' else \
-                    unmerge_tokens(x, source)
+                tokens = (
+                    x
+                    if self.out_type == 'cls_token'
+                    else unmerge_tokens(x, source)
+                )
                 outs.append(self._format_output(tokens, grid))
         return tuple(outs)
 
@@ -78,9 +90,11 @@ class ViTForward:
         x = self.patch_embed(x)
         grid = x.shape[1:3]
         x = x.flatten(1, 2)
-        prefix = [token.expand(x.shape[0], -1, -1)
-                  for token in (self.cls_token, self.dist_token)
-                  if token is not None]
+        prefix = [
+            token.expand(x.shape[0], -1, -1)
+            for token in (self.cls_token, self.dist_token)
+            if token is not None
+        ]
         if prefix:
             x = torch.cat(prefix + [x], dim=1)
         return self.pos_drop(x + self._pos_embed(grid)), grid
@@ -90,7 +104,7 @@ class ViTForward:
             return x
         if self.out_type == 'cls_token':
             return (x[:, 0], x[:, 1]) if self.distilled else x[:, 0]
-        patches = x[:, self.num_prefix_tokens:]
+        patches = x[:, self.num_prefix_tokens :]
         if self.out_type == 'avg_featmap':
             return self.fc_norm(patches.mean(dim=1))
         featmap = patches.reshape(x.shape[0], *grid, -1).permute(0, 3, 1, 2)

@@ -17,6 +17,7 @@ layouts to it)::
     blocks.{i}.attn.hetdpt_{score,gate}, blocks.{i}.mlp.act.hetdpt_{score,gate}
                                       (gated form only)
 """
+
 import math
 import re
 from collections import OrderedDict
@@ -43,28 +44,35 @@ _OPENMMLAB_BLOCK_KEY = re.compile(r'^layers\.(\d+)\.(.+)$')
 #: ``nn.MultiheadAttention``, whose packed input projection is timm's qkv:
 #: rows q, k, v).
 _OPENMMLAB_BLOCK_RENAMES = (
-    ('ln1.', 'norm1.'), ('ln2.', 'norm2.'),
+    ('ln1.', 'norm1.'),
+    ('ln2.', 'norm2.'),
     ('attn.attn.in_proj_weight', 'attn.qkv.weight'),
     ('attn.attn.in_proj_bias', 'attn.qkv.bias'),
     ('attn.attn.out_proj.', 'attn.proj.'),
-    ('ffn.layers.0.0.', 'mlp.fc1.'), ('ffn.layers.1.', 'mlp.fc2.'),
+    ('ffn.layers.0.0.', 'mlp.fc1.'),
+    ('ffn.layers.1.', 'mlp.fc2.'),
 )
-_OPENMMLAB_TOP_RENAMES = (('patch_embed.projection.', 'patch_embed.proj.'),
-                          ('ln1.', 'norm.'), ('ln2.', 'fc_norm.'))
+_OPENMMLAB_TOP_RENAMES = (
+    ('patch_embed.projection.', 'patch_embed.proj.'),
+    ('ln1.', 'norm.'),
+    ('ln2.', 'fc_norm.'),
+)
 #: mmpretrain's LayerScale in a ViT block.
 _OPENMMLAB_LAYER_SCALE = re.compile(
-    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.')
+    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.'
+)
 
 
 def is_openmmlab_vit_state_dict(state_dict: Mapping) -> bool:
     return all(k in state_dict for k in OPENMMLAB_VIT_MARKERS) and any(
-        map(_OPENMMLAB_BLOCK_KEY.match, state_dict))
+        map(_OPENMMLAB_BLOCK_KEY.match, state_dict)
+    )
 
 
 def rename_key(rest: str, renames) -> str:
     for old, new in renames:
         if rest.startswith(old):
-            return new + rest[len(old):]
+            return new + rest[len(old) :]
     return rest
 
 
@@ -77,27 +85,33 @@ def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
     if any(k.startswith('pre_norm.') for k in state_dict):
         raise StateDictMismatch(
             'the ViT weights have a pre_norm (a LayerNorm before the '
-            'blocks); HetDPTViT is a DeiT/ViT without one')
+            'blocks); HetDPTViT is a DeiT/ViT without one'
+        )
     if any(_OPENMMLAB_LAYER_SCALE.match(k) for k in state_dict):
         raise StateDictMismatch(
-            'the ViT weights have LayerScale (mmpretrain\'s attn.gamma1 / '
+            "the ViT weights have LayerScale (mmpretrain's attn.gamma1 / "
             'ffn.gamma2), which a DeiT/ViT block does not have; '
             'HetDPTLayerScaleViT reads LayerScale ViTs (DeiT-III, DINOv2) in '
-            'timm\'s or the official layouts')
+            "timm's or the official layouts"
+        )
     out = OrderedDict()
     for key, value in state_dict.items():
         match = _OPENMMLAB_BLOCK_KEY.match(key)
         if match:
             key = f'blocks.{match.group(1)}.' + rename_key(
-                match.group(2), _OPENMMLAB_BLOCK_RENAMES)
+                match.group(2), _OPENMMLAB_BLOCK_RENAMES
+            )
         else:
             key = rename_key(key, _OPENMMLAB_TOP_RENAMES)
         out[key] = value
     # mmseg's ViT has no patch-embedding bias by default, and with
     # qkv_bias=False no attention output bias: zero biases compute the same.
-    for weight_key in [k for k in out if k == 'patch_embed.proj.weight' or
-                       k.endswith('.attn.proj.weight')]:
-        bias_key = weight_key[:-len('weight')] + 'bias'
+    for weight_key in [
+        k
+        for k in out
+        if k == 'patch_embed.proj.weight' or k.endswith('.attn.proj.weight')
+    ]:
+        bias_key = weight_key[: -len('weight')] + 'bias'
         if bias_key not in out:
             weight = out[weight_key]
             out[bias_key] = weight.new_zeros(weight.shape[0])
@@ -124,7 +138,8 @@ def from_authors_search_layout(state_dict: Mapping) -> 'OrderedDict':
             if rest.endswith('learn_mask'):
                 continue
             key = f'blocks.{match.group(1)}.' + rename_key(
-                rest, (('attn.attention.', 'attn.'), ))
+                rest, (('attn.attention.', 'attn.'),)
+            )
         out[key] = value
     return out
 
@@ -133,16 +148,19 @@ def canonical_layout(state_dict: Mapping) -> Mapping:
     """ViT tensors in timm's layout, from any layout this family reads."""
     if any(map(_AUTHORS_SEARCH_KEY.match, state_dict)):
         return from_authors_search_layout(state_dict)
-    if is_openmmlab_vit_state_dict(state_dict) and not \
-            is_vit_state_dict(state_dict):
+    if is_openmmlab_vit_state_dict(state_dict) and not is_vit_state_dict(
+        state_dict
+    ):
         return from_openmmlab_layout(state_dict)
     return state_dict
 
 
 def merge_ffn_weights(
-        fc1_weight: torch.Tensor, fc1_bias: Optional[torch.Tensor],
-        fc2_weight: torch.Tensor, fc2_bias: Optional[torch.Tensor],
-        layer_scale: Optional[torch.Tensor] = None
+    fc1_weight: torch.Tensor,
+    fc1_bias: Optional[torch.Tensor],
+    fc2_weight: torch.Tensor,
+    fc2_bias: Optional[torch.Tensor],
+    layer_scale: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``fc2(fc1(x)) = W x + b`` with ``W = W2 W1`` and ``b = W2 b1 + b2``;
     a LayerScale ``gamma`` after the FFN folds in: ``W = diag(gamma) W2 W1``,
@@ -155,8 +173,11 @@ def merge_ffn_weights(
     w1, w2 = fc1_weight.double(), fc2_weight.double()
     if layer_scale is not None:
         w2 = layer_scale.double()[:, None] * w2
-        fc2_bias = None if fc2_bias is None else \
-            layer_scale.double() * fc2_bias.double()
+        fc2_bias = (
+            None
+            if fc2_bias is None
+            else layer_scale.double() * fc2_bias.double()
+        )
     weight = w2 @ w1
     bias = None
     if fc1_bias is not None or fc2_bias is not None:
@@ -170,13 +191,15 @@ def merge_ffn_weights(
 
 
 def block_indices(state_dict: Mapping) -> List[int]:
-    return sorted({int(m.group(1)) for m in map(_BLOCK_KEY.match, state_dict)
-                   if m})
+    return sorted(
+        {int(m.group(1)) for m in map(_BLOCK_KEY.match, state_dict) if m}
+    )
 
 
 def is_vit_state_dict(state_dict: Mapping) -> bool:
     return all(k in state_dict for k in VIT_MARKERS) and bool(
-        block_indices(state_dict))
+        block_indices(state_dict)
+    )
 
 
 def infer_layout(state_dict: Mapping) -> Dict[str, object]:
@@ -184,23 +207,35 @@ def infer_layout(state_dict: Mapping) -> Dict[str, object]:
     blocks with a merged FFN, and whether gate parameters are present."""
     depth = max(block_indices(state_dict), default=-1) + 1
     attn_missing = [
-        i for i in range(depth) if f'blocks.{i}.attn.qkv.weight' not in
-        state_dict]
-    merged = [i for i in range(depth)
-              if f'blocks.{i}.mlp.fc.weight' in state_dict]
-    ffn_missing = [i for i in range(depth)
-                   if f'blocks.{i}.mlp.fc1.weight' not in state_dict and
-                   f'blocks.{i}.mlp.fc.weight' not in state_dict]
+        i
+        for i in range(depth)
+        if f'blocks.{i}.attn.qkv.weight' not in state_dict
+    ]
+    merged = [
+        i for i in range(depth) if f'blocks.{i}.mlp.fc.weight' in state_dict
+    ]
+    ffn_missing = [
+        i
+        for i in range(depth)
+        if f'blocks.{i}.mlp.fc1.weight' not in state_dict
+        and f'blocks.{i}.mlp.fc.weight' not in state_dict
+    ]
     gated = any(k.endswith(GATE_SUFFIXES) for k in state_dict)
     # Whole-branch removal: removed attention without its LayerNorm, or
     # gated FFN branches.
-    whole_branch = any(
-        f'blocks.{i}.norm1.weight' not in state_dict for i in attn_missing
-    ) or bool(ffn_missing) or any(
-        k.endswith('mlp.hetdpt_gate') for k in state_dict)
-    return dict(depth=depth, attn_missing=attn_missing, merged=merged,
-                gated=gated, ffn_missing=ffn_missing,
-                whole_branch=whole_branch)
+    whole_branch = (
+        any(f'blocks.{i}.norm1.weight' not in state_dict for i in attn_missing)
+        or bool(ffn_missing)
+        or any(k.endswith('mlp.hetdpt_gate') for k in state_dict)
+    )
+    return dict(
+        depth=depth,
+        attn_missing=attn_missing,
+        merged=merged,
+        gated=gated,
+        ffn_missing=ffn_missing,
+        whole_branch=whole_branch,
+    )
 
 
 def gate_spec(state_dict: Mapping, depth: int) -> PruneSpec:
@@ -208,30 +243,37 @@ def gate_spec(state_dict: Mapping, depth: int) -> PruneSpec:
     closed = {}
     for kind, path in (('attn', 'attn'), ('act', 'mlp.act'), (FFN, 'mlp')):
         closed[kind] = [
-            i for i in range(depth)
-            if float(state_dict.get(f'blocks.{i}.{path}.hetdpt_gate', 1.)) <
-            0.5
+            i
+            for i in range(depth)
+            if float(state_dict.get(f'blocks.{i}.{path}.hetdpt_gate', 1.0))
+            < 0.5
         ]
-    return PruneSpec(depth, closed['attn'], closed['act'],
-                     ffn_removed=closed[FFN])
+    return PruneSpec(
+        depth, closed['attn'], closed['act'], ffn_removed=closed[FFN]
+    )
 
 
-def _removed_key(rest: str, index: int, spec: PruneSpec,
-                 whole_branch: bool) -> bool:
+def _removed_key(
+    rest: str, index: int, spec: PruneSpec, whole_branch: bool
+) -> bool:
     """Whether block ``index``'s key ``rest`` belongs to a removed layer:
     a removed attention (with its LayerNorm and LayerScale under
     whole-branch removal) or a removed FFN branch."""
     if index >= spec.depth:
         return False
-    attn = ('attn.', 'norm1.', 'ls1.') if whole_branch else ('attn.', )
+    attn = ('attn.', 'norm1.', 'ls1.') if whole_branch else ('attn.',)
     return (spec.is_removed('attn', index) and rest.startswith(attn)) or (
-        spec.is_removed(FFN, index) and
-        rest.startswith(('norm2.', 'mlp.', 'ls2.')))
+        spec.is_removed(FFN, index)
+        and rest.startswith(('norm2.', 'mlp.', 'ls2.'))
+    )
 
 
-def convert_state_dict(state_dict: Mapping, spec: PruneSpec, form: str,
-                       semantics: Optional[Mapping] = None
-                       ) -> 'OrderedDict[str, torch.Tensor]':
+def convert_state_dict(
+    state_dict: Mapping,
+    spec: PruneSpec,
+    form: str,
+    semantics: Optional[Mapping] = None,
+) -> 'OrderedDict[str, torch.Tensor]':
     """Return ``state_dict`` in the layout of a ``form`` network with
     ``spec`` and ``semantics``; the input is not modified.
 
@@ -244,15 +286,15 @@ def convert_state_dict(state_dict: Mapping, spec: PruneSpec, form: str,
     Raises :class:`StateDictMismatch` when the weights cannot produce the
     requested layout (e.g. un-merging a merged FFN).
     """
-    whole_branch = (semantics or {}).get(
-        'removed_attn_output') == WHOLE_BRANCH
+    whole_branch = (semantics or {}).get('removed_attn_output') == WHOLE_BRANCH
     out = OrderedDict()
     for key, value in state_dict.items():
         match = _BLOCK_KEY.match(key)
         if match and form != 'gated':
             index, rest = int(match.group(1)), match.group(2)
             if rest.endswith(GATE_SUFFIXES) or _removed_key(
-                    rest, index, spec, whole_branch):
+                rest, index, spec, whole_branch
+            ):
                 continue
         out[key] = value
     for index in spec.act_removed:
@@ -261,11 +303,12 @@ def convert_state_dict(state_dict: Mapping, spec: PruneSpec, form: str,
         has_split = f'{prefix}fc1.weight' in out
         if form == 'merged' and has_split:
             weight, bias = merge_ffn_weights(
-                out.pop(f'{prefix}fc1.weight'), out.pop(f'{prefix}fc1.bias',
-                                                        None),
-                out.pop(f'{prefix}fc2.weight'), out.pop(f'{prefix}fc2.bias',
-                                                        None),
-                out.pop(f'blocks.{index}.ls2.gamma', None))
+                out.pop(f'{prefix}fc1.weight'),
+                out.pop(f'{prefix}fc1.bias', None),
+                out.pop(f'{prefix}fc2.weight'),
+                out.pop(f'{prefix}fc2.bias', None),
+                out.pop(f'blocks.{index}.ls2.gamma', None),
+            )
             out[f'{prefix}fc.weight'] = weight
             if bias is not None:
                 out[f'{prefix}fc.bias'] = bias
@@ -273,42 +316,58 @@ def convert_state_dict(state_dict: Mapping, spec: PruneSpec, form: str,
             raise StateDictMismatch(
                 f'{prefix}fc.weight is a merged FFN; it cannot be loaded into '
                 f'a {form} network (merging is one-way). Build the backbone '
-                'with merged=True.')
+                'with merged=True.'
+            )
     for index in range(spec.depth):
-        if index not in spec.act_removed and \
-                f'blocks.{index}.mlp.fc.weight' in out:
+        if (
+            index not in spec.act_removed
+            and f'blocks.{index}.mlp.fc.weight' in out
+        ):
             raise StateDictMismatch(
                 f'blocks.{index}.mlp.fc.weight is a merged FFN but the spec '
                 f'keeps the GELU of block {index}: the spec does not match '
-                'the checkpoint')
+                'the checkpoint'
+            )
     return out
 
 
-def resize_pos_embed(pos_embed: torch.Tensor, src_prefix: int,
-                     dst_prefix: int, dst_grid: Tuple[int, int],
-                     mode: str = 'bicubic',
-                     antialias: bool = False) -> torch.Tensor:
+def resize_pos_embed(
+    pos_embed: torch.Tensor,
+    src_prefix: int,
+    dst_prefix: int,
+    dst_grid: Tuple[int, int],
+    mode: str = 'bicubic',
+    antialias: bool = False,
+) -> torch.Tensor:
     """Adapt a ``(1, prefix + H*W, D)`` position embedding to another grid
     and number of prefix tokens (class / distillation token); ``antialias``
     when shrinking, as timm's loaders do (DeiT checkpoints load without)."""
     from timm.layers import resample_abs_pos_embed
+
     if dst_prefix > src_prefix:
         raise StateDictMismatch(
             f'pos_embed has {src_prefix} prefix token position(s) but the '
             f'backbone needs {dst_prefix}: set distilled/with_cls_token to '
-            'match the checkpoint')
+            'match the checkpoint'
+        )
     pos_embed = torch.cat(
-        [pos_embed[:, :dst_prefix], pos_embed[:, src_prefix:]], dim=1)
+        [pos_embed[:, :dst_prefix], pos_embed[:, src_prefix:]], dim=1
+    )
     num_patches = pos_embed.shape[1] - dst_prefix
     side = int(round(num_patches**0.5))
     if side * side != num_patches and num_patches == math.prod(dst_grid):
         return pos_embed  # a non-square grid: the configured one
     if side * side != num_patches:
         raise StateDictMismatch(
-            f'pos_embed has {num_patches} patch positions, not a square grid')
+            f'pos_embed has {num_patches} patch positions, not a square grid'
+        )
     if (side, side) == tuple(dst_grid):
         return pos_embed
     return resample_abs_pos_embed(
-        pos_embed, list(dst_grid), old_size=[side, side],
-        num_prefix_tokens=dst_prefix, interpolation=mode,
-        antialias=antialias)
+        pos_embed,
+        list(dst_grid),
+        old_size=[side, side],
+        num_prefix_tokens=dst_prefix,
+        interpolation=mode,
+        antialias=antialias,
+    )

@@ -13,6 +13,7 @@ cost; the allocators of :mod:`hetdpt_mm.pruning.map.allocation` search all
 count pairs against a speedup or accuracy target with MAP predicting the
 accuracy.
 """
+
 import json
 import math
 import numbers
@@ -35,6 +36,7 @@ class CostModel:
     Subclasses define :meth:`total` and :meth:`describe`; ``depth`` is the
     block count the model was built for, or ``None`` if it does not know.
     """
+
     depth: Optional[int] = None
 
     def total(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
@@ -47,8 +49,7 @@ class CostModel:
         """Dense cost over pruned (merged) cost."""
         return self.total(0) / self.total(n_attn, n_act, n_ffn)
 
-    def split_speedup(self, n_attn: int, n_t: int,
-                      t_kind: str = ACT) -> float:
+    def split_speedup(self, n_attn: int, n_t: int, t_kind: str = ACT) -> float:
         """The speedup of a MAP split: ``n_attn`` attention sublayers and
         ``n_t`` layers of the kind MAP's ``t`` counts (``'act'``: GELUs,
         ``'ffn'``: FFN branches) removed."""
@@ -57,19 +58,24 @@ class CostModel:
     def describe(self) -> str:
         raise NotImplementedError
 
-    def _check_counts(self, n_attn: int, n_act: int,
-                      n_ffn: int) -> Tuple[int, int, int]:
+    def _check_counts(
+        self, n_attn: int, n_act: int, n_ffn: int
+    ) -> Tuple[int, int, int]:
         names = (f'n_{ATTN}', f'n_{ACT}', f'n_{FFN}')
-        counts = tuple(as_int(count, name)
-                       for count, name in zip((n_attn, n_act, n_ffn), names))
+        counts = tuple(
+            as_int(count, name)
+            for count, name in zip((n_attn, n_act, n_ffn), names)
+        )
         upper = self.depth if self.depth is not None else math.inf
         for name, count in zip(names, counts):
             if not 0 <= count <= upper:
                 raise ValueError(f'{name}={count} is outside [0, {upper}]')
         if counts[1] + counts[2] > upper:
-            raise ValueError(f'n_act={counts[1]} merged and n_ffn='
-                             f'{counts[2]} removed FFNs exceed the {upper} '
-                             'blocks')
+            raise ValueError(
+                f'n_act={counts[1]} merged and n_ffn='
+                f'{counts[2]} removed FFNs exceed the {upper} '
+                'blocks'
+            )
         return counts
 
 
@@ -86,6 +92,7 @@ class AnalyticCost(CostModel):
     Without ``attention_products`` the two ``N^2 D`` products are left out
     (the paper's convention for pruned rows, docs/user_guides/reproduce.md).
     """
+
     embed_dim: int
     num_heads: int
     mlp_ratio: float = 4.0
@@ -103,59 +110,79 @@ class AnalyticCost(CostModel):
         if len(img_size) != 2:
             raise ValueError(f'img_size must be H or (H, W), got {img_size}')
         height, width = (as_int(v, 'img_size') for v in img_size)
-        for name, value in (('embed_dim', self.embed_dim),
-                            ('num_heads', self.num_heads),
-                            ('patch_size', self.patch_size),
-                            ('in_chans', self.in_chans),
-                            ('img_size', height), ('img_size', width)):
+        for name, value in (
+            ('embed_dim', self.embed_dim),
+            ('num_heads', self.num_heads),
+            ('patch_size', self.patch_size),
+            ('in_chans', self.in_chans),
+            ('img_size', height),
+            ('img_size', width),
+        ):
             if as_int(value, name) < 1:
                 raise ValueError(f'{name} must be positive, got {value}')
         if as_int(self.num_prefix_tokens, 'num_prefix_tokens') < 0:
             raise ValueError('num_prefix_tokens must be >= 0')
         if self.embed_dim % self.num_heads:
-            raise ValueError(f'embed_dim {self.embed_dim} is not divisible '
-                             f'by num_heads {self.num_heads}')
+            raise ValueError(
+                f'embed_dim {self.embed_dim} is not divisible '
+                f'by num_heads {self.num_heads}'
+            )
         if not (math.isfinite(self.mlp_ratio) and self.mlp_ratio > 0):
-            raise ValueError(f'mlp_ratio must be positive, '
-                             f'got {self.mlp_ratio}')
+            raise ValueError(
+                f'mlp_ratio must be positive, got {self.mlp_ratio}'
+            )
         if min(height, width) < self.patch_size:
-            raise ValueError(f'img_size {height}x{width} is smaller than '
-                             f'one {self.patch_size}px patch')
+            raise ValueError(
+                f'img_size {height}x{width} is smaller than '
+                f'one {self.patch_size}px patch'
+            )
         object.__setattr__(self, 'img_size', (height, width))
         object.__setattr__(self, 'depth', check_depth(self.depth))
 
     @classmethod
-    def from_build_args(cls, build_args: Mapping[str, Any],
-                        img_size=None,
-                        attention_products: bool = True) -> 'AnalyticCost':
+    def from_build_args(
+        cls,
+        build_args: Mapping[str, Any],
+        img_size=None,
+        attention_products: bool = True,
+    ) -> 'AnalyticCost':
         """The cost of a ViT of these build arguments (a record's ``arch``,
         its ``arch`` entry a resolved dict), at its own ``img_size``
         unless another is given."""
         dims = build_args['arch']
-        return cls(attention_products=attention_products,
-                   embed_dim=dims['embed_dims'], num_heads=dims['num_heads'],
-                   mlp_ratio=dims.get('mlp_ratio', 4.0),
-                   depth=dims['num_layers'],
-                   img_size=tuple(img_size or build_args['img_size']),
-                   patch_size=build_args['patch_size'],
-                   in_chans=build_args.get('in_channels', 3),
-                   num_prefix_tokens=int(build_args.get('with_cls_token',
-                                                        True)) +
-                   int(build_args.get('distilled', False)))
+        return cls(
+            attention_products=attention_products,
+            embed_dim=dims['embed_dims'],
+            num_heads=dims['num_heads'],
+            mlp_ratio=dims.get('mlp_ratio', 4.0),
+            depth=dims['num_layers'],
+            img_size=tuple(img_size or build_args['img_size']),
+            patch_size=build_args['patch_size'],
+            in_chans=build_args.get('in_channels', 3),
+            num_prefix_tokens=int(build_args.get('with_cls_token', True))
+            + int(build_args.get('distilled', False)),
+        )
 
     @classmethod
-    def from_arch(cls, arch: str, img_size=(224, 224),
-                  **overrides: Any) -> 'AnalyticCost':
+    def from_arch(
+        cls, arch: str, img_size=(224, 224), **overrides: Any
+    ) -> 'AnalyticCost':
         """A preset from :data:`ARCH_PRESETS` (``deit-tiny/small/base``)."""
         if arch not in ARCH_PRESETS:
-            raise ValueError(f'unknown arch {arch!r}; choose from '
-                             f'{", ".join(ARCH_PRESETS)}')
+            raise ValueError(
+                f'unknown arch {arch!r}; choose from {", ".join(ARCH_PRESETS)}'
+            )
         preset = ARCH_PRESETS[arch]
-        return cls(**{'embed_dim': preset['embed_dims'],
-                      'num_heads': preset['num_heads'],
-                      'mlp_ratio': preset['mlp_ratio'],
-                      'depth': preset['num_layers'], 'img_size': img_size,
-                      **overrides})
+        return cls(
+            **{
+                'embed_dim': preset['embed_dims'],
+                'num_heads': preset['num_heads'],
+                'mlp_ratio': preset['mlp_ratio'],
+                'depth': preset['num_layers'],
+                'img_size': img_size,
+                **overrides,
+            }
+        )
 
     @property
     def num_patches(self) -> int:
@@ -183,8 +210,12 @@ class AnalyticCost(CostModel):
 
     @property
     def patch_embed_macs(self) -> float:
-        return (self.num_patches * self.in_chans * self.patch_size**2
-                * self.embed_dim)
+        return (
+            self.num_patches
+            * self.in_chans
+            * self.patch_size**2
+            * self.embed_dim
+        )
 
     @property
     def attention_share(self) -> float:
@@ -193,22 +224,29 @@ class AnalyticCost(CostModel):
 
     def total(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
         n_attn, n_act, n_ffn = self._check_counts(n_attn, n_act, n_ffn)
-        dense = (self.patch_embed_macs
-                 + self.depth * (self.attention_macs + self.ffn_macs))
-        return (dense - n_attn * self.attention_macs
-                - n_act * (self.ffn_macs - self.merged_ffn_macs)
-                - n_ffn * self.ffn_macs)
+        dense = self.patch_embed_macs + self.depth * (
+            self.attention_macs + self.ffn_macs
+        )
+        return (
+            dense
+            - n_attn * self.attention_macs
+            - n_act * (self.ffn_macs - self.merged_ffn_macs)
+            - n_ffn * self.ffn_macs
+        )
 
     def describe(self) -> str:
         height, width = self.img_size
-        products = '' if self.attention_products else \
-            ' (attention products left out)'
-        return (f'analytic MACs {macs_convention(self.attention_products)}'
-                f'{products}: D={self.embed_dim}, depth '
-                f'{self.depth}, {height}x{width} / patch {self.patch_size} -> '
-                f'{self.num_tokens} tokens; dense '
-                f'{self.total(0, 0) / 1e9:.2f} GMACs; attention '
-                f'{100 * self.attention_share:.1f}% of block MACs')
+        products = (
+            '' if self.attention_products else ' (attention products left out)'
+        )
+        return (
+            f'analytic MACs {macs_convention(self.attention_products)}'
+            f'{products}: D={self.embed_dim}, depth '
+            f'{self.depth}, {height}x{width} / patch {self.patch_size} -> '
+            f'{self.num_tokens} tokens; dense '
+            f'{self.total(0, 0) / 1e9:.2f} GMACs; attention '
+            f'{100 * self.attention_share:.1f}% of block MACs'
+        )
 
 
 @dataclass(frozen=True)
@@ -227,6 +265,7 @@ class MeasuredCost(CostModel):
     (whole-branch removal). Other keys (device, batch size, notes) are
     ignored.
     """
+
     dense_total: float
     attn: float
     ffn_saving: float
@@ -239,15 +278,22 @@ class MeasuredCost(CostModel):
             value = getattr(self, name)
             if name == 'ffn_branch' and value is None:
                 continue
-            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                    or not math.isfinite(value)):
-                raise ValueError(f'{self.source}: "{name}" must be a finite '
-                                 f'number, got {value!r}')
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, numbers.Real)
+                or not math.isfinite(value)
+            ):
+                raise ValueError(
+                    f'{self.source}: "{name}" must be a finite '
+                    f'number, got {value!r}'
+                )
         if self.dense_total <= 0:
             raise ValueError(f'{self.source}: "dense_total" must be > 0')
         if self.attn < 0 or self.ffn_saving < 0 or (self.ffn_branch or 0) < 0:
-            raise ValueError(f'{self.source}: "attn", "ffn_saving" and '
-                             '"ffn_branch" are savings and must be >= 0')
+            raise ValueError(
+                f'{self.source}: "attn", "ffn_saving" and '
+                '"ffn_branch" are savings and must be >= 0'
+            )
         if self.depth is not None:
             object.__setattr__(self, 'depth', check_depth(self.depth))
             ffn = max(self.ffn_saving, self.ffn_branch or 0)
@@ -255,7 +301,8 @@ class MeasuredCost(CostModel):
             if remaining <= 0:
                 raise ValueError(
                     f'{self.source}: removing everything at depth '
-                    f'{self.depth} would save more than dense_total')
+                    f'{self.depth} would save more than dense_total'
+                )
 
     @classmethod
     def from_json(cls, path: Union[str, Path]) -> 'MeasuredCost':
@@ -264,41 +311,62 @@ class MeasuredCost(CostModel):
             raise FileNotFoundError(f'measured cost file not found: {path}')
         try:
             data = json.loads(
-                check_input_file(path, 'measured cost file').read_text())
+                check_input_file(path, 'measured cost file').read_text()
+            )
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise ValueError(f'{path}: not valid JSON ({err})') from None
         if not isinstance(data, dict):
             raise ValueError(f'{path}: expected a JSON object')
-        missing = [k for k in ('dense_total', 'attn', 'ffn_saving')
-                   if k not in data]
+        missing = [
+            k for k in ('dense_total', 'attn', 'ffn_saving') if k not in data
+        ]
         if missing:
-            raise ValueError(f'{path}: missing keys {missing}; needs '
-                             '"dense_total", "attn", "ffn_saving" '
-                             '(optional "depth")')
-        return cls(dense_total=data['dense_total'], attn=data['attn'],
-                   ffn_saving=data['ffn_saving'], depth=data.get('depth'),
-                   source=str(path), ffn_branch=data.get('ffn_branch'))
+            raise ValueError(
+                f'{path}: missing keys {missing}; needs '
+                '"dense_total", "attn", "ffn_saving" '
+                '(optional "depth")'
+            )
+        return cls(
+            dense_total=data['dense_total'],
+            attn=data['attn'],
+            ffn_saving=data['ffn_saving'],
+            depth=data.get('depth'),
+            source=str(path),
+            ffn_branch=data.get('ffn_branch'),
+        )
 
     def total(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
         n_attn, n_act, n_ffn = self._check_counts(n_attn, n_act, n_ffn)
         if n_ffn and self.ffn_branch is None:
-            raise ValueError(f'{self.source}: no "ffn_branch" saving, so '
-                             'removed FFN branches have no price; measure '
-                             'one and add it')
-        remaining = (self.dense_total - n_attn * self.attn
-                     - n_act * self.ffn_saving
-                     - n_ffn * (self.ffn_branch or 0))
+            raise ValueError(
+                f'{self.source}: no "ffn_branch" saving, so '
+                'removed FFN branches have no price; measure '
+                'one and add it'
+            )
+        remaining = (
+            self.dense_total
+            - n_attn * self.attn
+            - n_act * self.ffn_saving
+            - n_ffn * (self.ffn_branch or 0)
+        )
         if remaining <= 0:
             removed = f'{n_attn} attention and {n_act} GELU layers'
             if n_ffn:
                 removed += f' and {n_ffn} FFN branches'
-            raise ValueError(f'{self.source}: removing {removed} saves more '
-                             'than dense_total')
+            raise ValueError(
+                f'{self.source}: removing {removed} saves more '
+                'than dense_total'
+            )
         return remaining
 
     def describe(self) -> str:
-        branch = '' if self.ffn_branch is None else \
-            f', per FFN branch {self.ffn_branch:g}'
-        return (f'measured latency from {self.source}: dense '
-                f'{self.dense_total:g}, saved per attention {self.attn:g}, '
-                f'per merged FFN {self.ffn_saving:g}{branch}')
+        branch = (
+            ''
+            if self.ffn_branch is None
+            else f', per FFN branch {self.ffn_branch:g}'
+        )
+        return (
+            f'measured latency from {self.source}: dense '
+            f'{self.dense_total:g}, saved per attention {self.attn:g}, '
+            f'per merged FFN {self.ffn_saving:g}{branch}'
+        )

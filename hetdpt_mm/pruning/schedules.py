@@ -15,6 +15,7 @@ The classes are registered in :data:`~hetdpt_mm.registry.REMOVAL_SCHEDULES`;
 the hooks take a schedule as its name (a string, as in configs written before
 schedules were objects) or as a config dict.
 """
+
 import inspect
 import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
@@ -22,10 +23,18 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 from ..registry import REMOVAL_SCHEDULES
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS
 
-__all__ = ['authors_stages', 'removal_order', 'PruneSchedule',
-           'ProgressiveSchedule', 'EpochSchedule', 'CollectSchedule',
-           'CyclicSchedule', 'COLLECT_PRESETS', 'build_prune_schedule',
-           'build_collect_schedule']
+__all__ = [
+    'authors_stages',
+    'removal_order',
+    'PruneSchedule',
+    'ProgressiveSchedule',
+    'EpochSchedule',
+    'CollectSchedule',
+    'CyclicSchedule',
+    'COLLECT_PRESETS',
+    'build_prune_schedule',
+    'build_collect_schedule',
+]
 
 
 def authors_stages(n: int) -> List[int]:
@@ -41,8 +50,10 @@ _TIE_ORDER = (ACT, FFN, ATTN)
 def removal_order(counts: Mapping[str, int]) -> List[str]:
     """Interleave the kinds, the one with the larger count first (ties to
     GELU, then to FFN branches), then the rest of the larger ones."""
-    kinds = sorted((kind for kind in LAYER_KINDS if counts.get(kind)),
-                   key=lambda kind: (-counts[kind], _TIE_ORDER.index(kind)))
+    kinds = sorted(
+        (kind for kind in LAYER_KINDS if counts.get(kind)),
+        key=lambda kind: (-counts[kind], _TIE_ORDER.index(kind)),
+    )
     order = []
     for step in range(max((counts[kind] for kind in kinds), default=0)):
         order += [kind for kind in kinds if step < counts[kind]]
@@ -52,8 +63,9 @@ def removal_order(counts: Mapping[str, int]) -> List[str]:
 def _check_positive_ints(values, name: str) -> None:
     for value in values:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f'{name} must hold positive integers, got '
-                             f'{value!r}')
+            raise ValueError(
+                f'{name} must hold positive integers, got {value!r}'
+            )
 
 
 class PruneSchedule:
@@ -70,8 +82,7 @@ class PruneSchedule:
         """The kind of each removal, in order."""
         return removal_order(counts)
 
-    def iterations(self, num_removals: int,
-                   iters_per_epoch: int) -> List[int]:
+    def iterations(self, num_removals: int, iters_per_epoch: int) -> List[int]:
         """The training iteration after which each removal happens."""
         raise NotImplementedError
 
@@ -87,19 +98,25 @@ class ProgressiveSchedule(PruneSchedule):
 
     name = 'progressive'
 
-    def __init__(self, stages: Union[None, int, Sequence[int]] = None,
-                 by_epoch: bool = True):
+    def __init__(
+        self,
+        stages: Union[None, int, Sequence[int]] = None,
+        by_epoch: bool = True,
+    ):
         if stages is None and not by_epoch:
             raise ValueError('by_epoch=False needs stages in iterations')
         if stages is not None:
             _check_positive_ints(
-                [stages] if isinstance(stages, int) else stages, 'stages')
-        self.stages = stages if stages is None or isinstance(
-            stages, int) else list(stages)
+                [stages] if isinstance(stages, int) else stages, 'stages'
+            )
+        self.stages = (
+            stages
+            if stages is None or isinstance(stages, int)
+            else list(stages)
+        )
         self.by_epoch = by_epoch
 
-    def iterations(self, num_removals: int,
-                   iters_per_epoch: int) -> List[int]:
+    def iterations(self, num_removals: int, iters_per_epoch: int) -> List[int]:
         if self.stages is None:
             lengths = authors_stages(num_removals)
         elif isinstance(self.stages, int):
@@ -108,7 +125,8 @@ class ProgressiveSchedule(PruneSchedule):
             if len(self.stages) < num_removals:
                 raise ValueError(
                     f'stages gives {len(self.stages)} stage lengths but the '
-                    f'schedule has {num_removals} removals (one per stage)')
+                    f'schedule has {num_removals} removals (one per stage)'
+                )
             lengths = self.stages[:num_removals]
         unit = iters_per_epoch if self.by_epoch else 1
         positions, end = [], 0
@@ -118,8 +136,10 @@ class ProgressiveSchedule(PruneSchedule):
         return positions
 
     def __repr__(self) -> str:
-        return (f'ProgressiveSchedule(stages={self.stages}, '
-                f'by_epoch={self.by_epoch})')
+        return (
+            f'ProgressiveSchedule(stages={self.stages}, '
+            f'by_epoch={self.by_epoch})'
+        )
 
 
 class EpochSchedule(PruneSchedule):
@@ -137,11 +157,12 @@ class EpochSchedule(PruneSchedule):
         _check_positive_ints([prune_epoch], 'prune_epoch')
         self.prune_epoch = prune_epoch
 
-    def iterations(self, num_removals: int,
-                   iters_per_epoch: int) -> List[int]:
+    def iterations(self, num_removals: int, iters_per_epoch: int) -> List[int]:
         start = (self.prune_epoch - 1) * iters_per_epoch
-        return [start + math.ceil(k * iters_per_epoch / num_removals)
-                for k in range(1, num_removals + 1)]
+        return [
+            start + math.ceil(k * iters_per_epoch / num_removals)
+            for k in range(1, num_removals + 1)
+        ]
 
     def __repr__(self) -> str:
         return f'EpochSchedule(prune_epoch={self.prune_epoch})'
@@ -162,8 +183,11 @@ class CollectSchedule:
 #: only (points (1, t)), alternating, attention first (near the diagonal),
 #: or FFN branches only (whole-branch removal: t counts the FFN branches).
 COLLECT_PRESETS: Dict[str, Tuple[str, ...]] = {
-    'attn': (ATTN, ), 'act': (ACT, ), 'interleaved': (ATTN, ACT),
-    'ffn': (FFN, )}
+    'attn': (ATTN,),
+    'act': (ACT,),
+    'interleaved': (ATTN, ACT),
+    'ffn': (FFN,),
+}
 
 
 class CyclicSchedule(CollectSchedule):
@@ -177,8 +201,10 @@ class CyclicSchedule(CollectSchedule):
     def __init__(self, kinds: Sequence[str]):
         kinds = tuple(kinds)
         if not kinds or any(kind not in LAYER_KINDS for kind in kinds):
-            raise ValueError(f'kinds must be a non-empty list of '
-                             f'{LAYER_KINDS}, got {list(kinds)}')
+            raise ValueError(
+                f'kinds must be a non-empty list of '
+                f'{LAYER_KINDS}, got {list(kinds)}'
+            )
         self.pattern = kinds
 
     @property
@@ -189,8 +215,9 @@ class CyclicSchedule(CollectSchedule):
         return '-'.join(self.pattern)
 
     def kinds(self, steps: int) -> List[str]:
-        return [self.pattern[step % len(self.pattern)]
-                for step in range(steps)]
+        return [
+            self.pattern[step % len(self.pattern)] for step in range(steps)
+        ]
 
     def __repr__(self) -> str:
         return f'CyclicSchedule(kinds={list(self.pattern)})'
@@ -204,48 +231,64 @@ REMOVAL_SCHEDULES.register_module(name='cyclic', module=CyclicSchedule)
 def _built(cfg: Mapping, family: Type) -> object:
     schedule = REMOVAL_SCHEDULES.build(cfg)
     if not isinstance(schedule, family):
-        raise ValueError(f'{cfg} is a {type(schedule).__name__}; this hook '
-                         f'needs a {family.__name__}')
+        raise ValueError(
+            f'{cfg} is a {type(schedule).__name__}; this hook '
+            f'needs a {family.__name__}'
+        )
     return schedule
 
 
-def build_prune_schedule(schedule: Union[str, Mapping, PruneSchedule],
-                         **options) -> PruneSchedule:
+def build_prune_schedule(
+    schedule: Union[str, Mapping, PruneSchedule], **options
+) -> PruneSchedule:
     """A :class:`PruneSchedule` from a built one, a config dict, or a name
     plus ``options`` (the hook's ``stages``, ``by_epoch``, ``prune_epoch``;
     ``None`` = not given), which must be arguments of that schedule."""
-    options = {key: value for key, value in options.items()
-               if value is not None}
+    options = {
+        key: value for key, value in options.items() if value is not None
+    }
     if isinstance(schedule, str):
-        names = [name for name, module in REMOVAL_SCHEDULES.module_dict.items()
-                 if issubclass(module, PruneSchedule)]
+        names = [
+            name
+            for name, module in REMOVAL_SCHEDULES.module_dict.items()
+            if issubclass(module, PruneSchedule)
+        ]
         if schedule not in names:
-            raise ValueError(f'schedule must be one of {names} or a config '
-                             f'dict, got {schedule!r}')
+            raise ValueError(
+                f'schedule must be one of {names} or a config '
+                f'dict, got {schedule!r}'
+            )
         accepted = inspect.signature(REMOVAL_SCHEDULES.get(schedule))
         foreign = sorted(set(options) - set(accepted.parameters))
         if foreign:
-            raise ValueError(f'{foreign} do not belong to schedule='
-                             f'{schedule!r}, which takes '
-                             f'{list(accepted.parameters)}')
+            raise ValueError(
+                f'{foreign} do not belong to schedule='
+                f'{schedule!r}, which takes '
+                f'{list(accepted.parameters)}'
+            )
         return _built(dict(type=schedule, **options), PruneSchedule)
     if options:
-        raise ValueError(f'with a schedule object or config dict, give '
-                         f'{sorted(options)} inside it')
+        raise ValueError(
+            f'with a schedule object or config dict, give '
+            f'{sorted(options)} inside it'
+        )
     if isinstance(schedule, PruneSchedule):
         return schedule
     return _built(schedule, PruneSchedule)
 
 
-def build_collect_schedule(schedule: Union[str, Mapping, CollectSchedule]
-                           ) -> CollectSchedule:
+def build_collect_schedule(
+    schedule: Union[str, Mapping, CollectSchedule],
+) -> CollectSchedule:
     """A :class:`CollectSchedule` from a built one, a config dict, or one of
     the :data:`COLLECT_PRESETS` names."""
     if isinstance(schedule, CollectSchedule):
         return schedule
     if isinstance(schedule, str):
         if schedule not in COLLECT_PRESETS:
-            raise ValueError(f'unknown schedule {schedule!r}; use one of '
-                             f'{tuple(COLLECT_PRESETS)} or a config dict')
+            raise ValueError(
+                f'unknown schedule {schedule!r}; use one of '
+                f'{tuple(COLLECT_PRESETS)} or a config dict'
+            )
         return CyclicSchedule(COLLECT_PRESETS[schedule])
     return _built(schedule, CollectSchedule)

@@ -15,6 +15,7 @@ Registered in :data:`~hetdpt_mm.registry.SELECTION_POLICIES`, so a hook's
 * :class:`TransferEntropy`: the smallest change of the class-feature entropy
   (``MAPCollectHook``'s default, METHOD.md §2, :mod:`.te`).
 """
+
 import copy
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple, Union
@@ -31,8 +32,13 @@ from ..sharding import unwrap_model
 from .transfer_entropy import te_select
 from .validation import positive_int
 
-__all__ = ['Decision', 'SelectionPolicy', 'LowestGateScore',
-           'TransferEntropy', 'build_selection']
+__all__ = [
+    'Decision',
+    'SelectionPolicy',
+    'LowestGateScore',
+    'TransferEntropy',
+    'build_selection',
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,7 @@ class Decision:
             score one), for the record.
         table: the scores as the policy explains them, for the log.
     """
+
     kind: str
     index: int
     scores: Tuple[Optional[float], ...]
@@ -74,8 +81,9 @@ class SelectionPolicy:
         """Check that the run suits the policy and prepare what
         :meth:`select` needs; called before training."""
 
-    def select(self, backbone, kind: str,
-               candidates: Sequence[int]) -> Decision:
+    def select(
+        self, backbone, kind: str, candidates: Sequence[int]
+    ) -> Decision:
         """Choose one of ``candidates``: open ``kind`` layers, at least
         one."""
         raise NotImplementedError
@@ -91,12 +99,17 @@ class LowestGateScore(SelectionPolicy):
     sharding_safe = True
 
     def setup(self, runner, backbone) -> None:
-        scores = {id(gate.hetdpt_score): f'blocks.{i}.{kind} score'
-                  for kind in backbone.REMOVABLE_KINDS
-                  for i, gate in enumerate(backbone.gates(kind))}
+        scores = {
+            id(gate.hetdpt_score): f'blocks.{i}.{kind} score'
+            for kind in backbone.REMOVABLE_KINDS
+            for i, gate in enumerate(backbone.gates(kind))
+        }
         optim_wrapper = runner.optim_wrapper
-        wrappers = optim_wrapper.values() if isinstance(
-            optim_wrapper, OptimWrapperDict) else [optim_wrapper]
+        wrappers = (
+            optim_wrapper.values()
+            if isinstance(optim_wrapper, OptimWrapperDict)
+            else [optim_wrapper]
+        )
         seen = set()
         for wrapper in wrappers:
             for group in wrapper.optimizer.param_groups:
@@ -109,15 +122,19 @@ class LowestGateScore(SelectionPolicy):
                         'the importance scores to 0 and biases the '
                         'selection; add paramwise_cfg=dict(custom_keys='
                         '{"hetdpt_score": dict(decay_mult=0.0)}) to '
-                        'optim_wrapper')
+                        'optim_wrapper'
+                    )
         missing = [name for key, name in scores.items() if key not in seen]
         if missing:
-            raise ValueError(f'the optimizer does not train the gate scores '
-                             f'({missing[:3]}...): they must train with the '
-                             'weights')
+            raise ValueError(
+                f'the optimizer does not train the gate scores '
+                f'({missing[:3]}...): they must train with the '
+                'weights'
+            )
 
-    def select(self, backbone, kind: str,
-               candidates: Sequence[int]) -> Decision:
+    def select(
+        self, backbone, kind: str, candidates: Sequence[int]
+    ) -> Decision:
         scores = tuple(backbone.gate_scores(kind).float().tolist())
         index = min(candidates, key=lambda i: (scores[i], i))
         closed = backbone.prune_spec.removed(kind)
@@ -132,8 +149,10 @@ class LowestGateScore(SelectionPolicy):
             else:
                 mark = ''
             cells.append(f'{i}: {score:+.6f}{mark}')
-        table = (f'the lowest score among the {len(candidates)} open {kind} '
-                 f'candidates; {kind} scores m: ' + ', '.join(cells))
+        table = (
+            f'the lowest score among the {len(candidates)} open {kind} '
+            f'candidates; {kind} scores m: ' + ', '.join(cells)
+        )
         return Decision(kind, index, scores, table)
 
 
@@ -152,17 +171,25 @@ class TransferEntropy(SelectionPolicy):
             dataset config with the validation pipeline (deterministic).
     """
 
-    def __init__(self, calib_images: int = 256, calib_batch_size: int = 64,
-                 calib_seed: int = 0,
-                 calib_dataset: Optional[Mapping] = None) -> None:
+    def __init__(
+        self,
+        calib_images: int = 256,
+        calib_batch_size: int = 64,
+        calib_seed: int = 0,
+        calib_dataset: Optional[Mapping] = None,
+    ) -> None:
         self.calib_images = positive_int(calib_images, 'calib_images')
-        self.calib_batch_size = positive_int(calib_batch_size,
-                                             'calib_batch_size')
+        self.calib_batch_size = positive_int(
+            calib_batch_size, 'calib_batch_size'
+        )
         self.calib_seed = int(calib_seed)
-        if calib_dataset is not None and not isinstance(calib_dataset,
-                                                        Mapping):
-            raise TypeError('calib_dataset must be a dataset config dict, '
-                            f'got {calib_dataset!r}')
+        if calib_dataset is not None and not isinstance(
+            calib_dataset, Mapping
+        ):
+            raise TypeError(
+                'calib_dataset must be a dataset config dict, '
+                f'got {calib_dataset!r}'
+            )
         self.calib_dataset = calib_dataset
         self._calib_set = None
         self._preprocessor = None
@@ -179,30 +206,41 @@ class TransferEntropy(SelectionPolicy):
             train = runner.cfg.get('train_dataloader') or {}
             val = runner.cfg.get('val_dataloader') or {}
             train_set, val_set = train.get('dataset'), val.get('dataset')
-            if not (isinstance(train_set, dict) and 'pipeline' in train_set
-                    and isinstance(val_set, dict) and 'pipeline' in val_set):
+            if not (
+                isinstance(train_set, dict)
+                and 'pipeline' in train_set
+                and isinstance(val_set, dict)
+                and 'pipeline' in val_set
+            ):
                 raise ValueError(
                     'TransferEntropy: cannot derive the calibration dataset '
                     '(training dataset config with the validation pipeline) '
-                    'from this config; set calib_dataset=dict(...)')
+                    'from this config; set calib_dataset=dict(...)'
+                )
             cfg = copy.deepcopy(train_set)
             cfg['pipeline'] = copy.deepcopy(val_set['pipeline'])
         dataset = DATASETS.build(copy.deepcopy(dict(cfg)))
         if self.calib_images > len(dataset):
             raise ValueError(
                 f'TransferEntropy: calib_images={self.calib_images} but the '
-                f'calibration dataset has {len(dataset)} images')
-        return Subset(dataset, select_subset(len(dataset), self.calib_images,
-                                             self.calib_seed))
+                f'calibration dataset has {len(dataset)} images'
+            )
+        return Subset(
+            dataset,
+            select_subset(len(dataset), self.calib_images, self.calib_seed),
+        )
 
     def _calibration_batches(self) -> List[torch.Tensor]:
         """Preprocessed calibration images, loaded at the first selection
         and kept on the CPU (every trial of every selection reuses them)."""
         if self._batches is None:
-            loader = DataLoader(self._calib_set,
-                                batch_size=self.calib_batch_size,
-                                shuffle=False, num_workers=0,
-                                collate_fn=pseudo_collate)
+            loader = DataLoader(
+                self._calib_set,
+                batch_size=self.calib_batch_size,
+                shuffle=False,
+                num_workers=0,
+                collate_fn=pseudo_collate,
+            )
             with torch.no_grad():
                 self._batches = [
                     self._preprocessor(data, False)['inputs'].cpu()
@@ -210,19 +248,26 @@ class TransferEntropy(SelectionPolicy):
                 ]
         return self._batches
 
-    def select(self, backbone, kind: str,
-               candidates: Sequence[int]) -> Decision:
-        selection = te_select(backbone, self._calibration_batches(), kind,
-                              candidates)
+    def select(
+        self, backbone, kind: str, candidates: Sequence[int]
+    ) -> Decision:
+        selection = te_select(
+            backbone, self._calibration_batches(), kind, candidates
+        )
         scores: List[Optional[float]] = [None] * backbone.depth
         for trial in selection.candidates:
             scores[trial.index] = trial.score
-        return Decision(kind, selection.chosen.index, tuple(scores),
-                        selection.format_table())
+        return Decision(
+            kind,
+            selection.chosen.index,
+            tuple(scores),
+            selection.format_table(),
+        )
 
 
-def build_selection(selection: Union[str, Mapping, SelectionPolicy]
-                    ) -> SelectionPolicy:
+def build_selection(
+    selection: Union[str, Mapping, SelectionPolicy],
+) -> SelectionPolicy:
     """A policy from a built one, a config dict or a registered name."""
     if isinstance(selection, SelectionPolicy):
         return selection
@@ -230,6 +275,8 @@ def build_selection(selection: Union[str, Mapping, SelectionPolicy]
         selection = dict(type=selection)
     policy = SELECTION_POLICIES.build(dict(selection))
     if not isinstance(policy, SelectionPolicy):
-        raise TypeError(f'{selection} built a {type(policy).__name__}, not '
-                        'a SelectionPolicy')
+        raise TypeError(
+            f'{selection} built a {type(policy).__name__}, not '
+            'a SelectionPolicy'
+        )
     return policy

@@ -27,6 +27,7 @@ formula down, so this is exactly what is implemented:
    lowest block index).  The gates are restored to the current structure
    before returning, so scoring leaves the network untouched.
 """
+
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
 
@@ -34,29 +35,39 @@ import torch
 
 from ..spec import LAYER_KINDS, PruneSpec
 
-__all__ = ['ENTROPY_EPS', 'gaussian_entropy', 'class_features',
-           'TECandidate', 'TESelection', 'te_select']
+__all__ = [
+    'ENTROPY_EPS',
+    'gaussian_entropy',
+    'class_features',
+    'TECandidate',
+    'TESelection',
+    'te_select',
+]
 
 #: Lower bound on a channel's standard deviation inside the logarithm.
 ENTROPY_EPS = 1e-12
 
 
-def gaussian_entropy(features: torch.Tensor, eps: float = ENTROPY_EPS
-                     ) -> float:
+def gaussian_entropy(
+    features: torch.Tensor, eps: float = ENTROPY_EPS
+) -> float:
     """``H = sum_c log(std_c)`` of ``N x C`` features (see module doc)."""
     if features.dim() != 2:
-        raise ValueError(f'features must be N x C, got shape '
-                         f'{tuple(features.shape)}')
+        raise ValueError(
+            f'features must be N x C, got shape {tuple(features.shape)}'
+        )
     if features.shape[0] < 2:
-        raise ValueError(f'the entropy needs at least 2 samples, got '
-                         f'{features.shape[0]}')
+        raise ValueError(
+            f'the entropy needs at least 2 samples, got {features.shape[0]}'
+        )
     std = features.double().std(dim=0, correction=0)
     return float(torch.log(std.clamp_min(eps)).sum())
 
 
 @torch.no_grad()
-def class_features(backbone: torch.nn.Module,
-                   batches: Iterable[torch.Tensor]) -> torch.Tensor:
+def class_features(
+    backbone: torch.nn.Module, batches: Iterable[torch.Tensor]
+) -> torch.Tensor:
     """The backbone's final class features on preprocessed image batches,
     concatenated into one ``N x C`` tensor (batches are moved to the
     backbone's device; the result is on the CPU)."""
@@ -68,7 +79,8 @@ def class_features(backbone: torch.nn.Module,
             raise ValueError(
                 'the TE score needs the final class feature (N x C); the '
                 f'backbone returned shape {tuple(output.shape)}: build it '
-                "with out_type='cls_token'")
+                "with out_type='cls_token'"
+            )
         features.append(output.float().cpu())
     if not features:
         raise ValueError('no calibration batches')
@@ -79,6 +91,7 @@ def class_features(backbone: torch.nn.Module,
 class TECandidate:
     """One removal trial: the entropy with the layer removed and its score
     ``|entropy - base entropy|``."""
+
     kind: str
     index: int
     entropy: float
@@ -88,6 +101,7 @@ class TECandidate:
 @dataclass(frozen=True)
 class TESelection:
     """The outcome of :func:`te_select`: all trials and the chosen layer."""
+
     kind: str
     spec: PruneSpec
     base_entropy: float
@@ -98,20 +112,27 @@ class TESelection:
         return min(self.candidates, key=lambda c: (c.score, c.index))
 
     def format_table(self) -> str:
-        lines = [f'TE scores for removing one more {self.kind} layer from '
-                 f'{self.spec} (H = {self.base_entropy:.4f}):',
-                 f'  {"block":>5}  {"H removed":>12}  {"|dH|":>10}']
+        lines = [
+            f'TE scores for removing one more {self.kind} layer from '
+            f'{self.spec} (H = {self.base_entropy:.4f}):',
+            f'  {"block":>5}  {"H removed":>12}  {"|dH|":>10}',
+        ]
         chosen = self.chosen
         for candidate in self.candidates:
             mark = '  <- removed' if candidate is chosen else ''
-            lines.append(f'  {candidate.index:>5}  {candidate.entropy:>12.4f}'
-                         f'  {candidate.score:>10.4f}{mark}')
+            lines.append(
+                f'  {candidate.index:>5}  {candidate.entropy:>12.4f}'
+                f'  {candidate.score:>10.4f}{mark}'
+            )
         return '\n'.join(lines)
 
 
-def te_select(backbone: torch.nn.Module, batches: Sequence[torch.Tensor],
-              kind: str, candidates: Optional[Iterable[int]] = None
-              ) -> TESelection:
+def te_select(
+    backbone: torch.nn.Module,
+    batches: Sequence[torch.Tensor],
+    kind: str,
+    candidates: Optional[Iterable[int]] = None,
+) -> TESelection:
     """Score removing each present ``kind`` layer of a gated HetDPTViT by
     toggling its gate, and return all scores and the layer to remove.
 
@@ -121,19 +142,23 @@ def te_select(backbone: torch.nn.Module, batches: Sequence[torch.Tensor],
     train/eval mode are restored before returning.
     """
     if kind not in LAYER_KINDS:
-        raise ValueError(f'unknown layer kind {kind!r}; use one of '
-                         f'{LAYER_KINDS}')
+        raise ValueError(
+            f'unknown layer kind {kind!r}; use one of {LAYER_KINDS}'
+        )
     if getattr(backbone, 'form', None) != 'gated':
-        raise ValueError('TE scoring toggles gates: it needs a gated '
-                         'HetDPTViT (gated=True)')
+        raise ValueError(
+            'TE scoring toggles gates: it needs a gated HetDPTViT (gated=True)'
+        )
     spec = backbone.prune_spec
     present = [i for i in range(spec.depth) if not spec.is_removed(kind, i)]
     if candidates is not None:
         wanted = sorted(set(candidates))
         missing = [i for i in wanted if i not in present]
         if missing:
-            raise ValueError(f'{kind} layers {missing} are not present in '
-                             f'{spec}; they cannot be removal candidates')
+            raise ValueError(
+                f'{kind} layers {missing} are not present in '
+                f'{spec}; they cannot be removal candidates'
+            )
         present = wanted
     if not present:
         raise ValueError(f'no {kind} layer left to remove in {spec}')
@@ -146,8 +171,9 @@ def te_select(backbone: torch.nn.Module, batches: Sequence[torch.Tensor],
         for index in present:
             backbone.set_spec(spec.with_removed(kind, index))
             entropy = gaussian_entropy(class_features(backbone, batches))
-            trials.append(TECandidate(kind, index, entropy,
-                                      abs(entropy - base)))
+            trials.append(
+                TECandidate(kind, index, entropy, abs(entropy - base))
+            )
     finally:
         backbone.set_spec(spec)
         backbone.train(was_training)

@@ -1,4 +1,5 @@
 """Argument checks shared by the MAP and cost modules."""
+
 import math
 import numbers
 from typing import Any
@@ -8,8 +9,12 @@ def as_int(value: Any, name: str) -> int:
     """Accept ints and integral floats (8.0); reject bools and fractions."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
-    if (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and float(value).is_integer()):
+    if (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and float(value).is_integer()
+    ):
         return int(value)
     raise ValueError(f'{name} must be an integer, got {value!r}')
 
@@ -23,14 +28,19 @@ def check_depth(depth: Any) -> int:
     """A network depth: a positive number of blocks, at most MAX_DEPTH."""
     depth = as_int(depth, 'depth')
     if not 1 <= depth <= MAX_DEPTH:
-        raise ValueError(f'depth must be a number of blocks from 1 to '
-                         f'{MAX_DEPTH}, got {depth}')
+        raise ValueError(
+            f'depth must be a number of blocks from 1 to '
+            f'{MAX_DEPTH}, got {depth}'
+        )
     return depth
 
 
 def positive_int(value: Any, name: str) -> int:
     """A count or length given in a config: an integer of at least 1."""
-    if isinstance(value, bool) or not isinstance(
-            value, numbers.Integral) or value < 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < 1
+    ):
         raise ValueError(f'{name} must be a positive integer, got {value!r}')
     return int(value)

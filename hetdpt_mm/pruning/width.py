@@ -31,6 +31,7 @@ as ``tools/benchmark.py`` counts them
 products (the paper's HetDPT+ targets leave them out,
 docs/user_guides/reproduce.md).
 """
+
 from copy import deepcopy
 from dataclasses import replace
 from typing import (
@@ -76,10 +77,10 @@ def read_widths(backbone: nn.Module) -> Widths:
         else:
             heads.append(0)
             head_dims.append(0)
-        hidden.append(block.mlp.fc1.out_features
-                      if isinstance(block.mlp, Mlp) else None)
-    return Widths(int(backbone.pos_embed.shape[-1]), heads, head_dims,
-                  hidden)
+        hidden.append(
+            block.mlp.fc1.out_features if isinstance(block.mlp, Mlp) else None
+        )
+    return Widths(int(backbone.pos_embed.shape[-1]), heads, head_dims, hidden)
 
 
 class LinearHeads(nn.Module):
@@ -88,8 +89,11 @@ class LinearHeads(nn.Module):
     token, the distillation head on the distillation token, logits averaged
     (DeiT inference).  Without heads it returns the tokens' features."""
 
-    def __init__(self, backbone: nn.Module,
-                 heads: Optional[Mapping[str, nn.Linear]] = None):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        heads: Optional[Mapping[str, nn.Linear]] = None,
+    ):
         super().__init__()
         self.backbone = backbone
         self.heads = nn.ModuleDict(heads or {})
@@ -97,11 +101,12 @@ class LinearHeads(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = self.backbone(x)[-1]
         if not isinstance(tokens, tuple):
-            tokens = (tokens, )
+            tokens = (tokens,)
         if not len(self.heads):
             return torch.cat(tokens, dim=-1)
-        logits = [head(token)
-                  for head, token in zip(self.heads.values(), tokens)]
+        logits = [
+            head(token) for head, token in zip(self.heads.values(), tokens)
+        ]
         return sum(logits) / len(logits)
 
 
@@ -110,31 +115,35 @@ def _importance(name: str, tp):
         return tp.importance.GroupTaylorImportance()
     if name == 'magnitude':
         return tp.importance.GroupMagnitudeImportance(p=2)
-    raise ValueError(f'unknown importance {name!r}; use one of '
-                     f'{IMPORTANCES}')
+    raise ValueError(f'unknown importance {name!r}; use one of {IMPORTANCES}')
 
 
-def _accumulate_taylor_gradients(model: LinearHeads,
-                                 calibration: Iterable) -> int:
+def _accumulate_taylor_gradients(
+    model: LinearHeads, calibration: Iterable
+) -> int:
     """Gradients of the classification loss for Taylor importance, summed
     over the calibration batches (images, or ``(images, labels)``; without
     labels the model's own top-1 predictions are the labels)."""
     if not len(model.heads):
-        raise ValueError('Taylor importance needs the classifier heads, and '
-                         'the checkpoint has none: use magnitude importance')
+        raise ValueError(
+            'Taylor importance needs the classifier heads, and '
+            'the checkpoint has none: use magnitude importance'
+        )
     model.zero_grad()
     batches = 0
     for batch in calibration:
-        images, labels = batch if isinstance(batch, (tuple, list)) else (
-            batch, None)
+        images, labels = (
+            batch if isinstance(batch, (tuple, list)) else (batch, None)
+        )
         logits = model(images)
         if labels is None:
             labels = logits.detach().argmax(dim=-1)
         F.cross_entropy(logits, labels).backward()
         batches += 1
     if not batches:
-        raise ValueError('Taylor importance needs at least one calibration '
-                         'batch')
+        raise ValueError(
+            'Taylor importance needs at least one calibration batch'
+        )
     return batches
 
 
@@ -146,13 +155,17 @@ class EmptiedAttention(ValueError):
 def _sync_attention(pruner, backbone: nn.Module) -> None:
     """Torch-Pruning prunes the tensors; the heads and head dimension an
     attention computes with are attributes, read back from the pruner."""
-    emptied = [index for index, block in enumerate(backbone.blocks)
-               if isinstance(block.attn, Attention) and
-               pruner.num_heads[block.attn.qkv] == 0]
+    emptied = [
+        index
+        for index, block in enumerate(backbone.blocks)
+        if isinstance(block.attn, Attention)
+        and pruner.num_heads[block.attn.qkv] == 0
+    ]
     if emptied:
         raise EmptiedAttention(
             f'width pruning removes every head of the attention of blocks '
-            f'{emptied}: prune less')
+            f'{emptied}: prune less'
+        )
     for block in backbone.blocks:
         attn = block.attn
         if isinstance(attn, Attention):
@@ -162,28 +175,48 @@ def _sync_attention(pruner, backbone: nn.Module) -> None:
             attn.scale = attn.head_dim**-0.5
 
 
-def _prune_once(tp, model: LinearHeads, imp, ratio: float, round_to: int,
-                example: torch.Tensor) -> None:
+def _prune_once(
+    tp,
+    model: LinearHeads,
+    imp,
+    ratio: float,
+    round_to: int,
+    example: torch.Tensor,
+) -> None:
     """Isomorphic global pruning of ``model`` (in place) at one channel
     ``ratio``, in one step; heads at that ratio, head dimensions at
     :data:`HEAD_DIM_RATIO_SHARE` of it, the classifier heads' outputs kept.
     """
     backbone = model.backbone
-    attentions = [block.attn for block in backbone.blocks
-                  if isinstance(block.attn, Attention)]
+    attentions = [
+        block.attn
+        for block in backbone.blocks
+        if isinstance(block.attn, Attention)
+    ]
     qkv_layers = tuple(attn.qkv for attn in attentions)
-    tokens = [p for p in (backbone.cls_token, backbone.dist_token,
-                          backbone.pos_embed) if p is not None]
+    tokens = [
+        p
+        for p in (backbone.cls_token, backbone.dist_token, backbone.pos_embed)
+        if p is not None
+    ]
     pruner = tp.pruner.MetaPruner(
-        model, example_inputs=example, importance=imp,
-        global_pruning=True, isomorphic=True, pruning_ratio=ratio,
+        model,
+        example_inputs=example,
+        importance=imp,
+        global_pruning=True,
+        isomorphic=True,
+        pruning_ratio=ratio,
         pruning_ratio_dict={qkv_layers: ratio * HEAD_DIM_RATIO_SHARE}
-        if qkv_layers else None,
+        if qkv_layers
+        else None,
         num_heads={attn.qkv: attn.num_heads for attn in attentions},
-        prune_num_heads=True, prune_head_dims=True,
+        prune_num_heads=True,
+        prune_head_dims=True,
         head_pruning_ratio=ratio,
         ignored_layers=list(model.heads.values()),
-        unwrapped_parameters=[(p, 2) for p in tokens], round_to=round_to)
+        unwrapped_parameters=[(p, 2) for p in tokens],
+        round_to=round_to,
+    )
     pruner.step()
     _sync_attention(pruner, backbone)
 
@@ -197,10 +230,13 @@ def _copy_with_gradients(model: nn.Module) -> nn.Module:
     return copy
 
 
-def _cost(model: nn.Module, example: torch.Tensor,
-          attention_products: bool = True) -> Tuple[int, int]:
-    return (count_macs(model, example, attention_products).total,
-            count_params(model))
+def _cost(
+    model: nn.Module, example: torch.Tensor, attention_products: bool = True
+) -> Tuple[int, int]:
+    return (
+        count_macs(model, example, attention_products).total,
+        count_params(model),
+    )
 
 
 def _input_stage(spec: PruneSpec, form: str) -> Optional[str]:
@@ -211,9 +247,13 @@ def _input_stage(spec: PruneSpec, form: str) -> Optional[str]:
     return None if spec.is_dense else f'depth-pruned ({form})'
 
 
-def pipeline_stages(backbone: nn.Module, heads: Mapping[str, nn.Linear],
-                    cost: Tuple[int, int], example: torch.Tensor,
-                    attention_products: bool = True) -> List[StageCost]:
+def pipeline_stages(
+    backbone: nn.Module,
+    heads: Mapping[str, nn.Linear],
+    cost: Tuple[int, int],
+    example: torch.Tensor,
+    attention_products: bool = True,
+) -> List[StageCost]:
     """The cost of ``backbone`` with its ``heads`` (``cost``: MACs and
     parameters, before width pruning), preceded, unless it is dense, by
     that of the dense network of its architecture with heads of the same
@@ -224,28 +264,41 @@ def pipeline_stages(backbone: nn.Module, heads: Mapping[str, nn.Linear],
         return [StageCost('dense', *cost)]
     dense = type(backbone).from_record(
         replace(record, spec=PruneSpec(record.spec.depth), form='pruned'),
-        **backbone._output_args())
-    dense_heads = {key: nn.Linear(dense.embed_dims, head.out_features,
-                                  bias=head.bias is not None)
-                   for key, head in heads.items()}
-    return [StageCost('dense', *_cost(LinearHeads(dense, dense_heads).eval(),
-                                      example, attention_products)),
-            StageCost(name, *cost)]
+        **backbone._output_args(),
+    )
+    dense_heads = {
+        key: nn.Linear(
+            dense.embed_dims, head.out_features, bias=head.bias is not None
+        )
+        for key, head in heads.items()
+    }
+    return [
+        StageCost(
+            'dense',
+            *_cost(
+                LinearHeads(dense, dense_heads).eval(),
+                example,
+                attention_products,
+            ),
+        ),
+        StageCost(name, *cost),
+    ]
 
 
-def prune_width(backbone: nn.Module,
-                heads: Optional[Mapping[str, nn.Linear]] = None,
-                target_macs: Optional[float] = None,
-                ratio: Optional[float] = None,
-                importance: str = 'taylor',
-                calibration: Optional[Iterable] = None,
-                max_ratio: float = 0.9,
-                search_steps: int = 10,
-                round_to: int = ROUND_TO,
-                check_batch: int = 2,
-                attention_products: bool = True,
-                logger: Optional[Callable[[str], None]] = None
-                ) -> WidthPruneResult:
+def prune_width(
+    backbone: nn.Module,
+    heads: Optional[Mapping[str, nn.Linear]] = None,
+    target_macs: Optional[float] = None,
+    ratio: Optional[float] = None,
+    importance: str = 'taylor',
+    calibration: Optional[Iterable] = None,
+    max_ratio: float = 0.9,
+    search_steps: int = 10,
+    round_to: int = ROUND_TO,
+    check_batch: int = 2,
+    attention_products: bool = True,
+    logger: Optional[Callable[[str], None]] = None,
+) -> WidthPruneResult:
     """Width-prune ``backbone`` (a pruned or merged HetDPTViT built with
     ``out_type='cls_token'``; it is pruned in place) and its linear
     ``heads`` (inputs only), to ``target_macs`` (of the whole classifier on
@@ -267,36 +320,53 @@ def prune_width(backbone: nn.Module,
     if ratio is not None and not 0 < ratio < 1:
         raise ValueError(f'the pruning ratio must be in (0, 1), got {ratio}')
     if not 0 < max_ratio < 1 or search_steps < 0:
-        raise ValueError(f'max_ratio must be in (0, 1) and search_steps >= '
-                         f'0, got {max_ratio} and {search_steps}')
+        raise ValueError(
+            f'max_ratio must be in (0, 1) and search_steps >= '
+            f'0, got {max_ratio} and {search_steps}'
+        )
     if backbone.form == 'gated':
-        raise ValueError('width pruning takes a pruned or merged network, '
-                         'not a gated (search) one: merge it first '
-                         '(tools/merge_ckpt.py)')
+        raise ValueError(
+            'width pruning takes a pruned or merged network, '
+            'not a gated (search) one: merge it first '
+            '(tools/merge_ckpt.py)'
+        )
     record = backbone.record()
     model = LinearHeads(backbone, heads).eval()
-    example = torch.randn(1, backbone._build_args['in_channels'],
-                          *backbone.img_size)
+    example = torch.randn(
+        1, backbone._build_args['in_channels'], *backbone.img_size
+    )
     macs_before, params_before = _cost(model, example, attention_products)
-    stages = pipeline_stages(backbone, dict(model.heads.items()),
-                             (macs_before, params_before), example,
-                             attention_products)
+    stages = pipeline_stages(
+        backbone,
+        dict(model.heads.items()),
+        (macs_before, params_before),
+        example,
+        attention_products,
+    )
     if target_macs is not None and target_macs >= macs_before:
-        raise ValueError(f'the model has {macs_before / 1e9:.3f} GMACs, '
-                         f'already at or below the target '
-                         f'{target_macs / 1e9:.3f} G')
-    check_input = torch.randn(check_batch, *example.shape[1:],
-                              generator=torch.Generator().manual_seed(0))
+        raise ValueError(
+            f'the model has {macs_before / 1e9:.3f} GMACs, '
+            f'already at or below the target '
+            f'{target_macs / 1e9:.3f} G'
+        )
+    check_input = torch.randn(
+        check_batch,
+        *example.shape[1:],
+        generator=torch.Generator().manual_seed(0),
+    )
 
     imp = _importance(importance, tp)
     if importance == 'taylor':
         if calibration is None:
-            raise ValueError('Taylor importance needs calibration images; '
-                             'give some, or use magnitude importance')
+            raise ValueError(
+                'Taylor importance needs calibration images; '
+                'give some, or use magnitude importance'
+            )
         _accumulate_taylor_gradients(model, calibration)
 
     trials = []
     if ratio is None:
+
         def far_enough(trial_ratio: float) -> bool:
             """Whether pruning at ``trial_ratio`` meets the target, or goes
             beyond it so far that an attention loses all its heads."""
@@ -310,16 +380,19 @@ def prune_width(backbone: nn.Module,
             macs, params = _cost(trial, example, attention_products)
             trials.append(WidthTrial(trial_ratio, macs, params))
             if logger is not None:
-                logger(f'width pruning at ratio {trial_ratio:.4f}: '
-                       f'{macs / 1e9:.3f} GMACs, {params / 1e6:.2f} M params')
+                logger(
+                    f'width pruning at ratio {trial_ratio:.4f}: '
+                    f'{macs / 1e9:.3f} GMACs, {params / 1e6:.2f} M params'
+                )
             return macs <= target_macs
 
         if not far_enough(max_ratio):
             raise ValueError(
                 f'the MACs target {target_macs / 1e9:.3f} G is not reached '
                 f'at the largest pruning ratio {max_ratio} '
-                f'({trials[-1].macs / 1e9:.3f} G): raise max_ratio')
-        low, ratio = 0., max_ratio
+                f'({trials[-1].macs / 1e9:.3f} G): raise max_ratio'
+            )
+        low, ratio = 0.0, max_ratio
         for _ in range(search_steps):
             middle = (low + ratio) / 2
             if far_enough(middle):
@@ -331,20 +404,30 @@ def prune_width(backbone: nn.Module,
     model.zero_grad(set_to_none=True)
     stages.append(StageCost('width-pruned', macs_after, params_after))
 
-    new_record = replace(record, spec=record.spec.with_widths(
-        read_widths(backbone)))
-    rebuilt = type(backbone).from_record(new_record,
-                                         **backbone._output_args())
-    state = {k: v.detach() for k, v in backbone.state_dict().items()
-             if k != EXTRA_STATE_KEY}
+    new_record = replace(
+        record, spec=record.spec.with_widths(read_widths(backbone))
+    )
+    rebuilt = type(backbone).from_record(new_record, **backbone._output_args())
+    state = {
+        k: v.detach()
+        for k, v in backbone.state_dict().items()
+        if k != EXTRA_STATE_KEY
+    }
     rebuilt.load_state_dict(with_record(state, new_record))
     rebuilt_model = LinearHeads(rebuilt, dict(model.heads.items())).eval()
     with torch.no_grad():
         error = (model(check_input) - rebuilt_model(check_input)).abs().max()
     return WidthPruneResult(
-        backbone=rebuilt, heads=dict(model.heads.items()),
-        record=new_record, macs_before=macs_before,
-        params_before=params_before, macs_after=macs_after,
-        params_after=params_after, ratio=ratio, trials=trials,
-        rebuild_error=float(error), stages=stages,
-        attention_products=attention_products)
+        backbone=rebuilt,
+        heads=dict(model.heads.items()),
+        record=new_record,
+        macs_before=macs_before,
+        params_before=params_before,
+        macs_after=macs_after,
+        params_after=params_after,
+        ratio=ratio,
+        trials=trials,
+        rebuild_error=float(error),
+        stages=stages,
+        attention_products=attention_products,
+    )

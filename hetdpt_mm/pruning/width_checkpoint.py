@@ -2,6 +2,7 @@
 backbone of a file of any layout and the inputs of its classifier heads
 pruned by :func:`~hetdpt_mm.pruning.width.prune_width`, written back into
 the checkpoint with the record that carries the widths."""
+
 from collections import OrderedDict
 from dataclasses import replace
 from typing import Dict, Mapping, Optional, Tuple
@@ -24,8 +25,9 @@ from .width_result import WidthPruneResult
 WIDTH_META_KEY = 'hetdpt_width'
 
 
-def linear_heads(tensors: Mapping[str, Mapping[str, torch.Tensor]]
-                 ) -> Dict[str, nn.Linear]:
+def linear_heads(
+    tensors: Mapping[str, Mapping[str, torch.Tensor]],
+) -> Dict[str, nn.Linear]:
     """``nn.Linear`` heads holding a checkpoint's head tensors
     (:func:`~hetdpt_mm.backbone_checkpoint.read_classifier_heads`)."""
     heads = {}
@@ -37,10 +39,13 @@ def linear_heads(tensors: Mapping[str, Mapping[str, torch.Tensor]]
     return heads
 
 
-def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
-                           arch: Optional[Mapping] = None,
-                           source: str = 'checkpoint', **options
-                           ) -> Tuple[Dict, WidthPruneResult]:
+def prune_width_checkpoint(
+    checkpoint: Mapping,
+    prefix: Optional[str] = None,
+    arch: Optional[Mapping] = None,
+    source: str = 'checkpoint',
+    **options,
+) -> Tuple[Dict, WidthPruneResult]:
     """Width-prune the HetDPTViT backbone of a checkpoint (any layout
     :func:`~hetdpt_mm.backbone_checkpoint.read_backbone_checkpoint` reads,
     merged, pruned or dense) and the inputs of its classifier heads, with
@@ -54,64 +59,85 @@ def prune_width_checkpoint(checkpoint: Mapping, prefix: Optional[str] = None,
     modified.
     """
     from ..merge import parse_arch
+
     loaded = read_backbone_checkpoint(checkpoint, source, prefix)
     record, state_dict = loaded.record, loaded.state_dict
     if record.form == 'gated':
-        raise ValueError(f'{source} holds a gated (search) network: merge it '
-                         'first (tools/merge_ckpt.py), then prune its width')
+        raise ValueError(
+            f'{source} holds a gated (search) network: merge it '
+            'first (tools/merge_ckpt.py), then prune its width'
+        )
     if record.act_unknown:
-        raise ValueError(f'{source} lacks attention weights but has no HetDPT '
-                         'record, so its removed GELUs are unknown: merge it '
-                         'with --spec first (tools/merge_ckpt.py)')
+        raise ValueError(
+            f'{source} lacks attention weights but has no HetDPT '
+            'record, so its removed GELUs are unknown: merge it '
+            'with --spec first (tools/merge_ckpt.py)'
+        )
     family = loaded.family
     if not family.WIDTH_PRUNABLE:
-        supported = sorted(name for name, cls in FAMILIES.items()
-                           if cls.WIDTH_PRUNABLE)
+        supported = sorted(
+            name for name, cls in FAMILIES.items() if cls.WIDTH_PRUNABLE
+        )
         raise ValueError(
             f'{source} holds a {record.family} backbone; HetDPT+ width '
             f'pruning supports {supported} backbones only '
-            '(docs/user_guides/hetdpt_plus.md)')
+            '(docs/user_guides/hetdpt_plus.md)'
+        )
     if record.arch is None or arch is not None:
         build_args = family.build_args_from_tensors(
-            loaded.state, parse_arch(arch) if arch is not None else None)
+            loaded.state, parse_arch(arch) if arch is not None else None
+        )
         record = replace(record, arch=build_args)
     backbone = family.from_record(record, out_type='cls_token')
     own = backbone.state_dict()
-    backbone.load_state_dict(with_record(
-        {k: v for k, v in loaded.state.items() if k in own}, record))
+    backbone.load_state_dict(
+        with_record(
+            {k: v for k, v in loaded.state.items() if k in own}, record
+        )
+    )
 
     head_prefixes = classifier_head_prefixes(state_dict)
-    heads = linear_heads(read_classifier_heads(checkpoint, source)) \
-        if head_prefixes else {}
+    heads = (
+        linear_heads(read_classifier_heads(checkpoint, source))
+        if head_prefixes
+        else {}
+    )
     result = prune_width(backbone, heads, **options)
 
     prefix, teacher = record.prefix, record.teacher_prefix
-    head_tensors = {head + k: v.detach()
-                    for name, head in head_prefixes.items()
-                    for k, v in result.heads[name].state_dict().items()}
-    backbone_state = with_record(result.backbone.state_dict(),
-                                 result.record)
+    head_tensors = {
+        head + k: v.detach()
+        for name, head in head_prefixes.items()
+        for k, v in result.heads[name].state_dict().items()
+    }
+    backbone_state = with_record(result.backbone.state_dict(), result.record)
     out_state, written = OrderedDict(), False
     for key, value in state_dict.items():
-        relative = key[len(prefix):] if key.startswith(prefix) else None
+        relative = key[len(prefix) :] if key.startswith(prefix) else None
         if teacher and key.startswith(teacher):
             continue
         if key in head_tensors:
             out_state[key] = head_tensors[key]
         elif key.endswith(EXTRA_STATE_KEY) and (
-                relative == EXTRA_STATE_KEY or teacher):
+            relative == EXTRA_STATE_KEY or teacher
+        ):
             continue  # rewritten with the backbone, or the teacher's
         elif relative in loaded.layout_keys:
             if not written:
-                out_state.update((prefix + k, v)
-                                 for k, v in backbone_state.items())
+                out_state.update(
+                    (prefix + k, v) for k, v in backbone_state.items()
+                )
                 written = True
         else:
             out_state[key] = value
-    meta = checkpoint.get('meta') if isinstance(checkpoint.get('meta'),
-                                                Mapping) else {}
-    out_meta = {k: v for k, v in meta.items()
-                if k not in (META_KEY, WIDTH_META_KEY)}
+    meta = (
+        checkpoint.get('meta')
+        if isinstance(checkpoint.get('meta'), Mapping)
+        else {}
+    )
+    out_meta = {
+        k: v for k, v in meta.items() if k not in (META_KEY, WIDTH_META_KEY)
+    }
     out_meta[META_KEY] = replace(result.record, prefix=prefix).to_dict()
     out_meta[WIDTH_META_KEY] = result.report()
     return {'state_dict': out_state, 'meta': out_meta}, result

@@ -2,6 +2,7 @@
 benchmark compares, and the machine they run on (the program:
 :mod:`hetdpt_mm.apis.benchmark`; MACs and parameters:
 :mod:`hetdpt_mm.analysis`)."""
+
 from .builders import (
     AUTHORS_SPEC,
     BACKBONE_VARIANTS,

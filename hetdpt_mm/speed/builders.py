@@ -1,6 +1,7 @@
 """The models the benchmark compares: the dense, pruned and merged forms of
 a backbone, the stock and HetDPT dense-prediction models, their test
 batches (MACs and parameters: :mod:`hetdpt_mm.analysis`)."""
+
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
@@ -17,32 +18,39 @@ from ..registry import get_family
 from ..spec import ACT, ATTN, PruneSpec
 
 #: The authors' reference DeiT-B model ("10 layers", METHOD.md section 1).
-AUTHORS_SPEC = PruneSpec(12, attn_removed=(0, 3, 7, 8, 11),
-                         act_removed=(2, 7, 8, 10, 11))
+AUTHORS_SPEC = PruneSpec(
+    12, attn_removed=(0, 3, 7, 8, 11), act_removed=(2, 7, 8, 10, 11)
+)
 #: The forms of one backbone that ``tools/benchmark.py backbone`` compares.
 BACKBONE_VARIANTS = ('dense', 'pruned', 'merged')
 #: The stock OpenMMLab configs the dense-prediction comparisons start from.
 STOCK_CONFIGS = {
     'detr': 'mmdet::detr/detr_r50_8xb2-150e_coco.py',
-    'upernet': ('mmseg::vit/'
-                'vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'),
+    'upernet': (
+        'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
+    ),
 }
 
 
 def gate_modules(model: nn.Module) -> List[str]:
     """Names of the straight-through gates in ``model`` (none when merged)."""
-    return [name for name, module in model.named_modules()
-            if isinstance(module, StraightThroughGate)]
+    return [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, StraightThroughGate)
+    ]
 
 
 # ---------------------------------------------------------------- backbones
-def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
-                            spec=AUTHORS_SPEC,
-                            variants: Sequence[str] = BACKBONE_VARIANTS,
-                            checkpoint: Optional[str] = None,
-                            prefix: Optional[str] = None,
-                            family: str = 'vit',
-                            **backbone_args) -> Dict[str, HetDPTBackbone]:
+def build_backbone_variants(
+    arch: Union[str, Mapping] = 'deit-base',
+    spec=AUTHORS_SPEC,
+    variants: Sequence[str] = BACKBONE_VARIANTS,
+    checkpoint: Optional[str] = None,
+    prefix: Optional[str] = None,
+    family: str = 'vit',
+    **backbone_args,
+) -> Dict[str, HetDPTBackbone]:
     """The dense, pruned (unmerged) and merged forms of one backbone of
     ``family`` (``'vit'``, ``'swin'``), in eval mode, in ``variants`` order.
 
@@ -57,22 +65,24 @@ def build_backbone_variants(arch: Union[str, Mapping] = 'deit-base',
     """
     unknown = [v for v in variants if v not in BACKBONE_VARIANTS]
     if unknown:
-        raise ValueError(f'unknown variants {unknown}; choose from '
-                         f'{BACKBONE_VARIANTS}')
+        raise ValueError(
+            f'unknown variants {unknown}; choose from {BACKBONE_VARIANTS}'
+        )
     structure = dict(arch=arch)
     pruned_args = dict(prune_spec=spec)
     stored_form = None
     backbone_class = get_family(family)
     if checkpoint is not None:
-        record = load_backbone_checkpoint(checkpoint, prefix,
-                                          mmap=True).record
+        record = load_backbone_checkpoint(checkpoint, prefix, mmap=True).record
         backbone_class = get_family(record.family)
         stored_form = record.form
         structure = dict(record.arch or structure)
         pruned_args = dict(
-            init_cfg=dict(type='Pretrained', checkpoint=checkpoint,
-                          prefix=prefix),
-            prune_spec=spec if record.act_unknown else None)
+            init_cfg=dict(
+                type='Pretrained', checkpoint=checkpoint, prefix=prefix
+            ),
+            prune_spec=spec if record.act_unknown else None,
+        )
     structure.update(backbone_args)
     if 'pruned' in variants or stored_form != 'merged':
         # A width-pruned merged file (HetDPT+) has no unmerged form.
@@ -101,9 +111,11 @@ def stock_config(task: str) -> Config:
     """The stock mmdet / mmseg config of ``task`` (``'detr'`` or
     ``'upernet'``), without pretrained weights."""
     if task not in STOCK_CONFIGS:
-        raise ValueError(f'unknown task {task!r}; choose from '
-                         f'{sorted(STOCK_CONFIGS)}')
+        raise ValueError(
+            f'unknown task {task!r}; choose from {sorted(STOCK_CONFIGS)}'
+        )
     from mmengine.hub import get_config
+
     cfg = get_config(STOCK_CONFIGS[task])
     cfg.model.pop('pretrained', None)
     if task == 'detr':
@@ -111,11 +123,15 @@ def stock_config(task: str) -> Config:
     return cfg
 
 
-def hetdpt_config(task: str, arch: Union[str, Mapping] = 'deit-base',
-                  spec=AUTHORS_SPEC, merged: bool = True,
-                  img_size: Sequence[int] = (224, 224),
-                  distilled: bool = True,
-                  token_merge: Optional[int] = None) -> Config:
+def hetdpt_config(
+    task: str,
+    arch: Union[str, Mapping] = 'deit-base',
+    spec=AUTHORS_SPEC,
+    merged: bool = True,
+    img_size: Sequence[int] = (224, 224),
+    distilled: bool = True,
+    token_merge: Optional[int] = None,
+) -> Config:
     """The stock config of ``task`` with its backbone replaced by
     :class:`HetDPTViT` (``spec=None``: dense; ``token_merge``: ToMe's r),
     random weights; what
@@ -126,23 +142,32 @@ def hetdpt_config(task: str, arch: Union[str, Mapping] = 'deit-base',
     settings = resolve_arch(arch)
     embed_dims = settings['embed_dims']
     depth = settings['num_layers']
-    backbone = dict(type='HetDPTViT', arch=arch, img_size=tuple(img_size),
-                    patch_size=16, distilled=distilled, out_type='featmap',
-                    prune_spec=None if spec is None else
-                    PruneSpec.coerce(spec, depth).to_dict(),
-                    merged=merged and spec is not None)
+    backbone = dict(
+        type='HetDPTViT',
+        arch=arch,
+        img_size=tuple(img_size),
+        patch_size=16,
+        distilled=distilled,
+        out_type='featmap',
+        prune_spec=None
+        if spec is None
+        else PruneSpec.coerce(spec, depth).to_dict(),
+        merged=merged and spec is not None,
+    )
     if token_merge is not None:
         backbone['token_merge'] = dict(r=token_merge)
     if task == 'detr':
-        backbone.update(out_indices=(depth - 1, ))
+        backbone.update(out_indices=(depth - 1,))
         cfg.model.type = 'FusedAttentionDETR'
         cfg.model.backbone = backbone
         cfg.model.neck.in_channels = [embed_dims]
     else:
         # mmseg's (2, 5, 8, 11) for 12 blocks: the end of each quarter.
-        backbone.update(out_indices=tuple(depth * k // 4 - 1
-                                          for k in (1, 2, 3, 4)),
-                        final_norm=False, interpolate_mode='bicubic')
+        backbone.update(
+            out_indices=tuple(depth * k // 4 - 1 for k in (1, 2, 3, 4)),
+            final_norm=False,
+            interpolate_mode='bicubic',
+        )
         cfg.model.backbone = backbone
         # The neck maps to its own out_channels: the heads stay as they are.
         cfg.model.neck.in_channels = [embed_dims] * 4
@@ -156,38 +181,64 @@ def build_from_config(cfg: Config) -> nn.Module:
     scope = cfg.get('default_scope', 'mmengine')
     if cfg.get('custom_imports'):
         from mmengine.utils import import_modules_from_strings
+
         import_modules_from_strings(**cfg['custom_imports'])
     with DefaultScope.overwrite_default_scope(scope):
         model = MODELS.build(cfg.model)
     return revert_sync_batchnorm(model).eval()
 
 
-def make_test_batch(scope: str, batch_size: int,
-                    img_size: Sequence[int]) -> Dict[str, list]:
+def make_test_batch(
+    scope: str, batch_size: int, img_size: Sequence[int]
+) -> Dict[str, list]:
     """A ``test_step`` batch of random uint8 images of ``img_size`` with the
     data samples of the toolbox ``scope`` (mmdet, mmseg or mmpretrain)."""
     height, width = img_size
     shape = (height, width)
     if scope == 'mmdet':
         from mmdet.structures import DetDataSample
-        samples = [DetDataSample(metainfo=dict(
-            img_shape=shape, ori_shape=shape, scale_factor=(1., 1.)))
-                   for _ in range(batch_size)]
+
+        samples = [
+            DetDataSample(
+                metainfo=dict(
+                    img_shape=shape, ori_shape=shape, scale_factor=(1.0, 1.0)
+                )
+            )
+            for _ in range(batch_size)
+        ]
     elif scope == 'mmseg':
         from mmseg.structures import SegDataSample
-        samples = [SegDataSample(metainfo=dict(
-            img_shape=shape, ori_shape=shape, pad_shape=shape,
-            padding_size=[0, 0, 0, 0])) for _ in range(batch_size)]
+
+        samples = [
+            SegDataSample(
+                metainfo=dict(
+                    img_shape=shape,
+                    ori_shape=shape,
+                    pad_shape=shape,
+                    padding_size=[0, 0, 0, 0],
+                )
+            )
+            for _ in range(batch_size)
+        ]
     elif scope == 'mmpretrain':
         from mmpretrain.structures import DataSample
-        samples = [DataSample(metainfo=dict(img_shape=shape))
-                   for _ in range(batch_size)]
+
+        samples = [
+            DataSample(metainfo=dict(img_shape=shape))
+            for _ in range(batch_size)
+        ]
     else:
-        raise ValueError(f'cannot make test data for a model of scope '
-                         f'{scope!r}; expected mmdet, mmseg or mmpretrain')
+        raise ValueError(
+            f'cannot make test data for a model of scope '
+            f'{scope!r}; expected mmdet, mmseg or mmpretrain'
+        )
     generator = torch.Generator().manual_seed(0)
-    images = [torch.randint(0, 256, (3, height, width), dtype=torch.uint8,
-                            generator=generator) for _ in range(batch_size)]
+    images = [
+        torch.randint(
+            0, 256, (3, height, width), dtype=torch.uint8, generator=generator
+        )
+        for _ in range(batch_size)
+    ]
     return dict(inputs=images, data_samples=samples)
 
 
@@ -206,5 +257,7 @@ class TensorForward(nn.Module):
 
 def spec_text(spec: PruneSpec) -> str:
     """``attn 0,3 / act 2,7`` for tables."""
-    return (f'attn {",".join(map(str, spec.removed(ATTN))) or "-"} / '
-            f'act {",".join(map(str, spec.removed(ACT))) or "-"}')
+    return (
+        f'attn {",".join(map(str, spec.removed(ATTN))) or "-"} / '
+        f'act {",".join(map(str, spec.removed(ACT))) or "-"}'
+    )

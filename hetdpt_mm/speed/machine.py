@@ -1,5 +1,6 @@
 """The machine a measurement runs on: what it is, and glibc's malloc
 tuned so that batches do not page-fault their tensors in again."""
+
 import ctypes
 import os
 import platform
@@ -28,12 +29,15 @@ def keep_freed_memory() -> None:
     recommends for inference, do not.
     """
     if not glibc_malloc():
-        raise RuntimeError('keeping freed memory needs glibc\'s malloc')
+        raise RuntimeError("keeping freed memory needs glibc's malloc")
     libc = ctypes.CDLL(None)
-    if not (libc.mallopt(M_MMAP_MAX, 0)
-            and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)):
-        raise RuntimeError('glibc refused mallopt(M_MMAP_MAX / '
-                           'M_TRIM_THRESHOLD)')
+    if not (
+        libc.mallopt(M_MMAP_MAX, 0)
+        and libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+    ):
+        raise RuntimeError(
+            'glibc refused mallopt(M_MMAP_MAX / M_TRIM_THRESHOLD)'
+        )
 
 
 def machine_info(device: Union[str, torch.device] = 'cpu') -> Dict[str, Any]:
@@ -47,9 +51,13 @@ def machine_info(device: Union[str, torch.device] = 'cpu') -> Dict[str, Any]:
                     break
     except OSError:
         pass
-    info = dict(cpu=cpu, logical_cores=os.cpu_count(),
-                torch=torch.__version__, threads=torch.get_num_threads(),
-                device=str(device))
+    info = dict(
+        cpu=cpu,
+        logical_cores=os.cpu_count(),
+        torch=torch.__version__,
+        threads=torch.get_num_threads(),
+        device=str(device),
+    )
     if hasattr(os, 'getloadavg'):
         info['loadavg'] = [round(v, 2) for v in os.getloadavg()]
     if torch.device(device).type == 'cuda':

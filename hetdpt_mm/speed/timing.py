@@ -5,6 +5,7 @@ a rotating order, so that a change of machine load during the run hits all
 models alike; medians over repeats are reported with their spread, and
 speedups also per repeat (paired), which cancels most of the load drift.
 """
+
 import contextlib
 import statistics
 import time
@@ -18,6 +19,7 @@ from mmengine.logging import print_log
 @dataclass
 class TimingStats:
     """Seconds per batch of each repeat, and summaries of them."""
+
     seconds: List[float]
     batch_size: int
 
@@ -29,8 +31,7 @@ class TimingStats:
     def quartiles(self) -> Tuple[float, float]:
         if len(self.seconds) < 2:
             return self.seconds[0], self.seconds[0]
-        q1, _, q3 = statistics.quantiles(self.seconds, n=4,
-                                         method='inclusive')
+        q1, _, q3 = statistics.quantiles(self.seconds, n=4, method='inclusive')
         return q1, q3
 
     @property
@@ -40,11 +41,16 @@ class TimingStats:
 
     def to_dict(self) -> Dict[str, Any]:
         q1, q3 = self.quartiles
-        return dict(batch_size=self.batch_size, seconds=self.seconds,
-                    median_ms=1e3 * self.median,
-                    min_ms=1e3 * min(self.seconds),
-                    max_ms=1e3 * max(self.seconds), q1_ms=1e3 * q1,
-                    q3_ms=1e3 * q3, throughput=self.throughput)
+        return dict(
+            batch_size=self.batch_size,
+            seconds=self.seconds,
+            median_ms=1e3 * self.median,
+            min_ms=1e3 * min(self.seconds),
+            max_ms=1e3 * max(self.seconds),
+            q1_ms=1e3 * q1,
+            q3_ms=1e3 * q3,
+            throughput=self.throughput,
+        )
 
 
 def synchronize(device: Union[str, torch.device]) -> None:
@@ -68,8 +74,10 @@ def rotations(names: Sequence[str], repeats: int) -> List[List[str]]:
     """The measuring order of each repeat: ``names`` rotated by one each
     time, so every model runs first (and after every other) equally often."""
     names = list(names)
-    return [names[r % len(names):] + names[:r % len(names)]
-            for r in range(repeats)]
+    return [
+        names[r % len(names) :] + names[: r % len(names)]
+        for r in range(repeats)
+    ]
 
 
 #: Clocks :func:`time_runs` can read: elapsed time, or the CPU time of this
@@ -77,11 +85,17 @@ def rotations(names: Sequence[str], repeats: int) -> List[List[str]]:
 CLOCKS = {'wall': time.perf_counter, 'process': time.process_time}
 
 
-def time_runs(runs: Mapping[str, Callable[[], Any]], batch_size: int,
-              repeats: int = 5, warmup: int = 1, iters: int = 1,
-              device: Union[str, torch.device] = 'cpu', dtype: str = 'fp32',
-              clock: str = 'wall',
-              logger: str = 'current') -> Dict[str, TimingStats]:
+def time_runs(
+    runs: Mapping[str, Callable[[], Any]],
+    batch_size: int,
+    repeats: int = 5,
+    warmup: int = 1,
+    iters: int = 1,
+    device: Union[str, torch.device] = 'cpu',
+    dtype: str = 'fp32',
+    clock: str = 'wall',
+    logger: str = 'current',
+) -> Dict[str, TimingStats]:
     """Time each callable (one batch per call) in alternating order.
 
     Every repeat measures each run once as the mean of ``iters`` calls,
@@ -93,14 +107,19 @@ def time_runs(runs: Mapping[str, Callable[[], Any]], batch_size: int,
     without the time spent waiting for a core.
     """
     if repeats < 1 or iters < 1 or warmup < 0:
-        raise ValueError('repeats and iters must be >= 1 and warmup >= 0, '
-                         f'got {repeats}, {iters}, {warmup}')
+        raise ValueError(
+            'repeats and iters must be >= 1 and warmup >= 0, '
+            f'got {repeats}, {iters}, {warmup}'
+        )
     if clock not in CLOCKS:
-        raise ValueError(f'unknown clock {clock!r}; use one of '
-                         f'{sorted(CLOCKS)}')
+        raise ValueError(
+            f'unknown clock {clock!r}; use one of {sorted(CLOCKS)}'
+        )
     if clock == 'process' and torch.device(device).type != 'cpu':
-        raise ValueError('clock="process" measures CPU work; on '
-                         f'{device} use the wall clock')
+        raise ValueError(
+            'clock="process" measures CPU work; on '
+            f'{device} use the wall clock'
+        )
     now = CLOCKS[clock]
     seconds: Dict[str, List[float]] = {name: [] for name in runs}
     with torch.inference_mode(), autocast(device, dtype):
@@ -115,11 +134,18 @@ def time_runs(runs: Mapping[str, Callable[[], Any]], batch_size: int,
                     runs[name]()
                 synchronize(device)
                 seconds[name].append((now() - start) / iters)
-            print_log(f'repeat {repeat + 1}/{repeats}: ' + ', '.join(
-                f'{name} {1e3 * seconds[name][-1]:.1f} ms' for name in order),
-                      logger=logger)
-    return {name: TimingStats(values, batch_size)
-            for name, values in seconds.items()}
+            print_log(
+                f'repeat {repeat + 1}/{repeats}: '
+                + ', '.join(
+                    f'{name} {1e3 * seconds[name][-1]:.1f} ms'
+                    for name in order
+                ),
+                logger=logger,
+            )
+    return {
+        name: TimingStats(values, batch_size)
+        for name, values in seconds.items()
+    }
 
 
 def paired_speedups(baseline: TimingStats, other: TimingStats) -> List[float]:

@@ -25,9 +25,11 @@ model = dict(
         patch_size=16,
         distilled=True,  # HetDPT fine-tunes the distilled DeiTs
         out_type='featmap',
-        out_indices=(11, ),  # the last of DeiT-B's or DeiT-S's 12 blocks
+        out_indices=(11,),  # the last of DeiT-B's or DeiT-S's 12 blocks
         drop_path_rate=0.1,
         # A pruned classification checkpoint in any form: merged
         # (MergeCheckpointHook or tools/merge_ckpt.py), pruned, or a gated
         # training checkpoint; or a dense DeiT for the baselines.
-        init_cfg=dict(type='Pretrained')))
+        init_cfg=dict(type='Pretrained'),
+    ),
+)

@@ -11,8 +11,9 @@
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 
 # https://dl.fbaipublicfiles.com/deit/deit_base_distilled_patch16_224-df68dfff.pth
-pretrained_checkpoint = \
+pretrained_checkpoint = (
     'checkpoints/deit_base_distilled_patch16_224-df68dfff.pth'
+)
 
 model = dict(
     type='ImageClassifier',
@@ -23,21 +24,28 @@ model = dict(
         patch_size=16,
         distilled=True,  # (cls, dist) tokens for DeiTClsHead
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint)),
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained_checkpoint),
+    ),
     neck=None,
     head=dict(
         type='DeiTClsHead',
         num_classes=1000,
         in_channels=768,
-        loss=dict(type='LabelSmoothLoss', label_smooth_val=0.1,
-                  mode='original'),
-        init_cfg=dict(type='PretrainedHeads',
-                      checkpoint=pretrained_checkpoint)),
+        loss=dict(
+            type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'
+        ),
+        init_cfg=dict(
+            type='PretrainedHeads', checkpoint=pretrained_checkpoint
+        ),
+    ),
     init_cfg=[
-        dict(type='TruncNormal', layer='Linear', std=.02),
-        dict(type='Constant', layer='LayerNorm', val=1., bias=0.),
+        dict(type='TruncNormal', layer='Linear', std=0.02),
+        dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0),
     ],
-    train_cfg=dict(augments=[
-        dict(type='Mixup', alpha=0.8),
-        dict(type='CutMix', alpha=1.0),
-    ]))
+    train_cfg=dict(
+        augments=[
+            dict(type='Mixup', alpha=0.8),
+            dict(type='CutMix', alpha=1.0),
+        ]
+    ),
+)

@@ -32,4 +32,6 @@ model = dict(
         # A pruned classification checkpoint in any form: merged
         # (MergeCheckpointHook or tools/merge_ckpt.py), pruned, or a gated
         # training checkpoint; or a dense DeiT for the baselines.
-        init_cfg=dict(type='Pretrained')))
+        init_cfg=dict(type='Pretrained'),
+    ),
+)

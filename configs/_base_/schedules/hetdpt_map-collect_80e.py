@@ -13,9 +13,11 @@ num_steps = 8  # points after the starting one
 # The hook evaluates after every step; the loop's own validation never runs.
 train_cfg = dict(max_epochs=interval * num_steps, val_begin=1_000_000)
 custom_hooks = [
-    dict(type='MAPCollectHook',
-         schedule='interleaved',  # 'attn' | 'act' | 'interleaved'
-         interval=interval,
-         max_removed=num_steps,
-         calib_images=1024)  # training images for the TE score
+    dict(
+        type='MAPCollectHook',
+        schedule='interleaved',  # 'attn' | 'act' | 'interleaved'
+        interval=interval,
+        max_removed=num_steps,
+        calib_images=1024,
+    )  # training images for the TE score
 ]

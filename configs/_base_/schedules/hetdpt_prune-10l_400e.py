@@ -13,7 +13,11 @@ map_points = '{{ fileDirname }}/../../../tests/data/map_points_paper.csv'
 budget = 10
 
 custom_hooks = [
-    dict(type='HetDPTPruneHook', map_points=map_points, budget=budget,
-         schedule='progressive'),  # stages=None: the authors' 3, 5, 7, ...
+    dict(
+        type='HetDPTPruneHook',
+        map_points=map_points,
+        budget=budget,
+        schedule='progressive',
+    ),  # stages=None: the authors' 3, 5, 7, ...
     dict(type='MergeCheckpointHook'),
 ]

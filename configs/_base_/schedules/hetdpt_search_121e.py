@@ -9,9 +9,11 @@
 _base_ = './no-decay_deit.py'
 
 optim_wrapper = dict(
-    optimizer=dict(type='AdamW', lr=1e-5, weight_decay=0.05, eps=1e-8,
-                   betas=(0.9, 0.999)),
-    paramwise_cfg=dict(custom_keys={'hetdpt_score': dict(decay_mult=0.0)}))
+    optimizer=dict(
+        type='AdamW', lr=1e-5, weight_decay=0.05, eps=1e-8, betas=(0.9, 0.999)
+    ),
+    paramwise_cfg=dict(custom_keys={'hetdpt_score': dict(decay_mult=0.0)}),
+)
 param_scheduler = [
     dict(type='ConstantLR', factor=0.1, by_epoch=True, begin=0, end=1),
 ]

@@ -14,6 +14,8 @@ optim_wrapper = dict(
             # HetDPT's learned layer importances (gated runs) are never
             # decayed (METHOD.md §3).
             'hetdpt_score': dict(decay_mult=0.0),
-        }),
-    clip_grad=dict(max_norm=5.0))
+        }
+    ),
+    clip_grad=dict(max_norm=5.0),
+)
 train_cfg = dict(max_epochs=400)

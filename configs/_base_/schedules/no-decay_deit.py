@@ -3,4 +3,5 @@
 _base_ = './no-decay_vit.py'
 
 optim_wrapper = dict(
-    paramwise_cfg=dict(custom_keys={'.dist_token': dict(decay_mult=0.0)}))
+    paramwise_cfg=dict(custom_keys={'.dist_token': dict(decay_mult=0.0)})
+)

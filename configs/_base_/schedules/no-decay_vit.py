@@ -8,4 +8,6 @@ optim_wrapper = dict(
         custom_keys={
             '.cls_token': dict(decay_mult=0.0),
             '.pos_embed': dict(decay_mult=0.0),
-        }))
+        },
+    )
+)

@@ -60,6 +60,7 @@ work dir; ``--resume`` continues one instead, skipping its finished stages.
 schedules (minutes; its accuracies mean nothing).  See
 docs/user_guides/demo.md.
 """
+
 from .pipeline import Demo
 from .settings import (
     DEFAULT_DATA_ROOT,
@@ -71,5 +72,13 @@ from .settings import (
     Settings,
 )
 
-__all__ = ['DEFAULT_DATA_ROOT', 'FULL', 'QUICK', 'Demo', 'DemoError',
-           'DemoInputError', 'DemoOptions', 'Settings']
+__all__ = [
+    'DEFAULT_DATA_ROOT',
+    'FULL',
+    'QUICK',
+    'Demo',
+    'DemoError',
+    'DemoInputError',
+    'DemoOptions',
+    'Settings',
+]

@@ -1,5 +1,6 @@
 """Small pieces the demo's stages share: command-line options, hook
 configs, reading run outputs, machine facts."""
+
 import pprint
 import resource
 from pathlib import Path
@@ -14,14 +15,17 @@ from ..demo_results import BenchmarkModel, BenchmarkRun
 from .settings import CLS_DATA, DemoError
 
 
-def classifier_schedule_options(epochs: Optional[int],
-                                train_images: Optional[int]) -> List[str]:
+def classifier_schedule_options(
+    epochs: Optional[int], train_images: Optional[int]
+) -> List[str]:
     """``--cfg-options`` that shorten a classifier run (``None``: keep the
     config's value); validation runs once, at the end."""
     options = []
     if epochs is not None:
-        options += [f'train_cfg.max_epochs={epochs}',
-                    f'train_cfg.val_interval={epochs}']
+        options += [
+            f'train_cfg.max_epochs={epochs}',
+            f'train_cfg.val_interval={epochs}',
+        ]
     if train_images is not None:
         options.append(f'train_dataloader.dataset.indices={train_images}')
     return options
@@ -31,13 +35,19 @@ def last_checkpoint(work_dir: Path) -> Path:
     """The checkpoint MMEngine saved last in ``work_dir``."""
     marker = work_dir / 'last_checkpoint'
     if not marker.is_file():
-        raise DemoError(f'no checkpoint was saved in {work_dir} '
-                        f'({marker} is missing)')
+        raise DemoError(
+            f'no checkpoint was saved in {work_dir} ({marker} is missing)'
+        )
     return Path(marker.read_text().strip())
 
 
-def write_hook_config(base: Path, hook_type: str, options: Mapping[str, Any],
-                      path: Path, unset: Sequence[str] = ()) -> None:
+def write_hook_config(
+    base: Path,
+    hook_type: str,
+    options: Mapping[str, Any],
+    path: Path,
+    unset: Sequence[str] = (),
+) -> None:
     """Write a config to ``path`` that inherits ``base`` and gives its one
     ``hook_type`` hook ``options`` (and drops its keys ``unset``).
 
@@ -48,32 +58,45 @@ def write_hook_config(base: Path, hook_type: str, options: Mapping[str, Any],
     hooks = [hook.to_dict() for hook in Config.fromfile(base).custom_hooks]
     matching = [hook for hook in hooks if hook['type'] == hook_type]
     if len(matching) != 1:
-        raise DemoError(f'{base} has {len(matching)} {hook_type} hooks in '
-                        'custom_hooks; the demo configures exactly one')
+        raise DemoError(
+            f'{base} has {len(matching)} {hook_type} hooks in '
+            'custom_hooks; the demo configures exactly one'
+        )
     for key in unset:
         matching[0].pop(key, None)
     matching[0].update(options)
-    atomic_write_text(path, (
-        f'# Written by the HetDPT demo: {base.name} with options of its '
-        f'{hook_type}.\n_base_ = [{str(base)!r}]\n'
-        f'custom_hooks = {pprint.pformat(hooks, sort_dicts=False)}\n'))
+    atomic_write_text(
+        path,
+        (
+            f'# Written by the HetDPT demo: {base.name} with options of its '
+            f'{hook_type}.\n_base_ = [{str(base)!r}]\n'
+            f'custom_hooks = {pprint.pformat(hooks, sort_dicts=False)}\n'
+        ),
+    )
 
 
-def condense_benchmark(result: Dict[str, Any], markdown: str
-                       ) -> BenchmarkRun:
+def condense_benchmark(result: Dict[str, Any], markdown: str) -> BenchmarkRun:
     """What the report needs from one ``tools/benchmark.py`` JSON."""
     settings = result['settings']
     return BenchmarkRun(
-        batch_size=settings['batch_size'], threads=settings['threads'],
-        repeats=settings['repeats'], img_size=settings['img_size'],
-        clock=settings['clock'], macs_convention=settings['macs_convention'],
-        markdown=markdown, models={
+        batch_size=settings['batch_size'],
+        threads=settings['threads'],
+        repeats=settings['repeats'],
+        img_size=settings['img_size'],
+        clock=settings['clock'],
+        macs_convention=settings['macs_convention'],
+        markdown=markdown,
+        models={
             model['name']: BenchmarkModel(
-                params=model['params'], macs=model['macs']['total'],
+                params=model['params'],
+                macs=model['macs']['total'],
                 median_ms=model['timing']['median_ms'],
                 speedup=model['speedup']['median'],
-                macs_speedup=model['speedup'].get('macs', 1.0))
-            for model in result['models']})
+                macs_speedup=model['speedup'].get('macs', 1.0),
+            )
+            for model in result['models']
+        },
+    )
 
 
 def last_accuracy(run_dir: Path) -> float:
@@ -88,18 +111,25 @@ def cpu_seconds() -> float:
     its finished subprocesses: a stage's difference is what its jobs cost,
     whatever else the machine runs (an idle 2-core machine runs two jobs
     side by side)."""
-    return sum(usage.ru_utime + usage.ru_stime for usage in (
-        resource.getrusage(resource.RUSAGE_SELF),
-        resource.getrusage(resource.RUSAGE_CHILDREN)))
+    return sum(
+        usage.ru_utime + usage.ru_stime
+        for usage in (
+            resource.getrusage(resource.RUSAGE_SELF),
+            resource.getrusage(resource.RUSAGE_CHILDREN),
+        )
+    )
 
 
 def machine_description() -> str:
     info = machine_info('cpu')
-    return (f'{info["cpu"]}, {info["logical_cores"]} logical cores, '
-            f'torch {info["torch"]}')
+    return (
+        f'{info["cpu"]}, {info["logical_cores"]} logical cores, '
+        f'torch {info["torch"]}'
+    )
 
 
 def validation_size(data_root: Path) -> int:
-    with open(data_root / CLS_DATA / 'meta' / 'val.txt',
-              encoding='utf-8') as f:
+    with open(
+        data_root / CLS_DATA / 'meta' / 'val.txt', encoding='utf-8'
+    ) as f:
         return sum(1 for line in f if line.strip())

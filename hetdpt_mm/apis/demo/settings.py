@@ -1,5 +1,6 @@
 """The demo's settings (full and ``--quick``), options, file names and
 errors."""
+
 import dataclasses
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
@@ -25,8 +26,11 @@ CLS_PATCH_SIZE = 8
 BACKBONE_OPTIONS = dict(
     cls=[f'model.backbone.patch_size={CLS_PATCH_SIZE}'],
     detr=[f'model.backbone.patch_size={CLS_PATCH_SIZE}'],
-    upernet=[f'model.backbone.patch_size={CLS_PATCH_SIZE}',
-             'model.neck.scales=[2,1,0.5,0.25]'])
+    upernet=[
+        f'model.backbone.patch_size={CLS_PATCH_SIZE}',
+        'model.neck.scales=[2,1,0.5,0.25]',
+    ],
+)
 STATE_FILE = 'demo_state.json'
 # 2: the MAP allocation is read from fit_map's output and kept in the state.
 # 3: the pairs task, the recovery and comparison stages.
@@ -37,13 +41,30 @@ STATE_FILE = 'demo_state.json'
 STATE_VERSION = 7
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
-OUTPUTS = ('configs', 'vit-demo_digits', 'map', 'recovery', 'compare',
-           'vit-demo_digits_hetdpt',
-           'detr_hetdpt_demo', 'upernet_hetdpt_demo', 'vit-demo_digits_plus',
-           'benchmark', 'tome', 'logs',
-           'report.md', 'summary.json', 'accuracy_vs_speedup.png',
-           'losses.png', 'score_grads.png', 'recovery.png',
-           'comparison.png', 'tome.png', 'demo.log', STATE_FILE)
+OUTPUTS = (
+    'configs',
+    'vit-demo_digits',
+    'map',
+    'recovery',
+    'compare',
+    'vit-demo_digits_hetdpt',
+    'detr_hetdpt_demo',
+    'upernet_hetdpt_demo',
+    'vit-demo_digits_plus',
+    'benchmark',
+    'tome',
+    'logs',
+    'report.md',
+    'summary.json',
+    'accuracy_vs_speedup.png',
+    'losses.png',
+    'score_grads.png',
+    'recovery.png',
+    'comparison.png',
+    'tome.png',
+    'demo.log',
+    STATE_FILE,
+)
 MAP_SCHEDULES = ('attn', 'act', 'interleaved')
 
 
@@ -59,6 +80,7 @@ class DemoInputError(DemoError):
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Sizes of one demo variant.  ``None`` keeps the config's value."""
+
     dense_epochs: Optional[int]
     dense_train_images: Optional[int]  # the first N images only
     map_steps: Dict[str, int]  # removal steps per schedule
@@ -100,30 +122,63 @@ class Settings:
 # classifier has 16 patch tokens in 6 blocks, so r=3 leaves one in the
 # last block; DETR and UperNet test on 36 and 64 patches.  --quick skips it.
 FULL = Settings(
-    dense_epochs=20, dense_train_images=None,
-    map_steps=dict(attn=5, act=5, interleaved=5), map_interval=2,
-    map_subset=1.0, map_lr=2e-4, map_calib_images=128, budget=4,
-    prune_epochs=6, prune_train_images=2000,
-    detr_epochs=5, detr_train_images=None, upernet_iters=200,
-    transfer_log_interval=None, bench_batch=64, bench_repeats=15,
-    context_bench=True, plus_ratio=0.3, plus_epochs=3,
-    plus_train_images=2000, recovery_epochs=2, seeds=(0, 1, 2),
-    tome_r=(0, 1, 2, 3), tome_transfer_r=dict(detr=(2, 4), upernet=(4, 8)))
+    dense_epochs=20,
+    dense_train_images=None,
+    map_steps=dict(attn=5, act=5, interleaved=5),
+    map_interval=2,
+    map_subset=1.0,
+    map_lr=2e-4,
+    map_calib_images=128,
+    budget=4,
+    prune_epochs=6,
+    prune_train_images=2000,
+    detr_epochs=5,
+    detr_train_images=None,
+    upernet_iters=200,
+    transfer_log_interval=None,
+    bench_batch=64,
+    bench_repeats=15,
+    context_bench=True,
+    plus_ratio=0.3,
+    plus_epochs=3,
+    plus_train_images=2000,
+    recovery_epochs=2,
+    seeds=(0, 1, 2),
+    tome_r=(0, 1, 2, 3),
+    tome_transfer_r=dict(detr=(2, 4), upernet=(4, 8)),
+)
 QUICK = Settings(
-    dense_epochs=2, dense_train_images=256,
-    map_steps=dict(attn=2, act=2, interleaved=2), map_interval=1,
-    map_subset=64, map_lr=2e-4, map_calib_images=64, budget=2,
-    prune_epochs=3, prune_train_images=128,
-    detr_epochs=1, detr_train_images=16, upernet_iters=4,
-    transfer_log_interval=1, bench_batch=16, bench_repeats=2,
-    context_bench=False, plus_ratio=0.3, plus_epochs=2,
-    plus_train_images=128, recovery_epochs=2, seeds=(0, ), tome_r=(),
-    tome_transfer_r={})
+    dense_epochs=2,
+    dense_train_images=256,
+    map_steps=dict(attn=2, act=2, interleaved=2),
+    map_interval=1,
+    map_subset=64,
+    map_lr=2e-4,
+    map_calib_images=64,
+    budget=2,
+    prune_epochs=3,
+    prune_train_images=128,
+    detr_epochs=1,
+    detr_train_images=16,
+    upernet_iters=4,
+    transfer_log_interval=1,
+    bench_batch=16,
+    bench_repeats=2,
+    context_bench=False,
+    plus_ratio=0.3,
+    plus_epochs=2,
+    plus_train_images=128,
+    recovery_epochs=2,
+    seeds=(0,),
+    tome_r=(),
+    tome_transfer_r={},
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class DemoOptions:
     """One demo run as ``tools/demo.py`` was asked for it."""
+
     repo: Path  # the checkout whose tools and configs the jobs run
     work_dir: Path
     data_root: Path

@@ -2,6 +2,7 @@
 measured throughput of dense + ToMe and HetDPT + ToMe at several ``r``),
 what blocks whose attention was removed merge on (``removed_attn``), and
 DETR and UperNet with ToMe; no model is trained again."""
+
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping
 
@@ -32,9 +33,12 @@ from .settings import (
 #: (no such block) and the MAP split; ``removed_attn`` is compared on the
 #: attention-only split of the same budget (the most such blocks; the MAP
 #: split may remove no attention at all).
-TOME_MODELS = (('dense', 'dense', 'norm'), ('hetdpt', 'MAP', 'norm'),
-               ('attn_only', 'attention_only', 'norm'),
-               ('attn_only_none', 'attention_only', 'none'))
+TOME_MODELS = (
+    ('dense', 'dense', 'norm'),
+    ('hetdpt', 'MAP', 'norm'),
+    ('attn_only', 'attention_only', 'norm'),
+    ('attn_only_none', 'attention_only', 'none'),
+)
 #: The metric of each dense-prediction model.
 TRANSFER_METRICS = dict(detr='coco/bbox_mAP', upernet='mIoU')
 #: The images the demo's DETR and UperNet test on (their test pipelines
@@ -46,8 +50,10 @@ TRANSFER_BATCH = 8
 def token_merge_options(r: int, removed_attn: str) -> List[str]:
     """``--cfg-options`` giving a config's backbone ToMe (``r=0``: the
     option set, nothing merged)."""
-    return [f'model.backbone.token_merge.r={r}',
-            f'model.backbone.token_merge.removed_attn={removed_attn}']
+    return [
+        f'model.backbone.token_merge.r={r}',
+        f'model.backbone.token_merge.removed_attn={removed_attn}',
+    ]
 
 
 def point_name(model: str, r: int) -> str:
@@ -64,68 +70,100 @@ class TomeStages:
             return
         work = self.out('tome')
         attn_only = self.attention_only_run()
-        checkpoints = dict(dense=self.results.dense.checkpoint,
-                           MAP=self.results.merge.merged,
-                           attention_only=attn_only['merged'])
-        tests = self.run_tome_tests(work, checkpoints,
-                                    attn_only['accuracy'])
+        checkpoints = dict(
+            dense=self.results.dense.checkpoint,
+            MAP=self.results.merge.merged,
+            attention_only=attn_only['merged'],
+        )
+        tests = self.run_tome_tests(work, checkpoints, attn_only['accuracy'])
         # Speed: DETR and UperNet with tools/benchmark.py (each r its own
         # --config, alternating in one run); the classifiers' backbones in
         # this process, every model and r in one rotation.
         self.run_transfer_benchmarks(work)
         timing = self.time_tome_backbones(checkpoints)
-        points = [TomePoint(model=model, r=r, removed_attn=removed_attn,
-                            accuracy=tests[point_name(model, r)],
-                            **timing['points'][point_name(model, r)])
-                  for model, _, removed_attn in TOME_MODELS
-                  for r in s.tome_r]
+        points = [
+            TomePoint(
+                model=model,
+                r=r,
+                removed_attn=removed_attn,
+                accuracy=tests[point_name(model, r)],
+                **timing['points'][point_name(model, r)],
+            )
+            for model, _, removed_attn in TOME_MODELS
+            for r in s.tome_r
+        ]
         transfer = {}
         for kind, metric in TRANSFER_METRICS.items():
             bench = demo_report.read_json(work / f'benchmark-{kind}.json')
             speed = {m['name']: m for m in bench['models']}
             transfer[kind] = TomeTransfer(
-                metric=metric, img_size=bench['settings']['img_size'],
+                metric=metric,
+                img_size=bench['settings']['img_size'],
                 batch_size=bench['settings']['batch_size'],
                 repeats=bench['settings']['repeats'],
                 macs_convention=bench['settings']['macs_convention'],
-                points=[TomeTransferPoint(
-                    r=r, metric=tests[point_name(kind, r)],
-                    median_ms=speed[point_name(kind, r)]['timing'][
-                        'median_ms'],
-                    throughput=speed[point_name(kind, r)]['timing'][
-                        'throughput'],
-                    macs=speed[point_name(kind, r)]['macs']['total'],
-                    speedup=speed[point_name(kind, r)]['speedup'][
-                        'paired_median'])
-                    for r in self.transfer_r(kind)])
+                points=[
+                    TomeTransferPoint(
+                        r=r,
+                        metric=tests[point_name(kind, r)],
+                        median_ms=speed[point_name(kind, r)]['timing'][
+                            'median_ms'
+                        ],
+                        throughput=speed[point_name(kind, r)]['timing'][
+                            'throughput'
+                        ],
+                        macs=speed[point_name(kind, r)]['macs']['total'],
+                        speedup=speed[point_name(kind, r)]['speedup'][
+                            'paired_median'
+                        ],
+                    )
+                    for r in self.transfer_r(kind)
+                ],
+            )
         self.results.tome = TomeResult(
-            r=list(s.tome_r), points=points, timing=timing['settings'],
+            r=list(s.tome_r),
+            points=points,
+            timing=timing['settings'],
             transfer=transfer,
             map_attn_removed=self.results.prune.spec['attn_removed'],
-            attn_only=AttnOnlyRun(attn_removed=attn_only['attn_removed'],
-                                  seed=attn_only['seed']))
+            attn_only=AttnOnlyRun(
+                attn_removed=attn_only['attn_removed'], seed=attn_only['seed']
+            ),
+        )
 
     def attention_only_run(self) -> Dict[str, Any]:
         """The attention-only split's run of the first seed: its merged
         checkpoint, accuracy, seed and removed attention layers."""
         r = self.results
-        run = next(run for run in r.compare.runs.values()
-                   if 'attention_only' in run.splits and
-                   run.seed == self.settings.seeds[0])
+        run = next(
+            run
+            for run in r.compare.runs.values()
+            if 'attention_only' in run.splits
+            and run.seed == self.settings.seeds[0]
+        )
         if run.main:  # the MAP split is attention only
             merged, accuracy = r.merge.merged, r.transfer.merged_accuracy
         else:
             merged, accuracy = run.merged, run.accuracy
-        spec = load_backbone_checkpoint(self.repo / merged,
-                                        mmap=True).record.spec
-        return dict(merged=merged, accuracy=accuracy, seed=run.seed,
-                    attn_removed=list(spec.attn_removed))
+        spec = load_backbone_checkpoint(
+            self.repo / merged, mmap=True
+        ).record.spec
+        return dict(
+            merged=merged,
+            accuracy=accuracy,
+            seed=run.seed,
+            attn_removed=list(spec.attn_removed),
+        )
 
     def transfer_r(self, kind: str) -> List[int]:
         return [0] + list(self.settings.tome_transfer_r[kind])
 
-    def run_tome_tests(self, work: Path, checkpoints: Mapping[str, str],
-                       attn_only_accuracy: float) -> Dict[str, float]:
+    def run_tome_tests(
+        self,
+        work: Path,
+        checkpoints: Mapping[str, str],
+        attn_only_accuracy: float,
+    ) -> Dict[str, float]:
         """Top-1 of each classifier and the DETR and UperNet metric at each
         r, by point name: ``tools/test.py`` with ToMe (the merged
         classifier on the plain dense config, as the transfer stage tests
@@ -133,39 +171,60 @@ class TomeStages:
         earlier stages' tests of the same checkpoints."""
         r = self.results
         merged = r.merge.merged
-        metrics = {point_name('dense', 0): r.dense.accuracy,
-                   point_name('hetdpt', 0): r.transfer.merged_accuracy,
-                   point_name('attn_only', 0): attn_only_accuracy,
-                   point_name('attn_only_none', 0): attn_only_accuracy}
+        metrics = {
+            point_name('dense', 0): r.dense.accuracy,
+            point_name('hetdpt', 0): r.transfer.merged_accuracy,
+            point_name('attn_only', 0): attn_only_accuracy,
+            point_name('attn_only_none', 0): attn_only_accuracy,
+        }
         runs = {}
         for model, source, removed_attn in TOME_MODELS:
             for value in self.settings.tome_r:
                 if value:
                     runs[point_name(model, value)] = (
-                        DENSE_CONFIG, checkpoints[source], 'accuracy/top1',
-                        self.data_options('cls') +
-                        token_merge_options(value, removed_attn))
-        for kind, config in (('detr', DETR_CONFIG),
-                             ('upernet', UPERNET_CONFIG)):
-            metrics[point_name(kind, 0)] = getattr(
-                r.transfer, kind).after[TRANSFER_METRICS[kind]]
+                        DENSE_CONFIG,
+                        checkpoints[source],
+                        'accuracy/top1',
+                        self.data_options('cls')
+                        + token_merge_options(value, removed_attn),
+                    )
+        for kind, config in (
+            ('detr', DETR_CONFIG),
+            ('upernet', UPERNET_CONFIG),
+        ):
+            metrics[point_name(kind, 0)] = getattr(r.transfer, kind).after[
+                TRANSFER_METRICS[kind]
+            ]
             for value in self.transfer_r(kind)[1:]:
                 runs[point_name(kind, value)] = (
-                    config, getattr(r.transfer, kind).checkpoint,
+                    config,
+                    getattr(r.transfer, kind).checkpoint,
                     TRANSFER_METRICS[kind],
-                    [f'model.backbone.init_cfg.checkpoint={merged}'] +
-                    self.data_options(kind) +
-                    token_merge_options(value, 'norm'))
+                    [f'model.backbone.init_cfg.checkpoint={merged}']
+                    + self.data_options(kind)
+                    + token_merge_options(value, 'norm'),
+                )
         lanes: List[List[Job]] = [[], []]
         for index, (name, (config, checkpoint, _, options)) in enumerate(
-                runs.items()):
-            lanes[index % 2].append(Job(f'tome-{name}', self.test_argv(
-                config, checkpoint, self.rel(work / name),
-                self.rel(work / name / 'test_metrics.json'), options)))
+            runs.items()
+        ):
+            lanes[index % 2].append(
+                Job(
+                    f'tome-{name}',
+                    self.test_argv(
+                        config,
+                        checkpoint,
+                        self.rel(work / name),
+                        self.rel(work / name / 'test_metrics.json'),
+                        options,
+                    ),
+                )
+            )
         self.jobs.run_lanes(lanes)
         for name, (_, _, metric, _) in runs.items():
             metrics[name] = demo_report.read_json(
-                work / name / 'test_metrics.json')[metric]
+                work / name / 'test_metrics.json'
+            )[metric]
         return metrics
 
     def run_transfer_benchmarks(self, work: Path) -> None:
@@ -176,30 +235,58 @@ class TomeStages:
         threads = self.options.threads or 1
         merged = self.results.merge.merged
         lane = []
-        for kind, config in (('detr', DETR_CONFIG),
-                             ('upernet', UPERNET_CONFIG)):
+        for kind, config in (
+            ('detr', DETR_CONFIG),
+            ('upernet', UPERNET_CONFIG),
+        ):
             rs = self.transfer_r(kind)
             names = [point_name(kind, r) for r in rs]
-            options = [f'model.backbone.init_cfg.checkpoint={merged}'] + \
-                list(BACKBONE_OPTIONS[kind]) + [
-                    f'{name}:{option}' for name, r in zip(names, rs)
-                    for option in token_merge_options(r, 'norm')]
-            lane.append(Job(f'tome-benchmark-{kind}', [
-                'tools/benchmark.py', kind,
-                *[arg for name in names
-                  for arg in ('--config', f'{name}={config}')],
-                '--cfg-options', *options,
-                '--img-size', *map(str, TRANSFER_IMG_SIZE[kind]),
-                '--batch-size', str(TRANSFER_BATCH), '--repeats',
-                str(s.bench_repeats), '--threads', str(threads), '--force',
-                '--json', self.rel(work / f'benchmark-{kind}.json'),
-                '--md', self.rel(work / f'benchmark-{kind}.md')] + (
-                    ['--clock', 'process'] if threads == 1 else []),
-                show_all=True, in_process=True))
+            options = (
+                [f'model.backbone.init_cfg.checkpoint={merged}']
+                + list(BACKBONE_OPTIONS[kind])
+                + [
+                    f'{name}:{option}'
+                    for name, r in zip(names, rs)
+                    for option in token_merge_options(r, 'norm')
+                ]
+            )
+            lane.append(
+                Job(
+                    f'tome-benchmark-{kind}',
+                    [
+                        'tools/benchmark.py',
+                        kind,
+                        *[
+                            arg
+                            for name in names
+                            for arg in ('--config', f'{name}={config}')
+                        ],
+                        '--cfg-options',
+                        *options,
+                        '--img-size',
+                        *map(str, TRANSFER_IMG_SIZE[kind]),
+                        '--batch-size',
+                        str(TRANSFER_BATCH),
+                        '--repeats',
+                        str(s.bench_repeats),
+                        '--threads',
+                        str(threads),
+                        '--force',
+                        '--json',
+                        self.rel(work / f'benchmark-{kind}.json'),
+                        '--md',
+                        self.rel(work / f'benchmark-{kind}.md'),
+                    ]
+                    + (['--clock', 'process'] if threads == 1 else []),
+                    show_all=True,
+                    in_process=True,
+                )
+            )
         self.jobs.run_lanes([lane])
 
-    def time_tome_backbones(self, checkpoints: Mapping[str, str]
-                            ) -> Dict[str, Any]:
+    def time_tome_backbones(
+        self, checkpoints: Mapping[str, str]
+    ) -> Dict[str, Any]:
         """Throughput (images/s at the median batch time) and MACs of every
         classifier backbone of the comparison at every r, timed in one
         alternating rotation in this process (as ``tools/benchmark.py``
@@ -208,16 +295,18 @@ class TomeStages:
         threads = self.options.threads or 1
         clock = 'process' if threads == 1 else 'wall'
         size = self.results.dense.arch['img_size']
-        inputs = torch.randn(s.bench_batch, 3, *size,
-                             generator=torch.Generator().manual_seed(0))
+        inputs = torch.randn(
+            s.bench_batch, 3, *size, generator=torch.Generator().manual_seed(0)
+        )
         runs: Dict[str, Callable[[], Any]] = {}
         macs = {}
         for model, source, removed_attn in TOME_MODELS:
             for r in s.tome_r:
                 backbone = build_backbone_variants(
                     checkpoint=str(self.repo / checkpoints[source]),
-                    prefix='backbone.', variants=('merged', ),
-                    token_merge=dict(r=r, removed_attn=removed_attn)
+                    prefix='backbone.',
+                    variants=('merged',),
+                    token_merge=dict(r=r, removed_attn=removed_attn),
                 )['merged']
                 name = point_name(model, r)
                 runs[name] = lambda backbone=backbone: backbone(inputs)
@@ -225,17 +314,31 @@ class TomeStages:
         previous = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
-            stats = time_runs(runs, s.bench_batch, repeats=s.bench_repeats,
-                              clock=clock, logger=self.logger)
+            stats = time_runs(
+                runs,
+                s.bench_batch,
+                repeats=s.bench_repeats,
+                clock=clock,
+                logger=self.logger,
+            )
         finally:
             torch.set_num_threads(previous)
         return dict(
-            settings=TomeTiming(batch_size=s.bench_batch, threads=threads,
-                                repeats=s.bench_repeats, clock=clock,
-                                img_size=list(size),
-                                # count_macs's default
-                                macs_convention=macs_convention(True)),
-            points={name: dict(median_ms=1e3 * stats[name].median,
-                               throughput=stats[name].throughput,
-                               macs=macs[name]) for name in runs})
-
+            settings=TomeTiming(
+                batch_size=s.bench_batch,
+                threads=threads,
+                repeats=s.bench_repeats,
+                clock=clock,
+                img_size=list(size),
+                # count_macs's default
+                macs_convention=macs_convention(True),
+            ),
+            points={
+                name: dict(
+                    median_ms=1e3 * stats[name].median,
+                    throughput=stats[name].throughput,
+                    macs=macs[name],
+                )
+                for name in runs
+            },
+        )

@@ -14,6 +14,7 @@ Typical use::
     allocation = allocate(fit, budget=8, depth=12, bounds='full')
     print(allocation.format_table())
 """
+
 from .allocation import (
     Allocation,
     Bounds,
@@ -51,14 +52,33 @@ from .points import (
 )
 
 __all__ = [
-    'MAPPoint', 'DegreeScore', 'MAPFit', 'Candidate', 'Allocation',
-    'load_points', 'parse_points', 'polynomial_terms', 'term_name',
-    'T_KINDS', 'load_points_and_kind', 'points_t_kind', 'check_t_kind',
+    'MAPPoint',
+    'DegreeScore',
+    'MAPFit',
+    'Candidate',
+    'Allocation',
+    'load_points',
+    'parse_points',
+    'polynomial_terms',
+    'term_name',
+    'T_KINDS',
+    'load_points_and_kind',
+    'points_t_kind',
+    'check_t_kind',
     'count_name',
-    'average_duplicates', 'fit_map', 'resolve_bounds', 'evaluate_candidates',
+    'average_duplicates',
+    'fit_map',
+    'resolve_bounds',
+    'evaluate_candidates',
     'format_candidates',
-    'allocate', 'rank_across_types', 'Bounds',
-    'CostCandidate', 'CostAllocation', 'evaluate_cost_candidates',
-    'pareto_front', 'allocate_for_speedup', 'allocate_for_accuracy',
+    'allocate',
+    'rank_across_types',
+    'Bounds',
+    'CostCandidate',
+    'CostAllocation',
+    'evaluate_cost_candidates',
+    'pareto_front',
+    'allocate_for_speedup',
+    'allocate_for_accuracy',
     'smallest_budget_reaching',
 ]

@@ -3,6 +3,7 @@
 maximising the MAP fit, and the latency-aware searches over every count
 pair against a speedup or accuracy target under a cost model
 (:mod:`hetdpt_mm.pruning.cost`)."""
+
 import math
 import numbers
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ class Candidate:
     """One split of removed layers with MAP's prediction for it:
     ``n_act`` counts the removed layers of the kind ``t`` counts (GELUs,
     or FFN branches where the fit's ``t_kind`` is ``'ffn'``)."""
+
     n_attn: int
     n_act: int
     a: float
@@ -52,23 +54,28 @@ def resolve_bounds(bounds: Bounds, depth: int) -> Tuple[int, int]:
     if isinstance(bounds, str):
         named = {'full': (0, depth), 'paper': (1, depth - 1)}
         if bounds not in named:
-            raise ValueError(f'bounds must be "full", "paper" or (lo, hi), '
-                             f'got {bounds!r}')
+            raise ValueError(
+                f'bounds must be "full", "paper" or (lo, hi), got {bounds!r}'
+            )
         return named[bounds]
     try:
         lo, hi = bounds
     except (TypeError, ValueError):
-        raise ValueError(f'bounds must be "full", "paper" or (lo, hi), '
-                         f'got {bounds!r}') from None
+        raise ValueError(
+            f'bounds must be "full", "paper" or (lo, hi), got {bounds!r}'
+        ) from None
     lo, hi = as_int(lo, 'lower bound'), as_int(hi, 'upper bound')
     if not 0 <= lo <= hi <= depth:
-        raise ValueError(f'bounds ({lo}, {hi}) must satisfy '
-                         f'0 <= lo <= hi <= depth ({depth})')
+        raise ValueError(
+            f'bounds ({lo}, {hi}) must satisfy '
+            f'0 <= lo <= hi <= depth ({depth})'
+        )
     return lo, hi
 
 
-def evaluate_candidates(fit: MAPFit, depth: int,
-                        pairs: Iterable[Tuple[int, int]]) -> List[Candidate]:
+def evaluate_candidates(
+    fit: MAPFit, depth: int, pairs: Iterable[Tuple[int, int]]
+) -> List[Candidate]:
     """MAP's prediction, and whether it extrapolates, for each
     ``(n_attn, n_act)`` pair of removed counts."""
     pairs = list(pairs)
@@ -76,10 +83,19 @@ def evaluate_candidates(fit: MAPFit, depth: int,
     a, t = ((depth - counts) / depth).T
     predicted = np.atleast_1d(fit.predict(a, t))
     inside = fit.in_data_hull(a, t)
-    return [Candidate(int(n_attn), int(n_act), float(ai), float(ti),
-                      float(p), not bool(ok))
-            for (n_attn, n_act), ai, ti, p, ok
-            in zip(pairs, a, t, predicted, inside)]
+    return [
+        Candidate(
+            int(n_attn),
+            int(n_act),
+            float(ai),
+            float(ti),
+            float(p),
+            not bool(ok),
+        )
+        for (n_attn, n_act), ai, ti, p, ok in zip(
+            pairs, a, t, predicted, inside
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,7 @@ class Allocation:
     """MAP's split of a budget of removed layers: ``best`` is the argmax of
     the predicted accuracy over ``candidates`` (first one on ties);
     ``t_kind`` is the kind of the second count (the fit's)."""
+
     budget: int
     depth: int
     bounds: Tuple[int, int]
@@ -104,18 +121,23 @@ class Allocation:
 
     def format_table(self) -> str:
         """Every candidate, the argmax marked with ``*``."""
-        return format_candidates(self.candidates, self.best,
-                                 t_kind=self.t_kind)
+        return format_candidates(
+            self.candidates, self.best, t_kind=self.t_kind
+        )
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-serialisable form; :meth:`from_dict` restores it exactly.
         With FFN branches the second count is ``n_ffn`` and ``t_kind`` is
         written; without ``t_kind`` it counts GELUs (``n_act``)."""
-        data = dict(budget=self.budget, depth=self.depth,
-                    bounds=list(self.bounds),
-                    best=_candidate_dict(self.best, self.t_kind),
-                    candidates=[_candidate_dict(c, self.t_kind)
-                                for c in self.candidates])
+        data = dict(
+            budget=self.budget,
+            depth=self.depth,
+            bounds=list(self.bounds),
+            best=_candidate_dict(self.best, self.t_kind),
+            candidates=[
+                _candidate_dict(c, self.t_kind) for c in self.candidates
+            ],
+        )
         if self.t_kind != ACT:
             data['t_kind'] = self.t_kind
         return data
@@ -130,18 +152,22 @@ class Allocation:
             allocation = cls(
                 budget=as_int(data['budget'], 'budget'),
                 depth=as_int(data['depth'], 'depth'),
-                bounds=(as_int(lo, 'lower bound'),
-                        as_int(hi, 'upper bound')),
+                bounds=(as_int(lo, 'lower bound'), as_int(hi, 'upper bound')),
                 best=_candidate_from_dict(data['best'], t_kind),
-                candidates=tuple(_candidate_from_dict(c, t_kind)
-                                 for c in data['candidates']),
-                t_kind=t_kind)
+                candidates=tuple(
+                    _candidate_from_dict(c, t_kind) for c in data['candidates']
+                ),
+                t_kind=t_kind,
+            )
         except (KeyError, TypeError, ValueError) as err:
-            raise ValueError(f'malformed MAP allocation: '
-                             f'{type(err).__name__}: {err}') from None
+            raise ValueError(
+                f'malformed MAP allocation: {type(err).__name__}: {err}'
+            ) from None
         if allocation.best not in allocation.candidates:
-            raise ValueError('malformed MAP allocation: its best split is '
-                             'not among its candidates')
+            raise ValueError(
+                'malformed MAP allocation: its best split is '
+                'not among its candidates'
+            )
         return allocation
 
 
@@ -151,42 +177,57 @@ def count_name(t_kind: str) -> str:
 
 
 def _candidate_dict(candidate: Candidate, t_kind: str) -> Dict[str, Any]:
-    return {count_name(t_kind) if name == 'n_act' else name: value
-            for name, value in vars(candidate).items()}
+    return {
+        count_name(t_kind) if name == 'n_act' else name: value
+        for name, value in vars(candidate).items()
+    }
 
 
 def _candidate_from_dict(data: Mapping[str, Any], t_kind: str) -> Candidate:
     second = count_name(t_kind)
     if 'n_act' in data and second != 'n_act':
         raise ValueError(f'a candidate gives n_act, but t counts {t_kind}')
-    return Candidate(**{'n_act' if name == second else name: value
-                        for name, value in data.items()})
+    return Candidate(
+        **{
+            'n_act' if name == second else name: value
+            for name, value in data.items()
+        }
+    )
 
 
-def format_candidates(candidates: Sequence[Candidate],
-                      best: Optional[Candidate] = None,
-                      extra: Optional[Mapping[str, Sequence[str]]] = None,
-                      t_kind: str = ACT) -> str:
+def format_candidates(
+    candidates: Sequence[Candidate],
+    best: Optional[Candidate] = None,
+    extra: Optional[Mapping[str, Sequence[str]]] = None,
+    t_kind: str = ACT,
+) -> str:
     """Fixed-width table of candidates; ``extra`` adds columns (header ->
     pre-formatted cells); ``t_kind`` names the second count's column."""
     extra = dict(extra or {})
-    header = (f'  {"n_attn":>6} {count_name(t_kind):>5} {"a":>6} {"t":>6} '
-              f'{"predicted":>9} {"extrapolated":>12}')
+    header = (
+        f'  {"n_attn":>6} {count_name(t_kind):>5} {"a":>6} {"t":>6} '
+        f'{"predicted":>9} {"extrapolated":>12}'
+    )
     header += ''.join(f' {name:>{max(9, len(name))}}' for name in extra)
     lines = [header]
     for row, c in enumerate(candidates):
         mark = '*' if c == best else ' '
-        line = (f'{mark} {c.n_attn:>6} {c.n_act:>5} {c.a:>6.3f} {c.t:>6.3f} '
-                f'{c.predicted_accuracy:>9.3f} '
-                f'{"yes" if c.extrapolated else "no":>12}')
-        line += ''.join(f' {cells[row]:>{max(9, len(name))}}'
-                        for name, cells in extra.items())
+        line = (
+            f'{mark} {c.n_attn:>6} {c.n_act:>5} {c.a:>6.3f} {c.t:>6.3f} '
+            f'{c.predicted_accuracy:>9.3f} '
+            f'{"yes" if c.extrapolated else "no":>12}'
+        )
+        line += ''.join(
+            f' {cells[row]:>{max(9, len(name))}}'
+            for name, cells in extra.items()
+        )
         lines.append(line)
     return '\n'.join(lines)
 
 
-def allocate(fit: MAPFit, budget: int, depth: int,
-             bounds: Bounds = 'full') -> Allocation:
+def allocate(
+    fit: MAPFit, budget: int, depth: int, bounds: Bounds = 'full'
+) -> Allocation:
     """Split ``budget`` removed layers into ``(n_attn, n_act)`` (the
     second count of the kind the fit's ``t`` counts).
 
@@ -200,33 +241,46 @@ def allocate(fit: MAPFit, budget: int, depth: int,
     if budget < 0:
         raise ValueError(f'budget must be >= 0 removed layers, got {budget}')
     if budget > 2 * depth:
-        raise ValueError(f'budget {budget} exceeds the {2 * depth} removable '
-                         f'layers at depth {depth} (attention + '
-                         f'{KIND_NAMES[fit.t_kind]})')
+        raise ValueError(
+            f'budget {budget} exceeds the {2 * depth} removable '
+            f'layers at depth {depth} (attention + '
+            f'{KIND_NAMES[fit.t_kind]})'
+        )
     lo, hi = resolve_bounds(bounds, depth)
     n_attn_range = range(max(lo, budget - hi), min(hi, budget - lo) + 1)
     if not n_attn_range:
         raise ValueError(
             f'no feasible allocation of budget {budget} with each count in '
             f'[{lo}, {hi}] at depth {depth}: the budget must be between '
-            f'{2 * lo} and {2 * hi}')
+            f'{2 * lo} and {2 * hi}'
+        )
     candidates = evaluate_candidates(
-        fit, depth, [(n, budget - n) for n in n_attn_range])
+        fit, depth, [(n, budget - n) for n in n_attn_range]
+    )
     best = max(candidates, key=lambda c: c.predicted_accuracy)
-    return Allocation(budget=budget, depth=depth, bounds=(lo, hi), best=best,
-                      candidates=tuple(candidates), t_kind=fit.t_kind)
+    return Allocation(
+        budget=budget,
+        depth=depth,
+        bounds=(lo, hi),
+        best=best,
+        candidates=tuple(candidates),
+        t_kind=fit.t_kind,
+    )
 
 
-def rank_across_types(scores: Mapping[str, Sequence[float]],
-                      budget: int) -> Dict[str, List[int]]:
+def rank_across_types(
+    scores: Mapping[str, Sequence[float]], budget: int
+) -> Dict[str, List[int]]:
     """The naive allocation HetDPT argues against (METHOD.md §2): the
     ``budget`` layers with the lowest raw importance scores, attention and
     GELU layers ranked together as if their scales were comparable (ties:
     GELU first, then the lower block).  ``scores`` maps each kind to the
     scores of its layers by block; returns the removed blocks per kind."""
-    ranked = sorted((score, kind != ACT, index, kind)
-                    for kind in (ATTN, ACT)
-                    for index, score in enumerate(scores.get(kind, ())))
+    ranked = sorted(
+        (score, kind != ACT, index, kind)
+        for kind in (ATTN, ACT)
+        for index, score in enumerate(scores.get(kind, ()))
+    )
     if not 0 <= budget <= len(ranked):
         raise ValueError(f'budget must be in 0..{len(ranked)}, got {budget}')
     removed = {kind: [] for kind in (ATTN, ACT)}
@@ -238,6 +292,7 @@ def rank_across_types(scores: Mapping[str, Sequence[float]],
 @dataclass(frozen=True)
 class CostCandidate(Candidate):
     """A :class:`Candidate` with its speedup under a cost model."""
+
     speedup: float
 
 
@@ -245,43 +300,58 @@ class CostCandidate(Candidate):
 class CostAllocation:
     """Result of a latency-aware search: ``best`` among ``feasible`` (the
     candidates meeting the constraint); ``candidates`` holds every pair."""
+
     objective: str
     best: CostCandidate
     feasible: Tuple[CostCandidate, ...]
     candidates: Tuple[CostCandidate, ...]
 
 
-def evaluate_cost_candidates(fit: MAPFit, depth: int, cost: CostModel,
-                             bounds: Bounds = 'full') -> List[CostCandidate]:
+def evaluate_cost_candidates(
+    fit: MAPFit, depth: int, cost: CostModel, bounds: Bounds = 'full'
+) -> List[CostCandidate]:
     """Every ``(n_attn, n_act)`` with both counts in ``bounds``, with MAP's
     prediction and the speedup under ``cost`` (the second count priced as
     the kind the fit's ``t`` counts)."""
     depth = check_depth(depth)
     if cost.depth is not None and cost.depth != depth:
-        raise ValueError(f'cost model is for depth {cost.depth}, '
-                         f'but depth is {depth}')
+        raise ValueError(
+            f'cost model is for depth {cost.depth}, but depth is {depth}'
+        )
     lo, hi = resolve_bounds(bounds, depth)
-    pairs = [(n_attn, n_act) for n_attn in range(lo, hi + 1)
-             for n_act in range(lo, hi + 1)]
-    return [CostCandidate(**vars(c), speedup=cost.split_speedup(
-        c.n_attn, c.n_act, fit.t_kind))
-            for c in evaluate_candidates(fit, depth, pairs)]
+    pairs = [
+        (n_attn, n_act)
+        for n_attn in range(lo, hi + 1)
+        for n_act in range(lo, hi + 1)
+    ]
+    return [
+        CostCandidate(
+            **vars(c),
+            speedup=cost.split_speedup(c.n_attn, c.n_act, fit.t_kind),
+        )
+        for c in evaluate_candidates(fit, depth, pairs)
+    ]
 
 
 def pareto_front(candidates: Sequence[CostCandidate]) -> List[CostCandidate]:
     """Candidates no other beats in both speedup and predicted accuracy,
     by increasing speedup."""
     front: List[CostCandidate] = []
-    for c in sorted(candidates,
-                    key=lambda c: (-c.predicted_accuracy, -c.speedup)):
+    for c in sorted(
+        candidates, key=lambda c: (-c.predicted_accuracy, -c.speedup)
+    ):
         if not front or c.speedup > front[-1].speedup:
             front.append(c)
     return sorted(front, key=lambda c: c.speedup)
 
 
-def allocate_for_speedup(fit: MAPFit, depth: int, cost: CostModel,
-                         target_speedup: float,
-                         bounds: Bounds = 'full') -> CostAllocation:
+def allocate_for_speedup(
+    fit: MAPFit,
+    depth: int,
+    cost: CostModel,
+    target_speedup: float,
+    bounds: Bounds = 'full',
+) -> CostAllocation:
     """Maximise predicted accuracy over all count pairs (any total) whose
     speedup is at least ``target_speedup``; ties go to the faster one."""
     target = _positive(target_speedup, 'target speedup')
@@ -294,56 +364,79 @@ def allocate_for_speedup(fit: MAPFit, depth: int, cost: CostModel,
             f'no allocation reaches a {target:g}x speedup under '
             f'{_bounds_text(bounds, depth)}; the fastest is '
             f'{fastest.speedup:.3f}x at n_attn={fastest.n_attn}, '
-            f'{count_name(fit.t_kind)}={fastest.n_act}')
+            f'{count_name(fit.t_kind)}={fastest.n_act}'
+        )
     best = max(feasible, key=lambda c: (c.predicted_accuracy, c.speedup))
     return CostAllocation(
         objective=f'max predicted accuracy with speedup >= {target:g}x',
-        best=best, feasible=tuple(feasible), candidates=tuple(candidates))
+        best=best,
+        feasible=tuple(feasible),
+        candidates=tuple(candidates),
+    )
 
 
-def allocate_for_accuracy(fit: MAPFit, depth: int, cost: CostModel,
-                          min_accuracy: float,
-                          bounds: Bounds = 'full') -> CostAllocation:
+def allocate_for_accuracy(
+    fit: MAPFit,
+    depth: int,
+    cost: CostModel,
+    min_accuracy: float,
+    bounds: Bounds = 'full',
+) -> CostAllocation:
     """Maximise speedup over all count pairs whose predicted accuracy is at
     least ``min_accuracy``; ties go to the more accurate one."""
-    if (isinstance(min_accuracy, bool)
-            or not isinstance(min_accuracy, numbers.Real)
-            or not math.isfinite(min_accuracy)):
-        raise ValueError(f'minimum accuracy must be a finite number, '
-                         f'got {min_accuracy!r}')
+    if (
+        isinstance(min_accuracy, bool)
+        or not isinstance(min_accuracy, numbers.Real)
+        or not math.isfinite(min_accuracy)
+    ):
+        raise ValueError(
+            f'minimum accuracy must be a finite number, got {min_accuracy!r}'
+        )
     candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
-    feasible = [c for c in candidates
-                if c.predicted_accuracy >= min_accuracy]
+    feasible = [c for c in candidates if c.predicted_accuracy >= min_accuracy]
     if not feasible:
         top = max(candidates, key=lambda c: c.predicted_accuracy)
         raise ValueError(
             f'no allocation is predicted to reach accuracy {min_accuracy:g} '
             f'under {_bounds_text(bounds, depth)}; the highest prediction is '
             f'{top.predicted_accuracy:.3f} at n_attn={top.n_attn}, '
-            f'{count_name(fit.t_kind)}={top.n_act}')
+            f'{count_name(fit.t_kind)}={top.n_act}'
+        )
     best = max(feasible, key=lambda c: (c.speedup, c.predicted_accuracy))
     return CostAllocation(
         objective=f'max speedup with predicted accuracy >= {min_accuracy:g}',
-        best=best, feasible=tuple(feasible), candidates=tuple(candidates))
+        best=best,
+        feasible=tuple(feasible),
+        candidates=tuple(candidates),
+    )
 
 
-def smallest_budget_reaching(fit: MAPFit, depth: int, cost: CostModel,
-                             target: float, bounds: Bounds = 'full'
-                             ) -> Optional[Candidate]:
+def smallest_budget_reaching(
+    fit: MAPFit,
+    depth: int,
+    cost: CostModel,
+    target: float,
+    bounds: Bounds = 'full',
+) -> Optional[Candidate]:
     """The paper's procedure for a speedup target: raise the layer budget
     until MAP's split of it is fast enough (``None``: no budget is)."""
     lo, hi = resolve_bounds(bounds, depth)
     for budget in range(2 * lo, 2 * hi + 1):
         best = allocate(fit, budget, depth, bounds).best
-        if cost.split_speedup(best.n_attn, best.n_act,
-                              fit.t_kind) >= target * (1 - 1e-12):
+        if cost.split_speedup(
+            best.n_attn, best.n_act, fit.t_kind
+        ) >= target * (1 - 1e-12):
             return best
     return None
 
 
 def _positive(value: Any, name: str) -> float:
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or value <= 0):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f'{name} must be a positive number, got {value!r}')
     return float(value)
 

@@ -1,4 +1,5 @@
 """The MAP polynomial fit, its degree chosen by leave-2-out CV."""
+
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -33,19 +34,24 @@ FIT_FORMAT_VERSION = 1
 def polynomial_terms(degree: int) -> List[Tuple[int, int]]:
     """Exponents ``(i, j)`` of the terms ``a^i t^j`` with ``i + j <= degree``,
     ordered by total degree, then by decreasing power of ``a``."""
-    return [(total - j, j) for total in range(degree + 1)
-            for j in range(total + 1)]
+    return [
+        (total - j, j) for total in range(degree + 1) for j in range(total + 1)
+    ]
 
 
 def term_name(a_power: int, t_power: int) -> str:
     """``'1'``, ``'a'``, ``'a^2*t'``, ..."""
-    factors = [name if power == 1 else f'{name}^{power}'
-               for name, power in (('a', a_power), ('t', t_power)) if power]
+    factors = [
+        name if power == 1 else f'{name}^{power}'
+        for name, power in (('a', a_power), ('t', t_power))
+        if power
+    ]
     return '*'.join(factors) or '1'
 
 
-def _design_matrix(a: np.ndarray, t: np.ndarray,
-                   terms: Sequence[Tuple[int, int]]) -> np.ndarray:
+def _design_matrix(
+    a: np.ndarray, t: np.ndarray, terms: Sequence[Tuple[int, int]]
+) -> np.ndarray:
     return np.stack([a**i * t**j for i, j in terms], axis=-1)
 
 
@@ -57,6 +63,7 @@ class DegreeScore:
     problem had no unique solution (numpy then returns the minimum-norm
     one). A skipped degree has ``skipped`` set and no errors.
     """
+
     degree: int
     n_terms: int
     cv_mae: Optional[float] = None
@@ -99,16 +106,18 @@ def _leave_two_out(X: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, int]:
         train[held_out] = False
         theta, _, rank, _ = np.linalg.lstsq(X[train], y[train], rcond=None)
         rank_deficient += rank < X.shape[1]
-        error_first[fold], error_second[fold] = y[held_out] - X[held_out] @ \
-            theta
+        error_first[fold], error_second[fold] = (
+            y[held_out] - X[held_out] @ theta
+        )
     prediction_sum = np.zeros(n)
     np.add.at(prediction_sum, first, y[first] - error_first)
     np.add.at(prediction_sum, second, y[second] - error_second)
     return prediction_sum / (n - 1), rank_deficient
 
 
-def average_duplicates(points: Sequence[MAPPoint]
-                       ) -> Tuple[Tuple[MAPPoint, ...], int]:
+def average_duplicates(
+    points: Sequence[MAPPoint],
+) -> Tuple[Tuple[MAPPoint, ...], int]:
     """One point per ``(a, t)``, with the mean accuracy of its repeats
     (repeated runs of one split); and how many rows were merged away.
     Repeats would otherwise weigh a split several times and make leave-2-out
@@ -116,40 +125,55 @@ def average_duplicates(points: Sequence[MAPPoint]
     groups: Dict[Tuple[float, float], List[float]] = {}
     for point in points:
         groups.setdefault((point.a, point.t), []).append(point.accuracy)
-    averaged = tuple(MAPPoint(a, t, float(np.mean(accuracies)))
-                     for (a, t), accuracies in groups.items())
+    averaged = tuple(
+        MAPPoint(a, t, float(np.mean(accuracies)))
+        for (a, t), accuracies in groups.items()
+    )
     return averaged, len(points) - len(averaged)
 
 
-def _score_degree(degree: int, a: np.ndarray, t: np.ndarray,
-                  y: np.ndarray) -> Tuple[DegreeScore, Optional[np.ndarray]]:
+def _score_degree(
+    degree: int, a: np.ndarray, t: np.ndarray, y: np.ndarray
+) -> Tuple[DegreeScore, Optional[np.ndarray]]:
     terms = polynomial_terms(degree)
     n = len(y)
     if len(terms) > n - 2:
-        return DegreeScore(degree, len(terms), skipped=(
-            f'{len(terms)} terms > {n - 2} points per training fold')), None
+        return DegreeScore(
+            degree,
+            len(terms),
+            skipped=(f'{len(terms)} terms > {n - 2} points per training fold'),
+        ), None
     X = _design_matrix(a, t, terms)
     theta, _, rank, _ = np.linalg.lstsq(X, y, rcond=None)
     # Without full rank the points do not determine the polynomial: the
     # coefficients, and predictions away from the points, would be arbitrary.
     if rank < len(terms):
-        return DegreeScore(degree, len(terms), skipped=(
-            f'rank-deficient: the points determine only {rank} of '
-            f'{len(terms)} coefficients')), None
+        return DegreeScore(
+            degree,
+            len(terms),
+            skipped=(
+                f'rank-deficient: the points determine only {rank} of '
+                f'{len(terms)} coefficients'
+            ),
+        ), None
     cv_prediction, rank_deficient_folds = _leave_two_out(X, y)
     cv_error = cv_prediction - y
     score = DegreeScore(
-        degree, len(terms),
+        degree,
+        len(terms),
         cv_mae=float(np.mean(np.abs(cv_error))),
         cv_rmse=float(np.sqrt(np.mean(cv_error**2))),
-        train_rmse=float(np.sqrt(np.mean((X @ theta - y)**2))),
-        rank_deficient_folds=int(rank_deficient_folds))
+        train_rmse=float(np.sqrt(np.mean((X @ theta - y) ** 2))),
+        rank_deficient_folds=int(rank_deficient_folds),
+    )
     return score, theta
 
 
-def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
-            degrees: Iterable[int] = (1, 2, 3, 4),
-            t_kind: str = ACT) -> 'MAPFit':
+def fit_map(
+    points: Iterable[Union[MAPPoint, Sequence[float]]],
+    degrees: Iterable[int] = (1, 2, 3, 4),
+    t_kind: str = ACT,
+) -> 'MAPFit':
     """Fit MAP by least squares, choosing the degree by leave-2-out CV.
 
     Every degree in ``degrees`` is scored unless it has more terms than a
@@ -161,11 +185,14 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
     :func:`~hetdpt_mm.pruning.map.points.load_points_and_kind` reads).
     """
     t_kind = check_t_kind(t_kind)
-    points = tuple(p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
-                   for p in points)
+    points = tuple(
+        p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
+        for p in points
+    )
     degrees = _check_degrees(degrees)
-    values = np.array([(p.a, p.t, p.accuracy) for p in points],
-                      dtype=float).reshape(-1, 3)
+    values = np.array(
+        [(p.a, p.t, p.accuracy) for p in points], dtype=float
+    ).reshape(-1, 3)
     if not np.isfinite(values).all():
         raise ValueError('MAP points must be finite numbers')
     points, _ = average_duplicates(points)
@@ -175,14 +202,16 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
             f'at {MAX_CV_POINTS} points '
             f'({len(points) * (len(points) - 1) // 2} folds here); MAP needs '
             'one point per split tried, so average repeated measurements or '
-            'subsample')
+            'subsample'
+        )
     values = np.array([(p.a, p.t, p.accuracy) for p in points], dtype=float)
     needed = len(polynomial_terms(degrees[0])) + 2
     if len(points) < needed:
         raise ValueError(
             f'MAP needs at least {needed} points to fit degree {degrees[0]} '
             f'({needed - 2} terms, and leave-2-out CV trains on n - 2 '
-            f'points); got {len(points)} distinct (a, t) points')
+            f'points); got {len(points)} distinct (a, t) points'
+        )
     a, t, y = values.T
     scores, coefficients = [], {}
     for degree in degrees:
@@ -192,19 +221,27 @@ def fit_map(points: Iterable[Union[MAPPoint, Sequence[float]]],
             coefficients[degree] = theta
     if not coefficients:
         reasons = '; '.join(f'degree {s.degree}: {s.skipped}' for s in scores)
-        raise ValueError(f'no degree could be fitted to {len(points)} '
-                         f'points ({reasons})')
-    chosen = min((s for s in scores if s.skipped is None),
-                 key=lambda s: s.cv_rmse)
-    return MAPFit(degree=chosen.degree,
-                  coefficients=tuple(map(float, coefficients[chosen.degree])),
-                  scores=tuple(scores), points=points, t_kind=t_kind)
+        raise ValueError(
+            f'no degree could be fitted to {len(points)} points ({reasons})'
+        )
+    chosen = min(
+        (s for s in scores if s.skipped is None), key=lambda s: s.cv_rmse
+    )
+    return MAPFit(
+        degree=chosen.degree,
+        coefficients=tuple(map(float, coefficients[chosen.degree])),
+        scores=tuple(scores),
+        points=points,
+        t_kind=t_kind,
+    )
 
 
 def check_t_kind(t_kind: Any) -> str:
     if t_kind not in T_KINDS:
-        raise ValueError(f't_kind must be one of {T_KINDS} (the kind MAP\'s '
-                         f't counts), got {t_kind!r}')
+        raise ValueError(
+            f"t_kind must be one of {T_KINDS} (the kind MAP's "
+            f't counts), got {t_kind!r}'
+        )
     return t_kind
 
 
@@ -228,6 +265,7 @@ class MAPFit:
     observations it was fitted to (kept to flag extrapolation); ``t``
     counts GELUs kept (``t_kind='act'``) or FFN branches kept (``'ffn'``).
     """
+
     degree: int
     coefficients: Tuple[float, ...]
     scores: Tuple[DegreeScore, ...]
@@ -257,21 +295,28 @@ class MAPFit:
     def predict(self, a, t):
         """Predicted accuracy at retained ratios ``(a, t)``; broadcasts like
         numpy, returns a float for scalar inputs."""
-        a_arr, t_arr = np.broadcast_arrays(np.asarray(a, dtype=float),
-                                           np.asarray(t, dtype=float))
+        a_arr, t_arr = np.broadcast_arrays(
+            np.asarray(a, dtype=float), np.asarray(t, dtype=float)
+        )
         prediction = _design_matrix(a_arr, t_arr, self.terms) @ np.asarray(
-            self.coefficients)
+            self.coefficients
+        )
         return float(prediction) if prediction.ndim == 0 else prediction
 
     def in_data_hull(self, a, t) -> np.ndarray:
         """Whether ``(a, t)`` lies in the convex hull of the fitted points,
         where the polynomial interpolates rather than extrapolates."""
-        query = np.stack(np.broadcast_arrays(np.asarray(a, dtype=float),
-                                             np.asarray(t, dtype=float)), -1)
+        query = np.stack(
+            np.broadcast_arrays(
+                np.asarray(a, dtype=float), np.asarray(t, dtype=float)
+            ),
+            -1,
+        )
         # Rows of `equations` are unit outward normals n and offsets c of
         # the hull's edges: inside <=> n.x + c <= 0 for every edge.
-        distances = (query @ self._hull.equations[:, :2].T
-                     + self._hull.equations[:, 2])
+        distances = (
+            query @ self._hull.equations[:, :2].T + self._hull.equations[:, 2]
+        )
         return np.all(distances <= HULL_TOLERANCE, axis=-1)
 
     @property
@@ -287,8 +332,9 @@ class MAPFit:
         try:
             return ConvexHull([(p.a, p.t) for p in self.points])
         except QhullError:
-            raise ValueError('MAP points must not all lie on one line') \
-                from None
+            raise ValueError(
+                'MAP points must not all lie on one line'
+            ) from None
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-serialisable form; :meth:`from_dict` restores it exactly.
@@ -298,9 +344,15 @@ class MAPFit:
             'format': FIT_FORMAT,
             'version': FIT_FORMAT_VERSION,
             'degree': self.degree,
-            'terms': [{'name': term_name(i, j), 'a_power': i, 't_power': j,
-                       'coefficient': c}
-                      for (i, j), c in zip(self.terms, self.coefficients)],
+            'terms': [
+                {
+                    'name': term_name(i, j),
+                    'a_power': i,
+                    't_power': j,
+                    'coefficient': c,
+                }
+                for (i, j), c in zip(self.terms, self.coefficients)
+            ],
             'cv': [vars(score).copy() for score in self.scores],
             'points': [vars(point).copy() for point in self.points],
         }
@@ -314,62 +366,86 @@ class MAPFit:
         anything malformed."""
         try:
             if data.get('format') != FIT_FORMAT:
-                raise ValueError(f'format is {data.get("format")!r}, '
-                                 f'expected {FIT_FORMAT!r}')
+                raise ValueError(
+                    f'format is {data.get("format")!r}, '
+                    f'expected {FIT_FORMAT!r}'
+                )
             if data.get('version') != FIT_FORMAT_VERSION:
                 raise ValueError(
-                    f'unsupported version {data.get("version")!r}')
+                    f'unsupported version {data.get("version")!r}'
+                )
             degree = as_int(data['degree'], 'degree')
             terms = [(t['a_power'], t['t_power']) for t in data['terms']]
             if terms != polynomial_terms(degree):
                 raise ValueError(f'terms do not match degree {degree}')
-            coefficients = tuple(float(t['coefficient'])
-                                 for t in data['terms'])
+            coefficients = tuple(
+                float(t['coefficient']) for t in data['terms']
+            )
             if not all(map(math.isfinite, coefficients)):
                 raise ValueError('coefficients must be finite')
             scores = tuple(DegreeScore(**s) for s in data['cv'])
-            if not any(s.degree == degree and s.skipped is None
-                       for s in scores):
+            if not any(
+                s.degree == degree and s.skipped is None for s in scores
+            ):
                 raise ValueError(f'the CV table has no fitted degree {degree}')
             points = tuple(MAPPoint(**p) for p in data['points'])
-            fit = cls(degree=degree, coefficients=coefficients, scores=scores,
-                      points=points,
-                      t_kind=check_t_kind(data.get('t_kind', ACT)))
+            fit = cls(
+                degree=degree,
+                coefficients=coefficients,
+                scores=scores,
+                points=points,
+                t_kind=check_t_kind(data.get('t_kind', ACT)),
+            )
             fit.hull_vertices  # noqa: B018  fails unless points span an area
         except (KeyError, TypeError, AttributeError) as err:
-            raise ValueError(f'malformed MAP fit: {type(err).__name__}: '
-                             f'{err}') from None
+            raise ValueError(
+                f'malformed MAP fit: {type(err).__name__}: {err}'
+            ) from None
         except ValueError as err:
             raise ValueError(f'malformed MAP fit: {err}') from None
         return fit
 
     def format_table(self) -> str:
         """The CV table over degrees, the chosen one marked with ``*``."""
-        lines = [f'{"degree":>7} {"terms":>5} {"cv_mae":>8} {"cv_rmse":>8} '
-                 f'{"train_rmse":>10}  note']
+        lines = [
+            f'{"degree":>7} {"terms":>5} {"cv_mae":>8} {"cv_rmse":>8} '
+            f'{"train_rmse":>10}  note'
+        ]
         for s in self.scores:
             mark = '*' if s.degree == self.degree else ' '
             if s.skipped:
-                lines.append(f'{mark}{s.degree:>6} {s.n_terms:>5} '
-                             f'{"-":>8} {"-":>8} {"-":>10}  '
-                             f'skipped: {s.skipped}')
+                lines.append(
+                    f'{mark}{s.degree:>6} {s.n_terms:>5} '
+                    f'{"-":>8} {"-":>8} {"-":>10}  '
+                    f'skipped: {s.skipped}'
+                )
                 continue
-            note = ('chosen (lowest CV RMSE)' if s.degree == self.degree
-                    else '')
+            note = 'chosen (lowest CV RMSE)' if s.degree == self.degree else ''
             if s.rank_deficient_folds:
                 n_folds = len(self.points) * (len(self.points) - 1) // 2
-                note = ', '.join(filter(None, [
-                    note, f'{s.rank_deficient_folds} of {n_folds} folds '
-                    'rank-deficient']))
-            lines.append(f'{mark}{s.degree:>6} {s.n_terms:>5} '
-                         f'{s.cv_mae:>8.4f} {s.cv_rmse:>8.4f} '
-                         f'{s.train_rmse:>10.4f}  {note}'.rstrip())
+                note = ', '.join(
+                    filter(
+                        None,
+                        [
+                            note,
+                            f'{s.rank_deficient_folds} of {n_folds} folds '
+                            'rank-deficient',
+                        ],
+                    )
+                )
+            lines.append(
+                f'{mark}{s.degree:>6} {s.n_terms:>5} '
+                f'{s.cv_mae:>8.4f} {s.cv_rmse:>8.4f} '
+                f'{s.train_rmse:>10.4f}  {note}'.rstrip()
+            )
         return '\n'.join(lines)
 
     def format_polynomial(self) -> str:
         """``P(a, t) = c0 + c1*a + ...`` with the fitted coefficients."""
-        parts = [f'{c:+.6g}' + ('' if name == '1' else f'*{name}')
-                 for c, name in zip(self.coefficients, self.term_names)]
+        parts = [
+            f'{c:+.6g}' + ('' if name == '1' else f'*{name}')
+            for c, name in zip(self.coefficients, self.term_names)
+        ]
         return 'P(a, t) = ' + ' '.join(parts).lstrip('+')
 
 

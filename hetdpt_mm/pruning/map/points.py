@@ -1,5 +1,6 @@
 """MAP points: ``(a, t, accuracy)`` read from CSV or JSON files and checked
 (docs/user_guides/map.md, *Points*)."""
+
 import csv
 import io
 import json
@@ -37,6 +38,7 @@ RATIO_TOLERANCE = 0.01
 @dataclass(frozen=True)
 class MAPPoint:
     """One observation: retained ratios and the accuracy after fine-tuning."""
+
     a: float
     t: float
     accuracy: float
@@ -44,8 +46,10 @@ class MAPPoint:
 
 # ---------------------------------------------------------------- loading --
 
-def load_points(path: Union[str, Path],
-                depth: Optional[int] = None) -> List[MAPPoint]:
+
+def load_points(
+    path: Union[str, Path], depth: Optional[int] = None
+) -> List[MAPPoint]:
     """Read MAP points from a CSV file or a JSON file.
 
     JSON holds a list of objects or ``{"points": [...]}``; a file whose first
@@ -55,9 +59,11 @@ def load_points(path: Union[str, Path],
     return load_points_and_kind(path, depth)[0]
 
 
-def load_points_and_kind(path: Union[str, Path], depth: Optional[int] = None,
-                         unrecorded: Optional[str] = ACT
-                         ) -> Tuple[List[MAPPoint], Optional[str]]:
+def load_points_and_kind(
+    path: Union[str, Path],
+    depth: Optional[int] = None,
+    unrecorded: Optional[str] = ACT,
+) -> Tuple[List[MAPPoint], Optional[str]]:
     """:func:`load_points`, and the kind the points' ``t`` counts
     (:func:`points_t_kind`; ``unrecorded`` for a file whose columns do not
     say, ratios alone)."""
@@ -66,96 +72,123 @@ def load_points_and_kind(path: Union[str, Path], depth: Optional[int] = None,
         raise FileNotFoundError(f'MAP points file not found: {path}')
     try:
         text = check_input_file(path, 'MAP points file').read_text(
-            encoding='utf-8-sig')
+            encoding='utf-8-sig'
+        )
     except UnicodeDecodeError as err:
         raise ValueError(f'{path}: not UTF-8 text ({err.reason})') from None
     if not text.strip():
         raise ValueError(f'{path}: file is empty')
-    read = _read_json_records if text.lstrip()[0] in '[{' else \
-        _read_csv_records
+    read = (
+        _read_json_records if text.lstrip()[0] in '[{' else _read_csv_records
+    )
     records, locations = read(text, path)
-    points = parse_points(records, depth=depth, source=str(path),
-                          locations=locations)
+    points = parse_points(
+        records, depth=depth, source=str(path), locations=locations
+    )
     return points, points_t_kind(records, str(path), unrecorded)
 
 
-def _read_json_records(text: str, path: Path
-                       ) -> Tuple[List[Mapping[str, Any]], List[str]]:
+def _read_json_records(
+    text: str, path: Path
+) -> Tuple[List[Mapping[str, Any]], List[str]]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise ValueError(f'{path}: not valid JSON ({err})') from None
     if isinstance(data, dict):
         if 'points' not in data:
-            raise ValueError(f'{path}: a JSON object must have a "points" '
-                             f'list; found keys {sorted(data)}')
+            raise ValueError(
+                f'{path}: a JSON object must have a "points" '
+                f'list; found keys {sorted(data)}'
+            )
         data = data['points']
     if not isinstance(data, list):
-        raise ValueError(f'{path}: expected a list of points, '
-                         f'got {type(data).__name__}')
+        raise ValueError(
+            f'{path}: expected a list of points, got {type(data).__name__}'
+        )
     if not data:
         raise ValueError(f'{path}: contains no points')
     for index, record in enumerate(data, start=1):
         if not isinstance(record, dict):
-            raise ValueError(f'{path}, point {index}: expected an object, '
-                             f'got {type(record).__name__}')
-    return data, [f'{path}, point {index}'
-                  for index in range(1, len(data) + 1)]
+            raise ValueError(
+                f'{path}, point {index}: expected an object, '
+                f'got {type(record).__name__}'
+            )
+    return data, [
+        f'{path}, point {index}' for index in range(1, len(data) + 1)
+    ]
 
 
-def _read_csv_records(text: str, path: Path
-                      ) -> Tuple[List[Mapping[str, Any]], List[str]]:
+def _read_csv_records(
+    text: str, path: Path
+) -> Tuple[List[Mapping[str, Any]], List[str]]:
     reader = csv.DictReader(io.StringIO(text))
     # DictReader keeps the last of two columns of one name.
     counts = Counter(map(_normalise_key, reader.fieldnames or ()))
     for name in (*ACCURACY_COLUMNS, *_count_column_names(), *RATIO_COLUMNS):
         if counts[name] > 1:
             times = 'twice' if counts[name] == 2 else f'{counts[name]} times'
-            raise ValueError(f'{path}: column "{name}" appears {times} in '
-                             'the header; give each column once')
+            raise ValueError(
+                f'{path}: column "{name}" appears {times} in '
+                'the header; give each column once'
+            )
     records, locations = [], []
     for row in reader:
         records.append(row)
-        locations.append(f'{path}, row {len(records)} '
-                         f'(line {reader.line_num})')
+        locations.append(
+            f'{path}, row {len(records)} (line {reader.line_num})'
+        )
     if not records:
         raise ValueError(f'{path}: no data rows (only a header)')
     return records, locations
 
 
 def _count_column_names() -> List[str]:
-    return list(dict.fromkeys(name for columns in COUNT_COLUMNS.values()
-                              for name in columns))
+    return list(
+        dict.fromkeys(
+            name for columns in COUNT_COLUMNS.values() for name in columns
+        )
+    )
 
 
-def points_t_kind(records: Sequence[Mapping[str, Any]],
-                  source: str = 'points',
-                  unrecorded: Optional[str] = ACT) -> Optional[str]:
+def points_t_kind(
+    records: Sequence[Mapping[str, Any]],
+    source: str = 'points',
+    unrecorded: Optional[str] = ACT,
+) -> Optional[str]:
     """The kind the records' ``t`` counts, from their columns: ``'ffn'``
     with ``n_ffn`` or ``removed_ffn`` (whole FFN branches, as
     ``MAPCollectHook`` writes them), ``'act'`` with ``n_act`` or
     ``removed_act`` (GELUs), else (ratios alone) ``unrecorded``.  Columns
     of both kinds are refused."""
     columns = _columns(records)
-    kinds = [kind for kind in T_KINDS
-             if {f'n_{kind}', f'removed_{kind}'} & columns]
+    kinds = [
+        kind for kind in T_KINDS if {f'n_{kind}', f'removed_{kind}'} & columns
+    ]
     if len(kinds) > 1:
         raise ValueError(
             f'{source}: columns count both GELUs (n_act / removed_act) and '
-            'FFN branches (n_ffn / removed_ffn); MAP\'s t counts one kind: '
-            'give (attn, act) and (attn, ffn) points in separate files')
+            "FFN branches (n_ffn / removed_ffn); MAP's t counts one kind: "
+            'give (attn, act) and (attn, ffn) points in separate files'
+        )
     return kinds[0] if kinds else unrecorded
 
 
 def _columns(records: Sequence[Mapping[str, Any]]) -> set:
-    return {_normalise_key(key) for record in records for key in record
-            if key is not None}
+    return {
+        _normalise_key(key)
+        for record in records
+        for key in record
+        if key is not None
+    }
 
 
-def parse_points(records: Sequence[Mapping[str, Any]],
-                 depth: Optional[int] = None, source: str = 'points',
-                 locations: Optional[Sequence[str]] = None
-                 ) -> List[MAPPoint]:
+def parse_points(
+    records: Sequence[Mapping[str, Any]],
+    depth: Optional[int] = None,
+    source: str = 'points',
+    locations: Optional[Sequence[str]] = None,
+) -> List[MAPPoint]:
     """Turn records (dicts, e.g. CSV rows) into :class:`MAPPoint` objects.
 
     Each record gives ``accuracy`` (or ``acc``) and either removed counts
@@ -171,8 +204,9 @@ def parse_points(records: Sequence[Mapping[str, Any]],
     if not records:
         raise ValueError(f'{source}: contains no points')
     if locations is None:
-        locations = [f'{source}, row {index}'
-                     for index in range(1, len(records) + 1)]
+        locations = [
+            f'{source}, row {index}' for index in range(1, len(records) + 1)
+        ]
     columns = _columns(records)
     count_columns = COUNT_COLUMNS[points_t_kind(records, source)]
     has_accuracy = any(name in columns for name in ACCURACY_COLUMNS)
@@ -183,58 +217,83 @@ def parse_points(records: Sequence[Mapping[str, Any]],
             f'{source}: no usable columns: need "accuracy" (or "acc") and '
             'either "a" and "t" (retained ratios) or "n_attn" and "n_act" '
             '(or "n_attn" and "n_ffn"; removed counts, with depth); found '
-            f'{sorted(columns)}')
+            f'{sorted(columns)}'
+        )
     if has_counts and not has_ratios and depth is None:
         raise ValueError(
             f'{source}: points give removed counts '
             f'({", ".join(count_columns)}) but no depth was given to '
             'convert them into retained ratios; pass the number of blocks '
-            'as depth')
+            'as depth'
+        )
     use_counts = has_counts and depth is not None
-    points = [_point_from_record(record, depth if use_counts else None,
-                                 where, count_columns)
-              for record, where in zip(records, locations)]
+    points = [
+        _point_from_record(
+            record, depth if use_counts else None, where, count_columns
+        )
+        for record, where in zip(records, locations)
+    ]
     _check_accuracy_units(points, locations)
     return points
 
 
-def _check_accuracy_units(points: Sequence[MAPPoint],
-                          locations: Sequence[str]) -> None:
+def _check_accuracy_units(
+    points: Sequence[MAPPoint], locations: Sequence[str]
+) -> None:
     """Accuracies are all percentages or all fractions: a file mixing 81.8
     and 0.818 would fit a surface through both."""
-    fractions = [where for point, where in zip(points, locations)
-                 if point.accuracy <= 1]
+    fractions = [
+        where for point, where in zip(points, locations) if point.accuracy <= 1
+    ]
     if fractions and len(fractions) < len(points):
-        percent = next(where for point, where in zip(points, locations)
-                       if point.accuracy > 1)
+        percent = next(
+            where
+            for point, where in zip(points, locations)
+            if point.accuracy > 1
+        )
         raise ValueError(
             f'accuracies mix fractions (<= 1, e.g. {fractions[0]}) and '
-            f'percentages (> 1, e.g. {percent}); give all in one unit')
+            f'percentages (> 1, e.g. {percent}); give all in one unit'
+        )
 
 
 def _normalise_key(key: Any) -> str:
     return str(key).strip().lower()
 
 
-def _point_from_record(record: Mapping[str, Any], depth: Optional[int],
-                       where: str, count_columns: Sequence[str]) -> MAPPoint:
-    fields = {_normalise_key(key): value for key, value in record.items()
-              if key is not None}
-    values = {name: _as_number(fields[name], name, where)
-              for name in (*ACCURACY_COLUMNS, *count_columns, *RATIO_COLUMNS)
-              if _is_given(fields.get(name))}
+def _point_from_record(
+    record: Mapping[str, Any],
+    depth: Optional[int],
+    where: str,
+    count_columns: Sequence[str],
+) -> MAPPoint:
+    fields = {
+        _normalise_key(key): value
+        for key, value in record.items()
+        if key is not None
+    }
+    values = {
+        name: _as_number(fields[name], name, where)
+        for name in (*ACCURACY_COLUMNS, *count_columns, *RATIO_COLUMNS)
+        if _is_given(fields.get(name))
+    }
 
-    accuracy = next((values[name] for name in ACCURACY_COLUMNS
-                     if name in values), None)
+    accuracy = next(
+        (values[name] for name in ACCURACY_COLUMNS if name in values), None
+    )
     if accuracy is None:
         raise ValueError(f'{where}: no accuracy value')
     if not (math.isfinite(accuracy) and 0 <= accuracy <= 100):
-        raise ValueError(f'{where}: accuracy is {accuracy:g}; it must be a '
-                         'percentage (0 to 100) or a fraction (0 to 1)')
+        raise ValueError(
+            f'{where}: accuracy is {accuracy:g}; it must be a '
+            'percentage (0 to 100) or a fraction (0 to 1)'
+        )
 
     if depth is not None:
-        a, t = (_ratio_from_count(values, name, depth, where)
-                for name in count_columns)
+        a, t = (
+            _ratio_from_count(values, name, depth, where)
+            for name in count_columns
+        )
         for name, derived in zip(RATIO_COLUMNS, (a, t)):
             given = values.get(name)
             if given is not None and abs(given - derived) > RATIO_TOLERANCE:
@@ -242,44 +301,54 @@ def _point_from_record(record: Mapping[str, Any], depth: Optional[int],
                 raise ValueError(
                     f'{where}: {name}={given:g} disagrees with '
                     f'{count_name}={values[count_name]:g} at depth {depth} '
-                    f'(which gives {name}={derived:.4f})')
+                    f'(which gives {name}={derived:.4f})'
+                )
     else:
         a, t = (_checked_ratio(values, name, where) for name in RATIO_COLUMNS)
     return MAPPoint(a=a, t=t, accuracy=accuracy)
 
 
 def _is_given(value: Any) -> bool:
-    return value is not None and not (isinstance(value, str)
-                                      and not value.strip())
+    return value is not None and not (
+        isinstance(value, str) and not value.strip()
+    )
 
 
 def _as_number(value: Any, name: str, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise ValueError(f'{where}: column "{name}" value {value!r} is not a '
-                         'number')
+        raise ValueError(
+            f'{where}: column "{name}" value {value!r} is not a number'
+        )
     try:
         return float(value)
     except ValueError:
-        raise ValueError(f'{where}: column "{name}" value {value!r} is not '
-                         'a number') from None
+        raise ValueError(
+            f'{where}: column "{name}" value {value!r} is not a number'
+        ) from None
 
 
-def _ratio_from_count(values: Mapping[str, float], name: str, depth: int,
-                      where: str) -> float:
+def _ratio_from_count(
+    values: Mapping[str, float], name: str, depth: int, where: str
+) -> float:
     if name not in values:
         raise ValueError(f'{where}: missing value for "{name}"')
     count = values[name]
     if not (math.isfinite(count) and count.is_integer()):
-        raise ValueError(f'{where}: {name}={count:g} is not a whole number '
-                         'of removed layers')
+        raise ValueError(
+            f'{where}: {name}={count:g} is not a whole number '
+            'of removed layers'
+        )
     if not 0 <= count <= depth:
-        raise ValueError(f'{where}: {name}={count:g} is outside [0, {depth}] '
-                         f'(depth {depth})')
+        raise ValueError(
+            f'{where}: {name}={count:g} is outside [0, {depth}] '
+            f'(depth {depth})'
+        )
     return (depth - count) / depth
 
 
-def _checked_ratio(values: Mapping[str, float], name: str,
-                   where: str) -> float:
+def _checked_ratio(
+    values: Mapping[str, float], name: str, where: str
+) -> float:
     if name not in values:
         raise ValueError(f'{where}: missing value for "{name}"')
     ratio = values[name]
