@@ -293,7 +293,7 @@ def test_prune_width_tool(tmp_path, capsys):
         == 0
     )
     printed = capsys.readouterr().out
-    assert 'MACs without-attention-products:' in printed
+    assert 'MACs (without-attention-products)' in printed
     assert (
         json.loads(report.read_text())['macs_convention']
         == 'without-attention-products'

@@ -74,10 +74,8 @@ class WidthPruneResult:
         """MACs and parameters per stage as a markdown table."""
         dense = self.stages[0]
         lines = [
-            f'MACs {self.macs_convention}:',
-            '',
-            '| stage | MACs | params | dense / stage MACs | '
-            'dense / stage params |',
+            f'| stage | MACs ({self.macs_convention}) | params | '
+            'dense / stage MACs | dense / stage params |',
             '| --- | ---: | ---: | ---: | ---: |',
         ]
         for stage in self.stages:
