@@ -78,14 +78,9 @@ train_dataloader = dict(
     ),
 )
 val_dataloader = dict(
+    train_dataloader,
     batch_size=8,
-    num_workers=0,
-    persistent_workers=False,
-    dataset=dict(
-        data_root=data_root,
-        metainfo=dict(classes=classes),
-        pipeline=test_pipeline,
-    ),
+    dataset=dict(train_dataloader['dataset'], pipeline=test_pipeline),
 )
 test_dataloader = val_dataloader
 val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')

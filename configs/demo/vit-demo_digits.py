@@ -55,13 +55,12 @@ train_dataloader = dict(
     ),
     sampler=dict(type='DefaultSampler', shuffle=True),
 )
+# The training loader's settings on the validation split.
 val_dataloader = dict(
+    train_dataloader,
     batch_size=128,
-    num_workers=0,
-    persistent_workers=False,
     dataset=dict(
-        type='CustomDataset',
-        data_root=data_root,
+        train_dataloader['dataset'],
         ann_file='meta/val.txt',
         data_prefix='val',
         pipeline=test_pipeline,

@@ -25,8 +25,9 @@ custom_hooks = [
 ]
 
 # Fine-tuning a trained network: a lower peak than training from scratch
-# and no boost for the (already trained) position embedding; one warm-up
-# epoch (the gate scores start at 0), cosine to the end.
+# and no boost for the (already trained) position embedding; the base's
+# warm-up epoch (the gate scores start at 0) from a tenth of the peak, its
+# cosine to the end.
 optim_wrapper = dict(
     optimizer=dict(lr=5e-4),
     paramwise_cfg=dict(
@@ -34,19 +35,7 @@ optim_wrapper = dict(
     ),
 )
 param_scheduler = [
-    dict(
-        type='LinearLR',
-        start_factor=0.1,
-        by_epoch=True,
-        end=1,
-        convert_to_iter_based=True,
-    ),
-    dict(
-        type='CosineAnnealingLR',
-        eta_min=1e-5,
-        by_epoch=True,
-        begin=1,
-        convert_to_iter_based=True,
-    ),
+    dict(_base_.param_scheduler[0], start_factor=0.1),
+    _base_.param_scheduler[1],
 ]
 train_cfg = dict(max_epochs=6, val_interval=2)

@@ -12,6 +12,7 @@ _base_ = [
     '../_base_/models/hetdpt_deit-b.py',
     '../_base_/datasets/cifar100_resize-224.py',
     '../_base_/schedules/no-decay_deit.py',
+    '../_base_/schedules/cifar100_warmup-cosine_100e.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
 
@@ -39,26 +40,4 @@ optim_wrapper = dict(
     paramwise_cfg=dict(layer_decay_rate=0.75),
     clip_grad=dict(max_norm=5.0),
 )
-max_epochs = 100
-param_scheduler = [
-    dict(
-        type='LinearLR',
-        start_factor=1e-3,
-        by_epoch=True,
-        end=5,
-        convert_to_iter_based=True,
-    ),
-    dict(
-        type='CosineAnnealingLR',
-        eta_min=1e-6,
-        by_epoch=True,
-        begin=5,
-        end=max_epochs,
-        convert_to_iter_based=True,
-    ),
-]
-train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=10)
-val_cfg = dict()
-test_cfg = dict()
-auto_scale_lr = dict(base_batch_size=512)
 default_hooks = dict(checkpoint=dict(interval=10, max_keep_ckpts=2))

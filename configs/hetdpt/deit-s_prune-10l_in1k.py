@@ -17,12 +17,8 @@ map_points = 'work_dirs/deit-s_map-collect_in1k/map_points.csv'
 
 model = dict(backbone=dict(gated=True))
 
+# The pruning hooks of the schedule, reading these points.
 custom_hooks = [
-    dict(
-        type='HetDPTPruneHook',
-        map_points=map_points,
-        budget=10,
-        schedule='progressive',
-    ),
+    dict(_base_.custom_hooks[0], map_points=map_points),
     dict(type='MergeCheckpointHook'),
 ]

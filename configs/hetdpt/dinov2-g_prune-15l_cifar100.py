@@ -19,6 +19,7 @@
 _base_ = [
     '../_base_/datasets/cifar100_resize-224.py',
     '../_base_/schedules/no-decay_vit.py',
+    '../_base_/schedules/cifar100_warmup-cosine_100e.py',
     'mmpretrain::_base_/default_runtime.py',
     '../_base_/gated_ddp.py',
 ]
@@ -87,26 +88,12 @@ optim_wrapper = dict(
     ),
     clip_grad=dict(max_norm=5.0),
 )
+# Half the epochs of the base schedule, 2 of them warm-up, cosine to 1e-7.
 max_epochs = 50
 param_scheduler = [
-    dict(
-        type='LinearLR',
-        start_factor=1e-3,
-        by_epoch=True,
-        end=2,
-        convert_to_iter_based=True,
-    ),
-    dict(
-        type='CosineAnnealingLR',
-        eta_min=1e-7,
-        by_epoch=True,
-        begin=2,
-        end=max_epochs,
-        convert_to_iter_based=True,
-    ),
+    dict(_base_.param_scheduler[0], end=2),
+    dict(_base_.param_scheduler[1], eta_min=1e-7, begin=2, end=max_epochs),
 ]
-train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=5)
-val_cfg = dict()
-test_cfg = dict()
+train_cfg = dict(max_epochs=max_epochs, val_interval=5)
 auto_scale_lr = dict(base_batch_size=128)
 default_hooks = dict(checkpoint=dict(interval=5, max_keep_ckpts=2))

@@ -20,11 +20,6 @@ model = dict(
 train_dataloader = dict(batch_size=64)
 auto_scale_lr = dict(base_batch_size=512)
 custom_hooks = [
-    dict(
-        type='HetDPTPruneHook',
-        counts=dict(attn=2, act=3),
-        schedule='progressive',
-        stages=2,
-    ),
+    dict(_base_.custom_hooks[0], counts=dict(attn=2, act=3)),
     dict(type='MergeCheckpointHook'),
 ]

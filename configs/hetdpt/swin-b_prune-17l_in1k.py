@@ -26,9 +26,8 @@ _base_ = './swin-s_prune-10l_in1k.py'
 # (official Microsoft release, ImageNet-1k, 83.5 %).
 pretrained_checkpoint = 'checkpoints/swin_base_patch4_window7_224.pth'
 
-# The paper's DeiT-B points (see swin-s_prune-10l_in1k.py); Swin-B's own
-# come from swin-b_map-collect_in1k.py.
-map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
+# MAP points: swin-s_prune-10l_in1k.py's (the paper's DeiT-B points);
+# Swin-B's own come from swin-b_map-collect_in1k.py.
 budget = 17
 
 model = dict(
@@ -43,12 +42,6 @@ model = dict(
 )
 
 custom_hooks = [
-    dict(
-        type='HetDPTPruneHook',
-        map_points=map_points,
-        budget=budget,
-        schedule='progressive',
-        stages=8,
-    ),
+    dict(_base_.custom_hooks[0], budget=budget, stages=8),
     dict(type='MergeCheckpointHook'),
 ]

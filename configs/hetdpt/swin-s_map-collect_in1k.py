@@ -5,7 +5,6 @@
 _base_ = './swin-b_map-collect_in1k.py'
 
 pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
-interval = 10
 num_steps = 10
 
 model = dict(
@@ -18,13 +17,5 @@ model = dict(
         in_channels=768, init_cfg=dict(checkpoint=pretrained_checkpoint)
     ),
 )
-train_cfg = dict(max_epochs=interval * num_steps)
-custom_hooks = [
-    dict(
-        type='MAPCollectHook',
-        schedule='interleaved',
-        interval=interval,
-        max_removed=num_steps,
-        calib_images=1024,
-    )
-]
+train_cfg = dict(max_epochs=_base_.interval * num_steps)
+custom_hooks = [dict(_base_.custom_hooks[0], max_removed=num_steps)]

@@ -21,7 +21,7 @@
 #   (other GPU counts: add --auto-scale-lr)
 _base_ = [
     'mmpretrain::swin_transformer/swin-small_16xb64_in1k.py',
-    '../_base_/gated_ddp.py',
+    '../_base_/schedules/hetdpt_prune-10l.py',
 ]
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 
@@ -38,7 +38,6 @@ pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
 #   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
 #       custom_hooks.0.counts.attn=5 custom_hooks.0.counts.act=5
 map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
-budget = 10
 
 model = dict(
     backbone=dict(
@@ -70,12 +69,8 @@ optim_wrapper = dict(
     )
 )
 
+# The pruning hooks of the base, reading the points above.
 custom_hooks = [
-    dict(
-        type='HetDPTPruneHook',
-        map_points=map_points,
-        budget=budget,
-        schedule='progressive',
-    ),  # stages=None: the authors' 3, 5, 7, ...
+    dict(_base_.custom_hooks[0], map_points=map_points),
     dict(type='MergeCheckpointHook'),
 ]
