@@ -297,6 +297,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
                     norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
                     widths=widths.block(i) if widths else None,
                     **args,
+                    **self._family_block_args(),
                     **self.semantics,
                 )
                 for i in range(spec.depth)
@@ -304,6 +305,10 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         )
         self._freeze(self.blocks[: self.frozen_stages])  # also on rebuilds
         stock_vit.frozen_by_exclude(self, self.frozen_exclude)
+
+    def _family_block_args(self) -> Dict:
+        """Arguments of :func:`~.layers.build_block` a family adds."""
+        return {}
 
     # ------------------------------------------------------ fine-tuning
     def _frozen_modules(self) -> List[nn.Module]:
