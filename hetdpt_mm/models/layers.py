@@ -268,16 +268,20 @@ def assemble_block(
     act_removed: bool,
     removed_attn_output: str,
     ffn_removed: bool = False,
+    *,
+    block_type: Type[nn.Module] = HetDPTBlock,
+    gated_block_type: Type[nn.Module] = GatedHetDPTBlock,
     **block_args,
-) -> Block:
-    """The timm block of the chosen layer types (``block_args``: timm
-    ``Block`` arguments); a gated block gets its gates set, a pruned or
-    merged one loses its removed whole branches."""
+) -> nn.Module:
+    """The block of the chosen layer types: ``block_type`` (``block_args``:
+    its arguments; a timm ``Block``'s by default), ``gated_block_type`` in
+    the gated form, which gets its gates set; a pruned or merged block loses
+    its removed whole branches."""
     check_branch_removal(attn_removed, ffn_removed, removed_attn_output)
     if layers.mlp_layer is not None:
         block_args['mlp_layer'] = layers.mlp_layer
     if form == 'gated':
-        block = GatedHetDPTBlock(
+        block = gated_block_type(
             attn_layer=layers.attn_layer,
             act_layer=layers.act_layer,
             residual_gelu=layers.residual_gelu,
@@ -293,7 +297,7 @@ def assemble_block(
             ffn_removed,
         )
         return block
-    block = HetDPTBlock(
+    block = block_type(
         attn_layer=layers.attn_layer,
         act_layer=layers.act_layer,
         residual_gelu=layers.residual_gelu,
