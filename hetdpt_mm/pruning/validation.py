@@ -33,14 +33,3 @@ def check_depth(depth: Any) -> int:
             f'{MAX_DEPTH}, got {depth}'
         )
     return depth
-
-
-def positive_int(value: Any, name: str) -> int:
-    """A count or length given in a config: an integer of at least 1."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or value < 1
-    ):
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    return int(value)
