@@ -115,6 +115,13 @@ class Demo(TrainingStages, TransferStages, TomeStages, ReportStage):
     def out(self, *parts: str) -> Path:
         return self.work_dir.joinpath(*parts)
 
+    def transfer_options(self, kind: str, checkpoint: str) -> List[str]:
+        """``--cfg-options`` starting a dense-prediction task's backbone
+        from ``checkpoint``, on the demo data (:meth:`data_options`)."""
+        return [
+            f'model.backbone.init_cfg.checkpoint={checkpoint}'
+        ] + self.data_options(kind)
+
     def data_options(self, kind: str) -> List[str]:
         """``--cfg-options`` pointing a demo config at ``--data-root`` (not
         needed for the configs' own ``data/demo``), the classifier configs

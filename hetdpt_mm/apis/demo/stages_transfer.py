@@ -20,7 +20,7 @@ from .helpers import (
     condense_benchmark,
     last_checkpoint,
 )
-from .settings import DENSE_CONFIG, DETR_CONFIG, UPERNET_CONFIG
+from .settings import DENSE_CONFIG, TRANSFER_CONFIGS, TRANSFER_METRICS
 
 
 class TransferStages:
@@ -88,10 +88,7 @@ class TransferStages:
                     f'default_hooks.logger.interval={s.transfer_log_interval}'
                 )
         lanes = []
-        for kind, config in (
-            ('detr', DETR_CONFIG),
-            ('upernet', UPERNET_CONFIG),
-        ):
+        for kind, config in TRANSFER_CONFIGS.items():
             # Validated before training (the classifier's backbone, neck
             # and heads as initialised) and after it (the last checkpoint).
             lanes.append(
@@ -101,8 +98,7 @@ class TransferStages:
                         self.train_argv(
                             config,
                             self.rel(self.out(Path(config).stem)),
-                            [f'model.backbone.init_cfg.checkpoint={merged}']
-                            + self.data_options(kind)
+                            self.transfer_options(kind, merged)
                             + overrides[kind],
                             validate_first=True,
                         ),
@@ -129,13 +125,10 @@ class TransferStages:
         )
         self.jobs.run_lanes(lanes)
         runs = {}
-        for kind, config, metric in (
-            ('detr', DETR_CONFIG, 'coco/bbox_mAP'),
-            ('upernet', UPERNET_CONFIG, 'mIoU'),
-        ):
+        for kind, config in TRANSFER_CONFIGS.items():
             work = self.out(Path(config).stem)
             curve = demo_report.scalar_curve(demo_report.train_scalars(work))
-            validations = demo_report.val_records(work, metric)
+            validations = demo_report.val_records(work, TRANSFER_METRICS[kind])
             runs[kind] = DensePredictionRun(
                 before=validations[0],
                 after=validations[-1],
@@ -212,10 +205,7 @@ class TransferStages:
         )
         trained = self.rel(last_checkpoint(work))
         lanes = []
-        for kind, config in (
-            ('detr', DETR_CONFIG),
-            ('upernet', UPERNET_CONFIG),
-        ):
+        for kind, config in TRANSFER_CONFIGS.items():
             # Their own work dirs: a test never runs where its input is.
             lanes.append(
                 [
@@ -226,8 +216,7 @@ class TransferStages:
                             trained,
                             self.rel(self.out(Path(config).stem)),
                             self.rel(work / f'test_metrics_{kind}.json'),
-                            [f'model.backbone.init_cfg.checkpoint={trained}']
-                            + self.data_options(kind),
+                            self.transfer_options(kind, trained),
                             strict=False,
                         ),
                     )
