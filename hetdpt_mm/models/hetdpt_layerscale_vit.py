@@ -239,19 +239,5 @@ class HetDPTLayerScaleViT(HetDPTViT):
         return state
 
     # -------------------------------------------------------------- forward
-    def _embed_tokens(self, x: torch.Tensor):
-        """As timm: with ``no_embed_class`` the positions are added to the
-        patches before the class and register tokens are prepended."""
-        x = self.patch_embed(x)
-        grid = x.shape[1:3]
-        x = x.flatten(1, 2)
-        prefix = [
-            token.expand(x.shape[0], -1, -1)
-            for token in (self.cls_token, self.reg_token)
-            if token is not None
-        ]
-        if self.no_embed_class:
-            x = torch.cat(prefix + [x + self._pos_embed(grid)], dim=1)
-        else:
-            x = torch.cat(prefix + [x], dim=1) + self._pos_embed(grid)
-        return self.pos_drop(x), grid
+    def _prefix_tokens(self):
+        return (self.cls_token, self.reg_token)
