@@ -87,24 +87,22 @@ class TransferStages:
                 options.append(
                     f'default_hooks.logger.interval={s.transfer_log_interval}'
                 )
-        lanes = []
-        for kind, config in TRANSFER_CONFIGS.items():
-            # Validated before training (the classifier's backbone, neck
-            # and heads as initialised) and after it (the last checkpoint).
-            lanes.append(
-                [
-                    Job(
-                        f'{kind}-train',
-                        self.train_argv(
-                            config,
-                            self.rel(self.out(Path(config).stem)),
-                            self.transfer_options(kind, merged)
-                            + overrides[kind],
-                            validate_first=True,
-                        ),
-                    )
-                ]
-            )
+        # Validated before training (the classifier's backbone, neck and
+        # heads as initialised) and after it (the last checkpoint).
+        lanes = [
+            [
+                Job(
+                    f'{kind}-train',
+                    self.train_argv(
+                        config,
+                        self.rel(self.transfer_work_dir(kind)),
+                        self.transfer_options(kind, merged) + overrides[kind],
+                        validate_first=True,
+                    ),
+                )
+            ]
+            for kind, config in TRANSFER_CONFIGS.items()
+        ]
         prune_work = self.out('vit-demo_digits_hetdpt')
         # The deployment path: the plain dense config and the merged file,
         # whose meta rebuilds the pruned structure.  It runs on whichever
@@ -125,8 +123,8 @@ class TransferStages:
         )
         self.jobs.run_lanes(lanes)
         runs = {}
-        for kind, config in TRANSFER_CONFIGS.items():
-            work = self.out(Path(config).stem)
+        for kind in TRANSFER_CONFIGS:
+            work = self.transfer_work_dir(kind)
             curve = demo_report.scalar_curve(demo_report.train_scalars(work))
             validations = demo_report.val_records(work, TRANSFER_METRICS[kind])
             runs[kind] = DensePredictionRun(
@@ -204,25 +202,25 @@ class TransferStages:
             ]
         )
         trained = self.rel(last_checkpoint(work))
-        lanes = []
-        for kind, config in TRANSFER_CONFIGS.items():
-            # Their own work dirs: a test never runs where its input is.
-            lanes.append(
+        # Their own work dirs: a test never runs where its input is.
+        self.jobs.run_lanes(
+            [
                 [
                     Job(
                         f'plus-{kind}-test',
                         self.test_argv(
                             config,
                             trained,
-                            self.rel(self.out(Path(config).stem)),
+                            self.rel(self.transfer_work_dir(kind)),
                             self.rel(work / f'test_metrics_{kind}.json'),
                             self.transfer_options(kind, trained),
                             strict=False,
                         ),
                     )
                 ]
-            )
-        self.jobs.run_lanes(lanes)
+                for kind, config in TRANSFER_CONFIGS.items()
+            ]
+        )
         width = demo_report.read_json(report)
         validations = demo_report.val_records(work)
         self.results.plus = PlusResult(
