@@ -2,6 +2,7 @@
 HetDPT+, benchmarks."""
 
 from pathlib import Path
+from typing import List
 
 import torch
 
@@ -246,14 +247,17 @@ class TransferStages:
         common = ['--threads', str(threads), '--force'] + (
             ['--clock', 'process'] if threads == 1 else []
         )
-        runs = dict(
-            demo=[
+
+        def classifier_run(checkpoint: str, *options: str) -> List[str]:
+            # The backbone of a demo classifier, at its 32-pixel images.
+            return [
                 'tools/benchmark.py',
                 'backbone',
                 '--checkpoint',
-                self.results.prune.checkpoint,
+                checkpoint,
                 '--prefix',
                 'backbone.',
+                *options,
                 '--img-size',
                 '32',
                 '--batch-size',
@@ -261,27 +265,14 @@ class TransferStages:
                 '--repeats',
                 str(s.bench_repeats),
             ]
-        )
+
+        runs = dict(demo=classifier_run(self.results.prune.checkpoint))
         # The other splits of the comparison (speed depends on the counts
         # only): each one's first seed, dense vs merged.
         for counts, run in split_benchmark_runs(self.results).items():
-            runs[f'split-{counts}'] = [
-                'tools/benchmark.py',
-                'backbone',
-                '--checkpoint',
-                run.checkpoint,
-                '--prefix',
-                'backbone.',
-                '--models',
-                'dense',
-                'merged',
-                '--img-size',
-                '32',
-                '--batch-size',
-                str(s.bench_batch),
-                '--repeats',
-                str(s.bench_repeats),
-            ]
+            runs[f'split-{counts}'] = classifier_run(
+                run.checkpoint, '--models', 'dense', 'merged'
+            )
         if s.context_bench:
             # For context: DeiT-S at 224 with the authors' DeiT-B spec.
             runs['context'] = [
