@@ -14,6 +14,7 @@ from timm.models.vision_transformer import init_weights_vit_timm
 from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import stock_vit_args as stock_vit
 from . import vit_codec, vit_state_dict
+from .backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from .family import HetDPTBackbone
 from .layer_decay import vit_layer_depth
 from .layers import build_block, gated_ffn
@@ -135,22 +136,16 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         arch, stock = stock_vit.take_stock_args(
             arch, self.DEFAULT_ARCH, stock_args
         )
-        if pretrained is not None:
-            if init_cfg is not None:
-                raise ValueError('give either pretrained or init_cfg')
-            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(
+            init_cfg=init_cfg_with_pretrained(pretrained, init_cfg)
+        )
         self.arch_settings = resolve_arch(arch)
         depth = self.arch_settings['num_layers']
         dim = self.arch_settings['embed_dims']
         stock_vit.check_output_args(
             out_type, with_cls_token, output_cls_token, distilled
         )
-        if not -1 <= frozen_stages <= depth:
-            raise ValueError(
-                f'frozen_stages must be in -1..{depth} (the '
-                f'number of blocks), got {frozen_stages}'
-            )
+        check_frozen_stages(frozen_stages, depth, 'blocks')
         self.with_cp = with_cp
         self.norm_eps = stock_vit.norm_eps(stock.get('norm_cfg'))
         self.frozen_exclude = stock.get('frozen_exclude')
