@@ -287,15 +287,7 @@ class HetDPTSwin(HetDPTBackbone):
                 modules.append(getattr(self, f'norm{stage}'))
         return modules
 
-    def train(self, mode: bool = True):
-        super().train(mode)
-        if mode:
-            for module in self._frozen_modules():
-                module.eval()
-        return self
-
     def all_blocks(self) -> List[nn.Module]:
-        """Every block, by global index."""
         return [block for stage in self.stages for block in stage.blocks]
 
     @property
@@ -310,21 +302,6 @@ class HetDPTSwin(HetDPTBackbone):
         return swin_layer_depth(
             param_name, prefix, self.arch_settings['depths']
         )
-
-    def gates(self, kind: str) -> List[nn.Module]:
-        if self.form != 'gated':
-            raise RuntimeError(
-                f'a {self.form} backbone has no gates; build '
-                'it with gated=True'
-            )
-        if kind == ATTN:
-            return [block.attn for block in self.all_blocks()]
-        if kind == ACT:
-            return [block.mlp.act for block in self.all_blocks()]
-        raise ValueError(f'unknown layer kind {kind!r}')
-
-    def build_args(self) -> Dict:
-        return dict(self._build_args)
 
     def _output_args(self) -> Dict:
         return dict(pad_small_map=self.pad_small_map)

@@ -17,7 +17,7 @@ from . import vit_codec, vit_state_dict
 from .backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from .family import HetDPTBackbone
 from .layer_decay import vit_layer_depth
-from .layers import build_block, gated_ffn
+from .layers import build_block
 from .token_merge import TokenMerge
 from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 from .vit_forward import ViTForward
@@ -316,13 +316,10 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
 
     def train(self, mode: bool = True):
         super().train(mode)
-        if mode:
-            for module in self._frozen_modules():
-                module.eval()
-            if self.norm_eval:
-                for module in self.modules():
-                    if isinstance(module, nn.LayerNorm):
-                        module.eval()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, nn.LayerNorm):
+                    module.eval()
         return self
 
     def get_layer_depth(
@@ -336,24 +333,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     def depth(self) -> int:
         return len(self.blocks)
 
-    def gates(self, kind: str) -> List[nn.Module]:
-        if self.form != 'gated':
-            raise RuntimeError(
-                f'a {self.form} backbone has no gates; build '
-                'it with gated=True'
-            )
-        if kind == ATTN:
-            return [block.attn for block in self.blocks]
-        if kind == ACT:
-            return [block.mlp.act for block in self.blocks]
-        if kind == FFN:
-            # Gated only under whole-branch removal.
-            gates = [gated_ffn(block) for block in self.blocks]
-            return [] if None in gates else gates
-        raise ValueError(f'unknown layer kind {kind!r}')
-
-    def build_args(self) -> Dict:
-        return dict(self._build_args)
+    def all_blocks(self) -> List[nn.Module]:
+        return list(self.blocks)
 
     def _output_args(self) -> Dict:
         out_type = (
