@@ -23,8 +23,9 @@ instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
                          ``class_feature(inputs)``,
                          ``set_spec(spec)``, ``build_args()``, ``record()``,
                          ``to_merged()``, ``load_pretrained(source, prefix)``
-family hooks             ``_build_structure(spec, form, semantics)``,
-                         ``_adapt_pretrained(state)``
+family hooks             ``all_blocks()``,
+                         ``_build_structure(spec, form, semantics)``,
+                         ``_frozen_modules()``, ``_adapt_pretrained(state)``
 =======================  ====================================================
 
 The structure travels with the weights: the backbone puts its record into
