@@ -4,8 +4,6 @@ maximising the MAP fit, and the latency-aware searches over every count
 pair against a speedup or accuracy target under a cost model
 (:mod:`hetdpt_mm.pruning.cost`)."""
 
-import math
-import numbers
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import (
@@ -24,7 +22,7 @@ import numpy as np
 
 from ...spec import ACT, ATTN, KIND_NAMES
 from ..cost import CostModel
-from ..validation import as_int, check_depth
+from ..validation import as_int, check_depth, is_finite_number
 from .fit import MAPFit, check_t_kind
 
 Bounds = Union[str, Tuple[int, int]]
@@ -379,11 +377,7 @@ def allocate_for_accuracy(
 ) -> CostAllocation:
     """Maximise speedup over all count pairs whose predicted accuracy is at
     least ``min_accuracy``; ties go to the more accurate one."""
-    if (
-        isinstance(min_accuracy, bool)
-        or not isinstance(min_accuracy, numbers.Real)
-        or not math.isfinite(min_accuracy)
-    ):
+    if not is_finite_number(min_accuracy):
         raise ValueError(
             f'minimum accuracy must be a finite number, got {min_accuracy!r}'
         )
@@ -454,12 +448,7 @@ def smallest_budget_reaching(
 
 
 def _positive(value: Any, name: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not is_finite_number(value) or value <= 0:
         raise ValueError(f'{name} must be a positive number, got {value!r}')
     return float(value)
 
