@@ -108,7 +108,8 @@ def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
     return tuple(sorted(indices))
 
 
-def _positive(value, name: str) -> int:
+def positive_int(value: Any, name: str) -> int:
+    """A count or length given in a config: an integer of at least 1."""
     if (
         isinstance(value, bool)
         or not isinstance(value, numbers.Integral)
@@ -138,7 +139,9 @@ class Widths:
 
     def __post_init__(self):
         object.__setattr__(
-            self, 'embed_dims', _positive(self.embed_dims, 'widths.embed_dims')
+            self,
+            'embed_dims',
+            positive_int(self.embed_dims, 'widths.embed_dims'),
         )
         lengths = set()
         for name in self.FIELDS[1:]:

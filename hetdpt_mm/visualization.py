@@ -78,6 +78,17 @@ def _labelled(
     return _image(fig)
 
 
+def _dense_line(ax, dense_accuracy: float, note: str = '') -> None:
+    """The dense model's accuracy as a dashed grey line."""
+    ax.axhline(
+        dense_accuracy,
+        color='0.5',
+        ls='--',
+        lw=1,
+        label=f'dense: {dense_accuracy:.2f} %{note}',
+    )
+
+
 def write_image(path, data: bytes, exclusive: bool = False) -> None:
     with atomic_path(path, exclusive) as tmp:
         tmp.write_bytes(data)
@@ -367,13 +378,7 @@ def plot_recovery(
     fine-tuning epoch, one line per type."""
     fig = _figure((6, 3.8))
     ax = fig.subplots()
-    ax.axhline(
-        dense_accuracy,
-        color='0.5',
-        ls='--',
-        lw=1,
-        label=f'dense: {dense_accuracy:.2f} %',
-    )
+    _dense_line(ax, dense_accuracy)
     for kind, run in recovery.items():
         curve = [run['at_once']] + list(run['after_epochs'])
         ax.plot(
@@ -399,13 +404,7 @@ def plot_split_comparison(
     speedup of each split of the same budget."""
     fig = _figure((6.5, 4.2))
     ax = fig.subplots()
-    ax.axhline(
-        dense_accuracy,
-        color='0.5',
-        ls='--',
-        lw=1,
-        label=f'dense: {dense_accuracy:.2f} % at 1x',
-    )
+    _dense_line(ax, dense_accuracy, ' at 1x')
     markers = dict(MAP='*', attention_only='v', gelu_only='^', naive='s')
     for split in splits:
         marker = markers.get(split['method'], 'o')

@@ -34,8 +34,7 @@ from ..datasets.subset import SubsetSampler, select_subset
 from ..fileio import atomic_write_text
 from ..pruning.schedules import CollectSchedule, build_collect_schedule
 from ..pruning.selection import SelectionPolicy
-from ..pruning.validation import positive_int
-from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec, positive_int
 from .gate_hook import KIND_NAMES, GateHookBase, removable_blocks
 
 __all__ = [

@@ -23,8 +23,9 @@ instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
                          ``class_feature(inputs)``,
                          ``set_spec(spec)``, ``build_args()``, ``record()``,
                          ``to_merged()``, ``load_pretrained(source, prefix)``
-family hooks             ``_build_structure(spec, form, semantics)``,
-                         ``_adapt_pretrained(state)``
+family hooks             ``all_blocks()``,
+                         ``_build_structure(spec, form, semantics)``,
+                         ``_frozen_modules()``, ``_adapt_pretrained(state)``
 =======================  ====================================================
 
 The structure travels with the weights: the backbone puts its record into
@@ -63,7 +64,7 @@ from ..record import (
 )
 from ..registry import FAMILIES, get_family
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
-from .layers import SEMANTICS_CHOICES
+from .layers import SEMANTICS_CHOICES, gated_ffn
 from .pretrained import PretrainedLoading
 from .record_check import (
     check_arch_agrees,
@@ -264,18 +265,49 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     form: str
     semantics: Dict[str, str]
 
+    _build_args: Dict
+
     @property
     def depth(self) -> int:
+        raise NotImplementedError
+
+    def all_blocks(self) -> List[nn.Module]:
+        """Every block, by global index."""
         raise NotImplementedError
 
     def gates(self, kind: str) -> List[nn.Module]:
         """The gated layers of one of :attr:`REMOVABLE_KINDS` by block
         index (gated form only; none where the network gates none)."""
-        raise NotImplementedError
+        if self.form != 'gated':
+            raise RuntimeError(
+                f'a {self.form} backbone has no gates; build '
+                'it with gated=True'
+            )
+        if kind not in self.REMOVABLE_KINDS:
+            raise ValueError(f'unknown layer kind {kind!r}')
+        blocks = self.all_blocks()
+        if kind == ATTN:
+            return [block.attn for block in blocks]
+        if kind == ACT:
+            return [block.mlp.act for block in blocks]
+        # FFN branches are gated only under whole-branch removal.
+        gates = [gated_ffn(block) for block in blocks]
+        return [] if None in gates else gates
 
     def build_args(self) -> Dict:
         """Constructor arguments that fix the shapes of this network."""
-        raise NotImplementedError
+        return dict(self._build_args)
+
+    def _frozen_modules(self) -> List[nn.Module]:
+        """The modules ``frozen_stages`` keeps in eval mode."""
+        return []
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if mode:
+            for module in self._frozen_modules():
+                module.eval()
+        return self
 
     def _build_structure(
         self, spec: PruneSpec, form: str, semantics: Mapping

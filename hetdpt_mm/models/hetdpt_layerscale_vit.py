@@ -26,35 +26,22 @@ What the forms leave (with the default ``removed_attn_output='norm'``):
 """
 
 import math
-from functools import partial
 from typing import Dict, Mapping, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import Attention, SwiGLUPacked
 
 from ..checkpoint import StateDictMismatch
-from ..spec import ACT, ATTN, FFN, PruneSpec
+from ..spec import ACT, PruneSpec
 from . import layerscale_codec, vit_state_dict
 from . import layerscale_state_dict as ls_state_dict
-from .gates import GatedAttention, GatedSwiGLU
 from .hetdpt_vit import HetDPTViT
-from .layers import (
-    WHOLE_BRANCH,
-    HetDPTBlock,
-    MergedFFN,
-    assemble_block,
-    check_branch_removal,
-    choose_block_layers,
-    remove_branches,
-    set_block_gates,
-)
 from .layerscale_codec import (
     DICT_ARCH_DEFAULTS,
     LAYERSCALE_ARCH_PRESETS,
     resolve_layerscale_arch,
 )
-from .stock_vit_args import arch_from_stock, frozen_by_exclude
+from .stock_vit_args import arch_from_stock
 from .vit_codec import RELEASED_SEMANTICS
 
 #: What removed layers leave: the released ViT semantics, with the removed
@@ -70,85 +57,6 @@ from .vit_codec import RELEASED_SEMANTICS
 #: case.  ``'zero'`` leaves ``x``; ``'identity'`` (whole-branch removal)
 #: leaves ``x`` without ``LN1`` and ``gamma1``.
 LAYERSCALE_SEMANTICS = dict(RELEASED_SEMANTICS)
-
-
-def build_layerscale_block(
-    dim: int,
-    num_heads: int,
-    mlp_ratio: float,
-    qkv_bias: bool,
-    drop_path: float,
-    form: str,
-    attn_removed: bool,
-    act_removed: bool,
-    removed_attn_output: str,
-    residual_gelu: str,
-    norm_layer,
-    ffn: str,
-    layer_scale_init_value: float,
-    drop_rate: float = 0.0,
-    attn_drop_rate: float = 0.0,
-    ffn_removed: bool = False,
-):
-    """One LayerScale ViT block of the given form (layer types from
-    :func:`choose_block_layers`; a SwiGLU FFN always keeps its SiLU)."""
-    common = dict(
-        dim=dim,
-        num_heads=num_heads,
-        mlp_ratio=mlp_ratio,
-        qkv_bias=qkv_bias,
-        drop_path=drop_path,
-        proj_drop=drop_rate,
-        attn_drop=attn_drop_rate,
-        norm_layer=norm_layer,
-        init_values=layer_scale_init_value,
-    )
-    layers = choose_block_layers(
-        form,
-        attn_removed,
-        act_removed,
-        removed_attn_output,
-        residual_gelu,
-        Attention,
-        GatedAttention,
-    )
-    if ffn == 'swiglu':
-        check_branch_removal(attn_removed, ffn_removed, removed_attn_output)
-        whole = removed_attn_output == WHOLE_BRANCH
-        gated = form == 'gated'
-        # No activation is ever removed, so no residual GELU either.
-        block = HetDPTBlock(
-            attn_layer=layers.attn_layer,
-            act_layer=nn.SiLU,
-            mlp_layer=GatedSwiGLU if gated and whole else SwiGLUPacked,
-            residual_gelu=False,
-            **common,
-        )
-        if gated:
-            set_block_gates(
-                block.attn,
-                None,
-                attn_removed,
-                False,
-                removed_attn_output,
-                block.mlp if whole else None,
-                ffn_removed,
-            )
-        else:
-            remove_branches(block, attn_removed and whole, ffn_removed)
-        return block
-    block = assemble_block(
-        layers,
-        form,
-        attn_removed,
-        act_removed,
-        removed_attn_output,
-        ffn_removed,
-        **common,
-    )
-    if layers.mlp_layer is MergedFFN:
-        block.ls2 = nn.Identity()  # folded into the merged linear
-    return block
 
 
 class HetDPTLayerScaleViT(HetDPTViT):
@@ -286,30 +194,10 @@ class HetDPTLayerScaleViT(HetDPTViT):
         self, spec: PruneSpec, form: str, semantics: Mapping
     ) -> None:
         self.check_removable(spec)
-        self.form = form
-        self.semantics = dict(semantics)
-        self._spec = spec
-        args = dict(self._block_args)
-        drop_path = args.pop('drop_path')
-        self.blocks = nn.ModuleList(
-            [
-                build_layerscale_block(
-                    drop_path=drop_path[i],
-                    form=form,
-                    attn_removed=spec.is_removed(ATTN, i),
-                    act_removed=spec.is_removed(ACT, i),
-                    ffn_removed=spec.is_removed(FFN, i),
-                    norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
-                    ffn=self.ffn,
-                    layer_scale_init_value=self.layer_scale_init_value,
-                    **args,
-                    **self.semantics,
-                )
-                for i in range(spec.depth)
-            ]
-        )
-        self._freeze(self.blocks[: self.frozen_stages])
-        frozen_by_exclude(self, self.frozen_exclude)
+        super()._build_structure(spec, form, semantics)
+
+    def _family_block_args(self) -> Dict:
+        return dict(ffn=self.ffn, init_values=self.layer_scale_init_value)
 
     def gates(self, kind: str):
         if kind == ACT and self.ffn == 'swiglu' and self.form == 'gated':
@@ -351,19 +239,5 @@ class HetDPTLayerScaleViT(HetDPTViT):
         return state
 
     # -------------------------------------------------------------- forward
-    def _embed_tokens(self, x: torch.Tensor):
-        """As timm: with ``no_embed_class`` the positions are added to the
-        patches before the class and register tokens are prepended."""
-        x = self.patch_embed(x)
-        grid = x.shape[1:3]
-        x = x.flatten(1, 2)
-        prefix = [
-            token.expand(x.shape[0], -1, -1)
-            for token in (self.cls_token, self.reg_token)
-            if token is not None
-        ]
-        if self.no_embed_class:
-            x = torch.cat(prefix + [x + self._pos_embed(grid)], dim=1)
-        else:
-            x = torch.cat(prefix + [x], dim=1) + self._pos_embed(grid)
-        return self.pos_drop(x), grid
+    def _prefix_tokens(self):
+        return (self.cls_token, self.reg_token)

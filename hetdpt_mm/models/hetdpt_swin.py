@@ -13,6 +13,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..spec import ACT, ATTN, PruneSpec
 from . import swin_codec, swin_state_dict
+from .backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from .family import HetDPTBackbone
 from .layer_decay import swin_layer_depth
 from .layers import WHOLE_BRANCH
@@ -137,13 +138,9 @@ class HetDPTSwin(HetDPTBackbone):
                 'leave no grid to partition, so ToMe does not apply to '
                 'Swin (use a ViT family)'
             )
-        if pretrained is not None:
-            if init_cfg is not None:
-                raise ValueError(
-                    'pass either pretrained or init_cfg, not both'
-                )
-            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(
+            init_cfg=init_cfg_with_pretrained(pretrained, init_cfg)
+        )
         stock = read_stock_args(
             arch, window_size, patch_size, in_channels, stock_args
         )
@@ -165,11 +162,7 @@ class HetDPTSwin(HetDPTBackbone):
                 f'out_indices {list(out_indices)} must name '
                 f'stages of 0..{stages - 1}'
             )
-        if not -1 <= frozen_stages <= stages:
-            raise ValueError(
-                f'frozen_stages must be in -1..{stages} (the '
-                f'number of stages), got {frozen_stages}'
-            )
+        check_frozen_stages(frozen_stages, stages, 'stages')
         self.window_size = window_size
         self.pad_small_map = pad_small_map
         self.out_after_downsample = out_after_downsample
@@ -294,15 +287,7 @@ class HetDPTSwin(HetDPTBackbone):
                 modules.append(getattr(self, f'norm{stage}'))
         return modules
 
-    def train(self, mode: bool = True):
-        super().train(mode)
-        if mode:
-            for module in self._frozen_modules():
-                module.eval()
-        return self
-
     def all_blocks(self) -> List[nn.Module]:
-        """Every block, by global index."""
         return [block for stage in self.stages for block in stage.blocks]
 
     @property
@@ -317,21 +302,6 @@ class HetDPTSwin(HetDPTBackbone):
         return swin_layer_depth(
             param_name, prefix, self.arch_settings['depths']
         )
-
-    def gates(self, kind: str) -> List[nn.Module]:
-        if self.form != 'gated':
-            raise RuntimeError(
-                f'a {self.form} backbone has no gates; build '
-                'it with gated=True'
-            )
-        if kind == ATTN:
-            return [block.attn for block in self.all_blocks()]
-        if kind == ACT:
-            return [block.mlp.act for block in self.all_blocks()]
-        raise ValueError(f'unknown layer kind {kind!r}')
-
-    def build_args(self) -> Dict:
-        return dict(self._build_args)
 
     def _output_args(self) -> Dict:
         return dict(pad_small_map=self.pad_small_map)

@@ -14,9 +14,10 @@ from timm.models.vision_transformer import init_weights_vit_timm
 from ..spec import ACT, ATTN, FFN, PruneSpec
 from . import stock_vit_args as stock_vit
 from . import vit_codec, vit_state_dict
+from .backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from .family import HetDPTBackbone
 from .layer_decay import vit_layer_depth
-from .layers import build_block, gated_ffn
+from .layers import build_block
 from .token_merge import TokenMerge
 from .vit_codec import RELEASED_SEMANTICS, resolve_arch
 from .vit_forward import ViTForward
@@ -135,22 +136,16 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         arch, stock = stock_vit.take_stock_args(
             arch, self.DEFAULT_ARCH, stock_args
         )
-        if pretrained is not None:
-            if init_cfg is not None:
-                raise ValueError('give either pretrained or init_cfg')
-            init_cfg = dict(type='Pretrained', checkpoint=pretrained)
-        super().__init__(init_cfg=init_cfg)
+        super().__init__(
+            init_cfg=init_cfg_with_pretrained(pretrained, init_cfg)
+        )
         self.arch_settings = resolve_arch(arch)
         depth = self.arch_settings['num_layers']
         dim = self.arch_settings['embed_dims']
         stock_vit.check_output_args(
             out_type, with_cls_token, output_cls_token, distilled
         )
-        if not -1 <= frozen_stages <= depth:
-            raise ValueError(
-                f'frozen_stages must be in -1..{depth} (the '
-                f'number of blocks), got {frozen_stages}'
-            )
+        check_frozen_stages(frozen_stages, depth, 'blocks')
         self.with_cp = with_cp
         self.norm_eps = stock_vit.norm_eps(stock.get('norm_cfg'))
         self.frozen_exclude = stock.get('frozen_exclude')
@@ -297,6 +292,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
                     norm_layer=partial(nn.LayerNorm, eps=self.norm_eps),
                     widths=widths.block(i) if widths else None,
                     **args,
+                    **self._family_block_args(),
                     **self.semantics,
                 )
                 for i in range(spec.depth)
@@ -304,6 +300,10 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         )
         self._freeze(self.blocks[: self.frozen_stages])  # also on rebuilds
         stock_vit.frozen_by_exclude(self, self.frozen_exclude)
+
+    def _family_block_args(self) -> Dict:
+        """Arguments of :func:`~.layers.build_block` a family adds."""
+        return {}
 
     # ------------------------------------------------------ fine-tuning
     def _frozen_modules(self) -> List[nn.Module]:
@@ -316,13 +316,10 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
 
     def train(self, mode: bool = True):
         super().train(mode)
-        if mode:
-            for module in self._frozen_modules():
-                module.eval()
-            if self.norm_eval:
-                for module in self.modules():
-                    if isinstance(module, nn.LayerNorm):
-                        module.eval()
+        if mode and self.norm_eval:
+            for module in self.modules():
+                if isinstance(module, nn.LayerNorm):
+                    module.eval()
         return self
 
     def get_layer_depth(
@@ -336,24 +333,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     def depth(self) -> int:
         return len(self.blocks)
 
-    def gates(self, kind: str) -> List[nn.Module]:
-        if self.form != 'gated':
-            raise RuntimeError(
-                f'a {self.form} backbone has no gates; build '
-                'it with gated=True'
-            )
-        if kind == ATTN:
-            return [block.attn for block in self.blocks]
-        if kind == ACT:
-            return [block.mlp.act for block in self.blocks]
-        if kind == FFN:
-            # Gated only under whole-branch removal.
-            gates = [gated_ffn(block) for block in self.blocks]
-            return [] if None in gates else gates
-        raise ValueError(f'unknown layer kind {kind!r}')
-
-    def build_args(self) -> Dict:
-        return dict(self._build_args)
+    def all_blocks(self) -> List[nn.Module]:
+        return list(self.blocks)
 
     def _output_args(self) -> Dict:
         out_type = (

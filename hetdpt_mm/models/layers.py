@@ -32,10 +32,16 @@ from typing import Optional, Tuple, Type, Union
 
 import torch
 import torch.nn as nn
-from timm.layers import Attention, Mlp
+from timm.layers import Attention, Mlp, SwiGLUPacked
 from timm.models.vision_transformer import Block
 
-from .gates import GatedAttention, GatedGELU, GatedMlp, GatedResidualBranch
+from .gates import (
+    GatedAttention,
+    GatedGELU,
+    GatedMlp,
+    GatedResidualBranch,
+    GatedSwiGLU,
+)
 
 #: What a removed attention sublayer leaves on its residual branch;
 #: ``'identity'`` removes whole branches (attention and FFN, each with its
@@ -262,16 +268,20 @@ def assemble_block(
     act_removed: bool,
     removed_attn_output: str,
     ffn_removed: bool = False,
+    *,
+    block_type: Type[nn.Module] = HetDPTBlock,
+    gated_block_type: Type[nn.Module] = GatedHetDPTBlock,
     **block_args,
-) -> Block:
-    """The timm block of the chosen layer types (``block_args``: timm
-    ``Block`` arguments); a gated block gets its gates set, a pruned or
-    merged one loses its removed whole branches."""
+) -> nn.Module:
+    """The block of the chosen layer types: ``block_type`` (``block_args``:
+    its arguments; a timm ``Block``'s by default), ``gated_block_type`` in
+    the gated form, which gets its gates set; a pruned or merged block loses
+    its removed whole branches."""
     check_branch_removal(attn_removed, ffn_removed, removed_attn_output)
     if layers.mlp_layer is not None:
         block_args['mlp_layer'] = layers.mlp_layer
     if form == 'gated':
-        block = GatedHetDPTBlock(
+        block = gated_block_type(
             attn_layer=layers.attn_layer,
             act_layer=layers.act_layer,
             residual_gelu=layers.residual_gelu,
@@ -287,7 +297,7 @@ def assemble_block(
             ffn_removed,
         )
         return block
-    block = HetDPTBlock(
+    block = block_type(
         attn_layer=layers.attn_layer,
         act_layer=layers.act_layer,
         residual_gelu=layers.residual_gelu,
@@ -319,11 +329,16 @@ def build_block(
     attn_drop_rate: float = 0.0,
     widths: Optional[Tuple[int, int, Optional[int]]] = None,
     ffn_removed: bool = False,
+    ffn: str = 'mlp',
+    **block_args,
 ) -> Block:
     """Build one ViT block of the given form (layer types from
     :func:`choose_block_layers`). ``widths`` are the block's
     ``(num_heads, head_dim, ffn_hidden)`` after width pruning (``None``:
-    ``num_heads`` heads of ``dim / num_heads`` and ``mlp_ratio * dim``)."""
+    ``num_heads`` heads of ``dim / num_heads`` and ``mlp_ratio * dim``);
+    ``ffn``: ``'mlp'`` or ``'swiglu'`` (:func:`build_swiglu_block`);
+    ``block_args``: further timm ``Block`` arguments (LayerScale's
+    ``init_values``)."""
     if widths is not None and form == 'gated':
         raise ValueError(
             'a width-pruned network has no gated form: layers '
@@ -338,6 +353,7 @@ def build_block(
         proj_drop=drop_rate,
         attn_drop=attn_drop_rate,
         norm_layer=norm_layer,
+        **block_args,
     )
     if widths is not None:
         # timm sizes attention by dim / num_heads; _set_widths replaces it.
@@ -351,6 +367,15 @@ def build_block(
         Attention,
         GatedAttention,
     )
+    if ffn == 'swiglu':
+        return build_swiglu_block(
+            layers,
+            form,
+            attn_removed,
+            removed_attn_output,
+            ffn_removed,
+            **common,
+        )
     block = assemble_block(
         layers,
         form,
@@ -360,6 +385,8 @@ def build_block(
         ffn_removed,
         **common,
     )
+    if layers.mlp_layer is MergedFFN:
+        block.ls2 = nn.Identity()  # a LayerScale is folded into the linear
     if widths is not None:
         _set_widths(
             block,
@@ -369,6 +396,42 @@ def build_block(
             attn_drop_rate=attn_drop_rate,
             act_layer=layers.act_layer,
         )
+    return block
+
+
+def build_swiglu_block(
+    layers: BlockLayers,
+    form: str,
+    attn_removed: bool,
+    removed_attn_output: str,
+    ffn_removed: bool,
+    **block_args,
+) -> Block:
+    """A block with a SwiGLU FFN (DINOv2-g), ``fc2(SiLU(x1) * x2)``: its
+    attention from ``layers``; its SiLU is never removed (the FFN would not
+    be linear), so it has no residual GELU either."""
+    check_branch_removal(attn_removed, ffn_removed, removed_attn_output)
+    whole = removed_attn_output == WHOLE_BRANCH
+    gated = form == 'gated'
+    block = HetDPTBlock(
+        attn_layer=layers.attn_layer,
+        act_layer=nn.SiLU,
+        mlp_layer=GatedSwiGLU if gated and whole else SwiGLUPacked,
+        residual_gelu=False,
+        **block_args,
+    )
+    if gated:
+        set_block_gates(
+            block.attn,
+            None,
+            attn_removed,
+            False,
+            removed_attn_output,
+            block.mlp if whole else None,
+            ffn_removed,
+        )
+    else:
+        remove_branches(block, attn_removed and whole, ffn_removed)
     return block
 
 

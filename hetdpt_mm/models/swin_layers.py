@@ -28,9 +28,9 @@ from timm.layers import DropPath, Mlp
 
 from .gates import GatedResidualBranch
 from .layers import (
+    assemble_block,
     choose_block_layers,
     residual_gelu_applies,
-    set_block_gates,
 )
 
 #: What the attention logits of token pairs from different regions of a
@@ -319,25 +319,16 @@ class GatedSwinBlock(SwinBlock):
 
 
 def build_swin_block(
-    dim: int,
-    num_heads: int,
-    window_size: int,
-    shift_size: int,
-    mlp_ratio: float,
-    qkv_bias: bool,
-    drop_path: float,
     form: str,
     attn_removed: bool,
     act_removed: bool,
     removed_attn_output: str,
     residual_gelu: str,
-    pad_small_map: bool,
-    drop_rate: float = 0.0,
-    attn_drop_rate: float = 0.0,
-    qk_scale: Optional[float] = None,
+    **block_args,
 ) -> SwinBlock:
     """Build one Swin block of the given form (layer types from
-    :func:`~hetdpt_mm.models.layers.choose_block_layers`)."""
+    :func:`~hetdpt_mm.models.layers.choose_block_layers`; ``block_args``:
+    :class:`SwinBlock`'s)."""
     layers = choose_block_layers(
         form,
         attn_removed,
@@ -347,33 +338,16 @@ def build_swin_block(
         WindowAttention,
         GatedWindowAttention,
     )
-    common = dict(
-        dim=dim,
-        num_heads=num_heads,
-        window_size=window_size,
-        shift_size=shift_size,
-        mlp_ratio=mlp_ratio,
-        qkv_bias=qkv_bias,
-        drop_path=drop_path,
-        drop_rate=drop_rate,
-        attn_drop_rate=attn_drop_rate,
-        qk_scale=qk_scale,
-        pad_small_map=pad_small_map,
-        attn_layer=layers.attn_layer,
-        act_layer=layers.act_layer,
-        mlp_layer=layers.mlp_layer or Mlp,
+    return assemble_block(
+        layers,
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        block_type=SwinBlock,
+        gated_block_type=GatedSwinBlock,
+        **block_args,
     )
-    if form == 'gated':
-        block = GatedSwinBlock(residual_gelu=layers.residual_gelu, **common)
-        set_block_gates(
-            block.attn,
-            block.mlp.act,
-            attn_removed,
-            act_removed,
-            removed_attn_output,
-        )
-        return block
-    return SwinBlock(residual_gelu=layers.residual_gelu, **common)
 
 
 class SwinPatchEmbed(nn.Module):

@@ -84,20 +84,31 @@ class ViTForward:
         schedule = self.token_merge.per_block(len(self.blocks))
         return schedule if any(schedule) else []
 
+    def _prefix_tokens(self):
+        """The tokens before the patches, in order (``None``: absent)."""
+        return (self.cls_token, self.dist_token)
+
     def _embed_tokens(self, x: torch.Tensor):
         """Patch tokens with the prefix tokens and positions added, and
-        the patch grid."""
+        the patch grid.  As timm: without positioned prefix tokens
+        (``no_embed_class``) the positions are added to the patches before
+        the prefix tokens are prepended."""
         x = self.patch_embed(x)
         grid = x.shape[1:3]
         x = x.flatten(1, 2)
         prefix = [
             token.expand(x.shape[0], -1, -1)
-            for token in (self.cls_token, self.dist_token)
+            for token in self._prefix_tokens()
             if token is not None
         ]
+        positioned = self.num_positioned_tokens > 0
+        if not positioned:
+            x = x + self._pos_embed(grid)
         if prefix:
             x = torch.cat(prefix + [x], dim=1)
-        return self.pos_drop(x + self._pos_embed(grid)), grid
+        if positioned:
+            x = x + self._pos_embed(grid)
+        return self.pos_drop(x), grid
 
     def _format_output(self, x: torch.Tensor, grid):
         if self.out_type == 'raw':

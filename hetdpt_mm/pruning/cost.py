@@ -25,7 +25,7 @@ from ..analysis import macs_convention
 from ..fileio import check_input_file
 from ..presets import ARCH_PRESETS
 from ..spec import ACT, ATTN, FFN
-from .validation import as_int, check_depth
+from .validation import as_int, check_depth, is_finite_number
 
 __all__ = ['ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost']
 
@@ -278,11 +278,7 @@ class MeasuredCost(CostModel):
             value = getattr(self, name)
             if name == 'ffn_branch' and value is None:
                 continue
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, numbers.Real)
-                or not math.isfinite(value)
-            ):
+            if not is_finite_number(value):
                 raise ValueError(
                     f'{self.source}: "{name}" must be a finite '
                     f'number, got {value!r}'

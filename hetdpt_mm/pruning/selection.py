@@ -29,8 +29,8 @@ from torch.utils.data import DataLoader, Subset
 from ..datasets.subset import select_subset
 from ..registry import SELECTION_POLICIES
 from ..sharding import unwrap_model
+from ..spec import positive_int
 from .transfer_entropy import te_select
-from .validation import positive_int
 
 __all__ = [
     'Decision',

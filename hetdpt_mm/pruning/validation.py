@@ -5,16 +5,20 @@ import numbers
 from typing import Any
 
 
+def is_finite_number(value: Any) -> bool:
+    """A real number (not a bool), neither infinite nor NaN."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
 def as_int(value: Any, name: str) -> int:
     """Accept ints and integral floats (8.0); reject bools and fractions."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
-    if (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and float(value).is_integer()
-    ):
+    if is_finite_number(value) and float(value).is_integer():
         return int(value)
     raise ValueError(f'{name} must be an integer, got {value!r}')
 
@@ -33,14 +37,3 @@ def check_depth(depth: Any) -> int:
             f'{MAX_DEPTH}, got {depth}'
         )
     return depth
-
-
-def positive_int(value: Any, name: str) -> int:
-    """A count or length given in a config: an integer of at least 1."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Integral)
-        or value < 1
-    ):
-        raise ValueError(f'{name} must be a positive integer, got {value!r}')
-    return int(value)

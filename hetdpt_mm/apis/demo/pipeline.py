@@ -23,6 +23,7 @@ from .settings import (
     OUTPUTS,
     STATE_FILE,
     STATE_VERSION,
+    TRANSFER_CONFIGS,
     DemoError,
     DemoInputError,
     DemoOptions,
@@ -114,6 +115,17 @@ class Demo(TrainingStages, TransferStages, TomeStages, ReportStage):
 
     def out(self, *parts: str) -> Path:
         return self.work_dir.joinpath(*parts)
+
+    def transfer_work_dir(self, kind: str) -> Path:
+        """Where a dense-prediction task trains and is tested."""
+        return self.out(Path(TRANSFER_CONFIGS[kind]).stem)
+
+    def transfer_options(self, kind: str, checkpoint: str) -> List[str]:
+        """``--cfg-options`` starting a dense-prediction task's backbone
+        from ``checkpoint``, on the demo data (:meth:`data_options`)."""
+        return [
+            f'model.backbone.init_cfg.checkpoint={checkpoint}'
+        ] + self.data_options(kind)
 
     def data_options(self, kind: str) -> List[str]:
         """``--cfg-options`` pointing a demo config at ``--data-root`` (not

@@ -10,8 +10,13 @@ from ...datasets import SHAPE_PAIR_CLASSES
 DENSE_CONFIG = 'configs/demo/vit-demo_digits.py'
 MAP_CONFIG = 'configs/demo/vit-demo_digits_map.py'
 PRUNE_CONFIG = 'configs/demo/vit-demo_digits_hetdpt.py'
-DETR_CONFIG = 'configs/demo/detr_hetdpt_demo.py'
-UPERNET_CONFIG = 'configs/demo/upernet_hetdpt_demo.py'
+#: The dense-prediction tasks the demo classifier's backbone goes into:
+#: their configs and the metric each is judged by.
+TRANSFER_CONFIGS = dict(
+    detr='configs/demo/detr_hetdpt_demo.py',
+    upernet='configs/demo/upernet_hetdpt_demo.py',
+)
+TRANSFER_METRICS = dict(detr='coco/bbox_mAP', upernet='mIoU')
 DEFAULT_DATA_ROOT = 'data/demo'
 #: The classification task of the demo (``make_pairs``): its directory in
 #: the data root and its number of classes (the configs' are the digits').

@@ -24,8 +24,8 @@ from ..jobs import Job
 from .settings import (
     BACKBONE_OPTIONS,
     DENSE_CONFIG,
-    DETR_CONFIG,
-    UPERNET_CONFIG,
+    TRANSFER_CONFIGS,
+    TRANSFER_METRICS,
 )
 
 #: The classifiers with ToMe: (name, whose merged checkpoint, what blocks
@@ -39,8 +39,6 @@ TOME_MODELS = (
     ('attn_only', 'attention_only', 'norm'),
     ('attn_only_none', 'attention_only', 'none'),
 )
-#: The metric of each dense-prediction model.
-TRANSFER_METRICS = dict(detr='coco/bbox_mAP', upernet='mIoU')
 #: The images the demo's DETR and UperNet test on (their test pipelines
 #: resize the toy datasets' 128x128 images to these): 36 and 64 patches.
 TRANSFER_IMG_SIZE = dict(detr=(48, 48), upernet=(64, 64))
@@ -188,10 +186,7 @@ class TomeStages:
                         self.data_options('cls')
                         + token_merge_options(value, removed_attn),
                     )
-        for kind, config in (
-            ('detr', DETR_CONFIG),
-            ('upernet', UPERNET_CONFIG),
-        ):
+        for kind, config in TRANSFER_CONFIGS.items():
             metrics[point_name(kind, 0)] = getattr(r.transfer, kind).after[
                 TRANSFER_METRICS[kind]
             ]
@@ -200,8 +195,7 @@ class TomeStages:
                     config,
                     getattr(r.transfer, kind).checkpoint,
                     TRANSFER_METRICS[kind],
-                    [f'model.backbone.init_cfg.checkpoint={merged}']
-                    + self.data_options(kind)
+                    self.transfer_options(kind, merged)
                     + token_merge_options(value, 'norm'),
                 )
         lanes: List[List[Job]] = [[], []]
@@ -235,10 +229,7 @@ class TomeStages:
         threads = self.options.threads or 1
         merged = self.results.merge.merged
         lane = []
-        for kind, config in (
-            ('detr', DETR_CONFIG),
-            ('upernet', UPERNET_CONFIG),
-        ):
+        for kind, config in TRANSFER_CONFIGS.items():
             rs = self.transfer_r(kind)
             names = [point_name(kind, r) for r in rs]
             options = (

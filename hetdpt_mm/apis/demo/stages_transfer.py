@@ -2,6 +2,7 @@
 HetDPT+, benchmarks."""
 
 from pathlib import Path
+from typing import List
 
 import torch
 
@@ -20,7 +21,7 @@ from .helpers import (
     condense_benchmark,
     last_checkpoint,
 )
-from .settings import DENSE_CONFIG, DETR_CONFIG, UPERNET_CONFIG
+from .settings import DENSE_CONFIG, TRANSFER_CONFIGS, TRANSFER_METRICS
 
 
 class TransferStages:
@@ -87,28 +88,22 @@ class TransferStages:
                 options.append(
                     f'default_hooks.logger.interval={s.transfer_log_interval}'
                 )
-        lanes = []
-        for kind, config in (
-            ('detr', DETR_CONFIG),
-            ('upernet', UPERNET_CONFIG),
-        ):
-            # Validated before training (the classifier's backbone, neck
-            # and heads as initialised) and after it (the last checkpoint).
-            lanes.append(
-                [
-                    Job(
-                        f'{kind}-train',
-                        self.train_argv(
-                            config,
-                            self.rel(self.out(Path(config).stem)),
-                            [f'model.backbone.init_cfg.checkpoint={merged}']
-                            + self.data_options(kind)
-                            + overrides[kind],
-                            validate_first=True,
-                        ),
-                    )
-                ]
-            )
+        # Validated before training (the classifier's backbone, neck and
+        # heads as initialised) and after it (the last checkpoint).
+        lanes = [
+            [
+                Job(
+                    f'{kind}-train',
+                    self.train_argv(
+                        config,
+                        self.rel(self.transfer_work_dir(kind)),
+                        self.transfer_options(kind, merged) + overrides[kind],
+                        validate_first=True,
+                    ),
+                )
+            ]
+            for kind, config in TRANSFER_CONFIGS.items()
+        ]
         prune_work = self.out('vit-demo_digits_hetdpt')
         # The deployment path: the plain dense config and the merged file,
         # whose meta rebuilds the pruned structure.  It runs on whichever
@@ -129,13 +124,10 @@ class TransferStages:
         )
         self.jobs.run_lanes(lanes)
         runs = {}
-        for kind, config, metric in (
-            ('detr', DETR_CONFIG, 'coco/bbox_mAP'),
-            ('upernet', UPERNET_CONFIG, 'mIoU'),
-        ):
-            work = self.out(Path(config).stem)
+        for kind in TRANSFER_CONFIGS:
+            work = self.transfer_work_dir(kind)
             curve = demo_report.scalar_curve(demo_report.train_scalars(work))
-            validations = demo_report.val_records(work, metric)
+            validations = demo_report.val_records(work, TRANSFER_METRICS[kind])
             runs[kind] = DensePredictionRun(
                 before=validations[0],
                 after=validations[-1],
@@ -211,29 +203,25 @@ class TransferStages:
             ]
         )
         trained = self.rel(last_checkpoint(work))
-        lanes = []
-        for kind, config in (
-            ('detr', DETR_CONFIG),
-            ('upernet', UPERNET_CONFIG),
-        ):
-            # Their own work dirs: a test never runs where its input is.
-            lanes.append(
+        # Their own work dirs: a test never runs where its input is.
+        self.jobs.run_lanes(
+            [
                 [
                     Job(
                         f'plus-{kind}-test',
                         self.test_argv(
                             config,
                             trained,
-                            self.rel(self.out(Path(config).stem)),
+                            self.rel(self.transfer_work_dir(kind)),
                             self.rel(work / f'test_metrics_{kind}.json'),
-                            [f'model.backbone.init_cfg.checkpoint={trained}']
-                            + self.data_options(kind),
+                            self.transfer_options(kind, trained),
                             strict=False,
                         ),
                     )
                 ]
-            )
-        self.jobs.run_lanes(lanes)
+                for kind, config in TRANSFER_CONFIGS.items()
+            ]
+        )
         width = demo_report.read_json(report)
         validations = demo_report.val_records(work)
         self.results.plus = PlusResult(
@@ -259,14 +247,17 @@ class TransferStages:
         common = ['--threads', str(threads), '--force'] + (
             ['--clock', 'process'] if threads == 1 else []
         )
-        runs = dict(
-            demo=[
+
+        def classifier_run(checkpoint: str, *options: str) -> List[str]:
+            # The backbone of a demo classifier, at its 32-pixel images.
+            return [
                 'tools/benchmark.py',
                 'backbone',
                 '--checkpoint',
-                self.results.prune.checkpoint,
+                checkpoint,
                 '--prefix',
                 'backbone.',
+                *options,
                 '--img-size',
                 '32',
                 '--batch-size',
@@ -274,27 +265,14 @@ class TransferStages:
                 '--repeats',
                 str(s.bench_repeats),
             ]
-        )
+
+        runs = dict(demo=classifier_run(self.results.prune.checkpoint))
         # The other splits of the comparison (speed depends on the counts
         # only): each one's first seed, dense vs merged.
         for counts, run in split_benchmark_runs(self.results).items():
-            runs[f'split-{counts}'] = [
-                'tools/benchmark.py',
-                'backbone',
-                '--checkpoint',
-                run.checkpoint,
-                '--prefix',
-                'backbone.',
-                '--models',
-                'dense',
-                'merged',
-                '--img-size',
-                '32',
-                '--batch-size',
-                str(s.bench_batch),
-                '--repeats',
-                str(s.bench_repeats),
-            ]
+            runs[f'split-{counts}'] = classifier_run(
+                run.checkpoint, '--models', 'dense', 'merged'
+            )
         if s.context_bench:
             # For context: DeiT-S at 224 with the authors' DeiT-B spec.
             runs['context'] = [

@@ -4,9 +4,8 @@ maximising the MAP fit, and the latency-aware searches over every count
 pair against a speedup or accuracy target under a cost model
 (:mod:`hetdpt_mm.pruning.cost`)."""
 
-import math
-import numbers
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import (
     Any,
     Dict,
@@ -23,7 +22,7 @@ import numpy as np
 
 from ...spec import ACT, ATTN, KIND_NAMES
 from ..cost import CostModel
-from ..validation import as_int, check_depth
+from ..validation import as_int, check_depth, is_finite_number
 from .fit import MAPFit, check_t_kind
 
 Bounds = Union[str, Tuple[int, int]]
@@ -355,23 +354,17 @@ def allocate_for_speedup(
     """Maximise predicted accuracy over all count pairs (any total) whose
     speedup is at least ``target_speedup``; ties go to the faster one."""
     target = _positive(target_speedup, 'target speedup')
-    candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
-    # A relative slack keeps exact ratios (e.g. 1.5 hit exactly) feasible.
-    feasible = [c for c in candidates if c.speedup >= target * (1 - 1e-12)]
-    if not feasible:
-        fastest = max(candidates, key=lambda c: c.speedup)
-        raise ValueError(
-            f'no allocation reaches a {target:g}x speedup under '
-            f'{_bounds_text(bounds, depth)}; the fastest is '
-            f'{fastest.speedup:.3f}x at n_attn={fastest.n_attn}, '
-            f'{count_name(fit.t_kind)}={fastest.n_act}'
-        )
-    best = max(feasible, key=lambda c: (c.predicted_accuracy, c.speedup))
-    return CostAllocation(
-        objective=f'max predicted accuracy with speedup >= {target:g}x',
-        best=best,
-        feasible=tuple(feasible),
-        candidates=tuple(candidates),
+    return _best_reaching(
+        fit,
+        depth,
+        cost,
+        bounds,
+        'speedup',
+        # A relative slack keeps exact ratios (e.g. 1.5 hit exactly) feasible.
+        target * (1 - 1e-12),
+        f'max predicted accuracy with speedup >= {target:g}x',
+        f'reaches a {target:g}x speedup',
+        'the fastest is {:.3f}x',
     )
 
 
@@ -384,27 +377,51 @@ def allocate_for_accuracy(
 ) -> CostAllocation:
     """Maximise speedup over all count pairs whose predicted accuracy is at
     least ``min_accuracy``; ties go to the more accurate one."""
-    if (
-        isinstance(min_accuracy, bool)
-        or not isinstance(min_accuracy, numbers.Real)
-        or not math.isfinite(min_accuracy)
-    ):
+    if not is_finite_number(min_accuracy):
         raise ValueError(
             f'minimum accuracy must be a finite number, got {min_accuracy!r}'
         )
+    return _best_reaching(
+        fit,
+        depth,
+        cost,
+        bounds,
+        'predicted_accuracy',
+        min_accuracy,
+        f'max speedup with predicted accuracy >= {min_accuracy:g}',
+        f'is predicted to reach accuracy {min_accuracy:g}',
+        'the highest prediction is {:.3f}',
+    )
+
+
+def _best_reaching(
+    fit: MAPFit,
+    depth: int,
+    cost: CostModel,
+    bounds: Bounds,
+    constrained: str,
+    threshold: float,
+    objective: str,
+    goal: str,
+    closest: str,
+) -> CostAllocation:
+    """The pairs whose ``constrained`` value (``'speedup'`` or
+    ``'predicted_accuracy'``) is at least ``threshold``, best by the other
+    value, ties by ``constrained``; none: an error naming the ``goal`` and
+    the ``closest`` pair."""
+    maximised = 'predicted_accuracy' if constrained == 'speedup' else 'speedup'
     candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
-    feasible = [c for c in candidates if c.predicted_accuracy >= min_accuracy]
+    feasible = [c for c in candidates if getattr(c, constrained) >= threshold]
     if not feasible:
-        top = max(candidates, key=lambda c: c.predicted_accuracy)
+        top = max(candidates, key=attrgetter(constrained))
         raise ValueError(
-            f'no allocation is predicted to reach accuracy {min_accuracy:g} '
-            f'under {_bounds_text(bounds, depth)}; the highest prediction is '
-            f'{top.predicted_accuracy:.3f} at n_attn={top.n_attn}, '
-            f'{count_name(fit.t_kind)}={top.n_act}'
+            f'no allocation {goal} under {_bounds_text(bounds, depth)}; '
+            f'{closest.format(getattr(top, constrained))} at '
+            f'n_attn={top.n_attn}, {count_name(fit.t_kind)}={top.n_act}'
         )
-    best = max(feasible, key=lambda c: (c.speedup, c.predicted_accuracy))
+    best = max(feasible, key=attrgetter(maximised, constrained))
     return CostAllocation(
-        objective=f'max speedup with predicted accuracy >= {min_accuracy:g}',
+        objective=objective,
         best=best,
         feasible=tuple(feasible),
         candidates=tuple(candidates),
@@ -431,12 +448,7 @@ def smallest_budget_reaching(
 
 
 def _positive(value: Any, name: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
+    if not is_finite_number(value) or value <= 0:
         raise ValueError(f'{name} must be a positive number, got {value!r}')
     return float(value)
 
