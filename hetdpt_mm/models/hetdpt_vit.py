@@ -99,8 +99,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     REMOVABLE_KINDS = (ATTN, ACT, FFN)
     MERGES_TOKENS = True
     TOOLBOX_DEFAULTS = stock_vit.TOOLBOX_DEFAULTS
-    #: Antialiased position-embedding resampling (timm's for LayerScale ViTs).
-    POS_EMBED_ANTIALIAS = False
+    #: Antialiased position-embedding resampling (DeiT's loads without).
+    pos_embed_antialias = False
 
     def __init__(
         self,

@@ -110,8 +110,9 @@ convert_state_dict = vit_codec.convert_state_dict
 
 
 def recognizes(state: Mapping) -> bool:
-    return vit_state_dict.is_vit_state_dict(
-        state
+    return (
+        vit_state_dict.is_vit_state_dict(state)
+        or vit_state_dict.is_openmmlab_vit_state_dict(state)
     ) and ls_state_dict.has_layer_scale(state)
 
 
@@ -119,12 +120,16 @@ def describe_keys() -> str:
     return (
         'ViT keys with LayerScale: pos_embed, patch_embed.proj.weight '
         'and blocks.0.ls1.gamma (timm deit3 / dinov2, official '
-        'DINOv2) or blocks.0.gamma_1 (official DeiT-III)'
+        'DINOv2), blocks.0.gamma_1 (official DeiT-III), or '
+        'patch_embed.projection.weight and layers.0.attn.gamma1.weight '
+        '(mmpretrain)'
     )
 
 
 def canonical_state(state: Mapping) -> Mapping:
-    return ls_state_dict.canonical_layout(state)
+    return ls_state_dict.canonical_layout(
+        vit_state_dict.canonical_layout(state)
+    )
 
 
 def build_args_from_tensors(

@@ -9,6 +9,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch.nn as nn
 
 from ..presets import ARCH_PRESETS
+from .vit_state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
@@ -202,10 +203,12 @@ def structural_args(eps: float, out_type: str) -> Dict:
 
 
 def frozen_by_exclude(module: nn.Module, frozen_exclude) -> None:
-    """mmseg's ``frozen_exclude``: freeze every parameter whose name
-    contains none of its strings, unless it holds ``'all'``."""
+    """mmseg's ``frozen_exclude``: freeze every parameter whose mmseg name
+    (:func:`~.vit_state_dict.openmmlab_name`) contains none of its
+    strings, unless it holds ``'all'``."""
     if frozen_exclude is None or 'all' in frozen_exclude:
         return
     for name, param in module.named_parameters():
-        if not any(exclude in name for exclude in frozen_exclude):
+        stock_name = openmmlab_name(name)
+        if not any(exclude in stock_name for exclude in frozen_exclude):
             param.requires_grad_(False)

@@ -28,7 +28,7 @@ class ViTForward:
             old_size=list(self.patch_grid),
             num_prefix_tokens=self.num_positioned_tokens,
             interpolation=self.interpolate_mode,
-            antialias=self.POS_EMBED_ANTIALIAS,
+            antialias=self.pos_embed_antialias,
         )
 
     def forward(self, x: torch.Tensor) -> tuple:
