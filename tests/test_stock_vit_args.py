@@ -105,6 +105,10 @@ def assert_same_outputs(stock, ours):
         dict(img_size=(24, 40)),
         dict(interpolate_mode='bilinear'),
         dict(drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.1),
+        dict(pre_norm=True),
+        dict(patch_norm=True, final_norm=True),
+        dict(pre_norm=True, patch_norm=True, out_origin=True),
+        dict(pre_norm=True, with_cls_token=False, out_indices=(0, 2)),
         dict(
             act_cfg=dict(type='GELU'),
             num_fcs=2,
@@ -156,6 +160,8 @@ def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
             layer_cfgs=dict(),
             patch_cfg=dict(),
         ),
+        dict(pre_norm=True),  # CLIP-style: no patch embedding bias
+        dict(pre_norm=True, frozen_stages=1, out_type='featmap'),
     ],
 )
 def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
@@ -168,6 +174,8 @@ def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
     stock_trainable = {
         n for n, p in stock.named_parameters() if p.requires_grad
     }
+    if 'patch_embed.projection.bias' not in stock.state_dict():
+        trainable.discard('patch_embed.proj.bias')  # ours always has one
     assert len(trainable) == len(stock_trainable)
 
 
@@ -236,8 +244,6 @@ def test_the_record_keeps_the_norm_epsilon_and_the_averaged_norm():
         (dict(act_cfg=dict(type='ReLU')), 'act_cfg must be .*GELU'),
         (dict(num_fcs=3), 'num_fcs must be 2'),
         (dict(patch_pad='same'), "patch_pad must be 'corner'"),
-        (dict(patch_norm=True), 'patch_norm must be False'),
-        (dict(pre_norm=True), 'pre_norm must be False here: .*CLIP'),
         (
             dict(patch_bias=False),
             'patch_bias must be True here: .*leave patch_bias out',
@@ -398,12 +404,19 @@ def test_each_toolbox_registry_gives_its_defaults(scope, out_type, final_norm):
         ['in_proj', 'ffn.layers.1'],
         ['patch_embed.projection'],
         ['layers.2.ln2', 'out_proj.bias'],
+        ['ln_pre', 'patch_embed.norm'],
     ],
 )
 def test_frozen_exclude_takes_mmseg_names(frozen_exclude):
     """Every parameter mmseg's ViT has is trainable here exactly when it
     is there (names matched through the layout conversion)."""
-    args = dict(SEG_TINY, final_norm=True, frozen_exclude=frozen_exclude)
+    args = dict(
+        SEG_TINY,
+        final_norm=True,
+        pre_norm=True,
+        patch_norm=True,
+        frozen_exclude=frozen_exclude,
+    )
     stock = SegViT(**args)
     ours = HetDPTViT(**args)
     stock_params = dict(stock.named_parameters())
@@ -548,3 +561,21 @@ def test_mmpretrain_registry_resamples_positions_as_mmpretrain(
             dict(type='HetDPTLayerScaleViT', **PRETRAIN_TINY)
         )
     assert backbone.pos_embed_antialias is antialias
+
+
+def test_norms_before_the_blocks_are_in_the_record_and_merge():
+    backbone = randomize_(
+        HetDPTViT(**SEG_TINY, pre_norm=True, patch_norm=True, gated=True)
+    )
+    record = backbone.record()
+    assert record.arch['pre_norm'] and record.arch['patch_norm']
+    assert 'pre_norm' not in HetDPTViT(**SEG_TINY).record().arch
+    backbone.set_spec(dict(attn_removed=[1], act_removed=[0, 1]))
+    merged = backbone.to_merged()
+    rebuilt = HetDPTViT.from_record(merged.record())
+    rebuilt.load_state_dict(merged.state_dict())
+    x = torch.randn(INPUT_SHAPE)
+    with torch.no_grad():
+        want = backbone.eval()(x)[0]
+        for other in (merged, rebuilt):
+            assert (other.eval()(x)[0] - want).abs().max() <= 1e-5

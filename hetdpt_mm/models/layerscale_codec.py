@@ -189,6 +189,7 @@ def build_args_from_tensors(
         with_cls_token='cls_token' in state,
         qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
         final_norm='norm.weight' in state,
+        **vit_codec.embedding_norms(state),
     )
 
 

@@ -31,12 +31,6 @@ FIXED_ARGS = {
         'corner',
         "inputs of any size are padded at the bottom and right ('corner')",
     ),
-    'patch_norm': (False, "the patch embedding has no norm (DeiT's)"),
-    'pre_norm': (
-        False,
-        'a DeiT/ViT has no norm before the blocks; '
-        'CLIP-style ViTs are not supported',
-    ),
     'patch_bias': (
         True,
         "the patch embedding has a bias (DeiT's); leave "
@@ -51,7 +45,9 @@ FIXED_ARGS = {
         {},
         "blocks are configured by the backbone's own "
         'arguments (drop_rate, attn_drop_rate, drop_path_rate, '
-        'qkv_bias, norm_cfg)',
+        "qkv_bias, norm_cfg); a SwiGLU FFN is type='HetDPTLayerScaleViT' "
+        "with arch='dinov2-giant' or an arch dict with ffn='swiglu' "
+        "(timm's or the official DINOv2 weights)",
     ),
     'patch_cfg': (
         {},
@@ -187,11 +183,13 @@ def block_indices(
     return resolved
 
 
-def structural_args(eps: float, out_type: str) -> Dict:
+def structural_args(
+    eps: float, out_type: str, pre_norm: bool, patch_norm: bool
+) -> Dict:
     """The build arguments these add to a record, only where they differ
     from a DeiT's (so that other records keep their keys): the norms'
-    epsilon, and ``out_type='avg_featmap'``, whose ``fc_norm`` is part of
-    the network."""
+    epsilon, ``out_type='avg_featmap'``, whose ``fc_norm`` is part of the
+    network, and the norms before the blocks and in the patch embedding."""
     args = (
         {}
         if eps == DEFAULT_NORM_EPS
@@ -199,6 +197,16 @@ def structural_args(eps: float, out_type: str) -> Dict:
     )
     if out_type == 'avg_featmap':
         args['out_type'] = out_type
+    args.update(
+        {
+            name: True
+            for name, given in (
+                ('pre_norm', pre_norm),
+                ('patch_norm', patch_norm),
+            )
+            if given
+        }
+    )
     return args
 
 

@@ -40,6 +40,7 @@ class ViTForward:
                 f'{self.patch_size}x{self.patch_size} patch'
             )
         x, grid = self._embed_tokens(x)
+        x = self.norm_pre(x)
         merging = self._merge_schedule()
         size = source = None
         outs = [self._format_output(x, grid)] if self.out_origin else []

@@ -11,6 +11,7 @@ Keys follow timm's VisionTransformer layout, relative to the backbone
 layouts to it)::
 
     cls_token, dist_token, pos_embed, patch_embed.proj.*, norm.*,
+    patch_embed.norm.*, norm_pre.*    (patch_norm, pre_norm)
     blocks.{i}.norm1.*, blocks.{i}.attn.{qkv,proj}.*, blocks.{i}.norm2.*,
     blocks.{i}.mlp.{fc1,fc2}.*        (pruned/gated FFN)
     blocks.{i}.mlp.fc.*               (merged activation-free FFN)
@@ -56,6 +57,8 @@ _OPENMMLAB_BLOCK_RENAMES = (
 )
 _OPENMMLAB_TOP_RENAMES = (
     ('patch_embed.projection.', 'patch_embed.proj.'),
+    ('ln_pre.', 'norm_pre.'),  # mmseg's pre_norm
+    ('pre_norm.', 'norm_pre.'),  # mmpretrain's
     ('ln1.', 'norm.'),
     ('ln2.', 'fc_norm.'),
 )
@@ -96,16 +99,7 @@ def openmmlab_name(key: str) -> str:
 
 
 def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
-    """mmpretrain's / mmseg's ViT tensors in timm's layout (same values).
-
-    A ``pre_norm`` (CLIP-style ViTs) has no place in a DeiT block
-    stack and is refused.
-    """
-    if any(k.startswith('pre_norm.') for k in state_dict):
-        raise StateDictMismatch(
-            'the ViT weights have a pre_norm (a LayerNorm before the '
-            'blocks); HetDPTViT is a DeiT/ViT without one'
-        )
+    """mmpretrain's / mmseg's ViT tensors in timm's layout (same values)."""
     out = OrderedDict()
     for key, value in state_dict.items():
         match = _OPENMMLAB_BLOCK_KEY.match(key)
