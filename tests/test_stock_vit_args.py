@@ -579,3 +579,33 @@ def test_norms_before_the_blocks_are_in_the_record_and_merge():
         want = backbone.eval()(x)[0]
         for other in (merged, rebuilt):
             assert (other.eval()(x)[0] - want).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    'args',
+    [
+        dict(layer_cfgs=dict(ffn_type='swiglu_fused')),
+        dict(layer_cfgs=dict(ffn_type='origin'), out_type='avg_featmap'),
+    ],
+)
+def test_mmpretrain_ffn_types_of_the_layerscale_family(args, tmp_path):
+    """DINOv2-g's mmpretrain configs: its fused SwiGLU FFN (w12, w3)."""
+    args = dict(
+        PRETRAIN_TINY,
+        arch=dict(
+            embed_dims=48, num_layers=2, num_heads=3, feedforward_channels=200
+        ),
+        layer_scale_init_value=0.1,
+        **args,
+    )
+    stock = randomized_stock(PretrainViT, **args)
+    ours = ours_on_stock_weights(
+        tmp_path,
+        stock,
+        HetDPTLayerScaleViT,
+        pos_embed_antialias=False,
+        **args,
+    )
+    assert_same_outputs(stock, ours)
+    swiglu = args['layer_cfgs']['ffn_type'] == 'swiglu_fused'
+    assert ours.ffn == ('swiglu' if swiglu else 'mlp')

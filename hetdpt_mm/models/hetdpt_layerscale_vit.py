@@ -52,6 +52,7 @@ from .layers import (
 from .layerscale_codec import (
     DICT_ARCH_DEFAULTS,
     LAYERSCALE_ARCH_PRESETS,
+    mmpretrain_swiglu,
     resolve_layerscale_arch,
 )
 from .stock_vit_args import (
@@ -60,6 +61,9 @@ from .stock_vit_args import (
     mmpretrain_arch,
 )
 from .vit_codec import RELEASED_SEMANTICS
+
+#: mmpretrain's ``layer_cfgs=dict(ffn_type=...)`` values (GELU, SwiGLU).
+MMPRETRAIN_FFN_TYPES = ('origin', 'swiglu_fused')
 
 #: What removed layers leave: the released ViT semantics, with the removed
 #: attention's residue ``LN1(x)`` scaled by the block's ``gamma1``
@@ -179,7 +183,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
             registers); ``None``: the preset's.
         layer_scale_init_value: initial ``gamma`` (``None``: the preset's).
         arch names of mmpretrain's ``VisionTransformer`` (``'dinov2-s'``,
-        ``'base'``, ...) give its block shapes (an ``'mlp'`` FFN).
+        ``'base'``, ...) give its block shapes (an ``'mlp'`` FFN;
+        ``layer_cfgs=dict(ffn_type='swiglu_fused')``: mmpretrain's SwiGLU).
         **kwargs: the arguments of :class:`HetDPTViT` (spec, form,
             semantics, outputs, fine-tuning, ``init_cfg``); LayerScale ViTs
             have no distillation token.
@@ -226,6 +231,23 @@ class HetDPTLayerScaleViT(HetDPTViT):
             else DICT_ARCH_DEFAULTS
         )
         shape = resolve_layerscale_arch(arch)
+        # mmpretrain's FFN choice; other layer_cfgs are refused by HetDPTViT.
+        layer_cfgs = kwargs.get('layer_cfgs')
+        ffn_type = (
+            layer_cfgs.get('ffn_type')
+            if isinstance(layer_cfgs, Mapping)
+            and set(layer_cfgs) == {'ffn_type'}
+            else None
+        )
+        if ffn_type in MMPRETRAIN_FFN_TYPES:
+            kwargs.pop('layer_cfgs')
+            if ffn_type == 'swiglu_fused' and shape['ffn'] == 'mlp':
+                shape = mmpretrain_swiglu(shape)
+            elif ffn_type == 'origin' and shape['ffn'] == 'swiglu':
+                raise ValueError(
+                    f"layer_cfgs=dict(ffn_type='origin') asks for a GELU FFN,"
+                    f' arch {arch!r} has a SwiGLU one'
+                )
         if kwargs.get('distilled'):
             raise ValueError(
                 'LayerScale ViTs (DeiT-III, DINOv2) have no '

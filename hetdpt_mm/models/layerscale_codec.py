@@ -103,6 +103,15 @@ def resolve_layerscale_arch(arch: Union[str, Mapping]) -> Dict:
     return dict(resolve_arch(arch), ffn=ffn)
 
 
+def mmpretrain_swiglu(shape: Mapping) -> Dict:
+    """The shape of mmpretrain's ``layer_cfgs=dict(ffn_type='swiglu_fused')``
+    for an arch of ``feedforward_channels`` F: SwiGLUFFNFused's hidden width
+    ``H = ceil8(2F/3)``, packed as timm's (``fc1``: ``D -> 2H``)."""
+    dim = shape['embed_dims']
+    hidden = (int(shape['mlp_ratio'] * dim * 2 / 3) + 7) // 8 * 8
+    return dict(shape, mlp_ratio=2 * hidden / dim, ffn='swiglu')
+
+
 #: Per-block keys say what a ViT's do: the ViT family reads them.
 record_from_tensors = vit_codec.record_from_tensors
 check_record = vit_codec.check_record

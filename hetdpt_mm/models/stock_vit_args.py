@@ -46,13 +46,13 @@ FIXED_ARGS = {
         "blocks are configured by the backbone's own "
         'arguments (drop_rate, attn_drop_rate, drop_path_rate, '
         "qkv_bias, norm_cfg); a SwiGLU FFN is type='HetDPTLayerScaleViT' "
-        "with arch='dinov2-giant' or an arch dict with ffn='swiglu' "
-        "(timm's or the official DINOv2 weights)",
+        "with layer_cfgs=dict(ffn_type='swiglu_fused') (mmpretrain's) or "
+        "ffn='swiglu' in its arch",
     ),
     'patch_cfg': (
         {},
         'the patch embedding is configured by patch_size, '
-        'in_channels and img_size',
+        'in_channels, img_size and patch_norm',
     ),
 }
 

@@ -54,6 +54,8 @@ _OPENMMLAB_BLOCK_RENAMES = (
     ('ffn.layers.0.0.', 'mlp.fc1.'),
     ('ffn.layers.1.', 'mlp.fc2.'),
     ('ffn.gamma2.weight', 'ls2.gamma'),
+    ('ffn.w12.', 'mlp.fc1.'),  # mmpretrain's SwiGLUFFNFused (DINOv2-g)
+    ('ffn.w3.', 'mlp.fc2.'),
 )
 _OPENMMLAB_TOP_RENAMES = (
     ('patch_embed.projection.', 'patch_embed.proj.'),
