@@ -6,9 +6,9 @@ The averaged model is a copy taken in ``before_run``, before the weights
 load (which may rebuild a backbone to the checkpoint's structure), and
 mmengine copies buffers into it with ``.data.copy_``, which closes a gate's
 buffer without its flag (what the forward pass and the record read).  So
-HetDPTMetaHook (and HetDPTPruneHook) call :func:`follow_structure_in_ema`
-before training and after each removal, MergeCheckpointHook before
-writing.
+HetDPTMetaHook, HetDPTPruneHook and MergeCheckpointHook call
+:func:`follow_structure_in_ema` before training, HetDPTPruneHook after each
+removal, MergeCheckpointHook before writing.
 """
 
 import copy

@@ -71,6 +71,7 @@ class MergeCheckpointHook(Hook):
                 "state_dict_cfg='full', ...) (sharded ones hold a shard of "
                 'each weight per rank)'
             )
+        follow_structure_in_ema(runner)  # loading may have rebuilt it
 
     def output_path(self, runner) -> str:
         name = self.name
