@@ -36,6 +36,7 @@ from mmengine import fileio
 from mmengine.dist import get_dist_info
 from mmengine.logging import print_log
 from mmengine.runner import checkpoint as mmengine_checkpoint
+from torch.utils._python_dispatch import _disable_current_modes
 
 from .fileio import check_input_file
 
@@ -151,7 +152,13 @@ def load_checkpoint_file(
     if mmap and not is_file_object and zipfile.is_zipfile(path):
         kwargs['mmap'] = True
     try:
-        with torch.serialization.safe_globals(mmengine_safe_globals()):
+        # Real tensors even while a model is built on the meta device by a
+        # dispatch mode (mmengine's MetaTensorContext, FSDP's
+        # skip_init_weights), which would make them meta tensors.
+        with (
+            _disable_current_modes(),
+            torch.serialization.safe_globals(mmengine_safe_globals()),
+        ):
             checkpoint = torch.load(path, **kwargs)
     except pickle.UnpicklingError as error:
         lines = [line.strip() for line in str(error).splitlines()]

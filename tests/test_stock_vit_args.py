@@ -21,6 +21,10 @@ from mmseg.models.backbones import VisionTransformer as SegViT
 from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.datasets import make_segmentation
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
+from hetdpt_mm.models.vit_state_dict import (
+    from_openmmlab_layout,
+    openmmlab_name,
+)
 
 #: mmseg's spelling of a tiny ViT (with the LayerNorm epsilon its configs
 #: give: mmcv's LayerNorm default is 1e-5, DeiT's 1e-6).
@@ -101,6 +105,10 @@ def assert_same_outputs(stock, ours):
         dict(img_size=(24, 40)),
         dict(interpolate_mode='bilinear'),
         dict(drop_rate=0.1, attn_drop_rate=0.1, drop_path_rate=0.1),
+        dict(pre_norm=True),
+        dict(patch_norm=True, final_norm=True),
+        dict(pre_norm=True, patch_norm=True, out_origin=True),
+        dict(pre_norm=True, with_cls_token=False, out_indices=(0, 2)),
         dict(
             act_cfg=dict(type='GELU'),
             num_fcs=2,
@@ -152,6 +160,8 @@ def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
             layer_cfgs=dict(),
             patch_cfg=dict(),
         ),
+        dict(pre_norm=True),  # CLIP-style: no patch embedding bias
+        dict(pre_norm=True, frozen_stages=1, out_type='featmap'),
     ],
 )
 def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
@@ -164,6 +174,8 @@ def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
     stock_trainable = {
         n for n, p in stock.named_parameters() if p.requires_grad
     }
+    if 'patch_embed.projection.bias' not in stock.state_dict():
+        trainable.discard('patch_embed.proj.bias')  # ours always has one
     assert len(trainable) == len(stock_trainable)
 
 
@@ -232,8 +244,6 @@ def test_the_record_keeps_the_norm_epsilon_and_the_averaged_norm():
         (dict(act_cfg=dict(type='ReLU')), 'act_cfg must be .*GELU'),
         (dict(num_fcs=3), 'num_fcs must be 2'),
         (dict(patch_pad='same'), "patch_pad must be 'corner'"),
-        (dict(patch_norm=True), 'patch_norm must be False'),
-        (dict(pre_norm=True), 'pre_norm must be False here: .*CLIP'),
         (
             dict(patch_bias=False),
             'patch_bias must be True here: .*leave patch_bias out',
@@ -378,3 +388,224 @@ def test_each_toolbox_registry_gives_its_defaults(scope, out_type, final_norm):
         assert backbone.out_type == out_type
         assert isinstance(backbone.norm, torch.nn.LayerNorm) == final_norm
         assert backbone.build_args()['final_norm'] == final_norm
+
+
+# ------------------------------------------ frozen_exclude: mmseg's names
+@pytest.mark.parametrize(
+    'frozen_exclude',
+    [
+        ['all'],
+        ['pos_embed'],
+        ['cls_token', 'pos_embed'],
+        ['ln'],
+        ['ln1'],
+        ['layers.1.'],
+        ['attn.attn'],
+        ['in_proj', 'ffn.layers.1'],
+        ['patch_embed.projection'],
+        ['layers.2.ln2', 'out_proj.bias'],
+        ['ln_pre', 'patch_embed.norm'],
+    ],
+)
+def test_frozen_exclude_takes_mmseg_names(frozen_exclude):
+    """Every parameter mmseg's ViT has is trainable here exactly when it
+    is there (names matched through the layout conversion)."""
+    args = dict(
+        SEG_TINY,
+        final_norm=True,
+        pre_norm=True,
+        patch_norm=True,
+        frozen_exclude=frozen_exclude,
+    )
+    stock = SegViT(**args)
+    ours = HetDPTViT(**args)
+    stock_params = dict(stock.named_parameters())
+    ours_params = dict(ours.named_parameters())
+    renamed = from_openmmlab_layout(stock_params)
+    compared = 0
+    for name, stock_param in renamed.items():
+        if stock_param is stock_params.get(openmmlab_name(name)):
+            assert ours_params[name].requires_grad == stock_param.requires_grad
+            compared += 1
+    assert compared == len(stock_params)
+
+
+def test_frozen_exclude_names_the_parameters_mmseg_lacks_under_its_modules():
+    gated = HetDPTLayerScaleViT(
+        **SEG_TINY, gated=True, reg_tokens=1, frozen_exclude=['ffn', 'gamma']
+    )
+    trainable = {n for n, p in gated.named_parameters() if p.requires_grad}
+    assert trainable == {
+        f'blocks.{i}.{name}'
+        for i in range(3)
+        for name in (
+            'mlp.fc1.weight',
+            'mlp.fc1.bias',
+            'mlp.fc2.weight',
+            'mlp.fc2.bias',
+            'mlp.act.hetdpt_score',
+            'ls1.gamma',
+            'ls2.gamma',
+        )
+    }
+    merged = HetDPTViT(
+        **SEG_TINY,
+        prune_spec=dict(act_removed=[0]),
+        merged=True,
+        frozen_exclude=['layers.0.ffn'],
+    )
+    assert {n for n, p in merged.named_parameters() if p.requires_grad} == {
+        'blocks.0.mlp.fc.weight',
+        'blocks.0.mlp.fc.bias',
+    }
+
+
+# ------------------------- mmpretrain's ViT with LayerScale (its layout)
+@pytest.mark.parametrize(
+    'args',
+    [
+        dict(),
+        dict(out_type='avg_featmap'),
+        dict(out_type='featmap', out_indices=[0, -1], final_norm=False),
+        dict(img_size=48),  # its 6x6 positions shrunk to the 4x5 input grid
+        dict(with_cls_token=False, out_type='raw', frozen_stages=1),
+    ],
+)
+def test_mmpretrain_layer_scale_vit_gives_mmpretrain_outputs(args, tmp_path):
+    args = dict(PRETRAIN_TINY, layer_scale_init_value=0.1, **args)
+    stock = randomized_stock(PretrainViT, **args)
+    ours = ours_on_stock_weights(
+        tmp_path,
+        stock,
+        HetDPTLayerScaleViT,
+        pos_embed_antialias=False,  # mmpretrain's registry's default
+        **args,
+    )
+    assert_same_outputs(stock, ours)
+    gammas = [ours.blocks[0].ls1.gamma, ours.blocks[0].ls2.gamma]
+    assert torch.equal(gammas[0], stock.layers[0].attn.gamma1.weight)
+    assert torch.equal(gammas[1], stock.layers[0].ffn.gamma2.weight)
+
+
+def test_mmpretrain_layer_scale_weights_resampled_on_load_as_mmpretrain(
+    tmp_path,
+):
+    """Weights of a 48-pixel model into 32-pixel ones: mmpretrain's
+    loader and ours resample the position embedding alike."""
+    args = dict(PRETRAIN_TINY, layer_scale_init_value=0.1)
+    source = randomized_stock(PretrainViT, **dict(args, img_size=48))
+    stock = PretrainViT(**args)
+    stock.load_state_dict(source.state_dict())
+    stock.eval()
+    ours = ours_on_stock_weights(
+        tmp_path,
+        source,
+        HetDPTLayerScaleViT,
+        pos_embed_antialias=False,
+        **args,
+    )
+    assert_same_outputs(stock, ours)
+
+
+def test_mmpretrain_layer_scale_forms_compute_the_same(tmp_path):
+    args = dict(PRETRAIN_TINY, layer_scale_init_value=0.1)
+    stock = randomized_stock(PretrainViT, **args)
+    spec = dict(attn_removed=[1], act_removed=[0, 1])
+    gated, pruned = (
+        ours_on_stock_weights(
+            tmp_path,
+            stock,
+            HetDPTLayerScaleViT,
+            prune_spec=spec,
+            gated=is_gated,
+            **args,
+        )
+        for is_gated in (True, False)
+    )
+    merged = pruned.to_merged().eval()
+    assert merged.pos_embed_antialias == pruned.pos_embed_antialias
+    x = torch.randn(INPUT_SHAPE)
+    with torch.no_grad():
+        outs = [model(x)[0] for model in (gated, pruned, merged)]
+    for out in outs[1:]:
+        assert (out - outs[0]).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize('name', ['dinov2-s', 'dinov2-small', 'base', 'b'])
+def test_mmpretrain_arch_names_of_the_layerscale_family(name):
+    stock = PretrainViT.arch_zoo[name]
+    with torch.device('meta'):
+        ours = HetDPTLayerScaleViT(arch=name, layer_scale_init_value=1e-5)
+    assert ours.arch_settings == dict(
+        embed_dims=stock['embed_dims'],
+        num_layers=stock['num_layers'],
+        num_heads=stock['num_heads'],
+        mlp_ratio=stock['feedforward_channels'] / stock['embed_dims'],
+    )
+    assert ours.ffn == 'mlp'
+
+
+@pytest.mark.parametrize(
+    'scope, antialias',
+    [('mmpretrain', False), ('mmseg', True), ('mmdet', True)],
+)
+def test_mmpretrain_registry_resamples_positions_as_mmpretrain(
+    scope, antialias
+):
+    """mmpretrain's ViT resamples without antialiasing; elsewhere the
+    LayerScale family keeps timm's."""
+    from mmengine.registry import MODELS, DefaultScope
+
+    with DefaultScope.overwrite_default_scope(scope):
+        backbone = MODELS.build(
+            dict(type='HetDPTLayerScaleViT', **PRETRAIN_TINY)
+        )
+    assert backbone.pos_embed_antialias is antialias
+
+
+def test_norms_before_the_blocks_are_in_the_record_and_merge():
+    backbone = randomize_(
+        HetDPTViT(**SEG_TINY, pre_norm=True, patch_norm=True, gated=True)
+    )
+    record = backbone.record()
+    assert record.arch['pre_norm'] and record.arch['patch_norm']
+    assert 'pre_norm' not in HetDPTViT(**SEG_TINY).record().arch
+    backbone.set_spec(dict(attn_removed=[1], act_removed=[0, 1]))
+    merged = backbone.to_merged()
+    rebuilt = HetDPTViT.from_record(merged.record())
+    rebuilt.load_state_dict(merged.state_dict())
+    x = torch.randn(INPUT_SHAPE)
+    with torch.no_grad():
+        want = backbone.eval()(x)[0]
+        for other in (merged, rebuilt):
+            assert (other.eval()(x)[0] - want).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize(
+    'args',
+    [
+        dict(layer_cfgs=dict(ffn_type='swiglu_fused')),
+        dict(layer_cfgs=dict(ffn_type='origin'), out_type='avg_featmap'),
+    ],
+)
+def test_mmpretrain_ffn_types_of_the_layerscale_family(args, tmp_path):
+    """DINOv2-g's mmpretrain configs: its fused SwiGLU FFN (w12, w3)."""
+    args = dict(
+        PRETRAIN_TINY,
+        arch=dict(
+            embed_dims=48, num_layers=2, num_heads=3, feedforward_channels=200
+        ),
+        layer_scale_init_value=0.1,
+        **args,
+    )
+    stock = randomized_stock(PretrainViT, **args)
+    ours = ours_on_stock_weights(
+        tmp_path,
+        stock,
+        HetDPTLayerScaleViT,
+        pos_embed_antialias=False,
+        **args,
+    )
+    assert_same_outputs(stock, ours)
+    swiglu = args['layer_cfgs']['ffn_type'] == 'swiglu_fused'
+    assert ours.ffn == ('swiglu' if swiglu else 'mlp')

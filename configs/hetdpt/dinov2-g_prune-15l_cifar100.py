@@ -37,8 +37,10 @@ model = dict(
         patch_size=14,
         # CIFAR images resized to 224 (16x16 patches of 14 px); the 37x37
         # position embedding of the 518 px pre-training is resampled to
-        # 16x16 as timm does (bicubic, antialiased).
+        # 16x16 as timm does (bicubic, antialiased; mmpretrain's registry
+        # would give mmpretrain's non-antialiased resampling).
         img_size=224,
+        pos_embed_antialias=True,
         gated=True,
         drop_path_rate=0.2,
         with_cp=True,

@@ -6,7 +6,7 @@ from typing import Optional, Tuple
 
 import torch
 from mmengine.dist import is_main_process
-from mmengine.hooks import EMAHook, Hook
+from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
 from ..fileio import atomic_path
@@ -14,6 +14,7 @@ from ..merge import EMA_KEY, EMA_MODULE, merge_checkpoint
 from ..models.lookup import hetdpt_record
 from ..sharding import full_state_dict, is_fsdp
 from ..spec import META_KEY
+from .ema_structure import ema_hook_of, follow_structure_in_ema
 
 #: Meta entries copied into the merged checkpoint besides the HetDPT record.
 KEPT_META = ('epoch', 'iter', 'dataset_meta', 'experiment_name')
@@ -70,6 +71,7 @@ class MergeCheckpointHook(Hook):
                 "state_dict_cfg='full', ...) (sharded ones hold a shard of "
                 'each weight per rank)'
             )
+        follow_structure_in_ema(runner)  # loading may have rebuilt it
 
     def output_path(self, runner) -> str:
         name = self.name
@@ -137,16 +139,10 @@ def _ema_layout(runner, state_dict):
     """``(state_dict, ema_state_dict)`` as EMAHook saves them when the run
     has one (the averaged weights as the model's), else ``state_dict``
     and ``None``."""
-    ema_hook = next(
-        (
-            hook
-            for hook in getattr(runner, 'hooks', ())
-            if isinstance(hook, EMAHook)
-        ),
-        None,
-    )
+    ema_hook = ema_hook_of(runner)
     if ema_hook is None:
         return state_dict, None
+    follow_structure_in_ema(runner)
     averaged = dict(state_dict)
     ema_state = OrderedDict()
     for key, value in ema_hook.ema_model.state_dict().items():

@@ -47,6 +47,7 @@ from ..pruning.schedules import build_prune_schedule
 from ..pruning.selection import SelectionPolicy
 from ..sharding import is_fsdp, unwrap_model
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
+from .ema_structure import follow_structure_in_ema
 from .gate_hook import KIND_NAMES, GateHookBase, removable_blocks
 from .prune_counts import check_count_sources, resolve_counts
 
@@ -250,6 +251,7 @@ class HetDPTPruneHook(GateHookBase):
                 'prune_epoch or train longer'
             )
         self._restore_or_start(runner, backbone)
+        follow_structure_in_ema(runner)
         where = ''
         if self.schedule.by_epoch:
             where = (
@@ -421,6 +423,7 @@ class HetDPTPruneHook(GateHookBase):
             f'{decision.index}, chosen by {self.selection.name}\n  {table}'
             f'{ranks}\n  spec now: {backbone.prune_spec}'
         )
+        follow_structure_in_ema(runner)
 
     @staticmethod
     def _snapshot_teacher(runner) -> None:

@@ -13,6 +13,7 @@ from mmengine.registry import HOOKS
 
 from ..models.lookup import hetdpt_record
 from ..spec import META_KEY
+from .ema_structure import follow_structure_in_ema
 
 
 @HOOKS.register_module()
@@ -20,6 +21,9 @@ class HetDPTMetaHook(Hook):
     """Write the model's HetDPT record into every checkpoint's meta."""
 
     priority = 'NORMAL'
+
+    def before_train(self, runner) -> None:
+        follow_structure_in_ema(runner)  # loading may have rebuilt it
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         record = hetdpt_record(runner.model)

@@ -39,10 +39,18 @@ from .hetdpt_vit import HetDPTViT
 from .layerscale_codec import (
     DICT_ARCH_DEFAULTS,
     LAYERSCALE_ARCH_PRESETS,
+    mmpretrain_swiglu,
     resolve_layerscale_arch,
 )
-from .stock_vit_args import arch_from_stock
+from .stock_vit_args import (
+    arch_from_stock,
+    frozen_by_exclude,
+    mmpretrain_arch,
+)
 from .vit_codec import RELEASED_SEMANTICS
+
+#: mmpretrain's ``layer_cfgs=dict(ffn_type=...)`` values (GELU, SwiGLU).
+MMPRETRAIN_FFN_TYPES = ('origin', 'swiglu_fused')
 
 #: What removed layers leave: the released ViT semantics, with the removed
 #: attention's residue ``LN1(x)`` scaled by the block's ``gamma1``
@@ -72,13 +80,19 @@ class HetDPTLayerScaleViT(HetDPTViT):
         img_size, patch_size: ``None``: the preset's (timm's: 224 / 16 for
             DeiT-III, 518 / 14 for DINOv2; a dict arch: 224 / 16).  The
             position embedding is resampled to ``img_size`` on loading and
-            for other input sizes as timm does (bicubic, antialiased).
+            for other input sizes.
+        pos_embed_antialias: resample the position embedding antialiased,
+            as timm does (``True``), or not, as mmpretrain does (the default
+            when mmpretrain's registry builds the backbone).
         reg_tokens: register tokens (``None``: the preset's, 4 for
             ``*-reg4``).
         no_embed_class: the position embedding covers the patches only, the
             class and register tokens have none (DeiT-III, DINOv2 with
             registers); ``None``: the preset's.
         layer_scale_init_value: initial ``gamma`` (``None``: the preset's).
+        arch names of mmpretrain's ``VisionTransformer`` (``'dinov2-s'``,
+        ``'base'``, ...) give its block shapes (an ``'mlp'`` FFN;
+        ``layer_cfgs=dict(ffn_type='swiglu_fused')``: mmpretrain's SwiGLU).
         **kwargs: the arguments of :class:`HetDPTViT` (spec, form,
             semantics, outputs, fine-tuning, ``init_cfg``); LayerScale ViTs
             have no distillation token.
@@ -96,7 +110,12 @@ class HetDPTLayerScaleViT(HetDPTViT):
     DEFAULT_ARCH = 'dinov2-base'
     # Torch-Pruning does not follow the LayerScale gammas.
     WIDTH_PRUNABLE = False
-    POS_EMBED_ANTIALIAS = True
+    #: mmpretrain's ViT resamples positions without antialiasing; mmseg's
+    #: registry keeps timm's (mmseg has no LayerScale ViT).
+    TOOLBOX_DEFAULTS = dict(
+        HetDPTViT.TOOLBOX_DEFAULTS,
+        mmpretrain=dict(pos_embed_antialias=False),
+    )
 
     def __init__(
         self,
@@ -106,16 +125,37 @@ class HetDPTLayerScaleViT(HetDPTViT):
         reg_tokens: Optional[int] = None,
         no_embed_class: Optional[bool] = None,
         layer_scale_init_value: Optional[float] = None,
+        pos_embed_antialias: bool = True,
         **kwargs,
     ):
         # mmseg's spelling of the architecture (the rest: HetDPTViT's).
         arch = arch_from_stock(arch, self.DEFAULT_ARCH, kwargs)
+        if isinstance(arch, str) and arch not in LAYERSCALE_ARCH_PRESETS:
+            arch = mmpretrain_arch(arch) or arch  # 'dinov2-s', 'base', ...
+        self.pos_embed_antialias = pos_embed_antialias
         defaults = (
             LAYERSCALE_ARCH_PRESETS[arch]
             if isinstance(arch, str) and arch in LAYERSCALE_ARCH_PRESETS
             else DICT_ARCH_DEFAULTS
         )
         shape = resolve_layerscale_arch(arch)
+        # mmpretrain's FFN choice; other layer_cfgs are refused by HetDPTViT.
+        layer_cfgs = kwargs.get('layer_cfgs')
+        ffn_type = (
+            layer_cfgs.get('ffn_type')
+            if isinstance(layer_cfgs, Mapping)
+            and set(layer_cfgs) == {'ffn_type'}
+            else None
+        )
+        if ffn_type in MMPRETRAIN_FFN_TYPES:
+            kwargs.pop('layer_cfgs')
+            if ffn_type == 'swiglu_fused' and shape['ffn'] == 'mlp':
+                shape = mmpretrain_swiglu(shape)
+            elif ffn_type == 'origin' and shape['ffn'] == 'swiglu':
+                raise ValueError(
+                    f"layer_cfgs=dict(ffn_type='origin') asks for a GELU FFN,"
+                    f' arch {arch!r} has a SwiGLU one'
+                )
         if kwargs.get('distilled'):
             raise ValueError(
                 'LayerScale ViTs (DeiT-III, DINOv2) have no '
@@ -170,6 +210,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
             for param in (self.pos_embed, self.reg_token):
                 if param is not None:
                     param.requires_grad_(False)
+        frozen_by_exclude(self, self.frozen_exclude)  # the new tokens too
 
     @property
     def num_positioned_tokens(self) -> int:
@@ -234,9 +275,15 @@ class HetDPTLayerScaleViT(HetDPTViT):
                 positioned,
                 self.patch_grid,
                 self.interpolate_mode,
-                antialias=True,
+                antialias=self.pos_embed_antialias,
             )
         return state
+
+    def _output_args(self) -> Dict:
+        return dict(
+            super()._output_args(),
+            pos_embed_antialias=self.pos_embed_antialias,
+        )
 
     # -------------------------------------------------------------- forward
     def _prefix_tokens(self):

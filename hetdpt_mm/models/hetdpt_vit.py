@@ -55,6 +55,9 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             or ``'raw'`` tokens.
         out_indices: blocks whose outputs are returned.
         final_norm: apply the final LayerNorm to the last block's output.
+        pre_norm: a LayerNorm before the blocks (CLIP-style ViTs; mmseg's
+            ``ln_pre``, mmpretrain's ``pre_norm``, timm's ``norm_pre``).
+        patch_norm: a LayerNorm on the patch embedding's tokens (mmseg's).
         output_cls_token: with ``'featmap'``, return ``(featmap, cls_token)``
             per level, like mmseg's ViT.
         with_cp: gradient checkpointing of every block in training
@@ -88,6 +91,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             'final_norm',
             'norm_cfg',
             'out_type',
+            'pre_norm',
+            'patch_norm',
         }
     )
     SMALL_ARGS = dict(
@@ -100,8 +105,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     REMOVABLE_KINDS = (ATTN, ACT, FFN)
     MERGES_TOKENS = True
     TOOLBOX_DEFAULTS = stock_vit.TOOLBOX_DEFAULTS
-    #: Antialiased position-embedding resampling (timm's for LayerScale ViTs).
-    POS_EMBED_ANTIALIAS = False
+    #: Antialiased position-embedding resampling (DeiT's loads without).
+    pos_embed_antialias = False
 
     def __init__(
         self,
@@ -119,6 +124,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         out_type: str = 'cls_token',
         out_indices: Union[int, Sequence[int]] = -1,
         final_norm: bool = True,
+        pre_norm: bool = False,
+        patch_norm: bool = False,
         output_cls_token: bool = False,
         token_merge: Optional[Mapping] = None,
         qkv_bias: bool = True,
@@ -173,6 +180,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.with_cls_token = with_cls_token
         self.out_type = out_type
         self.final_norm = final_norm
+        self.pre_norm = pre_norm
+        self.patch_norm = patch_norm
         self.output_cls_token = output_cls_token
         self.interpolate_mode = interpolate_mode
         self.token_merge = TokenMerge.coerce(token_merge)
@@ -189,7 +198,9 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             final_norm=final_norm,
         )
         self._build_args.update(
-            stock_vit.structural_args(self.norm_eps, out_type)
+            stock_vit.structural_args(
+                self.norm_eps, out_type, pre_norm, patch_norm
+            )
         )
 
         self.num_prefix_tokens = int(with_cls_token) + int(distilled)
@@ -231,16 +242,19 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         the final norm (width pruning changes it; the modules keep their
         places in the state dict)."""
         self.embed_dims = dim
+        norm_layer = partial(nn.LayerNorm, eps=self.norm_eps)
         # Padding makes any input size work; the grid follows the input.
         self.patch_embed = PatchEmbed(
             img_size=self.img_size,
             patch_size=self.patch_size,
             in_chans=self._build_args['in_channels'],
             embed_dim=dim,
+            norm_layer=norm_layer if self.patch_norm else None,
             output_fmt='NHWC',
             strict_img_size=False,
             dynamic_img_pad=True,
         )
+        self.norm_pre = norm_layer(dim) if self.pre_norm else nn.Identity()
         self.patch_grid = self.patch_embed.grid_size
         self.cls_token = (
             nn.Parameter(torch.zeros(1, 1, dim))
@@ -263,7 +277,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             else None
         )
         if self.frozen_stages:
-            self._freeze([self.patch_embed])
+            self._freeze([self.patch_embed, self.norm_pre])
             for param in (self.pos_embed, self.cls_token, self.dist_token):
                 if param is not None:
                     param.requires_grad_(False)
@@ -309,7 +323,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     def _frozen_modules(self) -> List[nn.Module]:
         modules = list(self.blocks[: self.frozen_stages])
         if self.frozen_stages:
-            modules += [self.patch_embed, self.pos_drop]
+            modules += [self.patch_embed, self.norm_pre, self.pos_drop]
             if self.frozen_stages == len(self.blocks):
                 modules += [self.norm, self.fc_norm or nn.Identity()]
         return modules

@@ -103,6 +103,15 @@ def resolve_layerscale_arch(arch: Union[str, Mapping]) -> Dict:
     return dict(resolve_arch(arch), ffn=ffn)
 
 
+def mmpretrain_swiglu(shape: Mapping) -> Dict:
+    """The shape of mmpretrain's ``layer_cfgs=dict(ffn_type='swiglu_fused')``
+    for an arch of ``feedforward_channels`` F: SwiGLUFFNFused's hidden width
+    ``H = ceil8(2F/3)``, packed as timm's (``fc1``: ``D -> 2H``)."""
+    dim = shape['embed_dims']
+    hidden = (int(shape['mlp_ratio'] * dim * 2 / 3) + 7) // 8 * 8
+    return dict(shape, mlp_ratio=2 * hidden / dim, ffn='swiglu')
+
+
 #: Per-block keys say what a ViT's do: the ViT family reads them.
 record_from_tensors = vit_codec.record_from_tensors
 check_record = vit_codec.check_record
@@ -110,8 +119,9 @@ convert_state_dict = vit_codec.convert_state_dict
 
 
 def recognizes(state: Mapping) -> bool:
-    return vit_state_dict.is_vit_state_dict(
-        state
+    return (
+        vit_state_dict.is_vit_state_dict(state)
+        or vit_state_dict.is_openmmlab_vit_state_dict(state)
     ) and ls_state_dict.has_layer_scale(state)
 
 
@@ -119,12 +129,16 @@ def describe_keys() -> str:
     return (
         'ViT keys with LayerScale: pos_embed, patch_embed.proj.weight '
         'and blocks.0.ls1.gamma (timm deit3 / dinov2, official '
-        'DINOv2) or blocks.0.gamma_1 (official DeiT-III)'
+        'DINOv2), blocks.0.gamma_1 (official DeiT-III), or '
+        'patch_embed.projection.weight and layers.0.attn.gamma1.weight '
+        '(mmpretrain)'
     )
 
 
 def canonical_state(state: Mapping) -> Mapping:
-    return ls_state_dict.canonical_layout(state)
+    return ls_state_dict.canonical_layout(
+        vit_state_dict.canonical_layout(state)
+    )
 
 
 def build_args_from_tensors(
@@ -184,6 +198,7 @@ def build_args_from_tensors(
         with_cls_token='cls_token' in state,
         qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
         final_norm='norm.weight' in state,
+        **vit_codec.embedding_norms(state),
     )
 
 

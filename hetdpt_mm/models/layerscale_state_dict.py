@@ -30,20 +30,30 @@ _DEIT3_GAMMA = re.compile(r'^(blocks\.\d+\.)gamma_([12])$')
 #: The official DINOv2 SwiGLU FFN: ``w12`` (both halves), ``w3``.
 _DINOV2_SWIGLU = re.compile(r'^(blocks\.\d+\.mlp\.)(w12|w3)\.(weight|bias)$')
 _DINOV2_SWIGLU_NAMES = {'w12': 'fc1', 'w3': 'fc2'}
+#: mmpretrain's ``VisionTransformer(layer_scale_init_value > 0)`` (and
+#: ``DeiT3``) keeps LayerScale in the attention and the FFN (the ViT
+#: family's OpenMMLab renames read them).
+_OPENMMLAB_GAMMA = re.compile(
+    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.weight$'
+)
 
 
 def has_layer_scale(state_dict: Mapping) -> bool:
-    """Whether ViT weights carry LayerScale (timm, official DeiT-III or
-    official DINOv2 names)."""
+    """Whether ViT weights carry LayerScale (timm, official DeiT-III,
+    official DINOv2 or mmpretrain names)."""
     return any(
-        key.endswith('.ls1.gamma') or _DEIT3_GAMMA.match(key)
+        key.endswith('.ls1.gamma')
+        or _DEIT3_GAMMA.match(key)
+        or _OPENMMLAB_GAMMA.match(key)
         for key in state_dict
     )
 
 
 def canonical_layout(state_dict: Mapping) -> 'OrderedDict':
     """LayerScale ViT tensors in timm's layout, from timm's, the official
-    DeiT-III or the official facebookresearch DINOv2 layout.
+    DeiT-III or the official facebookresearch DINOv2 layout (mmpretrain's
+    is renamed to timm's first, by the ViT family's
+    ``canonical_layout``).
 
     DINOv2: ``mask_token`` (used by its self-supervised training only) is
     dropped, ``w12`` / ``w3`` become ``fc1`` / ``fc2``; with registers, as

@@ -12,6 +12,7 @@ from mmengine.logging import print_log
 from ..backbone_checkpoint import load_backbone_checkpoint
 from ..checkpoint import CheckpointError, StateDictMismatch
 from ..record import EXTRA_STATE_KEY, HetDPTRecord
+from ..registry import get_family
 from ..spec import LAYER_KINDS, PruneSpec
 from .gates import GATE_SUFFIXES
 from .layers import SEMANTICS_CHOICES, WHOLE_BRANCH
@@ -88,10 +89,7 @@ class PretrainedLoading:
                 'act_removed=[...]) to the backbone'
             )
         if record is not None and record.family != self.family:
-            raise StateDictMismatch(
-                f'{record.source} holds a {record.family} backbone, this is '
-                f'{self.family}'
-            )
+            raise self._other_family(record.source, record.family)
         if prune_spec is None:
             spec = record.spec if record is not None else PruneSpec(depth)
         else:
@@ -164,16 +162,19 @@ class PretrainedLoading:
         finally:
             self._loading_converted = False
 
+    def _other_family(self, source: str, family: str) -> StateDictMismatch:
+        return StateDictMismatch(
+            f'{source} holds a {family} backbone, this is {self.family}: '
+            f"build type='{get_family(family).__name__}'"
+        )
+
     def load_pretrained(self, source: str, prefix: Optional[str] = None):
         """Load backbone weights from any supported checkpoint, converting
         them to this backbone's form and spec; report what was loaded."""
         loaded = load_backbone_checkpoint(source, prefix)
         record = loaded.record
         if record.family != self.family:
-            raise StateDictMismatch(
-                f'{source} holds a {record.family} backbone, this is '
-                f'{self.family}'
-            )
+            raise self._other_family(source, record.family)
         self._check_compatible(record.spec, source)
         state = loaded.state
         if record.form == 'gated':

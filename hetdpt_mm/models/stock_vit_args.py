@@ -9,6 +9,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch.nn as nn
 
 from ..presets import ARCH_PRESETS
+from .vit_state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')
@@ -30,12 +31,6 @@ FIXED_ARGS = {
         'corner',
         "inputs of any size are padded at the bottom and right ('corner')",
     ),
-    'patch_norm': (False, "the patch embedding has no norm (DeiT's)"),
-    'pre_norm': (
-        False,
-        'a DeiT/ViT has no norm before the blocks; '
-        'CLIP-style ViTs are not supported',
-    ),
     'patch_bias': (
         True,
         "the patch embedding has a bias (DeiT's); leave "
@@ -50,12 +45,14 @@ FIXED_ARGS = {
         {},
         "blocks are configured by the backbone's own "
         'arguments (drop_rate, attn_drop_rate, drop_path_rate, '
-        'qkv_bias, norm_cfg)',
+        "qkv_bias, norm_cfg); a SwiGLU FFN is type='HetDPTLayerScaleViT' "
+        "with layer_cfgs=dict(ffn_type='swiglu_fused') (mmpretrain's) or "
+        "ffn='swiglu' in its arch",
     ),
     'patch_cfg': (
         {},
         'the patch embedding is configured by patch_size, '
-        'in_channels and img_size',
+        'in_channels, img_size and patch_norm',
     ),
 }
 
@@ -186,11 +183,13 @@ def block_indices(
     return resolved
 
 
-def structural_args(eps: float, out_type: str) -> Dict:
+def structural_args(
+    eps: float, out_type: str, pre_norm: bool, patch_norm: bool
+) -> Dict:
     """The build arguments these add to a record, only where they differ
     from a DeiT's (so that other records keep their keys): the norms'
-    epsilon, and ``out_type='avg_featmap'``, whose ``fc_norm`` is part of
-    the network."""
+    epsilon, ``out_type='avg_featmap'``, whose ``fc_norm`` is part of the
+    network, and the norms before the blocks and in the patch embedding."""
     args = (
         {}
         if eps == DEFAULT_NORM_EPS
@@ -198,14 +197,26 @@ def structural_args(eps: float, out_type: str) -> Dict:
     )
     if out_type == 'avg_featmap':
         args['out_type'] = out_type
+    args.update(
+        {
+            name: True
+            for name, given in (
+                ('pre_norm', pre_norm),
+                ('patch_norm', patch_norm),
+            )
+            if given
+        }
+    )
     return args
 
 
 def frozen_by_exclude(module: nn.Module, frozen_exclude) -> None:
-    """mmseg's ``frozen_exclude``: freeze every parameter whose name
-    contains none of its strings, unless it holds ``'all'``."""
+    """mmseg's ``frozen_exclude``: freeze every parameter whose mmseg name
+    (:func:`~.vit_state_dict.openmmlab_name`) contains none of its
+    strings, unless it holds ``'all'``."""
     if frozen_exclude is None or 'all' in frozen_exclude:
         return
     for name, param in module.named_parameters():
-        if not any(exclude in name for exclude in frozen_exclude):
+        stock_name = openmmlab_name(name)
+        if not any(exclude in stock_name for exclude in frozen_exclude):
             param.requires_grad_(False)

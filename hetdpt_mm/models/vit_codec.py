@@ -209,7 +209,21 @@ def build_args_from_tensors(
         qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
         final_norm='norm.weight' in state,
         **({'out_type': 'avg_featmap'} if 'fc_norm.weight' in state else {}),
+        **embedding_norms(state),
     )
+
+
+def embedding_norms(state: Mapping) -> Dict:
+    """``pre_norm`` / ``patch_norm`` where the tensors have those norms
+    (only then: other records keep their keys)."""
+    return {
+        name: True
+        for name, key in (
+            ('pre_norm', 'norm_pre.weight'),
+            ('patch_norm', 'patch_embed.norm.weight'),
+        )
+        if key in state
+    }
 
 
 def arch_depth(arch) -> int:

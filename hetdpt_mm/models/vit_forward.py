@@ -28,7 +28,7 @@ class ViTForward:
             old_size=list(self.patch_grid),
             num_prefix_tokens=self.num_positioned_tokens,
             interpolation=self.interpolate_mode,
-            antialias=self.POS_EMBED_ANTIALIAS,
+            antialias=self.pos_embed_antialias,
         )
 
     def forward(self, x: torch.Tensor) -> tuple:
@@ -40,6 +40,7 @@ class ViTForward:
                 f'{self.patch_size}x{self.patch_size} patch'
             )
         x, grid = self._embed_tokens(x)
+        x = self.norm_pre(x)
         merging = self._merge_schedule()
         size = source = None
         outs = [self._format_output(x, grid)] if self.out_origin else []

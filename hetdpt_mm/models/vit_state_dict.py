@@ -11,6 +11,7 @@ Keys follow timm's VisionTransformer layout, relative to the backbone
 layouts to it)::
 
     cls_token, dist_token, pos_embed, patch_embed.proj.*, norm.*,
+    patch_embed.norm.*, norm_pre.*    (patch_norm, pre_norm)
     blocks.{i}.norm1.*, blocks.{i}.attn.{qkv,proj}.*, blocks.{i}.norm2.*,
     blocks.{i}.mlp.{fc1,fc2}.*        (pruned/gated FFN)
     blocks.{i}.mlp.fc.*               (merged activation-free FFN)
@@ -49,17 +50,28 @@ _OPENMMLAB_BLOCK_RENAMES = (
     ('attn.attn.in_proj_weight', 'attn.qkv.weight'),
     ('attn.attn.in_proj_bias', 'attn.qkv.bias'),
     ('attn.attn.out_proj.', 'attn.proj.'),
+    ('attn.gamma1.weight', 'ls1.gamma'),  # mmpretrain's LayerScale
     ('ffn.layers.0.0.', 'mlp.fc1.'),
     ('ffn.layers.1.', 'mlp.fc2.'),
+    ('ffn.gamma2.weight', 'ls2.gamma'),
+    ('ffn.w12.', 'mlp.fc1.'),  # mmpretrain's SwiGLUFFNFused (DINOv2-g)
+    ('ffn.w3.', 'mlp.fc2.'),
 )
 _OPENMMLAB_TOP_RENAMES = (
     ('patch_embed.projection.', 'patch_embed.proj.'),
+    ('ln_pre.', 'norm_pre.'),  # mmseg's pre_norm
+    ('pre_norm.', 'norm_pre.'),  # mmpretrain's
     ('ln1.', 'norm.'),
     ('ln2.', 'fc_norm.'),
 )
-#: mmpretrain's LayerScale in a ViT block.
-_OPENMMLAB_LAYER_SCALE = re.compile(
-    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.'
+#: OpenMMLab's names of our parameters, mmseg's where its ViT has them
+#: (``frozen_exclude`` matches them); the FFN's gate scores and merged
+#: linear stay under mmseg's ``ffn``.
+_TO_OPENMMLAB_BLOCK_RENAMES = tuple(
+    (new, old) for old, new in _OPENMMLAB_BLOCK_RENAMES
+) + (('mlp.', 'ffn.'),)
+_TO_OPENMMLAB_TOP_RENAMES = tuple(
+    (new, old) for old, new in _OPENMMLAB_TOP_RENAMES
 )
 
 
@@ -76,24 +88,20 @@ def rename_key(rest: str, renames) -> str:
     return rest
 
 
-def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
-    """mmpretrain's / mmseg's ViT tensors in timm's layout (same values).
+def openmmlab_name(key: str) -> str:
+    """The name OpenMMLab's ViT gives our parameter ``key``
+    (``blocks.0.attn.qkv.weight`` -> ``layers.0.attn.attn.in_proj_weight``,
+    mmseg's)."""
+    match = _BLOCK_KEY.match(key)
+    if match:
+        return f'layers.{match.group(1)}.' + rename_key(
+            match.group(2), _TO_OPENMMLAB_BLOCK_RENAMES
+        )
+    return rename_key(key, _TO_OPENMMLAB_TOP_RENAMES)
 
-    A ``pre_norm`` (CLIP-style ViTs) has no place in a DeiT block
-    stack and is refused.
-    """
-    if any(k.startswith('pre_norm.') for k in state_dict):
-        raise StateDictMismatch(
-            'the ViT weights have a pre_norm (a LayerNorm before the '
-            'blocks); HetDPTViT is a DeiT/ViT without one'
-        )
-    if any(_OPENMMLAB_LAYER_SCALE.match(k) for k in state_dict):
-        raise StateDictMismatch(
-            "the ViT weights have LayerScale (mmpretrain's attn.gamma1 / "
-            'ffn.gamma2), which a DeiT/ViT block does not have; '
-            'HetDPTLayerScaleViT reads LayerScale ViTs (DeiT-III, DINOv2) in '
-            "timm's or the official layouts"
-        )
+
+def from_openmmlab_layout(state_dict: Mapping) -> 'OrderedDict':
+    """mmpretrain's / mmseg's ViT tensors in timm's layout (same values)."""
     out = OrderedDict()
     for key, value in state_dict.items():
         match = _OPENMMLAB_BLOCK_KEY.match(key)
