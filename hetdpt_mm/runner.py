@@ -236,32 +236,36 @@ def add_epoch_seed_hook(cfg) -> None:
         )
 
 
-def take_resumed_structure(cfg) -> None:
-    """A resumed run builds its optimizer before loading the checkpoint, so
-    a backbone whose structure the config leaves open (its ``init_cfg``
-    file gone, say) must have the checkpoint's structure from the start,
-    not rebuild after the optimizer took its parameters."""
-    if not cfg.get('resume'):
-        return
-    checkpoint = cfg.get('load_from') or find_latest_checkpoint(cfg.work_dir)
+def take_checkpoint_structure(cfg) -> None:
+    """The runner builds its optimizer before it loads ``load_from`` (or
+    resumes), so a backbone whose structure the config leaves open must
+    have the checkpoint's structure (pruned, merged, width-pruned) from the
+    start: one rebuilt by the load would leave the optimizer training the
+    parameters it replaced."""
     backbone = cfg.get('model', {}).get('backbone')
-    if (
-        checkpoint is None
-        or not isinstance(backbone, dict)
-        or any(
-            backbone.get(key) is not None
-            for key in ('prune_spec', 'gated', 'merged')
-        )
+    if not isinstance(backbone, dict) or any(
+        backbone.get(key) is not None
+        for key in ('prune_spec', 'gated', 'merged')
     ):
         return
     families = {family.__name__ for family in FAMILIES.values()}
     if str(backbone.get('type', '')).split('.')[-1] not in families:
         return
+    resume = cfg.get('resume')
+    checkpoint = cfg.get('load_from')
+    if resume:
+        checkpoint = checkpoint or find_latest_checkpoint(cfg.work_dir)
+    elif checkpoint is not None and not osp.isfile(checkpoint):
+        return  # a URL or a missing file: MMEngine's loading reports it
+    if checkpoint is None:
+        return
     try:
         record = load_backbone_checkpoint(
             checkpoint, 'backbone.', mmap=True
         ).record
-    except (CheckpointError, OSError) as err:
+    except (ValueError, OSError) as err:  # CheckpointError, StateDictMismatch
+        if not resume:
+            return  # loading it reports what is wrong
         raise RunError(f'cannot resume from {checkpoint}: {err}') from None
     backbone.update(
         prune_spec=record.spec.to_dict(),
@@ -417,7 +421,7 @@ def build_runner(cfg) -> Runner:
         cfg.experiment_name = name
     prepare_cpu_distributed(cfg)
     add_epoch_seed_hook(cfg)
-    take_resumed_structure(cfg)
+    take_checkpoint_structure(cfg)
     follow_backbone_width(cfg)
     if 'runner_type' in cfg:
         runner = RUNNERS.build(cfg)

@@ -2,7 +2,8 @@
 (hetdpt_mm/hooks/ema_structure.py): the averaged model follows the gates
 HetDPTPruneHook closes and a structure loaded at start-up, its checkpoints
 agree with their records, the merged and HetDPT+ files are written, and
-the run resumes."""
+the run resumes; a structure loaded at start-up is the one the optimizer
+trains."""
 
 from pathlib import Path
 
@@ -127,3 +128,33 @@ def test_the_averaged_model_takes_a_structure_loaded_at_start(
         record.spec.n_attn,
         record.spec.n_act,
     ) == (1, 1)
+
+
+def test_a_structure_loaded_at_start_is_what_the_optimizer_trains(
+    ema_prune_run, tmp_path
+):
+    """The runner builds the optimizer before it loads ``load_from``: the
+    merged structure must be built from the file first, or the optimizer
+    holds the dense parameters the load replaced."""
+    root, _ = ema_prune_run
+    merged = root / 'work/ema_prune_merged.pth'
+    config = small_config(
+        tmp_path / 'finetune.py',
+        DENSE_CONFIG,
+        root / 'cls',
+        load_from=repr(str(merged)),
+    )
+    assert train(config, '--work-dir', str(tmp_path / 'work')) == 0
+    start = load_checkpoint_file(merged)['state_dict']
+    trained = load_checkpoint_file(tmp_path / 'work/epoch_2.pth')
+    record = spec_of(trained['state_dict'], trained['meta'])
+    assert record.form == 'merged'
+    weights = [
+        k
+        for k, v in start.items()
+        if k.startswith('backbone.blocks.') and v.is_floating_point()
+    ]
+    unchanged = [
+        k for k in weights if torch.equal(start[k], trained['state_dict'][k])
+    ]
+    assert weights and unchanged == []
