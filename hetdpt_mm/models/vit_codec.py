@@ -212,6 +212,9 @@ def build_args_from_tensors(
     )
 
 
+arch_settings = resolve_arch
+
+
 def arch_depth(arch) -> int:
     return resolve_arch(arch)['num_layers']
 
