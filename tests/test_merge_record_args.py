@@ -1,8 +1,8 @@
-"""Merging a pruned Swin rebuilds it with the build arguments of the
+"""Merging a pruned backbone rebuilds it with the build arguments of the
 checkpoint's record (issue 33): stock arguments the tensors cannot say
-(``qk_scale``), or say only roughly (an MLP ratio that is not an integer),
-survive the merge; an ``--arch`` that contradicts the record is refused
-before anything is written."""
+(Swin's ``qk_scale``, a ViT's norm eps), or say only roughly (an MLP ratio
+that is not an integer), survive the merge; an ``--arch`` that contradicts
+the record is refused before anything is written."""
 
 import subprocess
 import sys
@@ -13,7 +13,7 @@ import torch
 from helpers import randomize_
 
 from hetdpt_mm.merge import merge_checkpoint
-from hetdpt_mm.models import HetDPTSwin
+from hetdpt_mm.models import HetDPTSwin, HetDPTViT
 from hetdpt_mm.record import HetDPTRecord
 from hetdpt_mm.spec import META_KEY
 
@@ -50,13 +50,19 @@ def pruned_checkpoint() -> tuple:
 
 def test_merge_keeps_the_records_stock_arguments():
     pruned, checkpoint = pruned_checkpoint()
-    merged_file, _ = merge_checkpoint(checkpoint)
-    record = HetDPTRecord.from_dict(merged_file['meta'][META_KEY])
-    assert record.form == 'merged'
+    record = assert_merged_computes_as(pruned, checkpoint, (40, 56))
     for name, value in STOCK_ARGS.items():
         assert record.arch[name] == value
     assert record.arch['arch']['mlp_ratio'] == 1.3
-    merged = HetDPTSwin.from_record(record)
+
+
+def assert_merged_computes_as(pruned, checkpoint, size) -> HetDPTRecord:
+    """The merged file's record rebuilds a network computing as
+    ``pruned`` with ``pruned``'s build arguments; returns the record."""
+    merged_file, _ = merge_checkpoint(checkpoint)
+    record = HetDPTRecord.from_dict(merged_file['meta'][META_KEY])
+    assert record.form == 'merged'
+    merged = type(pruned).from_record(record)
     merged.load_state_dict(
         {
             k[len('backbone.') :]: v
@@ -64,12 +70,33 @@ def test_merge_keeps_the_records_stock_arguments():
         }
     )
     assert merged.build_args() == dict(pruned.build_args())
-    x = torch.randn(2, 3, 40, 56, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(2, 3, *size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         expected, got = pruned(x), merged.eval()(x)
     assert len(got) == len(expected)
     for mine, theirs in zip(got, expected):
         torch.testing.assert_close(mine, theirs, atol=1e-5, rtol=0)
+    return record
+
+
+def test_merge_keeps_a_vits_norm_eps():
+    pruned = randomize_(
+        HetDPTViT(
+            arch=dict(embed_dims=16, num_layers=4, num_heads=2, mlp_ratio=2.5),
+            img_size=32,
+            patch_size=8,
+            norm_cfg=dict(type='LN', eps=1e-3),
+            prune_spec=dict(attn_removed=[1], act_removed=[2]),
+        )
+    ).eval()
+    checkpoint = dict(
+        state_dict={
+            f'backbone.{k}': v for k, v in pruned.state_dict().items()
+        },
+        meta={META_KEY: pruned.record().to_dict()},
+    )
+    record = assert_merged_computes_as(pruned, checkpoint, (32, 32))
+    assert record.arch['norm_cfg'] == dict(type='LN', eps=1e-3)
 
 
 def test_an_arch_other_than_the_records_is_an_error(tmp_path):
