@@ -31,7 +31,7 @@ import torch
 
 from .backbone_checkpoint import BackboneCheckpoint, read_backbone_checkpoint
 from .checkpoint import StateDictMismatch
-from .record import EXTRA_STATE_KEY, HetDPTRecord, with_record
+from .record import EXTRA_STATE_KEY, HetDPTRecord, plain_data, with_record
 from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
 
 #: Where MMEngine's EMAHook saves the averaged model: an
@@ -170,6 +170,20 @@ def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
     return spec
 
 
+def _check_arch_is_records(family, given, record: HetDPTRecord) -> None:
+    """``--arch`` may repeat the record's architecture, never change it."""
+    if isinstance(given, Mapping) and 'arch' in given:
+        given = given['arch']
+    wanted = plain_data(family.arch_settings(given))
+    recorded = plain_data(family.arch_settings(record.arch['arch']))
+    if wanted != recorded:
+        raise ValueError(
+            f'--arch {wanted} is not the architecture of the record '
+            f'({recorded}): the checkpoint says its structure, leave out '
+            '--arch'
+        )
+
+
 def _check_loadable(state: Mapping, network) -> None:
     expected = {
         k: v for k, v in network.state_dict().items() if k != EXTRA_STATE_KEY
@@ -241,16 +255,16 @@ def merge_checkpoint(
         )
 
     family = loaded.family
-    # Shapes come from the tensors; the record (or --arch) says what they
-    # cannot, such as the number of heads.  A width-pruned record's widths
-    # give every shape its arch does not.
-    build_args = (
-        record.arch
-        if final_spec.widths is not None
-        else family.build_args_from_tensors(
-            backbone, parse_arch(arch) if arch is not None else record.arch
-        )
-    )
+    given = parse_arch(arch) if arch is not None else None
+    # A record's build arguments (already checked against the tensors) hold
+    # what shapes cannot say (heads, qk_scale, a norm's eps, an MLP ratio
+    # that is not an integer); without one the tensors and --arch say it.
+    if record.arch is not None:
+        if given is not None:
+            _check_arch_is_records(family, given, record)
+        build_args = record.arch
+    else:
+        build_args = family.build_args_from_tensors(backbone, given)
     merged_record = HetDPTRecord(
         spec=final_spec,
         form=form,

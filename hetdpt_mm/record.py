@@ -95,7 +95,7 @@ class HetDPTRecord:
             family=self.family,
             spec=self.spec.to_dict(),
             form=self.form,
-            arch=_plain(self.arch),
+            arch=plain_data(self.arch),
             semantics=dict(self.semantics),
         )
         if with_prefix:
@@ -212,7 +212,7 @@ def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
     FLOP counting); a byte tensor passes everywhere, like a BatchNorm's
     ``num_batches_tracked``, and loads with ``weights_only=True``.
     """
-    text = json.dumps(_plain(data), sort_keys=True)
+    text = json.dumps(plain_data(data), sort_keys=True)
     return torch.tensor(list(text.encode('utf-8')), dtype=torch.uint8)
 
 
@@ -329,13 +329,13 @@ class RecordInStateDict:
             missing_keys.remove(key)  # written before records travelled
 
 
-def _plain(value):
+def plain_data(value):
     """Tuples to lists, recursively (records compare equal after a round
     trip through JSON or a checkpoint)."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_data(v) for v in value]
     return value
 
 

@@ -83,7 +83,9 @@ CLS_CASES = [
     dict(use_abs_pos_embed=False),
     dict(interpolate_mode='bilinear'),
     dict(with_cp=True),
-    dict(frozen_stages=1),
+    *(dict(frozen_stages=n) for n in (-1, 0, 1, 2, 3)),
+    dict(frozen_stages=2, out_indices=(1, 3)),
+    dict(frozen_stages=1, out_after_downsample=True),
     dict(norm_eval=True),
     dict(pad_small_map=True),
     dict(norm_cfg=dict(type='LN')),
@@ -288,6 +290,9 @@ def test_each_registry_gives_its_toolboxs_defaults():
     assert not classifier.pad_small_map and classifier.out_indices == [3]
     # mmpretrain's frozen_stages=1: the stem and stages 0 and 1.
     assert classifier.frozen_stages == direct.frozen_stages + 3 == 2
+    # mmpretrain's own Swin indexes a fifth stage for frozen_stages=4.
+    with pytest.raises(ValueError, match='frozen_stages must be in -1..3'):
+        build_ours('mmpretrain', dict(small, frozen_stages=4))
     # Stated arguments win over the toolbox's defaults.
     assert not build_ours(
         'mmdet', dict(small, pad_small_map=False)

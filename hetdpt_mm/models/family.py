@@ -17,7 +17,7 @@ the codec (no model)     ``recognizes(state)``, ``describe_keys()``,
                          ``convert_state_dict(state, spec, form, sem.)``,
                          ``build_args_from_tensors(state, arch)``,
                          ``layer_macs(arch, img_size, attention_products)``,
-                         ``arch_depth(arch)``
+                         ``arch_depth(arch)``, ``arch_settings(arch)``
 instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
                          ``gates(kind)``, ``gate_scores(kind)``,
                          ``class_feature(inputs)``,
@@ -176,6 +176,11 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         for everything else (``'rest'``).  Blocks of a family may differ
         (Swin's stages)."""
         return cls.codec.layer_macs(arch, img_size, attention_products)
+
+    @classmethod
+    def arch_settings(cls, arch) -> Dict:
+        """``arch`` (a preset name or dict) with every setting spelled out."""
+        return cls.codec.arch_settings(arch)
 
     @classmethod
     def arch_depth(cls, arch) -> int:

@@ -202,6 +202,9 @@ def build_args_from_tensors(
     )
 
 
+arch_settings = resolve_layerscale_arch
+
+
 def arch_depth(arch) -> int:
     return resolve_layerscale_arch(arch)['num_layers']
 

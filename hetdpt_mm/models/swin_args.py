@@ -273,5 +273,11 @@ def toolbox_args(toolbox: str, args: Dict) -> Dict:
     out = dict(TOOLBOX_DEFAULTS.get(toolbox, {}), **args)
     frozen: Optional[int] = out.get('frozen_stages')
     if toolbox == 'mmpretrain' and frozen is not None and frozen >= 0:
+        stages = len(resolve_swin_arch(out.get('arch', 'tiny'))['depths'])
+        if frozen >= stages:
+            raise ValueError(
+                f"mmpretrain's frozen_stages must be in -1..{stages - 1} "
+                f'(it freezes stages 0..N), got {frozen}'
+            )
         out['frozen_stages'] = frozen + 1
     return out

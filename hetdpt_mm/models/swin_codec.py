@@ -60,6 +60,9 @@ convert_state_dict = swin_state_dict.convert_state_dict
 build_args_from_tensors = swin_state_dict.build_args_from_tensors
 
 
+arch_settings = resolve_swin_arch
+
+
 def arch_depth(arch) -> int:
     return sum(resolve_swin_arch(arch)['depths'])
 

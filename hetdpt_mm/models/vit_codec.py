@@ -226,6 +226,9 @@ def embedding_norms(state: Mapping) -> Dict:
     }
 
 
+arch_settings = resolve_arch
+
+
 def arch_depth(arch) -> int:
     return resolve_arch(arch)['num_layers']
 
