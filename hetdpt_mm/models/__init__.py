@@ -1,6 +1,7 @@
 from ..presets import ARCH_PRESETS
 from ..registry import FAMILIES, TOOLBOX_MODULES, get_family
 from . import heads  # noqa: F401  registers PretrainedHeads
+from .deit3_args import build_deit3
 from .family import HetDPTBackbone
 from .hetdpt_layerscale_vit import HetDPTLayerScaleViT
 from .hetdpt_swin import HetDPTSwin
@@ -35,6 +36,8 @@ def build_fused_attention_detr(**kwargs):
 TOOLBOX_MODULES.setdefault('mmdet', {})['FusedAttentionDETR'] = (
     build_fused_attention_detr
 )
+# mmpretrain's DeiT3 (mmdet / mmseg configs reach it as mmpretrain's).
+TOOLBOX_MODULES.setdefault('mmpretrain', {})['HetDPTDeiT3'] = build_deit3
 
 
 def toolbox_builder(family, toolbox: str):

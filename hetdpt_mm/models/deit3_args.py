@@ -1,0 +1,80 @@
+"""mmpretrain's ``DeiT3`` backbone as ``type='HetDPTDeiT3'``: its
+constructor arguments, defaults and arch names, built as a
+:class:`~.hetdpt_layerscale_vit.HetDPTLayerScaleViT`
+(docs/user_guides/dinov2.md, *mmpretrain's DeiT3*).  A name of its own,
+because ``DeiT3``'s arch names overlap ``VisionTransformer``'s and its
+position embedding has no class-token slot (``no_embed_class``)."""
+
+from typing import Mapping, Optional, Union
+
+from .hetdpt_layerscale_vit import HetDPTLayerScaleViT
+
+#: mmpretrain's ``LayerScale`` starts at 1e-5.
+DEIT3_LAYER_SCALE_INIT = 1e-5
+
+
+def deit3_arch(arch: Union[str, Mapping]) -> dict:
+    """``DeiT3``'s arch (a name of its ``arch_zoo`` or a dict with
+    ``feedforward_channels``) in our spelling, with a GELU FFN."""
+    from mmpretrain.models.backbones.deit3 import DeiT3
+
+    if isinstance(arch, str):
+        if arch.lower() not in DeiT3.arch_zoo:
+            raise ValueError(
+                f'unknown DeiT3 arch {arch!r}; choose one of '
+                f'{sorted(DeiT3.arch_zoo)} or pass a dict'
+            )
+        arch = DeiT3.arch_zoo[arch.lower()]
+    arch = dict(arch)
+    if 'feedforward_channels' in arch:
+        arch['mlp_ratio'] = (
+            arch.pop('feedforward_channels') / arch['embed_dims']
+        )
+    return dict(arch, ffn='mlp')
+
+
+def build_deit3(
+    arch: Union[str, Mapping] = 'base',
+    img_size=224,
+    patch_size: int = 16,
+    norm_cfg: Optional[Mapping] = None,  # DeiT3's: LN, eps 1e-6
+    use_layer_scale: bool = True,
+    layer_cfgs: Optional[Mapping] = None,
+    **kwargs,
+) -> HetDPTLayerScaleViT:
+    """A :class:`HetDPTLayerScaleViT` of mmpretrain's ``DeiT3`` arguments
+    (the others, ``out_type``, ``prune_spec``, ...: the family's)."""
+    if not use_layer_scale:
+        raise ValueError(
+            'use_layer_scale=False: a DeiT3 without LayerScale is not a '
+            "LayerScale ViT; use mmpretrain's VisionTransformer and "
+            "type='HetDPTViT', or keep use_layer_scale=True"
+        )
+    if layer_cfgs:
+        raise ValueError(
+            "layer_cfgs must be {} here: DeiT3's blocks are configured by "
+            "the backbone's own arguments (drop_rate, drop_path_rate, "
+            'qkv_bias, norm_cfg)'
+        )
+    if kwargs.get('out_type') == 'avg_featmap':
+        raise ValueError(
+            "out_type='avg_featmap': DeiT3 has no norm of the averaged "
+            "tokens (its forward fails); use out_type='featmap' and a "
+            "pooling neck, or mmpretrain's VisionTransformer and "
+            "type='HetDPTLayerScaleViT'"
+        )
+    kwargs.setdefault('layer_scale_init_value', DEIT3_LAYER_SCALE_INIT)
+    # DeiT3 resamples its positions without antialiasing, as mmpretrain's ViT.
+    kwargs.setdefault('pos_embed_antialias', False)
+    return HetDPTLayerScaleViT(
+        arch=deit3_arch(arch),
+        img_size=img_size,
+        patch_size=patch_size,
+        norm_cfg=norm_cfg,
+        no_embed_class=True,
+        reg_tokens=0,
+        **kwargs,
+    )
+
+
+build_deit3.__name__ = build_deit3.__qualname__ = 'HetDPTDeiT3'
