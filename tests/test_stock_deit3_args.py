@@ -14,6 +14,7 @@ from mmpretrain.models.backbones.deit3 import DeiT3
 from mmpretrain.registry import MODELS
 
 import hetdpt_mm.registry
+from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.models import HetDPTLayerScaleViT
 from hetdpt_mm.models.deit3_args import deit3_arch
 
@@ -153,3 +154,20 @@ def test_pruned_and_merged_forms_compute_the_same(tmp_path):
 def test_arguments_without_a_counterpart_name_the_alternative(args, message):
     with pytest.raises(ValueError, match=message.replace('[', r'\[')):
         MODELS.build(dict(type='HetDPTDeiT3', **dict(TINY, **args)))
+
+
+def test_deit3_weights_under_the_family_name_name_the_alias(tmp_path):
+    """A DeiT3 dict with type='HetDPTLayerScaleViT' is mmpretrain's
+    VisionTransformer (a class-token position): its weights say so."""
+    stock = randomized_deit3(**TINY)
+    path = tmp_path / 'deit3.pth'
+    torch.save(dict(state_dict=stock.state_dict()), path)
+    ours = MODELS.build(
+        dict(
+            type='HetDPTLayerScaleViT',
+            **TINY,
+            init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+        )
+    )
+    with pytest.raises(StateDictMismatch, match="type='HetDPTDeiT3'"):
+        ours.init_weights()

@@ -267,7 +267,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
                     f'pos_embed has positions for {positioned} prefix '
                     f'token(s), this backbone for {self.num_positioned_tokens}'
                     ': set no_embed_class / reg_tokens as the checkpoint '
-                    '(or use the matching preset)'
+                    "(or use the matching preset; mmpretrain's DeiT3 is "
+                    "type='HetDPTDeiT3')"
                 )
             state['pos_embed'] = vit_state_dict.resize_pos_embed(
                 state['pos_embed'],
