@@ -80,6 +80,26 @@ def timm_state_dict(module: torch.nn.Module) -> dict:
     }
 
 
+def assert_same_outputs(stock, ours, input_shape, atol: float = 1e-5):
+    """``ours`` gives ``stock``'s outputs (feature lists flattened) on one
+    seeded batch of ``input_shape``, each within ``atol``."""
+    x = torch.randn(input_shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        want, got = list(_flat(stock(x))), list(_flat(ours(x)))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        assert (a - b).abs().max() <= atol
+
+
+def _flat(outputs):
+    for output in outputs:
+        if isinstance(output, (list, tuple)):
+            yield from output
+        else:
+            yield output
+
+
 def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):
     """Give every parameter random values of a realistic scale (LayerNorm
     weights around 1), so that equality tests are not trivially small."""

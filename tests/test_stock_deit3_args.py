@@ -9,7 +9,7 @@ timm's and the official DeiT-III do, so the stock weights here have
 
 import pytest
 import torch
-from helpers import randomize_
+from helpers import assert_same_outputs, randomize_
 from mmpretrain.models.backbones.deit3 import DeiT3
 from mmpretrain.registry import MODELS
 
@@ -60,17 +60,6 @@ def built_on_stock_weights(tmp_path, stock, prefix='', **args):
     return ours.eval()
 
 
-def assert_same_outputs(stock, ours, in_channels=3):
-    shape = (INPUT_SHAPE[0], in_channels, *INPUT_SHAPE[2:])
-    x = torch.randn(shape, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        want, got = stock(x), ours(x)
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.shape == b.shape
-        assert (a - b).abs().max() <= 1e-5
-
-
 @pytest.mark.parametrize(
     'args',
     [
@@ -93,7 +82,9 @@ def test_deit3_arguments_give_deit3_outputs(args, tmp_path):
     stock = randomized_deit3(**args)
     ours = built_on_stock_weights(tmp_path, stock, **args)
     assert isinstance(ours, HetDPTLayerScaleViT) and ours.no_embed_class
-    assert_same_outputs(stock, ours, args.get('in_channels', 3))
+    assert_same_outputs(
+        stock, ours, (2, args.get('in_channels', 3), *INPUT_SHAPE[2:])
+    )
     assert torch.equal(
         ours.blocks[0].ls2.gamma, stock.layers[0].ffn.gamma2.weight
     )
@@ -102,7 +93,7 @@ def test_deit3_arguments_give_deit3_outputs(args, tmp_path):
 def test_a_checkpoint_of_a_classifier_loads_with_its_prefix(tmp_path):
     stock = randomized_deit3(**TINY)
     ours = built_on_stock_weights(tmp_path, stock, 'backbone.', **TINY)
-    assert_same_outputs(stock, ours)
+    assert_same_outputs(stock, ours, INPUT_SHAPE)
 
 
 @pytest.mark.parametrize('name', ['s', 'medium', 'b', 'large', 'huge'])

@@ -14,7 +14,7 @@ from pathlib import Path
 import mmseg
 import pytest
 import torch
-from helpers import REPO, randomize_
+from helpers import REPO, assert_same_outputs, randomize_
 from mmpretrain.models.backbones import VisionTransformer as PretrainViT
 from mmseg.models.backbones import VisionTransformer as SegViT
 
@@ -72,24 +72,6 @@ def ours_on_stock_weights(tmp_path, stock, ours_cls=HetDPTViT, **args):
     return ours.eval()
 
 
-def flat(outputs):
-    for output in outputs:
-        if isinstance(output, (list, tuple)):
-            yield from output
-        else:
-            yield output
-
-
-def assert_same_outputs(stock, ours):
-    x = torch.randn(INPUT_SHAPE, generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        want, got = list(flat(stock(x))), list(flat(ours(x)))
-    assert len(got) == len(want)
-    for a, b in zip(got, want):
-        assert a.shape == b.shape
-        assert (a - b).abs().max() <= 1e-5
-
-
 @pytest.mark.parametrize(
     'args',
     [
@@ -135,7 +117,7 @@ def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
         stock.forward = lambda x: stock_forward(x[:, :1])
         ours_forward = ours.forward
         ours.forward = lambda x: ours_forward(x[:, :1])
-    assert_same_outputs(stock, ours)
+    assert_same_outputs(stock, ours, INPUT_SHAPE)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +149,7 @@ def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
 def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
     stock = randomized_stock(PretrainViT, **PRETRAIN_TINY, **args)
     ours = ours_on_stock_weights(tmp_path, stock, **PRETRAIN_TINY, **args)
-    assert_same_outputs(stock, ours)
+    assert_same_outputs(stock, ours, INPUT_SHAPE)
     if args.get('out_type') == 'avg_featmap':  # mmpretrain's ln2, loaded
         assert torch.equal(ours.fc_norm.weight, stock.ln2.weight)
     trainable = {n for n, p in ours.named_parameters() if p.requires_grad}
@@ -481,7 +463,7 @@ def test_mmpretrain_layer_scale_vit_gives_mmpretrain_outputs(args, tmp_path):
         pos_embed_antialias=False,  # mmpretrain's registry's default
         **args,
     )
-    assert_same_outputs(stock, ours)
+    assert_same_outputs(stock, ours, INPUT_SHAPE)
     gammas = [ours.blocks[0].ls1.gamma, ours.blocks[0].ls2.gamma]
     assert torch.equal(gammas[0], stock.layers[0].attn.gamma1.weight)
     assert torch.equal(gammas[1], stock.layers[0].ffn.gamma2.weight)
@@ -504,7 +486,7 @@ def test_mmpretrain_layer_scale_weights_resampled_on_load_as_mmpretrain(
         pos_embed_antialias=False,
         **args,
     )
-    assert_same_outputs(stock, ours)
+    assert_same_outputs(stock, ours, INPUT_SHAPE)
 
 
 def test_mmpretrain_layer_scale_forms_compute_the_same(tmp_path):
@@ -606,6 +588,6 @@ def test_mmpretrain_ffn_types_of_the_layerscale_family(args, tmp_path):
         pos_embed_antialias=False,
         **args,
     )
-    assert_same_outputs(stock, ours)
+    assert_same_outputs(stock, ours, INPUT_SHAPE)
     swiglu = args['layer_cfgs']['ffn_type'] == 'swiglu_fused'
     assert ours.ffn == ('swiglu' if swiglu else 'mlp')
