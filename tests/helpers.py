@@ -21,6 +21,17 @@ from hetdpt_mm import models
 MIXED_SPEC = dict(attn_removed=[0, 3, 7, 8, 11], act_removed=[2, 7, 8, 10, 11])
 
 REPO = Path(__file__).resolve().parents[1]
+#: mmpretrain's ViT / DeiT3, tiny (the keys of their arch dicts).
+MMPRETRAIN_TINY = dict(
+    arch=dict(
+        embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64
+    ),
+    img_size=32,
+    patch_size=8,
+)
+#: Non-square, not a multiple of the patch: the position embedding is
+#: resampled and the input padded.
+STOCK_INPUT_SHAPE = (2, 3, 32, 40)
 
 
 def load_tool(name: str) -> ModuleType:

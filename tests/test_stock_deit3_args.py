@@ -9,7 +9,12 @@ timm's and the official DeiT-III do, so the stock weights here have
 
 import pytest
 import torch
-from helpers import assert_same_outputs, randomize_
+from helpers import (
+    MMPRETRAIN_TINY,
+    STOCK_INPUT_SHAPE,
+    assert_same_outputs,
+    randomize_,
+)
 from mmpretrain.models.backbones.deit3 import DeiT3
 from mmpretrain.registry import MODELS
 
@@ -17,16 +22,6 @@ import hetdpt_mm.registry
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.models import HetDPTLayerScaleViT
 from hetdpt_mm.models.deit3_args import deit3_arch
-
-TINY = dict(
-    arch=dict(
-        embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64
-    ),
-    img_size=32,
-    patch_size=8,
-)
-#: Non-square, not a multiple of the patch: positions resampled, input padded.
-INPUT_SHAPE = (2, 3, 32, 40)
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -78,12 +73,12 @@ def built_on_stock_weights(tmp_path, stock, prefix='', **args):
     ],
 )
 def test_deit3_arguments_give_deit3_outputs(args, tmp_path):
-    args = dict(TINY, **args)
+    args = dict(MMPRETRAIN_TINY, **args)
     stock = randomized_deit3(**args)
     ours = built_on_stock_weights(tmp_path, stock, **args)
     assert isinstance(ours, HetDPTLayerScaleViT) and ours.no_embed_class
     assert_same_outputs(
-        stock, ours, (2, args.get('in_channels', 3), *INPUT_SHAPE[2:])
+        stock, ours, (2, args.get('in_channels', 3), *STOCK_INPUT_SHAPE[2:])
     )
     assert torch.equal(
         ours.blocks[0].ls2.gamma, stock.layers[0].ffn.gamma2.weight
@@ -91,9 +86,11 @@ def test_deit3_arguments_give_deit3_outputs(args, tmp_path):
 
 
 def test_a_checkpoint_of_a_classifier_loads_with_its_prefix(tmp_path):
-    stock = randomized_deit3(**TINY)
-    ours = built_on_stock_weights(tmp_path, stock, 'backbone.', **TINY)
-    assert_same_outputs(stock, ours, INPUT_SHAPE)
+    stock = randomized_deit3(**MMPRETRAIN_TINY)
+    ours = built_on_stock_weights(
+        tmp_path, stock, 'backbone.', **MMPRETRAIN_TINY
+    )
+    assert_same_outputs(stock, ours, STOCK_INPUT_SHAPE)
 
 
 @pytest.mark.parametrize('name', ['s', 'medium', 'b', 'large', 'huge'])
@@ -111,11 +108,11 @@ def test_deit3_arch_names(name):
 
 
 def test_pruned_and_merged_forms_compute_the_same(tmp_path):
-    stock = randomized_deit3(**TINY)
+    stock = randomized_deit3(**MMPRETRAIN_TINY)
     spec = dict(attn_removed=[1], act_removed=[0, 1])
     gated, pruned = (
         built_on_stock_weights(
-            tmp_path, stock, **TINY, prune_spec=spec, gated=is_gated
+            tmp_path, stock, **MMPRETRAIN_TINY, prune_spec=spec, gated=is_gated
         )
         for is_gated in (True, False)
     )
@@ -125,7 +122,7 @@ def test_pruned_and_merged_forms_compute_the_same(tmp_path):
         merged.record(), pos_embed_antialias=False
     ).eval()
     rebuilt.load_state_dict(merged.state_dict())
-    x = torch.randn(INPUT_SHAPE)
+    x = torch.randn(STOCK_INPUT_SHAPE)
     with torch.no_grad():
         outs = [m(x)[0] for m in (gated, pruned, merged, rebuilt)]
     for out in outs[1:]:
@@ -144,19 +141,19 @@ def test_pruned_and_merged_forms_compute_the_same(tmp_path):
 )
 def test_arguments_without_a_counterpart_name_the_alternative(args, message):
     with pytest.raises(ValueError, match=message.replace('[', r'\[')):
-        MODELS.build(dict(type='HetDPTDeiT3', **dict(TINY, **args)))
+        MODELS.build(dict(type='HetDPTDeiT3', **dict(MMPRETRAIN_TINY, **args)))
 
 
 def test_deit3_weights_under_the_family_name_name_the_alias(tmp_path):
     """A DeiT3 dict with type='HetDPTLayerScaleViT' is mmpretrain's
     VisionTransformer (a class-token position): its weights say so."""
-    stock = randomized_deit3(**TINY)
+    stock = randomized_deit3(**MMPRETRAIN_TINY)
     path = tmp_path / 'deit3.pth'
     torch.save(dict(state_dict=stock.state_dict()), path)
     ours = MODELS.build(
         dict(
             type='HetDPTLayerScaleViT',
-            **TINY,
+            **MMPRETRAIN_TINY,
             init_cfg=dict(type='Pretrained', checkpoint=str(path)),
         )
     )

@@ -14,7 +14,13 @@ from pathlib import Path
 import mmseg
 import pytest
 import torch
-from helpers import REPO, assert_same_outputs, randomize_
+from helpers import (
+    MMPRETRAIN_TINY,
+    REPO,
+    STOCK_INPUT_SHAPE,
+    assert_same_outputs,
+    randomize_,
+)
 from mmpretrain.models.backbones import VisionTransformer as PretrainViT
 from mmseg.models.backbones import VisionTransformer as SegViT
 
@@ -37,16 +43,6 @@ SEG_TINY = dict(
     mlp_ratio=2,
     norm_cfg=dict(type='LN', eps=1e-6),
 )
-PRETRAIN_TINY = dict(
-    arch=dict(
-        embed_dims=32, num_layers=3, num_heads=2, feedforward_channels=64
-    ),
-    img_size=32,
-    patch_size=8,
-)
-#: Non-square, not a multiple of the patch: the position embedding is
-#: resampled and the input padded.
-INPUT_SHAPE = (2, 3, 32, 40)
 
 
 def randomized_stock(cls, **args):
@@ -117,7 +113,7 @@ def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
         stock.forward = lambda x: stock_forward(x[:, :1])
         ours_forward = ours.forward
         ours.forward = lambda x: ours_forward(x[:, :1])
-    assert_same_outputs(stock, ours, INPUT_SHAPE)
+    assert_same_outputs(stock, ours, STOCK_INPUT_SHAPE)
 
 
 @pytest.mark.parametrize(
@@ -147,9 +143,9 @@ def test_mmseg_arguments_give_mmseg_outputs(args, tmp_path):
     ],
 )
 def test_mmpretrain_arguments_give_mmpretrain_outputs(args, tmp_path):
-    stock = randomized_stock(PretrainViT, **PRETRAIN_TINY, **args)
-    ours = ours_on_stock_weights(tmp_path, stock, **PRETRAIN_TINY, **args)
-    assert_same_outputs(stock, ours, INPUT_SHAPE)
+    stock = randomized_stock(PretrainViT, **MMPRETRAIN_TINY, **args)
+    ours = ours_on_stock_weights(tmp_path, stock, **MMPRETRAIN_TINY, **args)
+    assert_same_outputs(stock, ours, STOCK_INPUT_SHAPE)
     if args.get('out_type') == 'avg_featmap':  # mmpretrain's ln2, loaded
         assert torch.equal(ours.fc_norm.weight, stock.ln2.weight)
     trainable = {n for n, p in ours.named_parameters() if p.requires_grad}
@@ -183,8 +179,8 @@ def test_frozen_stages_and_frozen_exclude_freeze_as_the_stock_ones():
         assert {
             n for n, p in module.named_parameters() if p.requires_grad
         } == {'pos_embed', 'cls_token'}
-    stock = PretrainViT(**PRETRAIN_TINY, frozen_stages=2)
-    ours = HetDPTViT(**PRETRAIN_TINY, frozen_stages=2)
+    stock = PretrainViT(**MMPRETRAIN_TINY, frozen_stages=2)
+    ours = HetDPTViT(**MMPRETRAIN_TINY, frozen_stages=2)
     count = [
         sum(p.numel() for p in m.parameters() if not p.requires_grad)
         for m in (stock, ours)
@@ -202,7 +198,7 @@ def test_the_record_keeps_the_norm_epsilon_and_the_averaged_norm():
     backbone.set_spec(dict(attn_removed=[1], act_removed=[0, 1]))
     merged = backbone.to_merged()
     assert merged.out_type == 'avg_featmap' and merged.fc_norm is not None
-    x = torch.randn(INPUT_SHAPE)
+    x = torch.randn(STOCK_INPUT_SHAPE)
     with torch.no_grad():
         assert (
             merged.eval()(x)[0] - backbone.eval()(x)[0]
@@ -454,7 +450,7 @@ def test_frozen_exclude_names_the_parameters_mmseg_lacks_under_its_modules():
     ],
 )
 def test_mmpretrain_layer_scale_vit_gives_mmpretrain_outputs(args, tmp_path):
-    args = dict(PRETRAIN_TINY, layer_scale_init_value=0.1, **args)
+    args = dict(MMPRETRAIN_TINY, layer_scale_init_value=0.1, **args)
     stock = randomized_stock(PretrainViT, **args)
     ours = ours_on_stock_weights(
         tmp_path,
@@ -463,7 +459,7 @@ def test_mmpretrain_layer_scale_vit_gives_mmpretrain_outputs(args, tmp_path):
         pos_embed_antialias=False,  # mmpretrain's registry's default
         **args,
     )
-    assert_same_outputs(stock, ours, INPUT_SHAPE)
+    assert_same_outputs(stock, ours, STOCK_INPUT_SHAPE)
     gammas = [ours.blocks[0].ls1.gamma, ours.blocks[0].ls2.gamma]
     assert torch.equal(gammas[0], stock.layers[0].attn.gamma1.weight)
     assert torch.equal(gammas[1], stock.layers[0].ffn.gamma2.weight)
@@ -474,7 +470,7 @@ def test_mmpretrain_layer_scale_weights_resampled_on_load_as_mmpretrain(
 ):
     """Weights of a 48-pixel model into 32-pixel ones: mmpretrain's
     loader and ours resample the position embedding alike."""
-    args = dict(PRETRAIN_TINY, layer_scale_init_value=0.1)
+    args = dict(MMPRETRAIN_TINY, layer_scale_init_value=0.1)
     source = randomized_stock(PretrainViT, **dict(args, img_size=48))
     stock = PretrainViT(**args)
     stock.load_state_dict(source.state_dict())
@@ -486,11 +482,11 @@ def test_mmpretrain_layer_scale_weights_resampled_on_load_as_mmpretrain(
         pos_embed_antialias=False,
         **args,
     )
-    assert_same_outputs(stock, ours, INPUT_SHAPE)
+    assert_same_outputs(stock, ours, STOCK_INPUT_SHAPE)
 
 
 def test_mmpretrain_layer_scale_forms_compute_the_same(tmp_path):
-    args = dict(PRETRAIN_TINY, layer_scale_init_value=0.1)
+    args = dict(MMPRETRAIN_TINY, layer_scale_init_value=0.1)
     stock = randomized_stock(PretrainViT, **args)
     spec = dict(attn_removed=[1], act_removed=[0, 1])
     gated, pruned = (
@@ -506,7 +502,7 @@ def test_mmpretrain_layer_scale_forms_compute_the_same(tmp_path):
     )
     merged = pruned.to_merged().eval()
     assert merged.pos_embed_antialias == pruned.pos_embed_antialias
-    x = torch.randn(INPUT_SHAPE)
+    x = torch.randn(STOCK_INPUT_SHAPE)
     with torch.no_grad():
         outs = [model(x)[0] for model in (gated, pruned, merged)]
     for out in outs[1:]:
@@ -540,7 +536,7 @@ def test_mmpretrain_registry_resamples_positions_as_mmpretrain(
 
     with DefaultScope.overwrite_default_scope(scope):
         backbone = MODELS.build(
-            dict(type='HetDPTLayerScaleViT', **PRETRAIN_TINY)
+            dict(type='HetDPTLayerScaleViT', **MMPRETRAIN_TINY)
         )
     assert backbone.pos_embed_antialias is antialias
 
@@ -556,7 +552,7 @@ def test_norms_before_the_blocks_are_in_the_record_and_merge():
     merged = backbone.to_merged()
     rebuilt = HetDPTViT.from_record(merged.record())
     rebuilt.load_state_dict(merged.state_dict())
-    x = torch.randn(INPUT_SHAPE)
+    x = torch.randn(STOCK_INPUT_SHAPE)
     with torch.no_grad():
         want = backbone.eval()(x)[0]
         for other in (merged, rebuilt):
@@ -573,7 +569,7 @@ def test_norms_before_the_blocks_are_in_the_record_and_merge():
 def test_mmpretrain_ffn_types_of_the_layerscale_family(args, tmp_path):
     """DINOv2-g's mmpretrain configs: its fused SwiGLU FFN (w12, w3)."""
     args = dict(
-        PRETRAIN_TINY,
+        MMPRETRAIN_TINY,
         arch=dict(
             embed_dims=48, num_layers=2, num_heads=3, feedforward_channels=200
         ),
@@ -588,6 +584,6 @@ def test_mmpretrain_ffn_types_of_the_layerscale_family(args, tmp_path):
         pos_embed_antialias=False,
         **args,
     )
-    assert_same_outputs(stock, ours, INPUT_SHAPE)
+    assert_same_outputs(stock, ours, STOCK_INPUT_SHAPE)
     swiglu = args['layer_cfgs']['ffn_type'] == 'swiglu_fused'
     assert ours.ffn == ('swiglu' if swiglu else 'mlp')
