@@ -111,6 +111,20 @@ def _flat(outputs):
             yield output
 
 
+def randomized_stock(cls, **args):
+    """A stock backbone with random weights of a realistic scale (its
+    LayerNorms near identity)."""
+    stock = cls(**args)
+    randomize_(stock, std=0.05)
+    with torch.no_grad():
+        for module in stock.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                torch.nn.init.normal_(module.weight, 1, 0.1)
+                torch.nn.init.normal_(module.bias, 0, 0.1)
+    stock.eval()  # (mmseg's and mmpretrain's train() return None)
+    return stock
+
+
 def randomize_(module: torch.nn.Module, seed: int = 0, std: float = 0.02):
     """Give every parameter random values of a realistic scale (LayerNorm
     weights around 1), so that equality tests are not trivially small."""

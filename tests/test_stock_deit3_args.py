@@ -13,7 +13,7 @@ from helpers import (
     MMPRETRAIN_TINY,
     STOCK_INPUT_SHAPE,
     assert_same_outputs,
-    randomize_,
+    randomized_stock,
 )
 from mmpretrain.models.backbones.deit3 import DeiT3
 from mmpretrain.registry import MODELS
@@ -30,16 +30,10 @@ def registered():
 
 
 def randomized_deit3(**args):
-    stock = DeiT3(**args)
-    randomize_(stock, std=0.05)
+    stock = randomized_stock(DeiT3, **args)
     with torch.no_grad():
-        for module in stock.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                torch.nn.init.normal_(module.weight, 1, 0.1)
-                torch.nn.init.normal_(module.bias, 0, 0.1)
         for layer in stock.layers:
             layer.ln2.load_state_dict(layer.ln1.state_dict())
-    stock.eval()  # (its train() returns None)
     return stock
 
 

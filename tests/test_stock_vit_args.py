@@ -20,6 +20,7 @@ from helpers import (
     STOCK_INPUT_SHAPE,
     assert_same_outputs,
     randomize_,
+    randomized_stock,
 )
 from mmpretrain.models.backbones import VisionTransformer as PretrainViT
 from mmseg.models.backbones import VisionTransformer as SegViT
@@ -43,19 +44,6 @@ SEG_TINY = dict(
     mlp_ratio=2,
     norm_cfg=dict(type='LN', eps=1e-6),
 )
-
-
-def randomized_stock(cls, **args):
-    """A stock backbone with random weights of a realistic scale."""
-    stock = cls(**args)
-    randomize_(stock, std=0.05)
-    with torch.no_grad():
-        for module in stock.modules():
-            if isinstance(module, torch.nn.LayerNorm):
-                torch.nn.init.normal_(module.weight, 1, 0.1)
-                torch.nn.init.normal_(module.bias, 0, 0.1)
-    stock.eval()  # (mmseg's train() returns None)
-    return stock
 
 
 def ours_on_stock_weights(tmp_path, stock, ours_cls=HetDPTViT, **args):
