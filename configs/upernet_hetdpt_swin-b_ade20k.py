@@ -1,9 +1,10 @@
 # mmseg's UperNet Swin-B (ImageNet-1k pre-trained, 512x512 crops, 160k
 # iterations, ADE20K) with a HetDPT depth-pruned Swin-B backbone
-# (docs/user_guides/swin.md).  Heads, data, optimizer and schedule are mmseg's
-# own Swin-B config; only the backbone changes (same stage outputs, widths
-# 128-1024, small maps padded to whole windows as mmseg's SwinTransformer
-# does).
+# (docs/user_guides/swin.md).  Everything is mmseg's own Swin-B config, its
+# backbone dict included: only the backbone's type and checkpoint change.
+# Built from mmseg's registry, HetDPTSwin reads mmseg's SwinTransformer
+# arguments and pads small maps to whole windows as mmseg does (same stage
+# outputs, widths 128-1024).
 _base_ = 'mmseg::swin/swin-base-patch4-window7-in1k-pre_upernet_8xb2-160k_ade20k-512x512.py'  # noqa
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 
@@ -13,14 +14,6 @@ hetdpt_checkpoint = 'checkpoints/hetdpt_swin-b_merged.pth'
 
 model = dict(
     backbone=dict(
-        _delete_=True,
-        type='HetDPTSwin',
-        arch='base',
-        window_size=7,
-        drop_path_rate=0.3,
-        out_indices=(0, 1, 2, 3),
-        pad_small_map=True,
-        with_cp=False,
-        init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
+        type='HetDPTSwin', init_cfg=dict(checkpoint=hetdpt_checkpoint)
     )
 )

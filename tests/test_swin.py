@@ -391,12 +391,14 @@ def test_builds_from_toolbox_registries(scope):
     ],
 )
 def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
-    """The configs as written (mmdet's / mmseg's Swin configs, backbone
-    swapped) with a small merged Swin in place of the real one: they build
-    through the toolbox, take the checkpoint's structure and predict."""
+    """The configs as written (mmdet's / mmseg's Swin configs, their
+    backbone dict with only its type and checkpoint changed) with a small
+    merged Swin in place of the real one: they build through the toolbox,
+    pad small maps as the toolbox does, take the checkpoint's structure and
+    predict."""
     cfg = Config.fromfile(ROOT / 'configs' / name)
     backbone_cfg = cfg.model.backbone
-    assert backbone_cfg.type == 'HetDPTSwin' and backbone_cfg.pad_small_map
+    assert backbone_cfg.type == 'HetDPTSwin' and 'arch' not in backbone_cfg
     neck_or_head = cfg.model.get('neck') or cfg.model.decode_head
     assert list(neck_or_head.in_channels) == stage_widths
     merged = swin(prune_spec=SMALL_SPEC, merged=True)
@@ -408,7 +410,7 @@ def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
         ),
         tmp_path / 'merged.pth',
     )
-    backbone_cfg.arch = SMALL_ARCH
+    backbone_cfg.update(SMALL_ARCH)  # the stock dict's own keys
     backbone_cfg.init_cfg.checkpoint = str(tmp_path / 'merged.pth')
     widths = [16, 32, 64, 128]
     if 'neck' in cfg.model:
@@ -418,7 +420,7 @@ def test_configs_with_a_small_merged_swin(name, stage_widths, tmp_path):
         cfg.model.auxiliary_head.in_channels = widths[2]
     model = build_from_config(cfg)
     model.init_weights()
-    assert model.backbone.form == 'merged'
+    assert model.backbone.form == 'merged' and model.backbone.pad_small_map
     assert model.backbone.prune_spec == merged.prune_spec
     with torch.no_grad():
         results = model.test_step(

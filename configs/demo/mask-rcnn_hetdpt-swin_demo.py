@@ -14,17 +14,17 @@ hetdpt_checkpoint = (
 data_root = 'data/demo/coco/'
 classes = ('rectangle', 'ellipse', 'triangle')
 image_size = (128, 128)  # the data's own size
-# The classifier's (./swin-demo_digits.py: windows of 4).
-swin_arch = dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8])
 widths = [32, 64, 128, 256]  # the four stages' outputs
 channels = 64  # FPN and heads (256 in the full config)
 
 model = dict(
     # The normalisation the demo classifier was trained with.
     data_preprocessor=dict(mean=[127.5] * 3, std=[127.5] * 3),
-    # _delete_: the base names a preset (a string).
+    # The classifier's Swin (./swin-demo_digits.py), in mmdet's arguments.
     backbone=dict(
-        arch=dict(swin_arch, _delete_=True),
+        embed_dims=32,
+        depths=[2, 2, 2, 2],
+        num_heads=[1, 2, 4, 8],
         window_size=4,
         drop_path_rate=0.0,
         init_cfg=dict(checkpoint=hetdpt_checkpoint),

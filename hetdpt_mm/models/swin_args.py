@@ -74,7 +74,9 @@ def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
             f'of heads per stage, got depths {arch["depths"]} '
             f'and num_heads {arch["num_heads"]}'
         )
-    arch.setdefault('mlp_ratio', 4.0)
+    # A float either way, so that a stock dict's ``mlp_ratio=4`` records as
+    # the preset's 4.0.
+    arch['mlp_ratio'] = float(arch.get('mlp_ratio', 4.0))
     return arch
 
 
