@@ -25,6 +25,11 @@ num_queries = 5
 # DETR's slowest part on this data is the classification: twice the class
 # loss and matching cost (mmdet's DETR: 1 and 1).
 class_weight = 2.0
+# Every attention and FFN of the transformer.
+attn_cfg = dict(embed_dims=embed_dims, num_heads=4, dropout=0.0)
+ffn_cfg = dict(
+    embed_dims=embed_dims, feedforward_channels=2 * embed_dims, ffn_drop=0.0
+)
 
 model = dict(
     num_queries=num_queries,
@@ -43,32 +48,12 @@ model = dict(
     # One encoder and two decoder layers with 2x-wide FFNs: about as
     # accurate here as 2 + 2 layers with 4x FFNs, and the steps are cheaper.
     encoder=dict(
-        num_layers=1,
-        layer_cfg=dict(
-            self_attn_cfg=dict(
-                embed_dims=embed_dims, num_heads=4, dropout=0.0
-            ),
-            ffn_cfg=dict(
-                embed_dims=embed_dims,
-                feedforward_channels=2 * embed_dims,
-                ffn_drop=0.0,
-            ),
-        ),
+        num_layers=1, layer_cfg=dict(self_attn_cfg=attn_cfg, ffn_cfg=ffn_cfg)
     ),
     decoder=dict(
         num_layers=2,
         layer_cfg=dict(
-            self_attn_cfg=dict(
-                embed_dims=embed_dims, num_heads=4, dropout=0.0
-            ),
-            cross_attn_cfg=dict(
-                embed_dims=embed_dims, num_heads=4, dropout=0.0
-            ),
-            ffn_cfg=dict(
-                embed_dims=embed_dims,
-                feedforward_channels=2 * embed_dims,
-                ffn_drop=0.0,
-            ),
+            self_attn_cfg=attn_cfg, cross_attn_cfg=attn_cfg, ffn_cfg=ffn_cfg
         ),
     ),
     positional_encoding=dict(num_feats=embed_dims // 2),
