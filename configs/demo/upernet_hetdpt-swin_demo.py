@@ -11,18 +11,18 @@ _base_ = './upernet_hetdpt_demo.py'
 hetdpt_checkpoint = (
     'work_dirs/swin-demo_digits_prune/swin-demo_digits_prune_merged.pth'
 )
-# The classifier's (./swin-demo_digits.py: windows of 4).
-swin_arch = dict(embed_dims=32, depths=[2, 2, 2, 2], num_heads=[1, 2, 4, 8])
 widths = [32, 64, 128, 256]  # the four stages' outputs
 
 model = dict(
+    # The classifier's Swin (./swin-demo_digits.py) in mmseg's arguments;
+    # mmseg's registry gives all four stages and pads small maps.
     backbone=dict(
         _delete_=True,
         type='HetDPTSwin',
-        arch=swin_arch,
+        embed_dims=32,
+        depths=[2, 2, 2, 2],
+        num_heads=[1, 2, 4, 8],
         window_size=4,
-        out_indices=(0, 1, 2, 3),
-        pad_small_map=True,
         drop_path_rate=0.0,
         init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
     ),
