@@ -8,8 +8,7 @@ hetdpt_checkpoint = 'checkpoints/hetdpt_deit-b_10l_merged.pth'
 model = dict(
     backbone=dict(
         arch='deit-base', init_cfg=dict(checkpoint=hetdpt_checkpoint)
-    ),
-    neck=dict(in_channels=[768]),
+    )
 )
 
 # The optimizer is mmdet's DETR one: AdamW lr 1e-4, weight decay 1e-4,

@@ -8,7 +8,7 @@
 #
 #   python tools/make_demo_data.py data/demo
 #   python tools/train.py configs/demo/swin-demo_digits_prune.py
-_base_ = ['./swin-demo_digits.py']
+_base_ = ['./swin-demo_digits.py', '../_base_/gated_ddp.py']
 
 model = dict(backbone=dict(gated=True))
 
@@ -25,8 +25,6 @@ custom_hooks = [
     ),
     dict(type='MergeCheckpointHook'),
 ]
-# Closed gates skip their layer: under DDP its parameters get no gradient.
-find_unused_parameters = True
 
 train_cfg = dict(max_epochs=8, val_interval=4)
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))

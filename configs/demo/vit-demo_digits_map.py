@@ -7,7 +7,7 @@
 #       --work-dir work_dirs/map_attn \
 #       --cfg-options custom_hooks.0.schedule=attn      # or act, interleaved
 # The number of steps is train_cfg.max_epochs // interval (see max_removed).
-_base_ = ['./vit-demo_digits.py']
+_base_ = ['./vit-demo_digits.py', '../_base_/gated_ddp.py']
 custom_imports = dict(
     imports=['hetdpt_mm', 'hetdpt_mm.hooks'], allow_failed_imports=False
 )
@@ -16,10 +16,6 @@ custom_imports = dict(
 load_from = 'work_dirs/vit-demo_digits/epoch_10.pth'
 
 model = dict(backbone=dict(gated=True))
-# A closed gate skips its layer, whose parameters then get no gradient.
-model_wrapper_cfg = dict(
-    type='MMDistributedDataParallel', find_unused_parameters=True
-)
 
 # Fast fine-tune on a fixed half of the training split (seeded subset).
 train_dataloader = dict(

@@ -12,7 +12,7 @@
 # apply to any depth); use points collected on your own model instead
 # (configs/demo/vit-demo_digits_map.py, docs/user_guides/map.md). See
 # docs/user_guides/pruning.md.
-_base_ = ['./vit-demo_digits.py']
+_base_ = ['./vit-demo_digits.py', '../_base_/gated_ddp.py']
 
 model = dict(backbone=dict(gated=True))
 
@@ -28,8 +28,6 @@ custom_hooks = [
     ),
     dict(type='MergeCheckpointHook'),
 ]
-# Closed gates skip their layer: under DDP its parameters get no gradient.
-find_unused_parameters = True
 
 train_cfg = dict(max_epochs=12, val_interval=3)
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=2))

@@ -1,7 +1,8 @@
 # mmdet's DETR with a HetDPT depth-pruned ViT backbone (METHOD.md §5).  mmdet
 # defines DETR's model only in its full config, so this inherits that config
-# (with its COCO data, optimizer and runtime) and changes the model; configs
-# built on it name the arch, the neck's input width and the checkpoint.
+# (with its COCO data, optimizer and runtime) and changes the model.  The neck
+# reads DeiT-B's width; configs built on it name the arch and the checkpoint,
+# and other archs the neck's input width.
 #
 # The backbone rebuilds its pruned structure from the checkpoint's
 # meta['hetdpt'] (spec, form), so swapping in another pruned model means
@@ -32,4 +33,5 @@ model = dict(
         # training checkpoint; or a dense DeiT for the baselines.
         init_cfg=dict(type='Pretrained'),
     ),
+    neck=dict(in_channels=[768]),
 )
