@@ -9,7 +9,10 @@
 # ([4, 8, 16, 32]).  Heads, losses, data and the 12-epoch schedule are
 # mmdet's; the optimizer is AdamW, as ViT detectors are trained, with no
 # weight decay on norms, biases, tokens and the position embedding.
-_base_ = 'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'
+_base_ = [
+    'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py',
+    './_base_/schedules/no-decay_keys.py',
+]
 custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 
 # The merged DeiT-S of configs/hetdpt/deit-s_prune-10l_in1k.py.
@@ -47,10 +50,6 @@ optim_wrapper = dict(
     paramwise_cfg=dict(
         norm_decay_mult=0.0,
         bias_decay_mult=0.0,
-        custom_keys={
-            '.cls_token': dict(decay_mult=0.0),
-            '.dist_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0),
-        },
+        custom_keys=_base_.deit_no_decay_keys,
     ),
 )

@@ -2,15 +2,16 @@
 # warm-up epochs, then cosine to max_epochs; no weight decay on norms, biases
 # and tokens; gradients clipped at 5) for 400 epochs, as the authors' HetDPT
 # DeiT-B run (METHOD.md §1).
-_base_ = 'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py'
+_base_ = [
+    'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
+    './no-decay_keys.py',
+]
 
 # (mmpretrain's schedule already spares norms and biases.)
 optim_wrapper = dict(
     paramwise_cfg=dict(
         custom_keys={
-            '.cls_token': dict(decay_mult=0.0),
-            '.pos_embed': dict(decay_mult=0.0),
-            '.dist_token': dict(decay_mult=0.0),
+            **_base_.deit_no_decay_keys,
             # HetDPT's learned layer importances (gated runs) are never
             # decayed (METHOD.md §3).
             'hetdpt_score': dict(decay_mult=0.0),

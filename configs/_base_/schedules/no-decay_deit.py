@@ -2,6 +2,4 @@
 # token either.
 _base_ = './no-decay_vit.py'
 
-optim_wrapper = dict(
-    paramwise_cfg=dict(custom_keys={'.dist_token': dict(decay_mult=0.0)})
-)
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys=_base_.deit_no_decay_keys))
