@@ -8,21 +8,13 @@
 #
 #   python tools/make_demo_data.py data/demo
 #   python tools/train.py configs/demo/swin-demo_digits_prune.py
-_base_ = ['./swin-demo_digits.py', '../_base_/gated_ddp.py']
+_base_ = ['./swin-demo_digits.py', '../_base_/schedules/hetdpt_prune-10l.py']
 
 model = dict(backbone=dict(gated=True))
 
-# The paper's DeiT-B points, found from the config's folder.
-map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
-# 3 of the 16 layers (the ViT demo: 5 of 12).
+budget = 3  # of the 16 layers (the ViT demo: 5 of 12)
 custom_hooks = [
-    dict(
-        type='HetDPTPruneHook',
-        map_points=map_points,
-        budget=3,
-        schedule='progressive',
-        stages=[2, 1, 1],
-    ),
+    dict(_base_.custom_hooks[0], budget=budget, stages=[2, 1, 1]),
     dict(type='MergeCheckpointHook'),
 ]
 

@@ -13,11 +13,12 @@ _base_ = ['./vit-demo_digits_prune.py']
 
 # The outputs of the earlier demo stages (tools/demo.py passes its own).
 load_from = 'work_dirs/demo/vit-demo_digits/epoch_10.pth'
+budget = 4
 custom_hooks = [
     dict(
         type='HetDPTPruneHook',
         map_fit='work_dirs/demo/map/map_fit.json',
-        budget=4,
+        budget=budget,
         schedule='progressive',
         stages=1,
     ),  # one removal per epoch

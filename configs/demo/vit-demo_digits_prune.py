@@ -8,24 +8,18 @@
 #   python tools/make_demo_data.py data/demo
 #   python tools/train.py configs/demo/vit-demo_digits_prune.py
 #
-# The MAP points here are the paper's DeiT-B points (retained ratios, so they
-# apply to any depth); use points collected on your own model instead
-# (configs/demo/vit-demo_digits_map.py, docs/user_guides/map.md). See
-# docs/user_guides/pruning.md.
-_base_ = ['./vit-demo_digits.py', '../_base_/gated_ddp.py']
+# The hooks, the paper's DeiT-B MAP points (retained ratios, so they apply to
+# any depth) and DDP's settings are HetDPT's pruning base
+# (../_base_/schedules/hetdpt_prune-10l.py); use points collected on your own
+# model instead (configs/demo/vit-demo_digits_map.py,
+# docs/user_guides/map.md). See docs/user_guides/pruning.md.
+_base_ = ['./vit-demo_digits.py', '../_base_/schedules/hetdpt_prune-10l.py']
 
 model = dict(backbone=dict(gated=True))
 
-# The paper's DeiT-B points, found from the config's folder.
-map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
+budget = 5  # of the 12 layers
 custom_hooks = [
-    dict(
-        type='HetDPTPruneHook',
-        map_points=map_points,
-        budget=5,
-        schedule='progressive',
-        stages=[2, 1, 1, 1, 1],
-    ),
+    dict(_base_.custom_hooks[0], budget=budget, stages=[2, 1, 1, 1, 1]),
     dict(type='MergeCheckpointHook'),
 ]
 
