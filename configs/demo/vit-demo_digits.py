@@ -19,7 +19,7 @@ model = dict(
     head=dict(
         type='VisionTransformerClsHead',
         num_classes=10,
-        in_channels=96,
+        in_channels=demo_arch['embed_dims'],
         loss=dict(
             type='LabelSmoothLoss', label_smooth_val=0.1, mode='original'
         ),
