@@ -30,14 +30,13 @@ custom_imports = dict(imports=['hetdpt_mm'], allow_failed_imports=False)
 # load too).
 pretrained_checkpoint = 'checkpoints/swin_small_patch4_window7_224.pth'
 
-# MAP points.  The paper publishes points for DeiT-B only; MAP reads retained
-# ratios (a, t), so these allocate a budget at any depth: 6 attention + 4
-# GELU layers of Swin-S's 24 blocks for a budget of 10.  Swin's own points
-# come from swin-s_map-collect_in1k.py (docs/user_guides/swin.md), or give the
-# split:
+# MAP points: the base's, the paper's DeiT-B points (it publishes no others).
+# MAP reads retained ratios (a, t), so these allocate a budget at any depth:
+# 6 attention + 4 GELU layers of Swin-S's 24 blocks for a budget of 10.
+# Swin's own points come from swin-s_map-collect_in1k.py
+# (docs/user_guides/swin.md), or give the split:
 #   --cfg-options custom_hooks.0.map_points=None custom_hooks.0.budget=None \
 #       custom_hooks.0.counts.attn=5 custom_hooks.0.counts.act=5
-map_points = '{{ fileDirname }}/../../tests/data/map_points_paper.csv'
 
 model = dict(
     backbone=dict(
@@ -68,9 +67,3 @@ optim_wrapper = dict(
         }
     )
 )
-
-# The pruning hooks of the base, reading the points above.
-custom_hooks = [
-    dict(_base_.custom_hooks[0], map_points=map_points),
-    dict(type='MergeCheckpointHook'),
-]
