@@ -8,7 +8,7 @@ from timm.layers import Attention
 
 from hetdpt_mm import META_KEY, PruneSpec
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.models.vit_state_dict import StateDictMismatch
+from hetdpt_mm.models.vit.state_dict import StateDictMismatch
 
 torch.set_num_threads(2)
 

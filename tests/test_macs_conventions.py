@@ -17,8 +17,8 @@ from hetdpt_mm.analysis import (
     macs_convention,
 )
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.models.hetdpt_layerscale_vit import HetDPTLayerScaleViT
-from hetdpt_mm.models.hetdpt_swin import HetDPTSwin
+from hetdpt_mm.models.layerscale_vit.backbone import HetDPTLayerScaleViT
+from hetdpt_mm.models.swin.backbone import HetDPTSwin
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec, Widths

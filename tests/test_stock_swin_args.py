@@ -22,7 +22,7 @@ from mmengine.registry import DefaultScope
 
 from hetdpt_mm.datasets import make_detection
 from hetdpt_mm.models import HetDPTSwin
-from hetdpt_mm.models.swin_state_dict import (
+from hetdpt_mm.models.swin.state_dict import (
     canonical_layout,
     unfold_to_official_order,
 )

@@ -28,7 +28,7 @@ from mmseg.models.backbones import VisionTransformer as SegViT
 from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.datasets import make_segmentation
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
-from hetdpt_mm.models.vit_state_dict import (
+from hetdpt_mm.models.vit.state_dict import (
     from_openmmlab_layout,
     openmmlab_name,
 )

@@ -20,7 +20,7 @@ from hetdpt_mm.cli import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin
-from hetdpt_mm.models.swin_state_dict import (
+from hetdpt_mm.models.swin.state_dict import (
     resize_relative_position_bias_table,
 )
 from hetdpt_mm.speed import build_from_config, make_test_batch

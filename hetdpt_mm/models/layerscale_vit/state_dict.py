@@ -23,7 +23,7 @@ import re
 from collections import OrderedDict
 from typing import Mapping
 
-from ..checkpoint import StateDictMismatch
+from ...checkpoint import StateDictMismatch
 
 #: The official DeiT-III release names LayerScale ``blocks.{i}.gamma_{1,2}``.
 _DEIT3_GAMMA = re.compile(r'^(blocks\.\d+\.)gamma_([12])$')

@@ -26,10 +26,10 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from ..checkpoint import StateDictMismatch
-from ..spec import FFN, PruneSpec
-from .gates import GATE_SUFFIXES
-from .layers import WHOLE_BRANCH
+from ...checkpoint import StateDictMismatch
+from ...spec import FFN, PruneSpec
+from ..gates import GATE_SUFFIXES
+from ..layers import WHOLE_BRANCH
 
 _BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
 #: Keys every ViT backbone checkpoint has; used to recognise one.

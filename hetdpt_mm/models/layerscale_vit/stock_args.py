@@ -7,7 +7,7 @@ position embedding has no class-token slot (``no_embed_class``)."""
 
 from typing import Mapping, Optional, Union
 
-from .hetdpt_layerscale_vit import HetDPTLayerScaleViT
+from .backbone import HetDPTLayerScaleViT
 
 #: mmpretrain's ``LayerScale`` starts at 1e-5.
 DEIT3_LAYER_SCALE_INIT = 1e-5

@@ -2,17 +2,18 @@
 tables, which tensors are its, the build arguments they say and the MACs
 per block, as functions apart from the module; what its per-block keys say
 (a record), their check and the tensor surgery are the ViT family's
-(:mod:`.vit_codec`), which folds ``ls2.gamma`` into a merged FFN.  Its
-checkpoint layouts: :mod:`.layerscale_state_dict`."""
+(:mod:`..vit.codec`), which folds ``ls2.gamma`` into a merged FFN.  Its
+checkpoint layouts: :mod:`.state_dict`."""
 
 import math
 from typing import Dict, Mapping, Optional, Union
 
-from ..checkpoint import StateDictMismatch
-from ..pruning.cost import AnalyticCost
-from . import layerscale_state_dict as ls_state_dict
-from . import vit_codec, vit_state_dict
-from .vit_codec import resolve_arch
+from ...checkpoint import StateDictMismatch
+from ...pruning.cost import AnalyticCost
+from ..vit import codec as vit_codec
+from ..vit import state_dict as vit_state_dict
+from ..vit.codec import resolve_arch
+from . import state_dict as ls_state_dict
 
 #: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
 FFN_TYPES = ('mlp', 'swiglu')
