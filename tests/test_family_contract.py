@@ -56,8 +56,8 @@ def test_small_args_build_and_arch_keys_are_the_build_args(family):
     assert set(network.build_args()) <= cls.RECORD_ARCH_KEYS
     assert network.family == family
     assert network.prune_spec == PruneSpec(network.depth)
-    assert cls.arch_depth(network.build_args()['arch']) == network.depth
-    assert cls.arch_depth(cls.DEFAULT_ARCH) >= 1
+    assert cls.codec.arch_depth(network.build_args()['arch']) == network.depth
+    assert cls.codec.arch_depth(cls.DEFAULT_ARCH) >= 1
 
 
 def test_gated_pruned_and_merged_compute_the_same_function(family):
@@ -72,7 +72,7 @@ def test_gated_pruned_and_merged_compute_the_same_function(family):
     cls = FAMILIES[family]
     for form in ('pruned', 'merged'):
         network = cls.from_record(gated.record(form))
-        state = cls.convert_state_dict(gated.state_dict(), spec, form)
+        state = cls.codec.convert_state_dict(gated.state_dict(), spec, form)
         network.load_state_dict(
             {k: v for k, v in state.items() if k != EXTRA_STATE_KEY},
             strict=False,
@@ -114,7 +114,7 @@ def test_records_verify_against_their_tensors_and_rebuild(family, form):
     rebuilt = cls(**cls.SMALL_ARGS)
     rebuilt.load_state_dict(state)
     assert (rebuilt.form, rebuilt.prune_spec) == (form, spec)
-    found = cls.record_from_tensors(
+    found = cls.codec.record_from_tensors(
         {k: v for k, v in state.items() if k != EXTRA_STATE_KEY}, 'state'
     )
     assert found.form == form
@@ -140,7 +140,7 @@ def test_layer_macs_count_every_block(family):
     removing a layer never adds MACs."""
     cls = FAMILIES[family]
     network = small(family)
-    macs = cls.layer_macs(network.build_args(), (32, 32))
+    macs = cls.codec.layer_macs(network.build_args(), (32, 32))
     for kind in ('attn', 'ffn', 'merged_ffn'):
         assert len(macs[kind]) == network.depth
     assert all(

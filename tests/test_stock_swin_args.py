@@ -345,7 +345,7 @@ def test_stock_structure_records_rebuild(tmp_path):
     rebuilt = HetDPTSwin.from_record(ours.record())
     assert rebuilt.build_args() == ours.build_args()
     assert rebuilt.stages[0].blocks[0].attn.scale == 0.25
-    from_tensors = HetDPTSwin.build_args_from_tensors(
+    from_tensors = HetDPTSwin.codec.build_args_from_tensors(
         {
             k: v
             for k, v in ours.state_dict().items()

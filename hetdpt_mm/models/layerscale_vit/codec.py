@@ -5,6 +5,7 @@ per block, as functions apart from the module; what its per-block keys say
 (:mod:`..vit.codec`), which folds ``ls2.gamma`` into a merged FFN.  Its
 checkpoint layouts: :mod:`.state_dict`."""
 
+import functools
 import math
 from typing import Dict, Mapping, Optional, Union
 
@@ -114,7 +115,9 @@ def mmpretrain_swiglu(shape: Mapping) -> Dict:
 
 
 #: Per-block keys say what a ViT's do: the ViT family reads them.
-record_from_tensors = vit_codec.record_from_tensors
+record_from_tensors = functools.partial(
+    vit_codec.record_from_tensors, family='layerscale_vit'
+)
 check_record = vit_codec.check_record
 convert_state_dict = vit_codec.convert_state_dict
 
