@@ -126,7 +126,7 @@ def recognizes(state: Mapping) -> bool:
     return (
         vit_state_dict.is_vit_state_dict(state)
         or vit_state_dict.is_openmmlab_vit_state_dict(state)
-    ) and ls_state_dict.has_layer_scale(state)
+    ) and vit_state_dict.has_layer_scale(state)
 
 
 def describe_keys() -> str:

@@ -13,7 +13,6 @@ from ...pruning.cost import AnalyticCost
 from ...record import HetDPTRecord
 from ...spec import PruneSpec
 from ..layers import WHOLE_BRANCH
-from ..layerscale_vit.state_dict import has_layer_scale
 from . import state_dict as vit_state_dict
 
 #: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
@@ -55,7 +54,7 @@ def recognizes(state: Mapping) -> bool:
     return (
         vit_state_dict.is_vit_state_dict(state)
         or vit_state_dict.is_openmmlab_vit_state_dict(state)
-    ) and not has_layer_scale(state)
+    ) and not vit_state_dict.has_layer_scale(state)
 
 
 def describe_keys() -> str:
