@@ -84,6 +84,39 @@ def test_gated_pruned_and_merged_compute_the_same_function(family):
     merged = gated.to_merged().eval()
     for got, want in zip(outputs(merged, image), expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert merged.semantics == gated.semantics
+    # The same tensors without the gated record keep a dense network's
+    # structure, which computes another function (the comparison above is
+    # not trivially equal) with more parameters than the merged one.
+    dense = cls(**cls.SMALL_ARGS).eval()
+    state = gated.state_dict()
+    del state[EXTRA_STATE_KEY]
+    dense.load_state_dict(state, strict=False)
+    assert dense.form == 'pruned' and dense.prune_spec == PruneSpec(
+        dense.depth
+    )
+    assert (outputs(dense, image)[-1] - expected[-1]).abs().max() > 1e-2
+    assert count(merged) < count(dense)
+
+
+def count(network) -> int:
+    return sum(p.numel() for p in network.parameters())
+
+
+def test_straight_through_gradient_reaches_open_gates_only(family):
+    """A closed gate passes no gradient to its score, an open one does."""
+    gated = small(family, gated=True).train()
+    spec = spec_of(gated.depth)
+    gated.set_spec(spec)
+    image = torch.randn(2, 3, 32, 32)
+    [o for o in gated(image) if isinstance(o, torch.Tensor)][-1].pow(
+        2
+    ).sum().backward()
+    for kind in ('attn', 'act'):
+        for index, gate in enumerate(gated.gates(kind)):
+            reached = gate.hetdpt_score.grad is not None
+            assert reached != spec.is_removed(kind, index), (kind, index)
+    assert gated.gate_scores('attn').shape == (gated.depth,)
 
 
 @pytest.mark.parametrize('form', ['gated', 'pruned', 'merged'])
