@@ -187,21 +187,6 @@ def test_reproduces_timm_deit(tmp_path, name, distilled):
         assert logits.shape == (2, 1000)
 
 
-@pytest.mark.parametrize('scope', ['mmpretrain', 'mmdet', 'mmseg'])
-def test_builds_from_every_scope(scope):
-    import importlib
-
-    from mmengine.registry import DefaultScope
-
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    with DefaultScope.overwrite_default_scope(scope):
-        assert DefaultScope.get_current_instance().scope_name == scope
-        model = registry.build(
-            dict(type='HetDPTViT', arch='deit-tiny', prune_spec=MIXED_SPEC)
-        )
-    assert isinstance(model, HetDPTViT)
-
-
 @pytest.mark.parametrize(
     'shape,grid',
     [

@@ -3,9 +3,12 @@ what the hooks, the merge, the record and the loaders rely on.  A new
 family is held to it by being defined; its own test file covers the rest
 (its checkpoint layouts, its semantics)."""
 
+import importlib
+
 import pytest
 import torch
 from helpers import randomize_
+from mmengine.registry import DefaultScope
 
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.record import (
@@ -180,3 +183,24 @@ def test_layer_macs_count_every_block(family):
         m <= f for m, f in zip(macs['merged_ffn'], macs['ffn'], strict=True)
     )
     assert macs['rest'] >= 0
+
+
+@pytest.mark.parametrize('scope', ['mmpretrain', 'mmdet', 'mmseg'])
+def test_builds_from_every_toolbox_registry(family, scope):
+    """Each toolbox's registry builds the family under its default scope
+    (test_backbone's and test_swin's per-family tests)."""
+    cls = FAMILIES[family]
+    spec = spec_of(small(family).depth)
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    with DefaultScope.overwrite_default_scope(scope):
+        assert DefaultScope.get_current_instance().scope_name == scope
+        backbone = registry.build(
+            dict(
+                type=cls.__name__,
+                **cls.SMALL_ARGS,
+                prune_spec=spec.to_dict(),
+                merged=True,
+            )
+        )
+    assert isinstance(backbone, cls)
+    assert (backbone.form, backbone.prune_spec) == ('merged', spec)

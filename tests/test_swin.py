@@ -344,25 +344,6 @@ def test_relative_position_bias_table_resizing(tmp_path):
     assert backbone(images(96, 96))[0].shape == (2, 16, 24, 24)
 
 
-@pytest.mark.parametrize('scope', ['mmdet', 'mmseg', 'mmpretrain'])
-def test_builds_from_toolbox_registries(scope):
-    import importlib
-
-    from mmengine.registry import DefaultScope
-
-    registry = importlib.import_module(f'{scope}.registry').MODELS
-    with DefaultScope.overwrite_default_scope(scope):
-        backbone = registry.build(
-            dict(
-                type='HetDPTSwin',
-                arch=SMALL_ARCH,
-                prune_spec=SMALL_SPEC,
-                merged=True,
-            )
-        )
-    assert isinstance(backbone, HetDPTSwin) and backbone.form == 'merged'
-
-
 @pytest.mark.parametrize(
     'name, stage_widths',
     [
