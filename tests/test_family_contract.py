@@ -204,3 +204,13 @@ def test_builds_from_every_toolbox_registry(family, scope):
         )
     assert isinstance(backbone, cls)
     assert (backbone.form, backbone.prune_spec) == ('merged', spec)
+
+
+@pytest.mark.parametrize('name', ['no_such_argument', 'embed_dim'])
+def test_unknown_arguments_are_a_type_error(family, name):
+    """As for any Python class (``embed_dim``: the ViT spelling that the
+    stock backbones spell ``embed_dims``)."""
+    with pytest.raises(
+        TypeError, match=rf"unexpected keyword arguments \['{name}'\]"
+    ):
+        FAMILIES[family](**{name: 8})

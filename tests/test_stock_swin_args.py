@@ -331,13 +331,6 @@ def test_stock_choices_that_cannot_apply_name_the_alternative(args, message):
         HetDPTSwin(**DET_BASE, **args)
 
 
-def test_unknown_arguments_are_a_type_error():
-    with pytest.raises(
-        TypeError, match="unexpected keyword arguments \\['embed_dim'\\]"
-    ):
-        HetDPTSwin(embed_dim=8)
-
-
 def test_stock_structure_records_rebuild(tmp_path):
     """Arguments that change the function or the tensors travel in the
     record, and plain weights give them back where their shapes tell."""

@@ -228,15 +228,6 @@ def test_arguments_without_a_counterpart_name_the_alternative(args, message):
         HetDPTViT(**args)
 
 
-def test_unknown_arguments_stay_type_errors():
-    with pytest.raises(
-        TypeError,
-        match='unexpected keyword arguments '
-        r"\['no_such_argument'\]",
-    ):
-        HetDPTViT(no_such_argument=1)
-
-
 def test_the_layerscale_family_takes_mmseg_spelling():
     ours = HetDPTLayerScaleViT(
         embed_dims=48,
