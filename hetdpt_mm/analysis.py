@@ -155,7 +155,7 @@ def analytic_macs(
     the patch size, like the analytic model), from its family's MACs per
     block, with or without the attention products. Unmerged FFNs cost as
     much as dense ones, with or without their GELU."""
-    macs = type(backbone).layer_macs(
+    macs = type(backbone).codec.layer_macs(
         backbone.build_args(), img_size, attention_products=attention_products
     )
     spec = backbone.prune_spec

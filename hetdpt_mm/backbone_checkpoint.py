@@ -137,7 +137,7 @@ def read_backbone_checkpoint(
     # Other layouts of a family's weights (mmpretrain's, mmseg's ViT) are
     # read in the family's own.
     family = recognising_family(raw)
-    state = family.canonical_state(raw) if family is not None else raw
+    state = family.codec.canonical_state(raw) if family is not None else raw
     if prefix in extra:
         record = HetDPTRecord.from_dict(
             extra[prefix], source, origin='extra_state'
@@ -148,14 +148,16 @@ def read_backbone_checkpoint(
         record = HetDPTRecord.from_dict(meta, source, origin='meta')
     else:
         if family is None:
-            expected = '; '.join(f.describe_keys() for f in FAMILIES.values())
+            expected = '; '.join(
+                f.codec.describe_keys() for f in FAMILIES.values()
+            )
             raise CheckpointError(
                 f'{source} does not hold the weights of a known backbone '
                 f'family: expected {expected}'
                 f'{" after prefix " + repr(prefix) if prefix else ""}, found '
                 f'{list(state)[:5]}'
             )
-        record = family.record_from_tensors(state, source)
+        record = family.codec.record_from_tensors(state, source)
     record = replace(
         record, prefix=prefix, source=source, teacher_prefix=teacher_prefix
     )

@@ -174,8 +174,8 @@ def _check_arch_is_records(family, given, record: HetDPTRecord) -> None:
     """``--arch`` may repeat the record's architecture, never change it."""
     if isinstance(given, Mapping) and 'arch' in given:
         given = given['arch']
-    wanted = plain_data(family.arch_settings(given))
-    recorded = plain_data(family.arch_settings(record.arch['arch']))
+    wanted = plain_data(family.codec.arch_settings(given))
+    recorded = plain_data(family.codec.arch_settings(record.arch['arch']))
     if wanted != recorded:
         raise ValueError(
             f'--arch {wanted} is not the architecture of the record '
@@ -264,7 +264,7 @@ def merge_checkpoint(
             _check_arch_is_records(family, given, record)
         build_args = record.arch
     else:
-        build_args = family.build_args_from_tensors(backbone, given)
+        build_args = family.codec.build_args_from_tensors(backbone, given)
     merged_record = HetDPTRecord(
         spec=final_spec,
         form=form,

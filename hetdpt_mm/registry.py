@@ -40,7 +40,7 @@ def recognising_family(state: Mapping) -> Optional[Type]:
     """The family whose tensors ``state`` holds (keys relative to the
     backbone), or ``None``."""
     return next(
-        (cls for cls in FAMILIES.values() if cls.recognizes(state)), None
+        (cls for cls in FAMILIES.values() if cls.codec.recognizes(state)), None
     )
 
 

@@ -20,8 +20,8 @@ from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
 from hetdpt_mm.apis.benchmark_report import format_markdown
 from hetdpt_mm.models.gates import StraightThroughGate
-from hetdpt_mm.models.hetdpt_vit import HetDPTViT
 from hetdpt_mm.models.layers import AttentionBypass, MergedFFN
+from hetdpt_mm.models.vit.backbone import HetDPTViT
 from hetdpt_mm.speed import (
     AUTHORS_SPEC,
     amdahl_bound,

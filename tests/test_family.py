@@ -74,27 +74,9 @@ class ToyBlock(nn.Module):
         return x + self.ffn(self.norm2(x))
 
 
-class ToyNet(HetDPTBackbone):
-    family = 'toy'
-    RECORD_ARCH_KEYS = frozenset({'depth', 'dim', 'in_features'})
+class ToyCodec:
+    """The toy family's tensors (a family's ``codec``)."""
 
-    def __init__(
-        self,
-        dim=16,
-        depth=4,
-        in_features=12,
-        prune_spec=None,
-        gated=False,
-        merged=False,
-        init_cfg=None,
-    ):
-        super().__init__(init_cfg=init_cfg)
-        self._args = dict(dim=dim, depth=depth, in_features=in_features)
-        self.stem = nn.Linear(in_features, dim)
-        form = 'gated' if gated else 'merged' if merged else 'pruned'
-        self._build_structure(PruneSpec.coerce(prune_spec, depth), form, {})
-
-    # the tensors
     @classmethod
     def recognizes(cls, state):
         return 'stem.weight' in state and any(map(BLOCK.match, state))
@@ -102,6 +84,10 @@ class ToyNet(HetDPTBackbone):
     @classmethod
     def describe_keys(cls):
         return 'toy keys stem.weight, layers.0.mixer.qkv.weight'
+
+    @classmethod
+    def canonical_state(cls, state):
+        return state  # one layout
 
     @staticmethod
     def _layout(state):
@@ -199,6 +185,28 @@ class ToyNet(HetDPTBackbone):
             merged_ffn=[tokens * dim**2] * depth,
             rest=tokens * arch['in_features'] * dim,
         )
+
+
+class ToyNet(HetDPTBackbone):
+    family = 'toy'
+    codec = ToyCodec
+    RECORD_ARCH_KEYS = frozenset({'depth', 'dim', 'in_features'})
+
+    def __init__(
+        self,
+        dim=16,
+        depth=4,
+        in_features=12,
+        prune_spec=None,
+        gated=False,
+        merged=False,
+        init_cfg=None,
+    ):
+        super().__init__(init_cfg=init_cfg)
+        self._args = dict(dim=dim, depth=depth, in_features=in_features)
+        self.stem = nn.Linear(in_features, dim)
+        form = 'gated' if gated else 'merged' if merged else 'pruned'
+        self._build_structure(PruneSpec.coerce(prune_spec, depth), form, {})
 
     # the network
     @property

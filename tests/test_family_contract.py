@@ -3,9 +3,12 @@ what the hooks, the merge, the record and the loaders rely on.  A new
 family is held to it by being defined; its own test file covers the rest
 (its checkpoint layouts, its semantics)."""
 
+import importlib
+
 import pytest
 import torch
 from helpers import randomize_
+from mmengine.registry import DefaultScope
 
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.record import (
@@ -56,8 +59,8 @@ def test_small_args_build_and_arch_keys_are_the_build_args(family):
     assert set(network.build_args()) <= cls.RECORD_ARCH_KEYS
     assert network.family == family
     assert network.prune_spec == PruneSpec(network.depth)
-    assert cls.arch_depth(network.build_args()['arch']) == network.depth
-    assert cls.arch_depth(cls.DEFAULT_ARCH) >= 1
+    assert cls.codec.arch_depth(network.build_args()['arch']) == network.depth
+    assert cls.codec.arch_depth(cls.DEFAULT_ARCH) >= 1
 
 
 def test_gated_pruned_and_merged_compute_the_same_function(family):
@@ -72,7 +75,7 @@ def test_gated_pruned_and_merged_compute_the_same_function(family):
     cls = FAMILIES[family]
     for form in ('pruned', 'merged'):
         network = cls.from_record(gated.record(form))
-        state = cls.convert_state_dict(gated.state_dict(), spec, form)
+        state = cls.codec.convert_state_dict(gated.state_dict(), spec, form)
         network.load_state_dict(
             {k: v for k, v in state.items() if k != EXTRA_STATE_KEY},
             strict=False,
@@ -84,6 +87,39 @@ def test_gated_pruned_and_merged_compute_the_same_function(family):
     merged = gated.to_merged().eval()
     for got, want in zip(outputs(merged, image), expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert merged.semantics == gated.semantics
+    # The same tensors without the gated record keep a dense network's
+    # structure, which computes another function (the comparison above is
+    # not trivially equal) with more parameters than the merged one.
+    dense = cls(**cls.SMALL_ARGS).eval()
+    state = gated.state_dict()
+    del state[EXTRA_STATE_KEY]
+    dense.load_state_dict(state, strict=False)
+    assert dense.form == 'pruned' and dense.prune_spec == PruneSpec(
+        dense.depth
+    )
+    assert (outputs(dense, image)[-1] - expected[-1]).abs().max() > 1e-2
+    assert count(merged) < count(dense)
+
+
+def count(network) -> int:
+    return sum(p.numel() for p in network.parameters())
+
+
+def test_straight_through_gradient_reaches_open_gates_only(family):
+    """A closed gate passes no gradient to its score, an open one does."""
+    gated = small(family, gated=True).train()
+    spec = spec_of(gated.depth)
+    gated.set_spec(spec)
+    image = torch.randn(2, 3, 32, 32)
+    [o for o in gated(image) if isinstance(o, torch.Tensor)][-1].pow(
+        2
+    ).sum().backward()
+    for kind in ('attn', 'act'):
+        for index, gate in enumerate(gated.gates(kind)):
+            reached = gate.hetdpt_score.grad is not None
+            assert reached != spec.is_removed(kind, index), (kind, index)
+    assert gated.gate_scores('attn').shape == (gated.depth,)
 
 
 @pytest.mark.parametrize('form', ['gated', 'pruned', 'merged'])
@@ -114,7 +150,7 @@ def test_records_verify_against_their_tensors_and_rebuild(family, form):
     rebuilt = cls(**cls.SMALL_ARGS)
     rebuilt.load_state_dict(state)
     assert (rebuilt.form, rebuilt.prune_spec) == (form, spec)
-    found = cls.record_from_tensors(
+    found = cls.codec.record_from_tensors(
         {k: v for k, v in state.items() if k != EXTRA_STATE_KEY}, 'state'
     )
     assert found.form == form
@@ -140,10 +176,41 @@ def test_layer_macs_count_every_block(family):
     removing a layer never adds MACs."""
     cls = FAMILIES[family]
     network = small(family)
-    macs = cls.layer_macs(network.build_args(), (32, 32))
+    macs = cls.codec.layer_macs(network.build_args(), (32, 32))
     for kind in ('attn', 'ffn', 'merged_ffn'):
         assert len(macs[kind]) == network.depth
     assert all(
         m <= f for m, f in zip(macs['merged_ffn'], macs['ffn'], strict=True)
     )
     assert macs['rest'] >= 0
+
+
+@pytest.mark.parametrize('scope', ['mmpretrain', 'mmdet', 'mmseg'])
+def test_builds_from_every_toolbox_registry(family, scope):
+    """Each toolbox's registry builds the family under its default scope
+    (test_backbone's and test_swin's per-family tests)."""
+    cls = FAMILIES[family]
+    spec = spec_of(small(family).depth)
+    registry = importlib.import_module(f'{scope}.registry').MODELS
+    with DefaultScope.overwrite_default_scope(scope):
+        assert DefaultScope.get_current_instance().scope_name == scope
+        backbone = registry.build(
+            dict(
+                type=cls.__name__,
+                **cls.SMALL_ARGS,
+                prune_spec=spec.to_dict(),
+                merged=True,
+            )
+        )
+    assert isinstance(backbone, cls)
+    assert (backbone.form, backbone.prune_spec) == ('merged', spec)
+
+
+@pytest.mark.parametrize('name', ['no_such_argument', 'embed_dim'])
+def test_unknown_arguments_are_a_type_error(family, name):
+    """As for any Python class (``embed_dim``: the ViT spelling that the
+    stock backbones spell ``embed_dims``)."""
+    with pytest.raises(
+        TypeError, match=rf"unexpected keyword arguments \['{name}'\]"
+    ):
+        FAMILIES[family](**{name: 8})

@@ -17,8 +17,8 @@ from hetdpt_mm.analysis import (
     macs_convention,
 )
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.models.hetdpt_layerscale_vit import HetDPTLayerScaleViT
-from hetdpt_mm.models.hetdpt_swin import HetDPTSwin
+from hetdpt_mm.models.layerscale_vit.backbone import HetDPTLayerScaleViT
+from hetdpt_mm.models.swin.backbone import HetDPTSwin
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec, Widths
@@ -96,7 +96,7 @@ def test_analytic_cost_without_products_drops_two_n2d_per_attention():
 def test_counted_equals_analytic_under_both_conventions(family, one_thread):
     """Merged, with blocks of all four kinds, at 32 x 32."""
     cls = FAMILIES[family]
-    depth = cls.arch_depth(cls.SMALL_ARGS['arch'])
+    depth = cls.codec.arch_depth(cls.SMALL_ARGS['arch'])
     spec = PruneSpec(
         depth, attn_removed=[0, depth - 1], act_removed=[1, depth - 1]
     )

@@ -314,7 +314,7 @@ def test_dropping_the_distillation_token_warns(tmp_path, monkeypatch):
     torch.save(dict(model=timm_state_dict(distilled)), path)
     logged = []
     monkeypatch.setattr(
-        'hetdpt_mm.models.hetdpt_vit.print_log',
+        'hetdpt_mm.models.vit.backbone.print_log',
         lambda msg, logger=None, level=20: logged.append((level, msg)),
     )
     plain = HetDPTViT(

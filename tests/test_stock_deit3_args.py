@@ -21,7 +21,7 @@ from mmpretrain.registry import MODELS
 import hetdpt_mm.registry
 from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.models import HetDPTLayerScaleViT
-from hetdpt_mm.models.deit3_args import deit3_arch
+from hetdpt_mm.models.layerscale_vit.stock_args import deit3_arch
 
 
 @pytest.fixture(scope='module', autouse=True)

@@ -163,7 +163,7 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         options.arch or family.DEFAULT_ARCH, '--arch'
     )
     try:
-        depth = family.arch_depth(options.arch)
+        depth = family.codec.arch_depth(options.arch)
     except ValueError as err:
         raise UsageError(f'--arch: {err}') from None
     if options.task == 'backbone':

@@ -1,14 +1,14 @@
 from ..presets import ARCH_PRESETS
 from ..registry import FAMILIES, TOOLBOX_MODULES, get_family
 from . import heads  # noqa: F401  registers PretrainedHeads
-from .deit3_args import build_deit3
 from .family import HetDPTBackbone
-from .hetdpt_layerscale_vit import HetDPTLayerScaleViT
-from .hetdpt_swin import HetDPTSwin
-from .hetdpt_vit import HetDPTViT
-from .layerscale_codec import LAYERSCALE_ARCH_PRESETS
-from .swin_args import SWIN_ARCH_PRESETS
-from .vit_state_dict import convert_state_dict, merge_ffn_weights
+from .layerscale_vit.backbone import HetDPTLayerScaleViT
+from .layerscale_vit.codec import LAYERSCALE_ARCH_PRESETS
+from .layerscale_vit.stock_args import build_deit3
+from .swin.backbone import HetDPTSwin
+from .swin.stock_args import SWIN_ARCH_PRESETS
+from .vit.backbone import HetDPTViT
+from .vit.state_dict import convert_state_dict, merge_ffn_weights
 
 __all__ = [
     'ARCH_PRESETS',

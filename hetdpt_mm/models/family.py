@@ -1,23 +1,16 @@
 """The family interface: what the hooks, the merge, the cost model and the
 benchmark need from a backbone whose layers HetDPT removes.
 
-A *family* is one :class:`HetDPTBackbone` subclass (``HetDPTViT`` is the
-first).  It names itself with ``family`` and is registered by that name when
-the class is defined, so that a checkpoint's record (``record.family``)
-finds the class that rebuilds it.  Adding a family means writing such a
-subclass, with its codec (the functions that read and convert its tensors,
-apart from the module: ``vit_codec.py``, ``swin_codec.py``,
-``layerscale_codec.py``), and nothing in the hooks or tools:
+A *family* is one :class:`HetDPTBackbone` subclass in its own folder
+(``models/vit/``, ``models/swin/``, ``models/layerscale_vit/``).  It names
+itself with ``family`` and is registered by that name when the class is
+defined, so that a checkpoint's record (``record.family``) finds the class
+that rebuilds it.  Adding a family means writing such a subclass and its
+codec (:class:`FamilyCodec`: the functions that read and convert its
+tensors, apart from the module), and nothing in the hooks or tools:
 
 =======================  ====================================================
-the codec (no model)     ``recognizes(state)``, ``describe_keys()``,
-                         ``canonical_state(state)``,
-                         ``record_from_tensors(state, source, family)``,
-                         ``check_record(record, state)``,
-                         ``convert_state_dict(state, spec, form, sem.)``,
-                         ``build_args_from_tensors(state, arch)``,
-                         ``layer_macs(arch, img_size, attention_products)``,
-                         ``arch_depth(arch)``, ``arch_settings(arch)``
+the codec (no model)     ``family.codec``: see :class:`FamilyCodec`
 instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
                          ``gates(kind)``, ``gate_scores(kind)``,
                          ``class_feature(inputs)``,
@@ -36,7 +29,6 @@ first (through every loading path: ``load_state_dict``, MMEngine's
 APIs).
 """
 
-from types import ModuleType
 from typing import (
     ClassVar,
     Dict,
@@ -44,6 +36,7 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Protocol,
     Tuple,
 )
 
@@ -73,12 +66,62 @@ from .record_check import (
 )
 
 
+class FamilyCodec(Protocol):
+    """What a family knows of its tensors apart from the module (timm's
+    ``checkpoint_filter_fn`` style): each family's ``codec.py`` module
+    provides these functions, and callers reach them as ``family.codec``."""
+
+    def recognizes(self, state: Mapping) -> bool:
+        """Whether ``state`` holds the family's weights (any layout)."""
+
+    def describe_keys(self) -> str:
+        """The keys that identify the family, for error messages."""
+
+    def canonical_state(self, state: Mapping) -> Mapping:
+        """``state`` (any layout :meth:`recognizes` accepts) in the family's
+        own layout, which every other function reads."""
+
+    def record_from_tensors(self, state: Mapping, source: str) -> HetDPTRecord:
+        """The record that the key names of ``state`` imply."""
+
+    def check_record(self, record: HetDPTRecord, state: Mapping) -> None:
+        """Raise :class:`StateDictMismatch` when the tensors contradict the
+        record (the one check every reader runs)."""
+
+    def convert_state_dict(
+        self, state: Mapping, spec: PruneSpec, form: str
+    ) -> Dict:
+        """The family's one tensor surgery; a family with whole-branch
+        removal also takes ``semantics`` (see ``convert_weights``)."""
+
+    def build_args_from_tensors(
+        self, state: Mapping, arch: Optional[Mapping] = None
+    ) -> Dict:
+        """Constructor arguments of a backbone holding ``state``."""
+
+    def layer_macs(
+        self, arch: Mapping, img_size, attention_products: bool = True
+    ) -> Dict[str, object]:
+        """Multiply-accumulates of the network at ``img_size``: lists by
+        block index of its attention sublayer (``'attn'``; with its two
+        token x token products unless ``attention_products`` is false),
+        FFN (``'ffn'``) and merged FFN (``'merged_ffn'``), and the number
+        for everything else (``'rest'``).  Blocks of a family may differ
+        (Swin's stages)."""
+
+    def arch_settings(self, arch) -> Dict:
+        """``arch`` (a preset name or dict) with every setting spelled out."""
+
+    def arch_depth(self, arch) -> int:
+        """Blocks of ``arch`` (over all stages), which specs index."""
+
+
 class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     """Base class of prunable backbones; see the module docstring."""
 
     family: ClassVar[Optional[str]] = None
-    #: The family's codec module (see the module docstring).
-    codec: ClassVar[Optional[ModuleType]] = None
+    #: The family's codec (:class:`FamilyCodec`, usually its codec module).
+    codec: ClassVar[FamilyCodec]
     #: The constructor arguments a record's ``arch`` may give: those of
     #: :meth:`build_args` (some only where not the default), which fix the
     #: structure.  A record never names how to load (``pretrained``,
@@ -110,82 +153,6 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     def toolbox_args(cls, toolbox: str, args: Mapping) -> Dict:
         """``args`` as ``toolbox``'s registry passes them to the family."""
         return {**cls.TOOLBOX_DEFAULTS[toolbox], **args}
-
-    # ------------------------------------------- class level: the codec
-    # The family's codec, a module of functions apart from the nn.Module
-    # (timm's checkpoint_filter_fn style), reads and converts its tensors;
-    # these class methods call it.
-    @classmethod
-    def recognizes(cls, state: Mapping) -> bool:
-        """Whether ``state`` holds the family's weights (any layout)."""
-        return cls.codec.recognizes(state)
-
-    @classmethod
-    def describe_keys(cls) -> str:
-        """The keys that identify the family, for error messages."""
-        return cls.codec.describe_keys()
-
-    @classmethod
-    def canonical_state(cls, state: Mapping) -> Mapping:
-        """``state`` (any layout :meth:`recognizes` accepts) in the family's
-        own layout, which every other method reads; a codec without
-        ``canonical_state`` (one layout) keeps it."""
-        canonical = getattr(cls.codec, 'canonical_state', None)
-        return state if canonical is None else canonical(state)
-
-    @classmethod
-    def record_from_tensors(cls, state: Mapping, source: str) -> HetDPTRecord:
-        """The record that the key names of ``state`` imply."""
-        return cls.codec.record_from_tensors(state, source, cls.family)
-
-    @classmethod
-    def check_record(cls, record: HetDPTRecord, state: Mapping) -> None:
-        """Raise :class:`StateDictMismatch` when the tensors contradict the
-        record (the one check every reader runs)."""
-        cls.codec.check_record(record, state)
-
-    @classmethod
-    def convert_state_dict(
-        cls,
-        state: Mapping,
-        spec: PruneSpec,
-        form: str,
-        semantics: Optional[Mapping] = None,
-    ) -> Dict:
-        """The family's one tensor surgery (ViT: ``vit_state_dict.py``);
-        only families with whole-branch removal take ``semantics``."""
-        if semantics is None:
-            return cls.codec.convert_state_dict(state, spec, form)
-        return cls.codec.convert_state_dict(state, spec, form, semantics)
-
-    @classmethod
-    def build_args_from_tensors(
-        cls, state: Mapping, arch: Optional[Mapping] = None
-    ) -> Dict:
-        """Constructor arguments of a backbone holding ``state``."""
-        return cls.codec.build_args_from_tensors(state, arch)
-
-    @classmethod
-    def layer_macs(
-        cls, arch: Mapping, img_size, attention_products: bool = True
-    ) -> Dict[str, object]:
-        """Multiply-accumulates of the network at ``img_size``: lists by
-        block index of its attention sublayer (``'attn'``; with its two
-        token x token products unless ``attention_products`` is false),
-        FFN (``'ffn'``) and merged FFN (``'merged_ffn'``), and the number
-        for everything else (``'rest'``).  Blocks of a family may differ
-        (Swin's stages)."""
-        return cls.codec.layer_macs(arch, img_size, attention_products)
-
-    @classmethod
-    def arch_settings(cls, arch) -> Dict:
-        """``arch`` (a preset name or dict) with every setting spelled out."""
-        return cls.codec.arch_settings(arch)
-
-    @classmethod
-    def arch_depth(cls, arch) -> int:
-        """Blocks of ``arch`` (over all stages), which specs index."""
-        return cls.codec.arch_depth(arch)
 
     @classmethod
     def sized_args(cls, img_size) -> Dict:
@@ -253,7 +220,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         where the record gives the architecture, every tensor it implies
         present with its shape and none left over."""
         cls.validate_record(record)
-        cls.check_record(record, state)
+        cls.codec.check_record(record, state)
         if record.arch is not None:
             check_tensors_fit(cls, record, state)
 
@@ -441,13 +408,13 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             for k, v in state_dict.items()
             if k.startswith(prefix)
         }
-        if not self.recognizes(state):
+        if not self.codec.recognizes(state):
             return
-        found = self.record_from_tensors(state, 'the loaded state dict')
+        found = self.codec.record_from_tensors(state, 'the loaded state dict')
         if found.form == 'gated':
             return  # the gates are buffers: they load with the weights
         try:
-            self.check_record(self.record(), state)
+            self.codec.check_record(self.record(), state)
             return
         except StateDictMismatch:
             pass

@@ -198,8 +198,10 @@ class PretrainedLoading:
         only then are the semantics passed (families without it take
         ``(state, spec, form)``)."""
         if semantics.get('removed_attn_output') != WHOLE_BRANCH:
-            return cls.convert_state_dict(state, spec, form)
-        return cls.convert_state_dict(state, spec, form, semantics=semantics)
+            return cls.codec.convert_state_dict(state, spec, form)
+        return cls.codec.convert_state_dict(
+            state, spec, form, semantics=semantics
+        )
 
     @staticmethod
     def _is_gate_key(key: str) -> bool:

@@ -84,7 +84,7 @@ def prune_width_checkpoint(
             '(docs/user_guides/hetdpt_plus.md)'
         )
     if record.arch is None or arch is not None:
-        build_args = family.build_args_from_tensors(
+        build_args = family.codec.build_args_from_tensors(
             loaded.state, parse_arch(arch) if arch is not None else None
         )
         record = replace(record, arch=build_args)

@@ -13,7 +13,7 @@ from mmengine.registry import MODELS, DefaultScope
 from ..backbone_checkpoint import load_backbone_checkpoint
 from ..models.family import HetDPTBackbone
 from ..models.gates import StraightThroughGate
-from ..models.vit_codec import resolve_arch
+from ..models.vit.codec import resolve_arch
 from ..registry import get_family
 from ..spec import ACT, ATTN, PruneSpec
 

@@ -26,8 +26,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from timm.layers import DropPath, Mlp
 
-from .gates import GatedResidualBranch
-from .layers import (
+from ..gates import GatedResidualBranch
+from ..layers import (
     assemble_block,
     choose_block_layers,
     residual_gelu_applies,

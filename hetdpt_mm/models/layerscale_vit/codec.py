@@ -2,17 +2,19 @@
 tables, which tensors are its, the build arguments they say and the MACs
 per block, as functions apart from the module; what its per-block keys say
 (a record), their check and the tensor surgery are the ViT family's
-(:mod:`.vit_codec`), which folds ``ls2.gamma`` into a merged FFN.  Its
-checkpoint layouts: :mod:`.layerscale_state_dict`."""
+(:mod:`..vit.codec`), which folds ``ls2.gamma`` into a merged FFN.  Its
+checkpoint layouts: :mod:`.state_dict`."""
 
+import functools
 import math
 from typing import Dict, Mapping, Optional, Union
 
-from ..checkpoint import StateDictMismatch
-from ..pruning.cost import AnalyticCost
-from . import layerscale_state_dict as ls_state_dict
-from . import vit_codec, vit_state_dict
-from .vit_codec import resolve_arch
+from ...checkpoint import StateDictMismatch
+from ...pruning.cost import AnalyticCost
+from ..vit import codec as vit_codec
+from ..vit import state_dict as vit_state_dict
+from ..vit.codec import resolve_arch
+from . import state_dict as ls_state_dict
 
 #: FFN kinds: timm's ``Mlp`` (GELU) or DINOv2-g's packed SwiGLU.
 FFN_TYPES = ('mlp', 'swiglu')
@@ -113,7 +115,9 @@ def mmpretrain_swiglu(shape: Mapping) -> Dict:
 
 
 #: Per-block keys say what a ViT's do: the ViT family reads them.
-record_from_tensors = vit_codec.record_from_tensors
+record_from_tensors = functools.partial(
+    vit_codec.record_from_tensors, family='layerscale_vit'
+)
 check_record = vit_codec.check_record
 convert_state_dict = vit_codec.convert_state_dict
 
@@ -122,7 +126,7 @@ def recognizes(state: Mapping) -> bool:
     return (
         vit_state_dict.is_vit_state_dict(state)
         or vit_state_dict.is_openmmlab_vit_state_dict(state)
-    ) and ls_state_dict.has_layer_scale(state)
+    ) and vit_state_dict.has_layer_scale(state)
 
 
 def describe_keys() -> str:

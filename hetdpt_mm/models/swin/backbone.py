@@ -1,7 +1,7 @@
 """HetDPTSwin: a Swin Transformer backbone whose window-attention sublayers
 (W-MSA and SW-MSA) and FFN GELUs can be removed (HetDPT), for mmpretrain,
 mmdet and mmseg (docs/user_guides/swin.md).  Its codec is
-:mod:`.swin_codec`."""
+:mod:`.codec`."""
 
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -11,23 +11,24 @@ from mmengine.logging import print_log
 from timm.layers import trunc_normal_
 from torch.utils.checkpoint import checkpoint
 
-from ..spec import ACT, ATTN, PruneSpec
-from . import swin_codec, swin_state_dict
-from .backbone_args import check_frozen_stages, init_cfg_with_pretrained
-from .family import HetDPTBackbone
-from .layer_decay import swin_layer_depth
-from .layers import WHOLE_BRANCH
-from .swin_args import (
-    TOOLBOX_DEFAULTS,
-    read_stock_args,
-    toolbox_args,
-)
-from .swin_codec import SWIN_SEMANTICS
-from .swin_layers import (
+from ...spec import ACT, ATTN, PruneSpec
+from ..backbone_args import check_frozen_stages, init_cfg_with_pretrained
+from ..family import HetDPTBackbone
+from ..layer_decay import swin_layer_depth
+from ..layers import WHOLE_BRANCH
+from . import codec as swin_codec
+from . import state_dict as swin_state_dict
+from .codec import SWIN_SEMANTICS
+from .layers import (
     PatchMerging,
     SwinPatchEmbed,
     SwinStage,
     build_swin_block,
+)
+from .stock_args import (
+    TOOLBOX_DEFAULTS,
+    read_stock_args,
+    toolbox_args,
 )
 
 
@@ -59,9 +60,9 @@ class HetDPTSwin(HetDPTBackbone):
             mmpretrain's ``SwinTransformer`` (``embed_dims``, ``depths``,
             ``num_heads``, ``mlp_ratio``, ``strides``, ``stage_cfgs``,
             ``patch_cfg``, ...), read by
-            :func:`~hetdpt_mm.models.swin_args.read_stock_args`; each
+            :func:`~hetdpt_mm.models.swin.stock_args.read_stock_args`; each
             toolbox's registry applies its defaults
-            (:data:`~hetdpt_mm.models.swin_args.TOOLBOX_DEFAULTS`).
+            (:data:`~hetdpt_mm.models.swin.stock_args.TOOLBOX_DEFAULTS`).
         out_indices: stages whose outputs (NCHW, each through its own
             LayerNorm ``norm{i}``, so part of the weights) are returned.
         pad_small_map: maps no larger than a window are padded to whole

@@ -28,7 +28,7 @@ Relative-position indices and attention masks are buffers computed from the
 window size, never read.  Specs address blocks by their index over all
 stages (Swin-T: 2 + 2 + 6 + 2 = 12 blocks, stage 3 = blocks 4..9): the
 surgery numbers the blocks that way and uses the ViT family's
-(:mod:`hetdpt_mm.models.vit_state_dict`), whose per-block keys are the same.
+(:mod:`hetdpt_mm.models.vit.state_dict`), whose per-block keys are the same.
 """
 
 import re
@@ -38,10 +38,10 @@ from typing import Dict, List, Mapping, Tuple
 import torch
 import torch.nn.functional as F
 
-from ..checkpoint import StateDictMismatch
-from ..spec import PruneSpec
-from . import vit_state_dict
-from .swin_args import SWIN_ARCH_PRESETS, resolve_swin_arch
+from ...checkpoint import StateDictMismatch
+from ...spec import PruneSpec
+from ..vit import state_dict as vit_state_dict
+from .stock_args import SWIN_ARCH_PRESETS, resolve_swin_arch
 
 _BLOCK_KEY = re.compile(r'^stages\.(\d+)\.blocks\.(\d+)\.(.+)$')
 _GLOBAL_BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')

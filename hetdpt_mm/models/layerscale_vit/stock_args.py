@@ -1,13 +1,13 @@
 """mmpretrain's ``DeiT3`` backbone as ``type='HetDPTDeiT3'``: its
 constructor arguments, defaults and arch names, built as a
-:class:`~.hetdpt_layerscale_vit.HetDPTLayerScaleViT`
+:class:`~.backbone.HetDPTLayerScaleViT`
 (docs/user_guides/dinov2.md, *mmpretrain's DeiT3*).  A name of its own,
 because ``DeiT3``'s arch names overlap ``VisionTransformer``'s and its
 position embedding has no class-token slot (``no_embed_class``)."""
 
 from typing import Mapping, Optional, Union
 
-from .hetdpt_layerscale_vit import HetDPTLayerScaleViT
+from .backbone import HetDPTLayerScaleViT
 
 #: mmpretrain's ``LayerScale`` starts at 1e-5.
 DEIT3_LAYER_SCALE_INIT = 1e-5

@@ -23,30 +23,12 @@ import re
 from collections import OrderedDict
 from typing import Mapping
 
-from ..checkpoint import StateDictMismatch
+from ...checkpoint import StateDictMismatch
+from ..vit.state_dict import DEIT3_GAMMA
 
-#: The official DeiT-III release names LayerScale ``blocks.{i}.gamma_{1,2}``.
-_DEIT3_GAMMA = re.compile(r'^(blocks\.\d+\.)gamma_([12])$')
 #: The official DINOv2 SwiGLU FFN: ``w12`` (both halves), ``w3``.
 _DINOV2_SWIGLU = re.compile(r'^(blocks\.\d+\.mlp\.)(w12|w3)\.(weight|bias)$')
 _DINOV2_SWIGLU_NAMES = {'w12': 'fc1', 'w3': 'fc2'}
-#: mmpretrain's ``VisionTransformer(layer_scale_init_value > 0)`` (and
-#: ``DeiT3``) keeps LayerScale in the attention and the FFN (the ViT
-#: family's OpenMMLab renames read them).
-_OPENMMLAB_GAMMA = re.compile(
-    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.weight$'
-)
-
-
-def has_layer_scale(state_dict: Mapping) -> bool:
-    """Whether ViT weights carry LayerScale (timm, official DeiT-III,
-    official DINOv2 or mmpretrain names)."""
-    return any(
-        key.endswith('.ls1.gamma')
-        or _DEIT3_GAMMA.match(key)
-        or _OPENMMLAB_GAMMA.match(key)
-        for key in state_dict
-    )
 
 
 def canonical_layout(state_dict: Mapping) -> 'OrderedDict':
@@ -73,7 +55,7 @@ def canonical_layout(state_dict: Mapping) -> 'OrderedDict':
             value = value + state_dict['pos_embed'][:, :1]
         elif registers and key == 'pos_embed':
             value = value[:, 1:]
-        gamma = _DEIT3_GAMMA.match(key)
+        gamma = DEIT3_GAMMA.match(key)
         swiglu = _DINOV2_SWIGLU.match(key)
         if gamma:
             key = f'{gamma.group(1)}ls{gamma.group(2)}.gamma'

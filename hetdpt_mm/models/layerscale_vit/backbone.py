@@ -1,7 +1,7 @@
 """HetDPTLayerScaleViT: LayerScale ViTs (DeiT-III, DINOv2 with and without
 register tokens, DINOv2-g's SwiGLU FFN) whose attention sublayers and FFN
 activations can be removed (HetDPT), for mmpretrain, mmdet and mmseg
-(docs/user_guides/dinov2.md).  Its codec is :mod:`.layerscale_codec`.
+(docs/user_guides/dinov2.md).  Its codec is :mod:`.codec`.
 
 A block is timm's ``Block`` with LayerScale (``init_values``)::
 
@@ -31,23 +31,24 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ..checkpoint import StateDictMismatch
-from ..spec import ACT, PruneSpec
-from . import layerscale_codec, vit_state_dict
-from . import layerscale_state_dict as ls_state_dict
-from .hetdpt_vit import HetDPTViT
-from .layerscale_codec import (
+from ...checkpoint import StateDictMismatch
+from ...spec import ACT, PruneSpec
+from ..vit import state_dict as vit_state_dict
+from ..vit.backbone import HetDPTViT
+from ..vit.codec import RELEASED_SEMANTICS
+from ..vit.stock_args import (
+    arch_from_stock,
+    frozen_by_exclude,
+    mmpretrain_arch,
+)
+from . import codec as layerscale_codec
+from . import state_dict as ls_state_dict
+from .codec import (
     DICT_ARCH_DEFAULTS,
     LAYERSCALE_ARCH_PRESETS,
     mmpretrain_swiglu,
     resolve_layerscale_arch,
 )
-from .stock_vit_args import (
-    arch_from_stock,
-    frozen_by_exclude,
-    mmpretrain_arch,
-)
-from .vit_codec import RELEASED_SEMANTICS
 
 #: mmpretrain's ``layer_cfgs=dict(ffn_type=...)`` values (GELU, SwiGLU).
 MMPRETRAIN_FFN_TYPES = ('origin', 'swiglu_fused')

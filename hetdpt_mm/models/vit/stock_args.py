@@ -8,8 +8,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch.nn as nn
 
-from ..presets import ARCH_PRESETS
-from .vit_state_dict import openmmlab_name
+from ...presets import ARCH_PRESETS
+from .state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
 OUT_TYPES = ('cls_token', 'featmap', 'avg_featmap', 'raw')

@@ -2,19 +2,18 @@
 record, build arguments), their conversion and the MACs per block, as
 functions apart from the module (timm's ``checkpoint_filter_fn`` style);
 the Swin and LayerScale families reuse them.  The tensor surgery is
-:mod:`.vit_state_dict`."""
+:mod:`.state_dict`."""
 
 import math
 from typing import Dict, Mapping, Optional, Union
 
-from ..checkpoint import StateDictMismatch
-from ..presets import ARCH_PRESETS
-from ..pruning.cost import AnalyticCost
-from ..record import HetDPTRecord
-from ..spec import PruneSpec
-from . import vit_state_dict
-from .layers import WHOLE_BRANCH
-from .layerscale_state_dict import has_layer_scale
+from ...checkpoint import StateDictMismatch
+from ...presets import ARCH_PRESETS
+from ...pruning.cost import AnalyticCost
+from ...record import HetDPTRecord
+from ...spec import PruneSpec
+from ..layers import WHOLE_BRANCH
+from . import state_dict as vit_state_dict
 
 #: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
 RELEASED_SEMANTICS = dict(
@@ -55,7 +54,7 @@ def recognizes(state: Mapping) -> bool:
     return (
         vit_state_dict.is_vit_state_dict(state)
         or vit_state_dict.is_openmmlab_vit_state_dict(state)
-    ) and not has_layer_scale(state)
+    ) and not vit_state_dict.has_layer_scale(state)
 
 
 def describe_keys() -> str:

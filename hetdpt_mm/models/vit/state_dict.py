@@ -26,10 +26,10 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from ..checkpoint import StateDictMismatch
-from ..spec import FFN, PruneSpec
-from .gates import GATE_SUFFIXES
-from .layers import WHOLE_BRANCH
+from ...checkpoint import StateDictMismatch
+from ...spec import FFN, PruneSpec
+from ..gates import GATE_SUFFIXES
+from ..layers import WHOLE_BRANCH
 
 _BLOCK_KEY = re.compile(r'^blocks\.(\d+)\.(.+)$')
 #: Keys every ViT backbone checkpoint has; used to recognise one.
@@ -41,6 +41,14 @@ VIT_MARKERS = ('pos_embed', 'patch_embed.proj.weight')
 #: ``VisionTransformer`` and its converted timm weights).
 OPENMMLAB_VIT_MARKERS = ('pos_embed', 'patch_embed.projection.weight')
 _OPENMMLAB_BLOCK_KEY = re.compile(r'^layers\.(\d+)\.(.+)$')
+#: LayerScale, which makes ViT weights a LayerScale ViT's: the official
+#: DeiT-III release names it ``blocks.{i}.gamma_{1,2}``; mmpretrain's
+#: ``VisionTransformer(layer_scale_init_value > 0)`` (and ``DeiT3``) keeps
+#: it in the attention and the FFN.
+DEIT3_GAMMA = re.compile(r'^(blocks\.\d+\.)gamma_([12])$')
+_OPENMMLAB_GAMMA = re.compile(
+    r'^layers\.\d+\.(attn\.gamma1|ffn\.gamma2)\.weight$'
+)
 #: Renames inside a block, OpenMMLab -> timm (mmseg's attention is
 #: ``nn.MultiheadAttention``, whose packed input projection is timm's qkv:
 #: rows q, k, v).
@@ -73,6 +81,17 @@ _TO_OPENMMLAB_BLOCK_RENAMES = tuple(
 _TO_OPENMMLAB_TOP_RENAMES = tuple(
     (new, old) for old, new in _OPENMMLAB_TOP_RENAMES
 )
+
+
+def has_layer_scale(state_dict: Mapping) -> bool:
+    """Whether ViT weights carry LayerScale (timm, official DeiT-III,
+    official DINOv2 or mmpretrain names)."""
+    return any(
+        key.endswith('.ls1.gamma')
+        or DEIT3_GAMMA.match(key)
+        or _OPENMMLAB_GAMMA.match(key)
+        for key in state_dict
+    )
 
 
 def is_openmmlab_vit_state_dict(state_dict: Mapping) -> bool:

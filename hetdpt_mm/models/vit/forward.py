@@ -10,11 +10,11 @@ import torch
 from timm.layers import is_exporting, resample_abs_pos_embed
 from torch.utils.checkpoint import checkpoint
 
-from .token_merge import merging_block_forward, unmerge_tokens
+from ..token_merge import merging_block_forward, unmerge_tokens
 
 
 class ViTForward:
-    """Mixin of :class:`~hetdpt_mm.models.hetdpt_vit.HetDPTViT` (which
+    """Mixin of :class:`~hetdpt_mm.models.vit.backbone.HetDPTViT` (which
     builds the modules and settings it reads)."""
 
     def _pos_embed(self, grid: Tuple[int, int]) -> torch.Tensor:

@@ -1,15 +1,16 @@
 """The Swin family's codec: which tensors are a Swin's, what they say (a
 record, build arguments), their conversion and the MACs per block, as
 functions apart from the module; once the blocks are numbered over all
-stages, the ViT family's functions (:mod:`.vit_codec`) read them.  Its
-checkpoint layouts and surgery: :mod:`.swin_state_dict`."""
+stages, the ViT family's functions (:mod:`..vit.codec`) read them.  Its
+checkpoint layouts and surgery: :mod:`.state_dict`."""
 
 from dataclasses import replace
 from typing import Dict, Mapping
 
-from ..record import HetDPTRecord
-from . import swin_state_dict, vit_codec
-from .swin_args import resolve_swin_arch
+from ...record import HetDPTRecord
+from ..vit import codec as vit_codec
+from . import state_dict as swin_state_dict
+from .stock_args import resolve_swin_arch
 
 #: What removed layers leave in a Swin block.  A removed W-MSA / SW-MSA
 #: leaves ``x + LN1(x)`` by default: the released ViT semantics carried

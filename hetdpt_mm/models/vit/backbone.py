@@ -1,6 +1,6 @@
 """HetDPTViT: a DeiT/ViT backbone whose attention sublayers and FFN GELUs can
 be removed (HetDPT), for mmpretrain, mmdet and mmseg.  Its codec is
-:mod:`.vit_codec`, its forward pass :mod:`.vit_forward`."""
+:mod:`.codec`, its forward pass :mod:`.forward`."""
 
 from functools import partial
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -11,16 +11,17 @@ from mmengine.logging import print_log
 from timm.layers import PatchEmbed, trunc_normal_
 from timm.models.vision_transformer import init_weights_vit_timm
 
-from ..spec import ACT, ATTN, FFN, PruneSpec
-from . import stock_vit_args as stock_vit
-from . import vit_codec, vit_state_dict
-from .backbone_args import check_frozen_stages, init_cfg_with_pretrained
-from .family import HetDPTBackbone
-from .layer_decay import vit_layer_depth
-from .layers import build_block
-from .token_merge import TokenMerge
-from .vit_codec import RELEASED_SEMANTICS, resolve_arch
-from .vit_forward import ViTForward
+from ...spec import ACT, ATTN, FFN, PruneSpec
+from ..backbone_args import check_frozen_stages, init_cfg_with_pretrained
+from ..family import HetDPTBackbone
+from ..layer_decay import vit_layer_depth
+from ..layers import build_block
+from ..token_merge import TokenMerge
+from . import codec as vit_codec
+from . import state_dict as vit_state_dict
+from . import stock_args as stock_vit
+from .codec import RELEASED_SEMANTICS, resolve_arch
+from .forward import ViTForward
 
 
 class HetDPTViT(ViTForward, HetDPTBackbone):
@@ -74,7 +75,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         init_cfg: ``dict(type='Pretrained', checkpoint=..., prefix=...)``
             loads DeiT/timm, authors', our own or OpenMMLab checkpoints.
         **stock_args: mmseg's / mmpretrain's ``VisionTransformer``
-            arguments, with their meaning (:mod:`.stock_vit_args`).
+            arguments, with their meaning (:mod:`.stock_args`).
     """
 
     family = 'vit'
