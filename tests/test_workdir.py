@@ -184,8 +184,6 @@ def test_a_test_run_writes_nothing_over_the_training_run(tmp_path, capsys):
     }
     assert {path: after[path] for path in before} == before
     (dump,) = [
-        path
-        for path in set(after) - set(before)
-        if path.name == 'dense.py'
+        path for path in set(after) - set(before) if path.name == 'dense.py'
     ]
     assert dump.parent.parent == work and 'batch_size=7' in dump.read_text()
