@@ -21,6 +21,7 @@ from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 from .backbone_checkpoint import load_backbone_checkpoint
 from .checkpoint import TRUST_ENV, CheckpointError
 from .cli import ConfigOptionsAction, RunError
+from .fileio import check_input_file
 from .hooks import EpochSeedHook
 from .registry import FAMILIES
 from .work_dir import config_strings
@@ -60,8 +61,7 @@ def load_config(args: argparse.Namespace) -> Config:
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if args.trust_checkpoint:
         trust_checkpoints()
-    if not osp.isfile(args.config):
-        raise RunError(f'config {args.config} does not exist')
+    check_input_file(args.config, 'config')
     try:
         cfg = Config.fromfile(args.config)
     except (

@@ -187,3 +187,20 @@ def test_a_test_run_writes_nothing_over_the_training_run(tmp_path, capsys):
         path for path in set(after) - set(before) if path.name == 'dense.py'
     ]
     assert dump.parent.parent == work and 'batch_size=7' in dump.read_text()
+    for name in ('dense.py', 'last_checkpoint'):
+        code = load_tool('test').main(
+            [
+                config,
+                str(work / 'epoch_2.pth'),
+                '--work-dir',
+                str(tmp_path / 'test'),
+                '--out-metrics',
+                str(work / name),
+            ]
+        )
+        assert (code, capsys.readouterr().err) == (
+            2,
+            f'error: output {work / name} is a file of the training run in '
+            f'{work}; choose another path\n',
+        )
+    assert (work / 'dense.py').read_bytes() == before[work / 'dense.py']

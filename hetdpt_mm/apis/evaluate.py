@@ -23,7 +23,7 @@ from ..runner import (
     load_fitting,
     release_distributed,
 )
-from ..work_dir import check_work_dir, input_files
+from ..work_dir import check_not_run_file, check_work_dir, input_files
 
 #: mmdet's and mmpretrain's ``--out``: a pickle of raw predictions.
 PICKLE_SUFFIXES = ('.pkl', '.pickle')
@@ -79,6 +79,7 @@ def apply_out(cfg, out: str, inputs) -> None:
         cfg.test_evaluator['keep_results'] = True
         return
     check_output_path(out, inputs, force=True)
+    check_not_run_file(out)
     if not out.endswith(PICKLE_SUFFIXES):
         raise UsageError(
             f'--out {out}: raw predictions are dumped as a '
@@ -133,8 +134,9 @@ def run_test(args: argparse.Namespace) -> dict:
         check_input_file(args.checkpoint, 'checkpoint')
     cfg = load_config(args)
     inputs = input_files(cfg, args.config) + [args.checkpoint]
-    if args.out_metrics:  # results are replaced, inputs never
+    if args.out_metrics:  # results are replaced, inputs and runs' files never
         check_output_path(args.out_metrics, inputs, force=True)
+        check_not_run_file(args.out_metrics)
     if args.out:
         apply_out(cfg, args.out, inputs)
     check_work_dir(cfg, args.config)
