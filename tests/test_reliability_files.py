@@ -566,8 +566,8 @@ def test_a_huge_token_merge_r_is_refused():
     with pytest.raises(ValueError) as error:
         TokenMerge.coerce(dict(r=10**400, schedule='decreasing'))
     assert str(error.value).startswith(
-        f'token_merge r must be an integer from 0 to {MAX_R} or a list of '
-        'them, got 1000000000'
+        f'token_merge r must be a non-negative integer (at most {MAX_R}) '
+        'or a list of them, got 1000000000'
     )
     assert TokenMerge.coerce(dict(r=MAX_R, schedule='decreasing')).per_block(
         12

@@ -56,7 +56,8 @@ class TokenMerge:
             for v in values
         ):
             raise ValueError(
-                f'token_merge r must be an integer from 0 to {MAX_R} '
+                'token_merge r must be a non-negative integer '
+                f'(at most {MAX_R}) '
                 f'or a list of them, got {self.r!r:.80}'
             )
         if self.schedule not in SCHEDULES:
