@@ -187,14 +187,17 @@ def run_reporting_errors(
     try:
         action()
     except Exception as err:
-        if os.environ.get(TRACEBACK_ENV) == '1':
+        shown = os.environ.get(TRACEBACK_ENV) == '1'
+        if shown:
             traceback.print_exc()
         # A KeyError's str() is its repr; the message is its argument.
         message = (
             err.args[0] if isinstance(err, KeyError) and err.args else err
         )
         if not isinstance(err, (UsageError, *INPUT_ERRORS, *statuses)):
-            message = f'{type(err).__name__}: {message}'
+            message = f'{type(err).__name__}: {message}' + (
+                '' if shown else f' ({TRACEBACK_ENV}=1 shows where)'
+            )
         print(f'error: {message}', file=sys.stderr)
         return next(
             (code for kind, code in statuses.items() if isinstance(err, kind)),

@@ -583,7 +583,8 @@ def test_any_exception_is_an_error_line(capsys, monkeypatch):
 
     assert run_reporting_errors(overflow) == 2
     assert capsys.readouterr().err == (
-        'error: OverflowError: int too large to convert to float\n'
+        'error: OverflowError: int too large to convert to float '
+        '(HETDPT_TRACEBACK=1 shows where)\n'
     )
     monkeypatch.setenv('HETDPT_TRACEBACK', '1')
     assert run_reporting_errors(overflow) == 2
