@@ -6,18 +6,24 @@ import argparse
 import ast
 import importlib
 import math
+import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Tuple, Type, TypeVar
+import traceback
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Type, TypeVar
 
 from mmengine.config import DictAction
 
 T = TypeVar('T')
 
 EXIT_USAGE = 2
-#: What a tool reports as bad input rather than as a crash.
-INPUT_ERRORS = (ValueError, TypeError, OSError)
+#: Set to 1 for the traceback of a failure no check anticipated.
+TRACEBACK_ENV = 'HETDPT_TRACEBACK'
+#: What a tool reports with its message alone; any other exception is
+#: reported with its type's name too.
+INPUT_ERRORS = (ValueError, TypeError, OSError, KeyError)
 
 
 class UsageError(Exception):
@@ -165,9 +171,13 @@ def _exit_on_sigterm(signum, frame):
 
 def run_reporting_errors(
     action: Callable[[], None],
-    errors: Tuple[Type[BaseException], ...] = INPUT_ERRORS,
+    statuses: Mapping[Type[Exception], int] = MappingProxyType({}),
 ) -> int:
-    """Run a tool's work; return its exit status.
+    """Run a tool's work; return its exit status.  Every tool goes through
+    here: any exception, anticipated by a check or not, ends the tool with
+    ``error: <message>`` on stderr and status 2 (``statuses`` gives
+    others, e.g. 1 for a failed verification), the traceback only with
+    ``HETDPT_TRACEBACK=1``.
 
     SIGTERM ends the tool like an error would, through the ``finally``
     blocks that remove partial outputs (Python's default is to die on the
@@ -176,11 +186,21 @@ def run_reporting_errors(
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         action()
-    except (UsageError,) + errors as err:
+    except Exception as err:
+        shown = os.environ.get(TRACEBACK_ENV) == '1'
+        if shown:
+            traceback.print_exc()
         # A KeyError's str() is its repr; the message is its argument.
         message = (
             err.args[0] if isinstance(err, KeyError) and err.args else err
         )
+        if not isinstance(err, (UsageError, *INPUT_ERRORS, *statuses)):
+            message = f'{type(err).__name__}: {message}' + (
+                '' if shown else f' ({TRACEBACK_ENV}=1 shows where)'
+            )
         print(f'error: {message}', file=sys.stderr)
-        return EXIT_USAGE
+        return next(
+            (code for kind, code in statuses.items() if isinstance(err, kind)),
+            EXIT_USAGE,
+        )
     return 0

@@ -1,16 +1,28 @@
-"""Atomic outputs, and the checks of input and output paths shared by every
-tool and hook."""
+"""Atomic outputs, the checks of input and output paths, and the one strict
+reading of user-given JSON, shared by every tool and hook."""
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import re
 import shutil
 import stat
 import tempfile
+from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, Mapping, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Tuple,
+    Union,
+)
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
@@ -70,6 +82,84 @@ def check_input_file(path: PathLike, what: str) -> Path:
     return path
 
 
+#: Deepest nesting of user-given JSON: specs, archs, costs and points nest
+#: a few levels, and Python's parser recurses once per level (a
+#: ``RecursionError`` names neither the input nor the fix).
+MAX_JSON_DEPTH = 32
+#: Digits of the longest JSON integer: no index, depth or width comes near,
+#: and Python refuses more than 4300 with a message naming no input.
+MAX_JSON_INT_DIGITS = 100
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_BRACKET = re.compile(r'[\[\]{}]')
+
+
+def _json_depth(text: str) -> int:
+    """How deep the brackets of ``text`` nest (strings left out)."""
+    depth = deepest = 0
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('', text)):
+        depth += 1 if match.group() in '[{' else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def loads_json(text: str, source: str) -> Any:
+    """The one reading of user-given JSON: strict where ``json.loads`` is
+    lenient.  A key given twice in one object, nesting deeper than
+    :data:`MAX_JSON_DEPTH`, an integer of more than
+    :data:`MAX_JSON_INT_DIGITS` digits, ``NaN`` / ``Infinity`` and invalid
+    JSON raise ``ValueError`` naming ``source``."""
+    if _json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(
+            f'{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels; '
+            'no input here nests more than a few'
+        )
+
+    def unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+        value = dict(pairs)
+        if len(value) < len(pairs):
+            counts = Counter(key for key, _ in pairs)
+            twice = [json.dumps(key) for key, n in counts.items() if n > 1]
+            raise ValueError(
+                f'{source}: key {", ".join(twice)} given more than once in '
+                'one object; give each key once'
+            )
+        return value
+
+    def bounded_int(digits: str) -> int:
+        if len(digits.lstrip('-')) > MAX_JSON_INT_DIGITS:
+            raise ValueError(
+                f'{source}: the integer {digits[:12]}... has {len(digits)} '
+                f'digits; no value here has more than {MAX_JSON_INT_DIGITS}'
+            )
+        return int(digits)
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f'{source}: {name} is not a JSON number')
+
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=unique_keys,
+            parse_int=bounded_int,
+            parse_constant=no_constant,
+        )
+    except json.JSONDecodeError as err:
+        raise ValueError(f'{source}: not valid JSON ({err})') from None
+
+
+def read_json_file(path: PathLike, what: str) -> Any:
+    """:func:`loads_json` of the file ``path`` (``what`` names it), checked
+    with :func:`check_input_file` first."""
+    path = check_input_file(path, what)
+    try:
+        text = path.read_text(encoding='utf-8-sig')
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f'{what} {path}: not UTF-8 text ({err.reason})'
+        ) from None
+    return loads_json(text, f'{what} {path}')
+
+
 def _check_replaceable(out: Path) -> None:
     """Only regular files are replaced: not a directory, and never a FIFO
     or device (as root, replacing /dev/null would break the system)."""
@@ -100,7 +190,7 @@ def check_output_path(
                 'choose another output path'
             )
     _check_replaceable(out)
-    if out.exists() and not force:
+    if (out.exists() or out.is_symlink()) and not force:
         raise FileExistsError(
             f'output {out} already exists; pass --force to replace it'
         )

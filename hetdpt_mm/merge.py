@@ -210,14 +210,16 @@ def merge_checkpoint(
     prefix: Optional[str] = None,
     arch: Union[None, str, Mapping] = None,
     form: str = 'merged',
+    source: str = 'checkpoint',
 ) -> Tuple[Dict, MergeSummary]:
-    """Return ``(merged checkpoint, summary)``; ``checkpoint`` is not
-    modified.  ``spec`` (PruneSpec, dict or JSON; ``depth`` may be left
-    out) is needed where the checkpoint cannot say it (an authors' stage-2
-    checkpoint) and to apply a spec to dense or pruned weights (it may
-    remove more layers than the weights lack, never fewer); a gated or
-    merged checkpoint's spec it must equal.  ``form='pruned'`` writes the
-    unmerged network of the spec (for fine-tuning it further).
+    """Return ``(merged checkpoint, summary)``; ``checkpoint`` (errors name
+    it ``source``, e.g. its file) is not modified.  ``spec`` (PruneSpec,
+    dict or JSON; ``depth`` may be left out) is needed where the checkpoint
+    cannot say it (an authors' stage-2 checkpoint) and to apply a spec to
+    dense or pruned weights (it may remove more layers than the weights
+    lack, never fewer); a gated or merged checkpoint's spec it must equal.
+    ``form='pruned'`` writes the unmerged network of the spec (for
+    fine-tuning it further).
 
     The merged checkpoint is ``{'state_dict': ..., 'meta': {...,
     'hetdpt': record}}`` keeping the input's other meta entries, with the
@@ -230,7 +232,7 @@ def merge_checkpoint(
     (:class:`StateDictMismatch` for tensors that do not fit) naming the
     problem.
     """
-    loaded = read_backbone_checkpoint(checkpoint, 'checkpoint', prefix)
+    loaded = read_backbone_checkpoint(checkpoint, source, prefix)
     record, backbone, state = loaded.record, loaded.state, loaded.state_dict
     prefix = record.prefix
     if form not in ('merged', 'pruned'):

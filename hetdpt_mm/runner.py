@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 
 import torch
 from mmengine.config import Config
+from mmengine.dist import master_only
 from mmengine.logging import print_log
 from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
@@ -19,14 +20,11 @@ from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
 from .backbone_checkpoint import load_backbone_checkpoint
 from .checkpoint import TRUST_ENV, CheckpointError
-from .cli import INPUT_ERRORS, ConfigOptionsAction, RunError
+from .cli import ConfigOptionsAction, RunError
+from .fileio import check_input_file
 from .hooks import EpochSeedHook
 from .registry import FAMILIES
 from .work_dir import config_strings
-
-#: What tools/train.py and tools/test.py report as ``error: ...`` (exit 2):
-#: bad input, and a type missing from a registry (a ``KeyError``).
-RUN_ERRORS = INPUT_ERRORS + (KeyError,)
 
 
 def trust_checkpoints() -> None:
@@ -63,8 +61,7 @@ def load_config(args: argparse.Namespace) -> Config:
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
     if args.trust_checkpoint:
         trust_checkpoints()
-    if not osp.isfile(args.config):
-        raise RunError(f'config {args.config} does not exist')
+    check_input_file(args.config, 'config')
     try:
         cfg = Config.fromfile(args.config)
     except (
@@ -359,10 +356,11 @@ def load_fitting(
     where: str,
     strict: bool = True,
     logger: str = 'current',
+    fix: str = '',
 ) -> None:
     """MMEngine's ``load_checkpoint``, with weights that do not fit the
     model (of ``where``) as a :class:`CheckpointError` naming the keys and
-    shapes."""
+    shapes, and then ``fix`` (what the caller's user can do about it)."""
     try:
         load_checkpoint(
             model, checkpoint, map_location='cpu', strict=strict, logger=logger
@@ -373,7 +371,7 @@ def load_fitting(
             raise
         raise CheckpointError(
             f'checkpoint {checkpoint} does not fit the '
-            f'model of {where} ({summary})'
+            f'model of {where} ({summary}){fix}'
         ) from None
 
 
@@ -415,7 +413,21 @@ def experiment_name(cfg, number: int) -> Optional[str]:
     return f'{stem}_{number}'
 
 
-def build_runner(cfg) -> Runner:
+class _ConfigDumpInLogDir:
+    """A runner that dumps its config into its own log folder
+    (``<work_dir>/<timestamp>/``), not to ``<work_dir>/<config name>``,
+    where the training run of that work dir keeps its own."""
+
+    @master_only
+    def dump_config(self) -> None:
+        name = self.cfg.filename or f'{self.timestamp}.py'
+        self.cfg.dump(osp.join(self.log_dir, osp.basename(name)))
+
+
+def build_runner(cfg, test: bool = False) -> Runner:
+    """The runner of ``cfg``; ``test``: one that only tests, and writes
+    nothing over the files of a training run in its work dir (its config
+    dump goes into its log folder)."""
     name = experiment_name(cfg, next(_RUNNERS_BUILT))
     if name is not None:
         cfg.experiment_name = name
@@ -423,9 +435,18 @@ def build_runner(cfg) -> Runner:
     add_epoch_seed_hook(cfg)
     take_checkpoint_structure(cfg)
     follow_backbone_width(cfg)
-    if 'runner_type' in cfg:
-        runner = RUNNERS.build(cfg)
+    if not test:
+        runner = (
+            RUNNERS.build(cfg)
+            if 'runner_type' in cfg
+            else Runner.from_cfg(cfg)
+        )
     else:
-        runner = Runner.from_cfg(cfg)
+        base = RUNNERS.get(cfg.runner_type) if 'runner_type' in cfg else Runner
+        if base is None:
+            raise KeyError(f'{cfg.runner_type} is not in the runner registry')
+        runner = type(base.__name__, (_ConfigDumpInLogDir, base), {}).from_cfg(
+            cfg
+        )
     checked_load_or_resume(runner)
     return runner

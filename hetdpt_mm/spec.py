@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
-from .fileio import check_input_file
+from .fileio import loads_json, read_json_file
 
 #: Key of the HetDPT record in a checkpoint's ``meta`` (written by the hooks
 #: for people and tools that read meta; loaders read the record itself).
@@ -35,27 +35,6 @@ KIND_NAMES = {ATTN: 'attention', ACT: 'GELU', FFN: 'FFN branch'}
 #: Forms in which the weights of a pruned network can be stored.
 FORMS = ('gated', 'pruned', 'merged')
 
-#: Digits of the longest integer read from JSON: no index, depth or width
-#: comes near, and Python refuses to convert more than 4300 digits with a
-#: message that names neither the input nor the value.
-MAX_JSON_INT_DIGITS = 100
-
-
-def loads_json(text: str, source: str) -> Any:
-    """``json.loads`` of a spec or arch, refusing integers of more than
-    :data:`MAX_JSON_INT_DIGITS` digits with a message naming ``source``;
-    invalid JSON raises ``json.JSONDecodeError`` as usual."""
-
-    def bounded_int(digits: str) -> int:
-        if len(digits.lstrip('-')) > MAX_JSON_INT_DIGITS:
-            raise ValueError(
-                f'{source}: the integer {digits[:12]}... has {len(digits)} '
-                f'digits; no value here has more than {MAX_JSON_INT_DIGITS}'
-            )
-        return int(digits)
-
-    return json.loads(text, parse_int=bounded_int)
-
 
 def read_json_value(
     value: str, what: str, file: bool = False, hint: str = ''
@@ -64,21 +43,13 @@ def read_json_value(
     list), else with ``file`` the path of a JSON file (``hint`` says who
     writes it), else a name, returned as it is."""
     if value.lstrip().startswith(('{', '[')):
-        source, text = what, value
-    elif file:
-        path = os.path.expanduser(value)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f'{what} file {path} does not exist{hint}')
-        source = f'{what} file {path}'
-        text = check_input_file(path, f'{what} file').read_text(
-            encoding='utf-8'
-        )
-    else:
+        return loads_json(value, what)
+    if not file:
         return value
-    try:
-        return loads_json(text, source)
-    except json.JSONDecodeError as err:
-        raise ValueError(f'{source} is not valid JSON ({err})') from None
+    path = os.path.expanduser(value)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f'{what} file {path} does not exist{hint}')
+    return read_json_file(path, f'{what} file')
 
 
 def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:

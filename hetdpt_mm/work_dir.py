@@ -82,6 +82,21 @@ def check_work_dir(
             )
 
 
+def check_not_run_file(path) -> None:
+    """Refuse an output that would replace a file a training run wrote: a
+    checkpoint or ``last_checkpoint`` (by their names), or a config dump
+    beside a run's checkpoints (tools/test.py replaces its outputs)."""
+    path = Path(path)
+    if path.is_file() and (
+        RUN_OUTPUT_NAMES.match(path.name)
+        or (path.suffix == '.py' and run_checkpoints(path.parent))
+    ):
+        raise RunError(
+            f'output {path} is a file of the training run in {path.parent}; '
+            'choose another path'
+        )
+
+
 def job_rank(launcher: str) -> int:
     """This process's rank in its job (0 without a launcher)."""
     variable = RANK_VARIABLES.get(launcher)

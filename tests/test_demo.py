@@ -241,6 +241,12 @@ def test_quick_demo_stage_outputs(quick_run):
     record = read_backbone_checkpoint(merged).record
     assert record.form == 'merged'
     assert record.spec.n_attn + record.spec.n_act == 2
+    # The HetDPT+ test run in the DETR work dir left the run's dump alone:
+    # it names the checkpoint the DETR run trained from.
+    detr = Config.fromfile(work_dir / 'detr_hetdpt_demo/detr_hetdpt_demo.py')
+    assert detr.model.backbone.init_cfg.checkpoint.endswith(
+        'vit-demo_digits_hetdpt/merged.pth'
+    )
     for path in (
         'vit-demo_digits_hetdpt/test_metrics_merged.json',
         'vit-demo_digits_plus/plus.pth',

@@ -148,3 +148,59 @@ def test_overwrite_starts_the_run_over(tmp_path, capsys):
     ]
     assert (work / 'last_checkpoint').read_text() == str(work / 'epoch_2.pth')
     assert load_checkpoint_file(work / 'epoch_1.pth')['meta']['epoch'] == 1
+
+
+def test_a_test_run_writes_nothing_over_the_training_run(tmp_path, capsys):
+    """tools/test.py into a training run's work dir replaced the run's
+    config dump with its own (the demo's DETR dump then named the HetDPT+
+    classifier as the detector's init_cfg): a test run's dump goes into its
+    own log folder, beside the run's files."""
+    from hetdpt_mm.datasets.demo_data import make_classification
+
+    make_classification(tmp_path / 'cls')
+    work = tmp_path / 'work'
+    config = small_config(
+        tmp_path / 'dense.py', DENSE_CONFIG, tmp_path / 'cls'
+    )
+    code, err = train(capsys, config, '--work-dir', work)
+    assert code == 0, err
+    before = {
+        path: path.read_bytes() for path in work.rglob('*') if path.is_file()
+    }
+    assert 'batch_size=7' not in (work / 'dense.py').read_text()
+    code = load_tool('test').main(
+        [
+            config,
+            str(work / 'epoch_2.pth'),
+            '--work-dir',
+            str(work),
+            '--cfg-options',
+            'test_dataloader.batch_size=7',
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    after = {
+        path: path.read_bytes() for path in work.rglob('*') if path.is_file()
+    }
+    assert {path: after[path] for path in before} == before
+    (dump,) = [
+        path for path in set(after) - set(before) if path.name == 'dense.py'
+    ]
+    assert dump.parent.parent == work and 'batch_size=7' in dump.read_text()
+    for name in ('dense.py', 'last_checkpoint'):
+        code = load_tool('test').main(
+            [
+                config,
+                str(work / 'epoch_2.pth'),
+                '--work-dir',
+                str(tmp_path / 'test'),
+                '--out-metrics',
+                str(work / name),
+            ]
+        )
+        assert (code, capsys.readouterr().err) == (
+            2,
+            f'error: output {work / name} is a file of the training run in '
+            f'{work}; choose another path\n',
+        )
+    assert (work / 'dense.py').read_bytes() == before[work / 'dense.py']

@@ -17,7 +17,6 @@ state that cannot be used; ``error: ...``, nothing run).
 
 import argparse
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -35,6 +34,7 @@ from hetdpt_mm.apis.demo import (  # noqa: E402
     DemoOptions,
 )
 from hetdpt_mm.apis.jobs import JobError, default_jobs  # noqa: E402
+from hetdpt_mm.cli import run_reporting_errors  # noqa: E402
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
@@ -107,18 +107,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    try:
-        Demo(parse_args(argv)).run()
-    except DemoInputError as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 2
-    except (DemoError, JobError) as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 1
-    return 0
+    # SIGTERM ends it through the wrapper, so the running jobs stop too.
+    return run_reporting_errors(
+        lambda: Demo(parse_args(argv)).run(),
+        {DemoInputError: 2, DemoError: 1, JobError: 1},
+    )
 
 
 if __name__ == '__main__':
-    # SIGTERM as an exception, so that the running jobs are stopped too.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     sys.exit(main())

@@ -118,12 +118,9 @@ def parse_args(argv: List[str]) -> ExportOptions:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return run_reporting_errors(lambda: run_export(parse_args(argv)))
-    except VerificationError as err:
-        print(f'error: {err}', file=sys.stderr)
-        return 1
+    return run_reporting_errors(
+        lambda: run_export(parse_args(argv)), {VerificationError: 1}
+    )
 
 
 if __name__ == '__main__':

@@ -15,7 +15,7 @@ import sys
 
 from hetdpt_mm.apis.evaluate import run_test
 from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
-from hetdpt_mm.runner import RUN_ERRORS, add_runner_arguments
+from hetdpt_mm.runner import add_runner_arguments
 
 
 def parse_args(argv=None):
@@ -56,7 +56,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    return run_reporting_errors(lambda: run_test(parse_args(argv)), RUN_ERRORS)
+    return run_reporting_errors(lambda: run_test(parse_args(argv)))
 
 
 if __name__ == '__main__':

@@ -15,7 +15,7 @@ from ..deploy.runtimes import (
     BENCHMARK_RUNTIMES,
     RUNTIME_DTYPES,
 )
-from ..fileio import check_input_file, check_output_paths
+from ..fileio import check_input_file, check_output_paths, loads_json
 from ..registry import FAMILIES
 from ..spec import PruneSpec, read_json_value
 from ..speed import (
@@ -103,8 +103,11 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
     elif len(options.img_size) != 2:
         raise UsageError('--img-size takes H or H W')
     options.img_size = tuple(options.img_size)
-    options.batch_size = options.batch_size or batch_size
-    options.repeats = options.repeats or repeats
+    # Unset is None: a given 0 is a value, refused below.
+    if options.batch_size is None:
+        options.batch_size = batch_size
+    if options.repeats is None:
+        options.repeats = repeats
     for name in ('batch_size', 'repeats', 'iters'):
         if getattr(options, name) < 1:
             raise UsageError(f'--{name.replace("_", "-")} must be >= 1')
@@ -377,10 +380,13 @@ def parse_cfg_options(
             key = rest
         else:
             name = None
-        try:
-            parsed_value = json.loads(value)
-        except json.JSONDecodeError:
-            parsed_value = DictAction._parse_iterable(value)
+        if value.lstrip().startswith('{'):  # DictAction cannot read it
+            parsed_value = loads_json(value, f'--cfg-options {key}')
+        else:
+            try:
+                parsed_value = json.loads(value)
+            except json.JSONDecodeError:
+                parsed_value = DictAction._parse_iterable(value)
         parsed.setdefault(name, {})[key] = parsed_value
     return parsed
 

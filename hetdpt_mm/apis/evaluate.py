@@ -9,9 +9,13 @@ from mmengine.config import Config
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
 
-from ..checkpoint import CheckpointError
-from ..cli import RunError, UsageError
-from ..fileio import atomic_write_text, check_output_path, same_file
+from ..cli import UsageError
+from ..fileio import (
+    atomic_write_text,
+    check_input_file,
+    check_output_path,
+    same_file,
+)
 from ..runner import (
     build_runner,
     follow_backbone_width,
@@ -19,7 +23,7 @@ from ..runner import (
     load_fitting,
     release_distributed,
 )
-from ..work_dir import check_work_dir, input_files
+from ..work_dir import check_not_run_file, check_work_dir, input_files
 
 #: mmdet's and mmpretrain's ``--out``: a pickle of raw predictions.
 PICKLE_SUFFIXES = ('.pkl', '.pickle')
@@ -75,6 +79,7 @@ def apply_out(cfg, out: str, inputs) -> None:
         cfg.test_evaluator['keep_results'] = True
         return
     check_output_path(out, inputs, force=True)
+    check_not_run_file(out)
     if not out.endswith(PICKLE_SUFFIXES):
         raise UsageError(
             f'--out {out}: raw predictions are dumped as a '
@@ -103,16 +108,17 @@ def load_for_test(runner: Runner, checkpoint: str, strict: bool) -> None:
     )
     if isinstance(model, BaseTTAModel):
         model = model.module
-    try:
-        load_fitting(model, checkpoint, 'this config', strict)
-    except CheckpointError as err:
-        raise CheckpointError(
-            f'{err}; pass --non-strict to test it anyway'
-        ) from None
+    load_fitting(
+        model,
+        checkpoint,
+        'this config',
+        strict,
+        fix='; pass --non-strict to test it anyway',
+    )
 
 
 def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:
-    runner = build_runner(cfg)
+    runner = build_runner(cfg, test=True)
     load_for_test(runner, args.checkpoint, strict=not args.non_strict)
     if args.out and args.out.endswith(PICKLE_SUFFIXES):
         from mmengine.evaluator import DumpResults
@@ -124,12 +130,13 @@ def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:
 
 
 def run_test(args: argparse.Namespace) -> dict:
-    if '://' not in args.checkpoint and not osp.isfile(args.checkpoint):
-        raise RunError(f'checkpoint {args.checkpoint} does not exist')
+    if '://' not in args.checkpoint:
+        check_input_file(args.checkpoint, 'checkpoint')
     cfg = load_config(args)
     inputs = input_files(cfg, args.config) + [args.checkpoint]
-    if args.out_metrics:  # results are replaced, inputs never
+    if args.out_metrics:  # results are replaced, inputs and runs' files never
         check_output_path(args.out_metrics, inputs, force=True)
+        check_not_run_file(args.out_metrics)
     if args.out:
         apply_out(cfg, args.out, inputs)
     check_work_dir(cfg, args.config)

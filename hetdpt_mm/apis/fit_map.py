@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from ..cli import UsageError
-from ..fileio import check_output_paths, write_outputs
+from ..fileio import check_output_paths, read_json_file, write_outputs
 from ..pruning import (
     ARCH_PRESETS,
     Allocation,
@@ -328,8 +328,7 @@ def run_fit_map(options: FitMapOptions) -> None:
 
 def load_allocation(path, bounds: str) -> Allocation:
     """The allocation for ``bounds`` that ``--save-allocation`` wrote."""
-    with open(path, encoding='utf-8') as file:
-        saved = json.load(file)
+    saved = read_json_file(path, 'saved allocation')
     if bounds not in saved:
         raise ValueError(
             f'{path} has no allocation with bounds {bounds!r} '

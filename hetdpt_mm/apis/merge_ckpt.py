@@ -42,6 +42,7 @@ def run_merge(args: argparse.Namespace) -> None:
         prefix=args.prefix,
         arch=args.arch,
         form=args.form,
+        source=str(args.input),
     )
     with atomic_path(args.output, exclusive=not args.force) as tmp:
         if summary.unchanged:

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from ..cli import UsageError
-from ..fileio import atomic_path, check_output_path
+from ..fileio import atomic_path, check_input_file, check_output_path
 from .networks import (
     TASKS,
     build_network,
@@ -66,8 +66,7 @@ def check_options(options: ExportOptions) -> None:
             f'unknown task {options.task!r}; choose from {list(TASKS)}'
         )
     for name in ('config', 'checkpoint'):
-        if not Path(getattr(options, name)).is_file():
-            raise UsageError(f'{name} {getattr(options, name)} does not exist')
+        check_input_file(getattr(options, name), name)
     unknown = [r for r in options.runtimes if r not in RUNTIMES]
     if unknown:
         raise UsageError(

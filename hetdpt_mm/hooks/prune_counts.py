@@ -7,9 +7,9 @@ and resolved at the backbone's depth before training
 the hook's ``map_kinds`` is refused then with :class:`MAPKindsError`.
 """
 
-import json
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
+from ..fileio import read_json_file
 from ..pruning import MAPFit, allocate, fit_map, load_points_and_kind
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS
 
@@ -116,8 +116,7 @@ def resolve_counts(
         if isinstance(map_fit, Mapping):
             data, source = map_fit, 'the given fit'
         else:
-            with open(map_fit, encoding='utf-8') as file:
-                data = json.load(file)
+            data = read_json_file(map_fit, 'MAP fit file')
             source = f'fit {map_fit}'
         fit = MAPFit.from_dict(data)
         _check_recorded_kind(fit.t_kind, t_kind, f'MAP {source}', 'its t_kind')

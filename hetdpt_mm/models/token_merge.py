@@ -30,6 +30,9 @@ REMOVED_ATTN_METRICS = ('norm', 'none')
 #: ``'constant'``: ``r`` in every block; ``'decreasing'``: linear from
 #: ``2r`` in the first block to 0 in the last (the same total, earlier).
 SCHEDULES = ('constant', 'decreasing')
+#: More tokens per block than any image has (a schedule of a larger ``r``
+#: would not fit a float).
+MAX_R = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -47,12 +50,15 @@ class TokenMerge:
     def __post_init__(self):
         values = self.r if isinstance(self.r, tuple) else (self.r,)
         if any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 0
+            isinstance(v, bool)
+            or not isinstance(v, int)
+            or not 0 <= v <= MAX_R
             for v in values
         ):
             raise ValueError(
                 'token_merge r must be a non-negative integer '
-                f'or a list of them, got {self.r!r}'
+                f'(at most {MAX_R}) '
+                f'or a list of them, got {self.r!r:.80}'
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(

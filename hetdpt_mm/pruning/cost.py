@@ -14,7 +14,6 @@ count pairs against a speedup or accuracy target with MAP predicting the
 accuracy.
 """
 
-import json
 import math
 import numbers
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Tuple, Union
 
 from ..analysis import macs_convention
-from ..fileio import check_input_file
+from ..fileio import read_json_file
 from ..presets import ARCH_PRESETS
 from ..spec import ACT, ATTN, FFN
 from .validation import as_int, check_depth, is_finite_number
@@ -305,12 +304,7 @@ class MeasuredCost(CostModel):
         path = Path(path)
         if not path.exists():
             raise FileNotFoundError(f'measured cost file not found: {path}')
-        try:
-            data = json.loads(
-                check_input_file(path, 'measured cost file').read_text()
-            )
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise ValueError(f'{path}: not valid JSON ({err})') from None
+        data = read_json_file(path, 'measured cost file')
         if not isinstance(data, dict):
             raise ValueError(f'{path}: expected a JSON object')
         missing = [

@@ -3,7 +3,6 @@
 
 import csv
 import io
-import json
 import math
 import numbers
 from collections import Counter
@@ -19,7 +18,7 @@ from typing import (
     Union,
 )
 
-from ...fileio import check_input_file
+from ...fileio import check_input_file, loads_json
 from ...spec import ACT, FFN
 from ..validation import check_depth
 
@@ -91,10 +90,7 @@ def load_points_and_kind(
 def _read_json_records(
     text: str, path: Path
 ) -> Tuple[List[Mapping[str, Any]], List[str]]:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f'{path}: not valid JSON ({err})') from None
+    data = loads_json(text, str(path))
     if isinstance(data, dict):
         if 'points' not in data:
             raise ValueError(
@@ -209,7 +205,13 @@ def parse_points(
         ]
     columns = _columns(records)
     count_columns = COUNT_COLUMNS[points_t_kind(records, source)]
-    has_accuracy = any(name in columns for name in ACCURACY_COLUMNS)
+    given = [name for name in ACCURACY_COLUMNS if name in columns]
+    if len(given) > 1:
+        raise ValueError(
+            f'{source}: columns {" and ".join(map(repr, given))} both give '
+            'the accuracy; keep one'
+        )
+    has_accuracy = bool(given)
     has_counts = set(count_columns) <= columns
     has_ratios = set(RATIO_COLUMNS) <= columns
     if not has_accuracy or not (has_counts or has_ratios):
