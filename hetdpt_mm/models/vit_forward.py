@@ -53,6 +53,7 @@ class ViTForward:
                     r=merging[index],
                     num_prefix=self.num_prefix_tokens,
                     removed_attn=self.token_merge.removed_attn,
+                    prop_attn=self.token_merge.prop_attn,
                 )
                 args = (x, size, source)
             else:
