@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from helpers import (
     MIXED_SPEC,
     REPO,
+    assert_distilled_forms_agree,
     build_model,
     detection_batch,
     randomize_,
@@ -221,13 +222,7 @@ def test_gated_pruned_merged_agree_with_merging():
     pruned.load_state_dict(gated.state_dict(), strict=False)
     merged = pruned.to_merged().eval()
     assert merged.token_merge == TokenMerge.coerce(token_merge)
-    x = images()
-    with torch.no_grad():
-        ((ref_cls, ref_dist),) = gated(x)
-        for model in (pruned, merged):
-            ((cls, dist),) = model(x)
-            assert (cls - ref_cls).abs().max() <= 1e-5 * ref_cls.abs().max()
-            assert (dist - ref_dist).abs().max() <= 1e-5 * ref_dist.abs().max()
+    assert_distilled_forms_agree(gated, (pruned, merged), images())
 
 
 def test_removed_attention_merges_nothing_with_none():

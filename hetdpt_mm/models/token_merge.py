@@ -35,6 +35,29 @@ REMOVED_ATTN_METRICS = ('norm', 'none')
 SCHEDULES = {'constant': 0.0, 'decreasing': -1.0}
 
 
+def check_flag(option: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(
+            f'{option} {name} must be true or false, got {value!r}'
+        )
+
+
+def option_keys(option: str, value, keys: set, example: str) -> dict:
+    """A backbone option's config dict, checked to be one with only
+    ``keys``."""
+    if not isinstance(value, dict):
+        raise ValueError(
+            f'{option} must be a dict like {example} or None, got {value!r}'
+        )
+    unknown = set(value) - keys
+    if unknown:
+        raise ValueError(
+            f'unknown {option} key(s) {sorted(unknown)}; it takes '
+            f'{", ".join(sorted(keys))}'
+        )
+    return dict(value)
+
+
 @dataclass(frozen=True)
 class TokenMerge:
     """The ``token_merge`` option of a backbone (``dict(r=..., ...)``).
@@ -78,11 +101,7 @@ class TokenMerge:
                 f'{REMOVED_ATTN_METRICS}, got '
                 f'{self.removed_attn!r}'
             )
-        if not isinstance(self.prop_attn, bool):
-            raise ValueError(
-                'token_merge prop_attn must be true or false, got '
-                f'{self.prop_attn!r}'
-            )
+        check_flag('token_merge', 'prop_attn', self.prop_attn)
 
     @classmethod
     def coerce(cls, value) -> Optional['TokenMerge']:
@@ -90,23 +109,12 @@ class TokenMerge:
         ``schedule`` names an ``inflect``."""
         if value is None or isinstance(value, cls):
             return value
-        if not isinstance(value, dict):
-            raise ValueError(
-                'token_merge must be a dict like dict(r=8) or '
-                f'None, got {value!r}'
-            )
         keys = {'r', 'schedule', 'inflect', 'removed_attn', 'prop_attn'}
-        unknown = set(value) - keys
-        if unknown:
-            raise ValueError(
-                f'unknown token_merge key(s) {sorted(unknown)};'
-                f' it takes {", ".join(sorted(keys))}'
-            )
+        value = option_keys('token_merge', value, keys, 'dict(r=8)')
         if 'r' not in value:
             raise ValueError(
                 'token_merge needs r, the tokens merged per block'
             )
-        value = dict(value)
         if isinstance(value['r'], (list, tuple)):
             value['r'] = tuple(value['r'])
         if 'schedule' in value:
@@ -149,12 +157,9 @@ def attention_removed(attn: nn.Module) -> bool:
     return isinstance(attn, GatedResidualBranch) and not attn.is_open
 
 
-def sized_attention(
-    attn: Attention, x: torch.Tensor, size: Optional[torch.Tensor]
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """timm's ``Attention.forward`` with ``log(size)`` added to the logits
-    (``size=None``: all tokens of size 1, no bias), also returning the keys
-    averaged over heads, the matching metric."""
+def attention_inputs(attn: Attention, x: torch.Tensor):
+    """The query, key and value (``B, H, N, D``) of timm's ``Attention``
+    on ``x``, normalised as it does."""
     batch, tokens, _ = x.shape
     qkv = (
         attn.qkv(x)
@@ -162,7 +167,30 @@ def sized_attention(
         .permute(2, 0, 3, 1, 4)
     )
     query, key, value = qkv.unbind(0)
-    query, key = attn.q_norm(query), attn.k_norm(key)
+    return attn.q_norm(query), attn.k_norm(key), value
+
+
+def attention_output(
+    attn: Attention, x: torch.Tensor, mixed: torch.Tensor
+) -> torch.Tensor:
+    """timm's ``Attention`` output from the heads' mixed values
+    (``B, H, N, D``) on input ``x``."""
+    batch, tokens, _ = x.shape
+    out = attn.norm(
+        mixed.transpose(1, 2).reshape(batch, tokens, attn.attn_dim)
+    )
+    if attn.gate is not None:
+        out = out * attn.gate(x).sigmoid()
+    return attn.proj_drop(attn.proj(out))
+
+
+def sized_attention(
+    attn: Attention, x: torch.Tensor, size: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """timm's ``Attention.forward`` with ``log(size)`` added to the logits
+    (``size=None``: all tokens of size 1, no bias), also returning the keys
+    averaged over heads, the matching metric."""
+    query, key, value = attention_inputs(attn, x)
     bias = None if size is None else size.log()[:, None, None, :, 0]
     if attn.fused_attn:
         out = F.scaled_dot_product_attention(
@@ -177,10 +205,7 @@ def sized_attention(
         if bias is not None:
             scores = scores + bias
         out = attn.attn_drop(scores.softmax(dim=-1)) @ value
-    out = attn.norm(out.transpose(1, 2).reshape(batch, tokens, attn.attn_dim))
-    if attn.gate is not None:
-        out = out * attn.gate(x).sigmoid()
-    return attn.proj_drop(attn.proj(out)), key.mean(dim=1)
+    return attention_output(attn, x, out), key.mean(dim=1)
 
 
 def interleave(even: torch.Tensor, odd: torch.Tensor) -> torch.Tensor:
