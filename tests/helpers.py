@@ -303,3 +303,14 @@ def write_tiny_config(config: Path, root: Path, start, teacher=None) -> Path:
     path = root / config.name
     cfg.dump(path)
     return path
+
+
+def assert_distilled_forms_agree(reference, models, x, rtol=1e-5):
+    """Each of ``models`` gives ``reference``'s class and distillation
+    tokens on ``x``, within ``rtol`` of their largest magnitude."""
+    with torch.no_grad():
+        ((ref_cls, ref_dist),) = reference(x)
+        for model in models:
+            ((cls, dist),) = model(x)
+            assert (cls - ref_cls).abs().max() <= rtol * ref_cls.abs().max()
+            assert (dist - ref_dist).abs().max() <= rtol * ref_dist.abs().max()

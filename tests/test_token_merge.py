@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from helpers import (
     MIXED_SPEC,
     REPO,
+    assert_distilled_forms_agree,
     build_model,
     detection_batch,
     randomize_,
@@ -42,16 +43,18 @@ def images(batch=2, seed=1):
 
 # ------------------------------------------------ the plain reference
 def reference_matching(x, size, metric, r, num_prefix):
-    """Bipartite soft matching one image and one token at a time: patch
-    tokens alternate A, B; the r A tokens whose best cosine similarity to a
-    B token is highest are averaged (size-weighted) into that B token.
-    Returns tokens [prefix, kept A, B], their sizes and the output index of
-    every input token."""
+    """Bipartite soft matching one image and one token at a time, as
+    facebookresearch/ToMe: tokens alternate A, B over the whole sequence;
+    the r A tokens after the prefix whose best cosine similarity to a B
+    token after the prefix is highest are averaged (size-weighted) into
+    that B token. Returns tokens [prefix, kept A, B], their sizes and the
+    output index of every input token (kept A in input order, or by
+    similarity without a prefix, as ToMe orders them)."""
     out_x, out_size, out_dest = [], [], []
     for image in range(x.shape[0]):
         tokens = list(range(x.shape[1]))
-        set_a = tokens[num_prefix::2]
-        set_b = tokens[num_prefix + 1 :: 2]
+        set_a = tokens[num_prefix:][(num_prefix % 2) :: 2]
+        set_b = tokens[num_prefix:][1 - num_prefix % 2 :: 2]
         best = {}
         for a in set_a:
             sims = F.cosine_similarity(
@@ -61,7 +64,8 @@ def reference_matching(x, size, metric, r, num_prefix):
         ranked = sorted(set_a, key=lambda a: -best[a][0])
         merged = set(ranked[:r])
         kept = [a for a in set_a if a not in merged]
-        order = tokens[:num_prefix] + kept + set_b
+        order = tokens[:num_prefix] + (kept if num_prefix else ranked[r:])
+        order += set_b
         rows, sizes = [], []
         for token in order:
             group = [token] + [a for a in merged if best[a][1] == token]
@@ -80,10 +84,11 @@ def reference_matching(x, size, metric, r, num_prefix):
     return torch.stack(out_x), torch.stack(out_size), torch.stack(out_dest)
 
 
-def reference_forward(model, x, schedule, removed_attn='norm'):
+def reference_forward(model, x, schedule, removed_attn='norm', prop_attn=True):
     """The backbone's featmap under ToMe, written out from its weights:
-    attention with log(size) on its logits, keys averaged over heads as
-    the metric, and every input patch given its merged token."""
+    attention with log(size) on its logits (with ``prop_attn``), keys
+    averaged over heads as the metric, and every input patch given its
+    merged token."""
     spec = model.prune_spec
     tokens = model._embed_tokens(x)[0]
     batch, count, dim = tokens.shape
@@ -104,7 +109,8 @@ def reference_forward(model, x, schedule, removed_attn='norm'):
                 .permute(2, 0, 3, 1, 4)
             )
             logits = q @ k.transpose(-2, -1) / math.sqrt(head_dim)
-            logits = logits + size.log().reshape(batch, 1, 1, -1)
+            if prop_attn:
+                logits = logits + size.log().reshape(batch, 1, 1, -1)
             mixed = logits.softmax(-1) @ v
             out = attn.proj(mixed.transpose(1, 2).reshape(batch, -1, dim))
             metric = k.mean(1)
@@ -125,18 +131,22 @@ def reference_forward(model, x, schedule, removed_attn='norm'):
 
 
 # ---------------------------------------------------------------- tests
-def test_matching_equals_the_reference():
+@pytest.mark.parametrize('num_prefix', [0, 1, 2, 5])
+@pytest.mark.parametrize('tokens', [17, 18])
+def test_matching_equals_the_reference(num_prefix, tokens):
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 17, 8, generator=generator)
-    size = torch.randint(1, 4, (2, 17, 1), generator=generator).float()
-    metric = torch.randn(2, 17, 5, generator=generator)
-    for r in (1, 3, 8):
-        merged, sizes, dest = bipartite_merge(x, size, metric, r, 1)
-        ref_x, ref_size, ref_dest = reference_matching(x, size, metric, r, 1)
+    x = torch.randn(2, tokens, 8, generator=generator)
+    size = torch.randint(1, 4, (2, tokens, 1), generator=generator).float()
+    metric = torch.randn(2, tokens, 5, generator=generator)
+    for r in (1, 3, (tokens - num_prefix) // 2):
+        merged, sizes, dest = bipartite_merge(x, size, metric, r, num_prefix)
+        ref_x, ref_size, ref_dest = reference_matching(
+            x, size, metric, r, num_prefix
+        )
         assert torch.equal(sizes, ref_size)
         assert torch.equal(dest, ref_dest)
         assert (merged - ref_x).abs().max() <= 1e-6
-        assert merged.shape == (2, 17 - r, 8)
+        assert merged.shape == (2, tokens - r, 8)
 
 
 @pytest.mark.parametrize(
@@ -146,6 +156,7 @@ def test_matching_equals_the_reference():
         dict(r=3, schedule='decreasing'),
         dict(r=4, removed_attn='none'),
         dict(r=[5, 0, 3, 9, 0, 2] * 2),
+        dict(r=4, inflect=0.5, prop_attn=False),
     ],
 )
 def test_backbone_equals_the_reference(token_merge):
@@ -154,7 +165,11 @@ def test_backbone_equals_the_reference(token_merge):
     options = TokenMerge.coerce(token_merge)
     with torch.no_grad():
         expected = reference_forward(
-            model, x, options.per_block(12), options.removed_attn
+            model,
+            x,
+            options.per_block(12),
+            options.removed_attn,
+            options.prop_attn,
         )
         (featmap,) = model(x)
         plain = build(out_type='featmap')
@@ -163,6 +178,29 @@ def test_backbone_equals_the_reference(token_merge):
     assert featmap.shape == unmerged.shape == (2, 96, 8, 8)
     assert (featmap - expected).abs().max() <= 1e-5
     assert (featmap - unmerged).abs().max() > 1e-2  # merging did something
+
+
+@pytest.mark.parametrize(
+    'token_merge, depth, expected',
+    [
+        # ToMe's parse_r(12, (8, -1)): truncated, 91 tokens in all.
+        (
+            dict(r=8, schedule='decreasing'),
+            12,
+            [16, 14, 13, 11, 10, 8, 7, 5, 4, 2, 1, 0],
+        ),
+        (
+            dict(r=8, inflect=-1.0),
+            12,
+            [16, 14, 13, 11, 10, 8, 7, 5, 4, 2, 1, 0],
+        ),
+        (dict(r=3, inflect=0.5), 4, [1, 2, 3, 5]),
+        (dict(r=5), 3, [5, 5, 5]),
+        (dict(r=4, inflect=-1), 1, [8]),
+    ],
+)
+def test_schedule_is_tomes_parse_r(token_merge, depth, expected):
+    assert TokenMerge.coerce(token_merge).per_block(depth) == expected
 
 
 def test_r0_is_no_merging_bit_for_bit():
@@ -184,13 +222,7 @@ def test_gated_pruned_merged_agree_with_merging():
     pruned.load_state_dict(gated.state_dict(), strict=False)
     merged = pruned.to_merged().eval()
     assert merged.token_merge == TokenMerge.coerce(token_merge)
-    x = images()
-    with torch.no_grad():
-        ((ref_cls, ref_dist),) = gated(x)
-        for model in (pruned, merged):
-            ((cls, dist),) = model(x)
-            assert (cls - ref_cls).abs().max() <= 1e-5 * ref_cls.abs().max()
-            assert (dist - ref_dist).abs().max() <= 1e-5 * ref_dist.abs().max()
+    assert_distilled_forms_agree(gated, (pruned, merged), images())
 
 
 def test_removed_attention_merges_nothing_with_none():
@@ -257,6 +289,10 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         (dict(r=2, schedule='cosine'), 'schedule'),
         (dict(r=[1, 2], schedule='decreasing'), 'not both'),
         (dict(r=2, removed_attn='keys'), 'removed_attn'),
+        (dict(r=2, inflect=2), 'inflect'),
+        (dict(r=2, inflect=-1, schedule='constant'), 'not both'),
+        (dict(r=[1, 2], inflect=0.5), 'not both'),
+        (dict(r=2, prop_attn=1), 'prop_attn'),
         (8, 'dict'),
     ],
 )

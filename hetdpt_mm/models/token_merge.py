@@ -2,16 +2,19 @@
 blocks, in every form; docs/user_guides/token_merge.md says what is merged,
 where and why.
 
-Between a block's attention and its FFN, ``r`` patch tokens are merged into
-their most similar partners by bipartite soft matching on the attention
-keys (averaged over heads); merged tokens are size-weighted averages and
-attention adds ``log(size)`` to its logits (proportional attention).
-Prefix tokens (class, distillation, register) are never merged. A
-``source`` index remembers where every input patch went, so featmap
-outputs are unmerged onto the full grid (as ToMe for Stable Diffusion
-does) and dense-prediction heads see every position.
+Between a block's attention and its FFN, ``r`` tokens are merged into their
+most similar partners by bipartite soft matching on the attention keys
+(averaged over heads), as facebookresearch/ToMe's ``bipartite_soft_matching``:
+the whole sequence alternates between sets A and B, prefix tokens (class,
+distillation and, which ToMe does not know, register tokens) included but
+never merged.  Merged tokens are size-weighted averages and, with
+``prop_attn``, attention adds ``log(size)`` to its logits.  A ``source``
+index remembers where every input token went, so featmap outputs are
+unmerged onto the full grid (as ToMe for Stable Diffusion does) and
+dense-prediction heads see every position.
 """
 
+import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple, Union
 
@@ -27,25 +30,50 @@ from .layers import AttentionBypass
 #: LN1-normalised tokens, the features its residual branch carries) or
 #: ``'none'`` (such blocks merge nothing).
 REMOVED_ATTN_METRICS = ('norm', 'none')
-#: ``'constant'``: ``r`` in every block; ``'decreasing'``: linear from
-#: ``2r`` in the first block to 0 in the last (the same total, earlier).
-SCHEDULES = ('constant', 'decreasing')
+#: The named schedules, as ToMe's inflection: ``r`` in every block, or
+#: ToMe's "decreasing schedule" (``2r`` in the first block down to 0).
+SCHEDULES = {'constant': 0.0, 'decreasing': -1.0}
 #: More tokens per block than any image has (a schedule of a larger ``r``
 #: would not fit a float).
 MAX_R = 2**31 - 1
+
+
+def check_flag(option: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(
+            f'{option} {name} must be true or false, got {value!r}'
+        )
+
+
+def option_keys(option: str, value, keys: set, example: str) -> dict:
+    """A backbone option's config dict, checked to be one with only
+    ``keys``."""
+    if not isinstance(value, dict):
+        raise ValueError(
+            f'{option} must be a dict like {example} or None, got {value!r}'
+        )
+    unknown = set(value) - keys
+    if unknown:
+        raise ValueError(
+            f'unknown {option} key(s) {sorted(unknown)}; it takes '
+            f'{", ".join(sorted(keys))}'
+        )
+    return dict(value)
 
 
 @dataclass(frozen=True)
 class TokenMerge:
     """The ``token_merge`` option of a backbone (``dict(r=..., ...)``).
 
-    ``r`` is a number of tokens per block (scheduled by ``schedule``) or a
-    list with one entry per block.
+    ``r`` is a number of tokens per block, scheduled by ``inflect`` as
+    ToMe's ``parse_r(depth, (r, inflect))`` (0: constant, -1: decreasing,
+    +1: increasing), or a list with one entry per block.
     """
 
     r: Union[int, Tuple[int, ...]]
-    schedule: str = 'constant'
+    inflect: float = 0.0
     removed_attn: str = 'norm'
+    prop_attn: bool = True
 
     def __post_init__(self):
         values = self.r if isinstance(self.r, tuple) else (self.r,)
@@ -60,14 +88,18 @@ class TokenMerge:
                 f'(at most {MAX_R}) '
                 f'or a list of them, got {self.r!r:.80}'
             )
-        if self.schedule not in SCHEDULES:
+        if (
+            isinstance(self.inflect, bool)
+            or not isinstance(self.inflect, (int, float))
+            or not -1 <= self.inflect <= 1
+        ):
             raise ValueError(
-                f'token_merge schedule must be one of '
-                f'{SCHEDULES}, got {self.schedule!r}'
+                'token_merge inflect must be a number from -1 to 1, '
+                f'got {self.inflect!r}'
             )
-        if isinstance(self.r, tuple) and self.schedule != 'constant':
+        if isinstance(self.r, tuple) and self.inflect != 0:
             raise ValueError(
-                'token_merge takes a list r or a schedule, not both'
+                'token_merge takes a list r or a schedule (inflect), not both'
             )
         if self.removed_attn not in REMOVED_ATTN_METRICS:
             raise ValueError(
@@ -75,35 +107,40 @@ class TokenMerge:
                 f'{REMOVED_ATTN_METRICS}, got '
                 f'{self.removed_attn!r}'
             )
+        check_flag('token_merge', 'prop_attn', self.prop_attn)
 
     @classmethod
     def coerce(cls, value) -> Optional['TokenMerge']:
-        """A ``TokenMerge`` from a config value (``None``: no merging)."""
+        """A ``TokenMerge`` from a config value (``None``: no merging);
+        ``schedule`` names an ``inflect``."""
         if value is None or isinstance(value, cls):
             return value
-        if not isinstance(value, dict):
-            raise ValueError(
-                'token_merge must be a dict like dict(r=8) or '
-                f'None, got {value!r}'
-            )
-        unknown = set(value) - {'r', 'schedule', 'removed_attn'}
-        if unknown:
-            raise ValueError(
-                f'unknown token_merge key(s) {sorted(unknown)};'
-                ' it takes r, schedule, removed_attn'
-            )
+        keys = {'r', 'schedule', 'inflect', 'removed_attn', 'prop_attn'}
+        value = option_keys('token_merge', value, keys, 'dict(r=8)')
         if 'r' not in value:
             raise ValueError(
                 'token_merge needs r, the tokens merged per block'
             )
-        r = value['r']
-        if isinstance(r, (list, tuple)):
-            r = tuple(r)
-        return cls(**dict(value, r=r))
+        if isinstance(value['r'], (list, tuple)):
+            value['r'] = tuple(value['r'])
+        if 'schedule' in value:
+            schedule = value.pop('schedule')
+            if schedule not in SCHEDULES:
+                raise ValueError(
+                    f'token_merge schedule must be one of '
+                    f'{tuple(SCHEDULES)}, got {schedule!r}'
+                )
+            if 'inflect' in value:
+                raise ValueError(
+                    'token_merge takes a schedule or an inflect, not both'
+                )
+            value['inflect'] = SCHEDULES[schedule]
+        return cls(**value)
 
     def per_block(self, depth: int) -> List[int]:
         """Tokens merged in each of ``depth`` blocks (before the cap by the
-        tokens there are)."""
+        tokens there are): ToMe's ``parse_r``, truncating toward zero (one
+        block: the first block's value)."""
         if isinstance(self.r, tuple):
             if len(self.r) != depth:
                 raise ValueError(
@@ -111,16 +148,11 @@ class TokenMerge:
                     f'blocks, the network has {depth}'
                 )
             return list(self.r)
-        if self.schedule == 'constant' or depth == 1:
-            return [self.r] * depth
-        step = 2 * self.r / (depth - 1)
-        return [round(2 * self.r - step * i) for i in range(depth)]
-
-    def to_dict(self) -> dict:
-        r = list(self.r) if isinstance(self.r, tuple) else self.r
-        return dict(
-            r=r, schedule=self.schedule, removed_attn=self.removed_attn
-        )
+        first = int(self.r * (1.0 - self.inflect))
+        if depth == 1:
+            return [first]
+        step = (2 * self.r - 2 * first) / (depth - 1)
+        return [int(first + step * i) for i in range(depth)]
 
 
 def attention_removed(attn: nn.Module) -> bool:
@@ -131,12 +163,9 @@ def attention_removed(attn: nn.Module) -> bool:
     return isinstance(attn, GatedResidualBranch) and not attn.is_open
 
 
-def sized_attention(
-    attn: Attention, x: torch.Tensor, size: Optional[torch.Tensor]
-) -> Tuple[torch.Tensor, torch.Tensor]:
-    """timm's ``Attention.forward`` with ``log(size)`` added to the logits
-    (``size=None``: all tokens of size 1, no bias), also returning the keys
-    averaged over heads, the matching metric."""
+def attention_inputs(attn: Attention, x: torch.Tensor):
+    """The query, key and value (``B, H, N, D``) of timm's ``Attention``
+    on ``x``, normalised as it does."""
     batch, tokens, _ = x.shape
     qkv = (
         attn.qkv(x)
@@ -144,7 +173,30 @@ def sized_attention(
         .permute(2, 0, 3, 1, 4)
     )
     query, key, value = qkv.unbind(0)
-    query, key = attn.q_norm(query), attn.k_norm(key)
+    return attn.q_norm(query), attn.k_norm(key), value
+
+
+def attention_output(
+    attn: Attention, x: torch.Tensor, mixed: torch.Tensor
+) -> torch.Tensor:
+    """timm's ``Attention`` output from the heads' mixed values
+    (``B, H, N, D``) on input ``x``."""
+    batch, tokens, _ = x.shape
+    out = attn.norm(
+        mixed.transpose(1, 2).reshape(batch, tokens, attn.attn_dim)
+    )
+    if attn.gate is not None:
+        out = out * attn.gate(x).sigmoid()
+    return attn.proj_drop(attn.proj(out))
+
+
+def sized_attention(
+    attn: Attention, x: torch.Tensor, size: Optional[torch.Tensor]
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """timm's ``Attention.forward`` with ``log(size)`` added to the logits
+    (``size=None``: all tokens of size 1, no bias), also returning the keys
+    averaged over heads, the matching metric."""
+    query, key, value = attention_inputs(attn, x)
     bias = None if size is None else size.log()[:, None, None, :, 0]
     if attn.fused_attn:
         out = F.scaled_dot_product_attention(
@@ -159,10 +211,15 @@ def sized_attention(
         if bias is not None:
             scores = scores + bias
         out = attn.attn_drop(scores.softmax(dim=-1)) @ value
-    out = attn.norm(out.transpose(1, 2).reshape(batch, tokens, attn.attn_dim))
-    if attn.gate is not None:
-        out = out * attn.gate(x).sigmoid()
-    return attn.proj_drop(attn.proj(out)), key.mean(dim=1)
+    return attention_output(attn, x, out), key.mean(dim=1)
+
+
+def interleave(even: torch.Tensor, odd: torch.Tensor) -> torch.Tensor:
+    """``even`` at positions 0, 2, 4, ... and ``odd`` at 1, 3, ... of one
+    sequence (dimension 1; ``even`` as long as ``odd`` or one longer):
+    undoes the A/B split."""
+    pairs = torch.stack([even[:, : odd.shape[1]], odd], dim=2).flatten(1, 2)
+    return torch.cat([pairs, even[:, odd.shape[1] :]], dim=1)
 
 
 def bipartite_merge(
@@ -172,78 +229,72 @@ def bipartite_merge(
     r: int,
     num_prefix: int,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Merge ``r`` patch tokens of ``x`` (``B, N, C``) by bipartite soft
-    matching on ``metric`` (``B, N, D``); tokens after the ``num_prefix``
-    prefix tokens alternate between sets A (even) and B (odd), and each of
-    the ``r`` A tokens most similar (cosine) to some B token is averaged
-    into it, weighted by ``size`` (``B, N, 1``).
+    """Merge ``r`` tokens of ``x`` (``B, N, C``) by ToMe's bipartite soft
+    matching on ``metric`` (``B, N, D``): tokens 0, 2, 4, ... are set A,
+    1, 3, 5, ... set B; the ``num_prefix`` first tokens are masked (never
+    merged, never merged into), and each of the ``r`` A tokens most similar
+    (cosine) to some B token is averaged into it, weighted by ``size``
+    (``B, N, 1``).
 
-    Returns the merged tokens ``[prefix, kept A in order, B]``, their sizes
-    and, for each input token, its index in the output.
+    Returns the merged tokens ``[prefix in order, kept A, B]`` (kept A in
+    input order, or in ToMe's order of similarity without prefix tokens),
+    their sizes and, for each input token, its index in the output.
     """
-    batch, tokens, channels = x.shape
-    patches = tokens - num_prefix
-    metric = metric[:, num_prefix:]
+    batch, tokens, _ = x.shape
+    prefix_a, prefix_b = (num_prefix + 1) // 2, num_prefix // 2
+    metric = metric.detach()
     metric = metric / metric.norm(dim=-1, keepdim=True)
     scores = metric[:, 0::2] @ metric[:, 1::2].transpose(1, 2)
+    # Out of place: an indexed assignment exports to ONNX as ScatterND,
+    # which OpenVINO does not convert here.
+    is_prefix_a = torch.arange(scores.shape[1], device=x.device) < prefix_a
+    is_prefix_b = torch.arange(scores.shape[2], device=x.device) < prefix_b
+    scores = scores.masked_fill(
+        is_prefix_a[:, None] | is_prefix_b[None, :], -math.inf
+    )
     best_score, best_partner = scores.max(dim=-1)
     order = best_score.argsort(dim=-1, descending=True)
-    merged_a = order[:, :r]
-    kept_a = order[:, r:].sort(dim=-1).values
+    merged_a, kept_a = order[:, :r], order[:, r:]
+    if num_prefix:
+        kept_a = kept_a.sort(dim=-1).values  # prefix tokens first
     partner = best_partner.gather(1, merged_a)
 
-    weighted = x * size
-    prefix, patch = weighted[:, :num_prefix], weighted[:, num_prefix:]
-    set_a, set_b = patch[:, 0::2], patch[:, 1::2]
-    patch_sizes = size[:, num_prefix:]
-    size_a, size_b = patch_sizes[:, 0::2], patch_sizes[:, 1::2]
+    def merge(values):
+        set_a, set_b = values[:, 0::2], values[:, 1::2]
+        channels = values.shape[-1]
 
-    def take(values, index):
-        return values.gather(
-            1, index[..., None].expand(-1, -1, values.shape[-1])
+        def take(index):
+            return set_a.gather(1, index[..., None].expand(-1, -1, channels))
+
+        set_b = set_b.scatter_reduce(
+            1,
+            partner[..., None].expand(-1, -1, channels),
+            take(merged_a),
+            reduce='sum',
+        )
+        kept = take(kept_a)
+        prefix = interleave(kept[:, :prefix_a], set_b[:, :prefix_b])
+        return torch.cat(
+            [prefix, kept[:, prefix_a:], set_b[:, prefix_b:]], dim=1
         )
 
-    def merge_into_b(values_a, values_b):
-        index = partner[..., None].expand(-1, -1, values_a.shape[-1])
-        return values_b.scatter_add(1, index, take(values_a, merged_a))
+    summed = merge(x * size)
+    new_size = merge(size)
 
-    new_size = torch.cat(
-        [
-            size[:, :num_prefix],
-            take(size_a, kept_a),
-            merge_into_b(size_a, size_b),
-        ],
-        dim=1,
+    kept_rank = torch.arange(kept_a.shape[1], device=x.device)
+    kept_position = torch.where(
+        kept_rank < prefix_a, 2 * kept_rank, num_prefix + kept_rank - prefix_a
     )
-    summed = torch.cat(
-        [prefix, take(set_a, kept_a), merge_into_b(set_a, set_b)], dim=1
+    b_rank = torch.arange(tokens // 2, device=x.device)
+    b_position = torch.where(
+        b_rank < prefix_b,
+        2 * b_rank + 1,
+        num_prefix + kept_a.shape[1] - prefix_a + b_rank - prefix_b,
     )
-
-    num_kept = kept_a.shape[1]
     a_index = torch.empty_like(order)
-    a_index.scatter_(
-        1,
-        kept_a,
-        num_prefix + torch.arange(num_kept, device=x.device).expand(batch, -1),
-    )
-    a_index.scatter_(1, merged_a, num_prefix + num_kept + partner)
-    b_index = (
-        num_prefix
-        + num_kept
-        + torch.arange(patches // 2, device=x.device).expand(batch, -1)
-    )
-    patch_index = torch.stack(
-        [a_index[:, : patches // 2], b_index], dim=-1
-    ).flatten(1)
-    if patches % 2:
-        patch_index = torch.cat([patch_index, a_index[:, -1:]], dim=1)
-    destination = torch.cat(
-        [
-            torch.arange(num_prefix, device=x.device).expand(batch, -1),
-            patch_index,
-        ],
-        dim=1,
-    )
+    a_index.scatter_(1, kept_a, kept_position.expand(batch, -1))
+    a_index.scatter_(1, merged_a, b_position[partner])
+    destination = interleave(a_index, b_position.expand(batch, -1))
     return summed / new_size, new_size, destination
 
 
@@ -255,9 +306,10 @@ def merge_tokens(
     r: int,
     num_prefix: int,
 ) -> Tuple[torch.Tensor, ...]:
-    """Merge up to ``r`` tokens (no more than half the patches), carrying
-    the sizes and, for every input token, the index of the token it is
-    now part of (``size`` / ``source``: ``None`` before any merge)."""
+    """Merge up to ``r`` tokens (no more than half the tokens after the
+    prefix, as ToMe), carrying the sizes and, for every input token, the
+    index of the token it is now part of (``size`` / ``source``: ``None``
+    before any merge)."""
     r = min(r, (x.shape[1] - num_prefix) // 2)
     if r <= 0:
         return x, size, source
@@ -286,17 +338,21 @@ def merging_block_forward(
     r: int,
     num_prefix: int,
     removed_attn: str,
+    prop_attn: bool,
 ) -> Tuple[torch.Tensor, ...]:
     """One HetDPT block (timm ``Block`` layout, any form) with up to ``r``
-    tokens merged between its attention and its FFN; a pure function of
-    its tensors, so that it can be checkpointed."""
+    tokens merged between its attention and its FFN (``prop_attn``:
+    attention weighted by token size); a pure function of its tensors, so
+    that it can be checkpointed."""
     attn = block.attn
     normed = block.norm1(x)
     if attention_removed(attn):
         out = attn(normed)
         metric = normed if removed_attn == 'norm' else None
     else:
-        out, metric = sized_attention(attn, normed, size)
+        out, metric = sized_attention(
+            attn, normed, size if prop_attn else None
+        )
         if isinstance(attn, GatedResidualBranch):
             out = attn.blend(out, normed)
     x = x + block.drop_path1(block.ls1(out))

@@ -14,6 +14,7 @@ from timm.models.vision_transformer import init_weights_vit_timm
 from ...spec import ACT, ATTN, FFN, PruneSpec
 from ..backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from ..family import HetDPTBackbone
+from ..graph_propagation import GraphPropagation
 from ..layer_decay import vit_layer_depth
 from ..layers import build_block
 from ..token_merge import TokenMerge
@@ -65,6 +66,9 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             (activations recomputed in the backward pass, not kept).
         token_merge: ToMe in every block, ``dict(r=8, ...)``
             (docs/user_guides/token_merge.md); ``None``: none.
+        graph_propagation: GTP-ViT in every block,
+            ``dict(num_prop=8, ...)``, instead of ToMe; class-token
+            outputs only (docs/user_guides/token_merge.md).
         frozen_stages: as mmpretrain's / mmseg's ViT: ``0`` or ``-1`` trains
             everything; ``N > 0`` freezes the patch embedding, position
             embedding and class / distillation tokens and blocks
@@ -129,6 +133,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         patch_norm: bool = False,
         output_cls_token: bool = False,
         token_merge: Optional[Mapping] = None,
+        graph_propagation: Optional[Mapping] = None,
         qkv_bias: bool = True,
         drop_rate: float = 0.0,
         attn_drop_rate: float = 0.0,
@@ -188,6 +193,14 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.token_merge = TokenMerge.coerce(token_merge)
         if self.token_merge is not None:
             self.token_merge.per_block(depth)  # a list r names every block
+        self.graph_propagation = GraphPropagation.coerce(graph_propagation)
+        if self.graph_propagation is not None and (
+            self.token_merge is not None or out_type != 'cls_token'
+        ):
+            raise ValueError(
+                'graph_propagation removes tokens for good: it takes '
+                "out_type='cls_token' and no token_merge"
+            )
         self._build_args = dict(
             arch=dict(self.arch_settings),
             img_size=self.img_size,
@@ -363,6 +376,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             output_cls_token=self.output_cls_token,
             interpolate_mode=self.interpolate_mode,
             token_merge=self.token_merge,
+            graph_propagation=self.graph_propagation,
         )
 
     # -------------------------------------------------------------- weights

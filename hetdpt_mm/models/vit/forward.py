@@ -10,6 +10,7 @@ import torch
 from timm.layers import is_exporting, resample_abs_pos_embed
 from torch.utils.checkpoint import checkpoint
 
+from ..graph_propagation import patch_graph, propagating_block_forward
 from ..token_merge import merging_block_forward, unmerge_tokens
 
 
@@ -43,6 +44,15 @@ class ViTForward:
         x = self.norm_pre(x)
         merging = self._merge_schedule()
         size = source = None
+        propagation = self.graph_propagation
+        propagating = propagation is not None and propagation.num_prop > 0
+        if propagating:
+            graph = patch_graph(
+                x[:, self.num_prefix_tokens :], grid, propagation
+            )
+            scales = (
+                x.new_ones(x.shape[:2]) if propagation.token_scale else None
+            )
         outs = [self._format_output(x, grid)] if self.out_origin else []
         last = len(self.blocks) - 1
         for index, block in enumerate(self.blocks):
@@ -53,8 +63,17 @@ class ViTForward:
                     r=merging[index],
                     num_prefix=self.num_prefix_tokens,
                     removed_attn=self.token_merge.removed_attn,
+                    prop_attn=self.token_merge.prop_attn,
                 )
                 args = (x, size, source)
+            elif propagating:
+                run = partial(
+                    propagating_block_forward,
+                    block,
+                    num_prefix=self.num_prefix_tokens,
+                    options=propagation,
+                )
+                args = (x, graph, scales)
             else:
                 run, args = block, (x,)
             if self.with_cp and self.training:
@@ -63,6 +82,8 @@ class ViTForward:
                 result = run(*args)
             if merging:
                 x, size, source = result
+            elif propagating:
+                x, graph, scales = result
             else:
                 x = result
             if index == last:

@@ -1,0 +1,225 @@
+"""Graph-based token propagation (GTP-ViT, Xu et al., WACV 2024) inside
+the HetDPT ViTs' blocks: a second token-reduction option beside token
+merging; docs/user_guides/token_merge.md says what is computed.
+
+A patch graph (8-neighbour spatial, kNN on the embedded tokens, or both),
+symmetrically normalised, is built once before the blocks.  Between a
+block's attention and its FFN, the ``num_prop`` patch tokens of lowest rank
+(the max over heads of the attention diagonal times the max over heads of
+the attention received) are removed and added, weighted by the graph and
+``alpha``, into their kept neighbours; token scales follow the same way and
+enter attention as ``log(scale)``.  As Ackesnal/GTP-ViT's ``MixedAttnMax``
+selection and ``GraphProp`` propagation.
+"""
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+from timm.layers import Attention
+
+from .gates import GatedResidualBranch
+from .token_merge import (
+    attention_inputs,
+    attention_output,
+    attention_removed,
+    check_flag,
+    option_keys,
+)
+
+#: The patch graphs: ``'spatial'`` (the 8 grid neighbours),
+#: ``'semantic'`` (the ``num_neighbours`` most cosine-similar embedded
+#: tokens) or ``'mixed'`` (either).
+GRAPHS = ('spatial', 'semantic', 'mixed')
+
+
+@dataclass(frozen=True)
+class GraphPropagation:
+    """The ``graph_propagation`` option of a backbone
+    (``dict(num_prop=8, ...)``); defaults as the reference's command line
+    but for ``graph`` and ``token_scale``, its paper's DeiT setting."""
+
+    num_prop: int
+    alpha: float = 0.1
+    sparsity: float = 1.0
+    graph: str = 'mixed'
+    num_neighbours: int = 8
+    token_scale: bool = True
+
+    def __post_init__(self):
+        for name in ('num_prop', 'num_neighbours'):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or value < 0
+            ):
+                raise ValueError(
+                    f'graph_propagation {name} must be a non-negative '
+                    f'integer, got {value!r}'
+                )
+        if isinstance(self.alpha, bool) or not isinstance(
+            self.alpha, (int, float)
+        ):
+            raise ValueError(
+                f'graph_propagation alpha must be a number, got {self.alpha!r}'
+            )
+        if isinstance(self.sparsity, bool) or not (
+            isinstance(self.sparsity, (int, float)) and 0 < self.sparsity <= 1
+        ):
+            raise ValueError(
+                'graph_propagation sparsity must be a number in (0, 1], '
+                f'got {self.sparsity!r}'
+            )
+        if self.graph not in GRAPHS:
+            raise ValueError(
+                f'graph_propagation graph must be one of {GRAPHS}, got '
+                f'{self.graph!r}'
+            )
+        check_flag('graph_propagation', 'token_scale', self.token_scale)
+
+    @classmethod
+    def coerce(cls, value) -> Optional['GraphPropagation']:
+        """A ``GraphPropagation`` from a config value (``None``: none)."""
+        if value is None or isinstance(value, cls):
+            return value
+        value = option_keys(
+            'graph_propagation',
+            value,
+            set(cls.__dataclass_fields__),
+            'dict(num_prop=8)',
+        )
+        if 'num_prop' not in value:
+            raise ValueError(
+                'graph_propagation needs num_prop, the tokens propagated '
+                'per block'
+            )
+        return cls(**value)
+
+
+def patch_graph(
+    patches: torch.Tensor, grid: Tuple[int, int], options: GraphPropagation
+) -> torch.Tensor:
+    """The symmetrically normalised patch graph (``B, P, P``) of the
+    embedded patch tokens ``patches`` (``B, P, C``) on ``grid``."""
+    batch, count, _ = patches.shape
+    eye = torch.eye(count, device=patches.device)
+    if options.graph != 'semantic':
+        rows = torch.arange(count, device=patches.device) // grid[1]
+        cols = torch.arange(count, device=patches.device) % grid[1]
+        near_rows = (rows[:, None] - rows[None, :]).abs() <= 1
+        near_cols = (cols[:, None] - cols[None, :]).abs() <= 1
+        spatial = (near_rows & near_cols).float() - eye
+        graph = spatial.expand(batch, -1, -1)
+    if options.graph != 'spatial':
+        normed = patches / patches.norm(dim=-1, keepdim=True)
+        similarity = normed @ normed.transpose(-1, -2)
+        threshold = similarity.kthvalue(
+            count - options.num_neighbours, dim=-1, keepdim=True
+        ).values
+        semantic = (similarity >= threshold).float() - eye
+        graph = (
+            semantic
+            if options.graph == 'semantic'
+            else torch.bitwise_or(semantic.int(), graph.int()).float()
+        )
+    scale = graph.sum(-1) ** -0.5
+    return scale[..., :, None] * graph * scale[..., None, :]
+
+
+def attention_with_map(
+    attn: Attention,
+    x: torch.Tensor,
+    scales: Optional[torch.Tensor],
+    sparsity: float,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """timm's ``Attention.forward`` (unfused) with ``log(scales)`` added to
+    the logits and the weights below the ``1 - sparsity`` quantile of each
+    head zeroed, also returning the attention map (``B, H, N, N``)."""
+    tokens = x.shape[1]
+    query, key, value = attention_inputs(attn, x)
+    scores = (query * attn.scale) @ key.transpose(-2, -1)
+    if scales is not None:
+        scores = scores + scales.log()[:, None, None, :]
+    weights = attn.attn_drop(scores.softmax(dim=-1))
+    dropped = int(tokens * tokens * (1 - sparsity))
+    if dropped > 0:
+        threshold = weights.flatten(2).kthvalue(dropped, dim=-1).values
+        weights = weights * (weights >= threshold[..., None, None])
+    return attention_output(attn, x, weights @ value), weights
+
+
+def propagate_tokens(
+    x: torch.Tensor,
+    graph: torch.Tensor,
+    scales: Optional[torch.Tensor],
+    weights: torch.Tensor,
+    num_prop: int,
+    num_prefix: int,
+    alpha: float,
+) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+    """Remove the ``num_prop`` patch tokens of lowest rank from ``x`` and
+    add them, through ``graph``, into the kept ones; the kept patches
+    follow in order of rank, after the prefix tokens."""
+    diagonal = weights.diagonal(dim1=-2, dim2=-1)[..., num_prefix:]
+    received = weights[..., num_prefix:].sum(-2)
+    rank = diagonal.max(1).values * received.max(1).values
+    order = rank.argsort(dim=1, descending=True)
+    kept, removed = order[:, :-num_prop], order[:, -num_prop:]
+
+    def rows(values, index):
+        return values.gather(
+            1, index[..., None].expand(-1, -1, values.shape[-1])
+        )
+
+    def columns(values, index):
+        return values.gather(
+            2, index[:, None, :].expand(-1, values.shape[1], -1)
+        )
+
+    graph = rows(graph, kept)
+    to_kept = columns(graph, removed)
+    graph = columns(graph, kept)
+    patches = x[:, num_prefix:]
+    patches = rows(patches, kept) + alpha * (to_kept @ rows(patches, removed))
+    x = torch.cat([x[:, :num_prefix], patches], dim=1)
+    if scales is not None:
+        patch_scales = scales[:, num_prefix:, None]
+        patch_scales = rows(patch_scales, kept) + alpha * (
+            to_kept @ rows(patch_scales, removed)
+        )
+        scales = torch.cat([scales[:, :num_prefix], patch_scales[..., 0]], 1)
+    return x, graph, scales
+
+
+def propagating_block_forward(
+    block: nn.Module,
+    x: torch.Tensor,
+    graph: torch.Tensor,
+    scales: Optional[torch.Tensor],
+    num_prefix: int,
+    options: GraphPropagation,
+) -> Tuple[torch.Tensor, ...]:
+    """One HetDPT block (timm ``Block`` layout, any form) with
+    ``options.num_prop`` tokens propagated between its attention and its
+    FFN; blocks whose attention was removed have no attention map to rank
+    by and propagate nothing."""
+    attn = block.attn
+    normed = block.norm1(x)
+    if attention_removed(attn):
+        out, weights = attn(normed), None
+    else:
+        out, weights = attention_with_map(
+            attn, normed, scales, options.sparsity
+        )
+        if isinstance(attn, GatedResidualBranch):
+            out = attn.blend(out, normed)
+    x = x + block.drop_path1(block.ls1(out))
+    num_prop = min(options.num_prop, x.shape[1] - num_prefix - 1)
+    if weights is not None and num_prop > 0:
+        x, graph, scales = propagate_tokens(
+            x, graph, scales, weights, num_prop, num_prefix, options.alpha
+        )
+    x = x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
+    return block.residual_activation(x), graph, scales

@@ -1,0 +1,126 @@
+"""Graph-based token propagation (GTP-ViT) in the HetDPT ViTs: the dense
+backbone against logits of Ackesnal/GTP-ViT on the same seeded timm
+weights (tests/data/README.md says how; issue 50)."""
+
+import json
+
+import pytest
+import timm
+import torch
+from helpers import (
+    MIXED_SPEC,
+    REPO,
+    assert_distilled_forms_agree,
+    randomize_,
+    timm_state_dict,
+)
+
+from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.models.graph_propagation import GraphPropagation
+
+torch.set_num_threads(2)
+
+REFERENCE = json.loads(
+    (REPO / 'tests' / 'data' / 'gtp_reference_logits.json').read_text()
+)
+
+
+@pytest.fixture(scope='module')
+def reference_model(tmp_path_factory):
+    model = randomize_(
+        timm.create_model(
+            REFERENCE['model'],
+            pretrained=False,
+            num_classes=REFERENCE['num_classes'],
+        ),
+        seed=REFERENCE['weights_seed'],
+    ).eval()
+    path = tmp_path_factory.mktemp('gtp') / 'deit.pth'
+    torch.save({'model': timm_state_dict(model)}, path)
+    return model, path
+
+
+@pytest.mark.parametrize('index', range(len(REFERENCE['cases'])))
+def test_dense_form_equals_gtp_vit(reference_model, index):
+    timm_model, path = reference_model
+    case = REFERENCE['cases'][index]
+    option = {
+        ('graph' if key == 'graph_type' else key): (
+            value.lower() if key == 'graph_type' else value
+        )
+        for key, value in case['options'].items()
+    }
+    backbone = HetDPTViT(
+        'deit-small',
+        graph_propagation=option,
+        init_cfg=dict(type='Pretrained', checkpoint=str(path)),
+    )
+    backbone.init_weights()
+    backbone.eval()
+    x = torch.randn(
+        REFERENCE['batch'],
+        3,
+        224,
+        224,
+        generator=torch.Generator().manual_seed(REFERENCE['input_seed']),
+    )
+    with torch.no_grad():
+        (cls,) = backbone(x)
+        logits = timm_model.head(cls)
+        plain = timm_model(x)
+    expected = torch.tensor(case['logits'])
+    assert (logits - expected).abs().max() <= 1e-5
+    assert (plain - expected).abs().max() > 1e-3  # it propagated
+
+
+def images():
+    return torch.randn(
+        2, 3, 32, 32, generator=torch.Generator().manual_seed(1)
+    )
+
+
+def build(graph_propagation, **kwargs):
+    return randomize_(
+        HetDPTViT(
+            arch=dict(embed_dims=96, num_layers=12, num_heads=3),
+            img_size=32,
+            patch_size=4,
+            graph_propagation=graph_propagation,
+            **kwargs,
+        )
+    ).eval()
+
+
+def test_num_prop_0_is_no_propagation_bit_for_bit():
+    with torch.no_grad():
+        (propagated,) = build(dict(num_prop=0))(images())
+        (plain,) = build(None)(images())
+    assert torch.equal(propagated, plain)
+
+
+def test_gated_pruned_merged_agree_with_propagation():
+    option = dict(num_prop=4)
+    gated = build(option, gated=True, prune_spec=MIXED_SPEC, distilled=True)
+    pruned = build(option, prune_spec=MIXED_SPEC, distilled=True)
+    pruned.load_state_dict(gated.state_dict(), strict=False)
+    merged = pruned.to_merged().eval()
+    assert merged.graph_propagation == GraphPropagation(num_prop=4)
+    assert_distilled_forms_agree(gated, (pruned, merged), images())
+
+
+@pytest.mark.parametrize(
+    'value, kwargs, message',
+    [
+        (dict(num_prop=-1), {}, 'non-negative'),
+        (dict(num_prop=2, graph='grid'), {}, 'graph must be'),
+        (dict(num_prop=2, sparsity=0), {}, 'sparsity'),
+        (dict(num_prop=2, rate=1), {}, 'unknown graph_propagation'),
+        (dict(alpha=0.1), {}, 'needs num_prop'),
+        (8, {}, 'dict like'),
+        (dict(num_prop=2), dict(out_type='featmap'), 'cls_token'),
+        (dict(num_prop=2), dict(token_merge=dict(r=2)), 'no token_merge'),
+    ],
+)
+def test_bad_options_are_named(value, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        build(value, **kwargs)
