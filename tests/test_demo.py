@@ -13,17 +13,18 @@ import pytest
 from helpers import REPO, load_tool
 from mmengine.config import Config, DictAction
 
-from hetdpt_mm.apis.demo import Demo, DemoOptions
-from hetdpt_mm.apis.demo.stages_tome import token_merge_options
-from hetdpt_mm.apis.demo_report import all_numbers
-from hetdpt_mm.apis.demo_results import (
+from hetdpt_demo import Demo, DemoOptions
+from hetdpt_demo.plots import plot_tome
+from hetdpt_demo.report import all_numbers
+from hetdpt_demo.results import (
     TomePoint,
     TomeResult,
     from_json,
     to_json,
 )
-from hetdpt_mm.apis.demo_tome_claims import pareto_front, tome_comparison
-from hetdpt_mm.apis.demo_tome_report import (
+from hetdpt_demo.stages_tome import token_merge_options
+from hetdpt_demo.tome_claims import pareto_front, tome_comparison
+from hetdpt_demo.tome_report import (
     tome_claims,
     tome_section,
     tome_summary_row,
@@ -31,7 +32,6 @@ from hetdpt_mm.apis.demo_tome_report import (
 from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models.token_merge import TokenMerge
-from hetdpt_mm.visualization import plot_tome
 
 
 @pytest.fixture(scope='module')
@@ -409,7 +409,7 @@ def test_in_process_jobs_run_in_the_repository_and_log_their_output(
 ):
     from mmengine.logging import MMLogger
 
-    from hetdpt_mm.apis.jobs import Job, JobError, JobRunner
+    from hetdpt_demo.jobs import Job, JobError, JobRunner
 
     repo = tmp_path / 'repo'
     (repo / 'tools').mkdir(parents=True)

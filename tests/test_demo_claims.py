@@ -3,9 +3,10 @@ run): which claims hold, their numbers, and the report's words for them."""
 
 import pytest
 
-from hetdpt_mm.apis.demo_claims import split_rows, summarise
-from hetdpt_mm.apis.demo_report_claims import split_verdict
-from hetdpt_mm.apis.demo_results import (
+from hetdpt_demo.claims import split_rows, summarise
+from hetdpt_demo.plots import plot_split_comparison
+from hetdpt_demo.report_claims import split_verdict
+from hetdpt_demo.results import (
     BenchmarkModel,
     BenchmarkRun,
     CompareResult,
@@ -23,7 +24,6 @@ from hetdpt_mm.apis.demo_results import (
     to_json,
 )
 from hetdpt_mm.pruning import AnalyticCost
-from hetdpt_mm.visualization import plot_split_comparison
 
 ARCH = dict(
     arch=dict(embed_dims=96, num_heads=3, num_layers=6, mlp_ratio=4),

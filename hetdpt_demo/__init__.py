@@ -1,7 +1,7 @@
 """HetDPT end to end on the embedded CPU demo (``tools/demo.py``).
 
-The classification task is shape matching (:func:`~hetdpt_mm.datasets.
-demo_data.make_pairs` with ``SHAPES_TASK``: do two distant glyphs have the
+The classification task is shape matching (:func:`~hetdpt_demo.data.
+make_pairs` with ``SHAPES_TASK``: do two distant glyphs have the
 same shape, and which), on which token mixing and the GELUs matter; the
 classifier configs were written for the digits and are pointed at it, at
 patch size 8, with ``--cfg-options`` (the detectors' too).
@@ -41,10 +41,10 @@ process (``Job.in_process``); they are printed, logged under
     DETR and UperNet tested and benchmarked with ToMe;
 13. write ``report.md``, ``summary.json`` and the plots.
 
-Each stage writes a typed record into :class:`~hetdpt_mm.apis.demo_results.
+Each stage writes a typed record into :class:`~hetdpt_demo.results.
 DemoResults` (kept in the state file); the report computes its claims from
-them as data (:mod:`hetdpt_mm.apis.demo_claims`) and words them
-(:mod:`hetdpt_mm.apis.demo_report`).
+them as data (:mod:`hetdpt_demo.claims`) and words them
+(:mod:`hetdpt_demo.report`).
 
 Hook options are set by hook type, not by list position: a job whose hook
 needs other options runs a config generated under ``<work-dir>/configs/``

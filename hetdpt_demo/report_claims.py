@@ -1,12 +1,13 @@
 """The claims section of the demo report: the paper's observations and the
 comparison that justifies MAP, in words, from the claims computed as data
-(:mod:`.demo_claims`)."""
+(:mod:`.claims`)."""
 
 from typing import List
 
-from ..spec import ACT, ATTN
-from .demo_claims import Summary
-from .demo_report_format import LAYER_TYPE_NAMES, blocks, spread, table
+from hetdpt_mm.spec import ACT, ATTN
+
+from .claims import Summary
+from .report_format import LAYER_TYPE_NAMES, blocks, spread, table
 
 
 def split_verdict(summary: Summary) -> str:

@@ -1,17 +1,18 @@
 """What the demo's results show, as data: the numbers behind the report's
 claims (the gradients of the gate scores by type, the compared splits of
-the budget) and the claims themselves (:class:`~.demo_results.Claim`:
+the budget) and the claims themselves (:class:`~.results.Claim`:
 holds or not, with the numbers that decide it).  The words are the report's
-(:mod:`.demo_report_claims`)."""
+(:mod:`.report_claims`)."""
 
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ..analysis import macs_convention
-from ..pruning import AnalyticCost
-from ..spec import ACT, ATTN
-from .demo_results import Claim, CompareRun, DemoResults, RunInfo
-from .demo_tome_claims import tome_comparison
+from hetdpt_mm.analysis import macs_convention
+from hetdpt_mm.pruning import AnalyticCost
+from hetdpt_mm.spec import ACT, ATTN
+
+from .results import Claim, CompareRun, DemoResults, RunInfo
+from .tome_claims import tome_comparison
 
 #: The compared splits of the budget, in the report's order.
 SPLIT_METHODS = ('MAP', 'attention_only', 'gelu_only', 'naive')
