@@ -51,11 +51,13 @@ needs other options runs a config generated under ``<work-dir>/configs/``
 that inherits the demo config (:func:`write_hook_config`).
 
 The independent jobs of a stage run side by side (``--jobs``, default one
-per core, at most 2).  Threads per job (``--threads``) default to the idle
-cores, measured when the stage starts, shared out among its jobs: tiny
-models on a busy machine are much slower with OpenMP threads that wait for
-each other.  A new run replaces the outputs of an earlier demo run in the
-work dir; ``--resume`` continues one instead, skipping its finished stages.
+more than the cores, at most 3).  Threads per job (``--threads``) default
+to the cores shared out among the stage's jobs, never to the load or
+``--jobs``: the thread count changes a run's floating-point reductions, so
+the same command gives the same results on an idle or a busy machine
+(:func:`~hetdpt_demo.jobs.stage_threads`).  A new run replaces the
+outputs of an earlier demo run in the work dir; ``--resume`` continues one
+instead, skipping its finished stages.
 ``--quick`` is the CI variant: the same stages on tiny subsets and
 schedules (minutes; its accuracies mean nothing).  See
 docs/user_guides/demo.md.

@@ -383,7 +383,7 @@ class RunInfo:
     command: str
     machine: str
     jobs: int
-    threads: Union[int, str]  # 'auto': from the idle cores
+    threads: Union[int, str]  # 'auto': the cores shared out per stage
     job_threads: Dict[str, int]
     load_before: float
     load_after: float

@@ -190,7 +190,7 @@ class DemoOptions:
     quick: bool = False
     budget: Optional[int] = None  # None: the variant's (FULL or QUICK)
     jobs: int = 1  # independent jobs side by side
-    threads: Optional[int] = None  # per job; None: from the idle cores
+    threads: Optional[int] = None  # per job; None: stage_threads
     resume: bool = False
     command: str = ''  # how it was started, for the report
 

@@ -5,6 +5,7 @@ demo's process) and writes its report; here we check what it produced."""
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from helpers import REPO, load_tool
 from mmengine.config import Config, DictAction
 
 from hetdpt_demo import Demo, DemoOptions
+from hetdpt_demo.jobs import default_jobs
 from hetdpt_demo.plots import plot_tome
 from hetdpt_demo.report import all_numbers
 from hetdpt_demo.results import (
@@ -280,6 +282,38 @@ def test_resume_skips_finished_stages(quick_run):
         == 13
     )
     assert (work_dir / 'report.md').read_text() == report
+
+
+def test_results_follow_neither_the_load_nor_jobs(
+    quick_run, tmp_path, monkeypatch
+):
+    """The dense and MAP stages again, with fewer jobs side by side and the
+    machine reported as overloaded: each job gets the threads it had in the
+    quick run, and the stages give the same accuracy and MAP points."""
+    work_dir, data_root, _ = quick_run
+    quick = json.loads((work_dir / 'demo_state.json').read_text())
+    monkeypatch.setattr(os, 'getloadavg', lambda: (64.0, 64.0, 64.0))
+
+    class FirstStages(Demo):
+        STAGES = Demo.STAGES[:3]  # data (made already), dense, map
+
+    demo = FirstStages(
+        DemoOptions(
+            repo=REPO,
+            work_dir=tmp_path / 'demo',
+            data_root=data_root,
+            quick=True,
+            jobs=default_jobs() - 1,
+        )
+    )
+    demo.results.headline = ''  # printed at the end; no report stage here
+    demo.run()
+    assert demo.jobs.threads_used == {
+        name: quick['job_threads'][name]
+        for name in ('dense-train', 'map-attn', 'map-act', 'map-interleaved')
+    }
+    assert demo.results.dense.accuracy == quick['results']['dense']['accuracy']
+    assert to_json(demo.results.map) == quick['results']['map']
 
 
 def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):

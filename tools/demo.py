@@ -77,8 +77,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
         '--threads',
         type=int,
         help='torch / OpenMP threads per job (default: the '
-        'idle cores shared out among the jobs of a stage, '
-        'at least 1; benchmarks use 1)',
+        'cores shared out among the jobs of a stage, at least 1, '
+        'whatever the load and --jobs; benchmarks use 1)',
     )
     parser.add_argument(
         '--resume',
