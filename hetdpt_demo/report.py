@@ -312,6 +312,7 @@ def summary_json(summary: Summary) -> Dict[str, Any]:
             recovery=to_json(results.recovery),
             splits=to_json(summary.splits),
             verdict=split_verdict(summary),
+            fit_check=to_json(summary.fit_check),
         ),
         tome=tome,
     )

@@ -221,6 +221,36 @@ def test_quick_demo_shows_the_claims(quick_run):
     assert "MAP's" in claims['verdict']
 
 
+def test_quick_demo_checks_maps_predictions(quick_run):
+    """MAP's own check: each compared split carries the fit's prediction
+    for its counts (its allocation's candidate), and the check's numbers
+    are those of the predictions against the measured means."""
+    work_dir, _, _ = quick_run
+    summary = json.loads((work_dir / 'summary.json').read_text())
+    candidates = {
+        (c['n_attn'], c['n_act']): c
+        for c in summary['map']['allocation']['candidates']
+    }
+    splits = summary['claims']['splits']
+    for split in splits:
+        candidate = candidates[split['n_attn'], split['n_act']]
+        assert split['predicted'] == candidate['predicted_accuracy']
+        assert split['extrapolated'] == candidate['extrapolated']
+    assert splits[0]['predicted'] == summary['map']['predicted']
+    distinct = list({(s['n_attn'], s['n_act']): s for s in splits}.values())
+    errors = [split['predicted'] - split['mean'] for split in distinct]
+    check = summary['claims']['fit_check']
+    assert check['mean_error'] == pytest.approx(sum(errors) / len(errors))
+    assert check['mean_abs_error'] == pytest.approx(
+        sum(map(abs, errors)) / len(errors)
+    )
+    assert 0 <= check['ordered'] <= check['pairs']
+    assert check['pairs'] <= len(distinct) * (len(distinct) - 1) // 2
+    report = (work_dir / 'report.md').read_text()
+    assert "**MAP's own check**" in report
+    assert "MAP's prediction (%)" in report
+
+
 def test_quick_demo_stage_outputs(quick_run):
     work_dir, _, _ = quick_run
     with open(work_dir / 'map/map_points.csv') as file:
