@@ -6,9 +6,9 @@ import pytest
 import torch
 from helpers import DENSE_CONFIG, REPO, load_tool, small_config
 
+from hetdpt_demo.data import make_classification
 from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
 from hetdpt_mm.checkpoint import load_checkpoint_file
-from hetdpt_mm.datasets.demo_data import make_classification
 from hetdpt_mm.runner import load_config
 from hetdpt_mm.spec import PruneSpec
 

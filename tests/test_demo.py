@@ -5,6 +5,7 @@ demo's process) and writes its report; here we check what it produced."""
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +14,19 @@ import pytest
 from helpers import REPO, load_tool
 from mmengine.config import Config, DictAction
 
-from hetdpt_mm.apis.demo import Demo, DemoOptions
-from hetdpt_mm.apis.demo.stages_tome import token_merge_options
-from hetdpt_mm.apis.demo_report import all_numbers
-from hetdpt_mm.apis.demo_results import (
+from hetdpt_demo import Demo, DemoOptions
+from hetdpt_demo.jobs import default_jobs
+from hetdpt_demo.plots import plot_tome
+from hetdpt_demo.report import all_numbers
+from hetdpt_demo.results import (
     TomePoint,
     TomeResult,
     from_json,
     to_json,
 )
-from hetdpt_mm.apis.demo_tome_claims import pareto_front, tome_comparison
-from hetdpt_mm.apis.demo_tome_report import (
+from hetdpt_demo.stages_tome import token_merge_options
+from hetdpt_demo.tome_claims import pareto_front, tome_comparison
+from hetdpt_demo.tome_report import (
     tome_claims,
     tome_section,
     tome_summary_row,
@@ -31,7 +34,6 @@ from hetdpt_mm.apis.demo_tome_report import (
 from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
 from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.models.token_merge import TokenMerge
-from hetdpt_mm.visualization import plot_tome
 
 
 @pytest.fixture(scope='module')
@@ -219,6 +221,36 @@ def test_quick_demo_shows_the_claims(quick_run):
     assert "MAP's" in claims['verdict']
 
 
+def test_quick_demo_checks_maps_predictions(quick_run):
+    """MAP's own check: each compared split carries the fit's prediction
+    for its counts (its allocation's candidate), and the check's numbers
+    are those of the predictions against the measured means."""
+    work_dir, _, _ = quick_run
+    summary = json.loads((work_dir / 'summary.json').read_text())
+    candidates = {
+        (c['n_attn'], c['n_act']): c
+        for c in summary['map']['allocation']['candidates']
+    }
+    splits = summary['claims']['splits']
+    for split in splits:
+        candidate = candidates[split['n_attn'], split['n_act']]
+        assert split['predicted'] == candidate['predicted_accuracy']
+        assert split['extrapolated'] == candidate['extrapolated']
+    assert splits[0]['predicted'] == summary['map']['predicted']
+    distinct = list({(s['n_attn'], s['n_act']): s for s in splits}.values())
+    errors = [split['predicted'] - split['mean'] for split in distinct]
+    check = summary['claims']['fit_check']
+    assert check['mean_error'] == pytest.approx(sum(errors) / len(errors))
+    assert check['mean_abs_error'] == pytest.approx(
+        sum(map(abs, errors)) / len(errors)
+    )
+    assert 0 <= check['ordered'] <= check['pairs']
+    assert check['pairs'] <= len(distinct) * (len(distinct) - 1) // 2
+    report = (work_dir / 'report.md').read_text()
+    assert "**MAP's own check**" in report
+    assert "MAP's prediction (%)" in report
+
+
 def test_quick_demo_stage_outputs(quick_run):
     work_dir, _, _ = quick_run
     with open(work_dir / 'map/map_points.csv') as file:
@@ -286,6 +318,38 @@ def test_resume_skips_finished_stages(quick_run):
         == 13
     )
     assert (work_dir / 'report.md').read_text() == report
+
+
+def test_results_follow_neither_the_load_nor_jobs(
+    quick_run, tmp_path, monkeypatch
+):
+    """The dense and MAP stages again, with fewer jobs side by side and the
+    machine reported as overloaded: each job gets the threads it had in the
+    quick run, and the stages give the same accuracy and MAP points."""
+    work_dir, data_root, _ = quick_run
+    quick = json.loads((work_dir / 'demo_state.json').read_text())
+    monkeypatch.setattr(os, 'getloadavg', lambda: (64.0, 64.0, 64.0))
+
+    class FirstStages(Demo):
+        STAGES = Demo.STAGES[:3]  # data (made already), dense, map
+
+    demo = FirstStages(
+        DemoOptions(
+            repo=REPO,
+            work_dir=tmp_path / 'demo',
+            data_root=data_root,
+            quick=True,
+            jobs=default_jobs() - 1,
+        )
+    )
+    demo.results.headline = ''  # printed at the end; no report stage here
+    demo.run()
+    assert demo.jobs.threads_used == {
+        name: quick['job_threads'][name]
+        for name in ('dense-train', 'map-attn', 'map-act', 'map-interleaved')
+    }
+    assert demo.results.dense.accuracy == quick['results']['dense']['accuracy']
+    assert to_json(demo.results.map) == quick['results']['map']
 
 
 def test_bad_work_dirs_are_refused_before_anything_runs(tmp_path, capsys):
@@ -415,7 +479,7 @@ def test_in_process_jobs_run_in_the_repository_and_log_their_output(
 ):
     from mmengine.logging import MMLogger
 
-    from hetdpt_mm.apis.jobs import Job, JobError, JobRunner
+    from hetdpt_demo.jobs import Job, JobError, JobRunner
 
     repo = tmp_path / 'repo'
     (repo / 'tools').mkdir(parents=True)

@@ -3,9 +3,10 @@ run): which claims hold, their numbers, and the report's words for them."""
 
 import pytest
 
-from hetdpt_mm.apis.demo_claims import split_rows, summarise
-from hetdpt_mm.apis.demo_report_claims import split_verdict
-from hetdpt_mm.apis.demo_results import (
+from hetdpt_demo.claims import split_rows, summarise
+from hetdpt_demo.plots import plot_split_comparison
+from hetdpt_demo.report_claims import claims_section, split_verdict
+from hetdpt_demo.results import (
     BenchmarkModel,
     BenchmarkRun,
     CompareResult,
@@ -13,6 +14,7 @@ from hetdpt_mm.apis.demo_results import (
     DemoResults,
     DensePredictionRun,
     DenseResult,
+    MapFitResult,
     MapPoints,
     MergeResult,
     PruneResult,
@@ -22,8 +24,7 @@ from hetdpt_mm.apis.demo_results import (
     from_json,
     to_json,
 )
-from hetdpt_mm.pruning import AnalyticCost
-from hetdpt_mm.visualization import plot_split_comparison
+from hetdpt_mm.pruning import AnalyticCost, allocate, fit_map
 
 ARCH = dict(
     arch=dict(embed_dims=96, num_heads=3, num_layers=6, mlp_ratio=4),
@@ -60,6 +61,30 @@ def bench(speedup, macs_speedup=1.0):
     )
 
 
+def map_fit():
+    """A fit of the demo ViT (depth 6, budget 4) predicting
+    ``80 + 20 a + 10 t`` exactly: (0, 4) 103.33, (2, 2) 100.00, (4, 0)
+    96.67."""
+    kept = (1, 4 / 6, 2 / 6)  # 0, 2 or 4 layers of a type removed
+    fit = fit_map(
+        [(a, t, 80 + 20 * a + 10 * t) for a in kept for t in kept],
+        degrees=(1,),
+    )
+    allocation = allocate(fit, budget=4, depth=6)
+    return MapFitResult(
+        fit=fit.to_dict(),
+        bounds='full',
+        fit_path='map_fit.json',
+        allocation=allocation.to_dict(),
+        degree=fit.degree,
+        cv_mae=fit.cv_mae,
+        cv_rmse=fit.cv_rmse,
+        n_attn=allocation.n_attn,
+        n_act=allocation.n_act,
+        predicted=allocation.best.predicted_accuracy,
+    )
+
+
 def trained(metric):
     return DensePredictionRun(
         before={metric: 0.0},
@@ -90,6 +115,7 @@ def results(
             points=[dict(n_attn='0', n_act='0'), dict(n_attn='1', n_act='0')],
             interval=1,
         ),
+        fit=map_fit(),
         recovery=dict(
             attn=RecoveryRun(block=0, at_once=90.0, after_epochs=[95.0, 96.0]),
             act=RecoveryRun(block=1, at_once=10.0, after_epochs=[90.0, 97.0]),
@@ -285,6 +311,41 @@ def test_the_split_verdict_names_the_winner_or_the_tie(rival, speed, verdict):
     )
     assert not summary.claim('map_split_most_accurate').holds
     assert split_verdict(summary) == verdict
+
+
+@pytest.mark.parametrize(
+    'rival, errors, ordered',
+    [(96.0, (103.33 - 98.5, 96.67 - 96.0), 1), (99.0, (4.83, -2.33), 0)],
+)
+def test_maps_own_check_meets_its_predictions_with_the_measurements(
+    rival, errors, ordered
+):
+    """MAP predicts (0, 4) 103.33 and (4, 0) 96.67; measured: 98.5 and
+    ``rival`` (rows of MAP's own counts are counted once)."""
+    runs = [
+        run('MAP', (0, 4), 0, main=True),
+        run('attention_only', (4, 0), 0, rival),
+        run('gelu_only', (0, 4), 0, main=True),
+    ]
+    summary = summary_of(
+        results(runs, speeds={'demo': 1.41, 'split-attn4-act0': 1.18})
+    )
+    assert [round(row.predicted, 2) for row in summary.splits] == [
+        103.33,
+        96.67,
+        103.33,
+    ]
+    assert summary.splits[0].predicted == summary.results.fit.predicted
+    assert not any(row.extrapolated for row in summary.splits)
+    check = summary.fit_check
+    assert check.mean_error == pytest.approx(sum(errors) / 2, abs=0.01)
+    assert check.mean_abs_error == pytest.approx(
+        sum(map(abs, errors)) / 2, abs=0.01
+    )
+    assert (check.pairs, check.ordered) == (1, ordered)
+    assert f'it ranks {ordered} of the 1 pair(s)' in '\n'.join(
+        claims_section(summary)
+    )
 
 
 def test_a_merge_that_changes_accuracy_and_a_slower_model_are_named():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hetdpt_mm.datasets import PAIR_CLASSES, SHAPE_PAIR_CLASSES, make_pairs
+from hetdpt_demo.data import PAIR_CLASSES, SHAPE_PAIR_CLASSES, make_pairs
 
 
 def read_split(root, split):

@@ -30,9 +30,9 @@ from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
+from hetdpt_demo.data import make_detection, make_segmentation
 from hetdpt_mm import META_KEY, PruneSpec
 from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.datasets import make_detection, make_segmentation
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.models.fused_attention import FusedMultiheadAttention
 

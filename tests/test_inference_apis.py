@@ -31,14 +31,14 @@ from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 from mmengine.runner import load_checkpoint
 
-from hetdpt_mm import PruneSpec
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import StateDictMismatch
-from hetdpt_mm.datasets import (
+from hetdpt_demo.data import (
     make_classification,
     make_detection,
     make_segmentation,
 )
+from hetdpt_mm import PruneSpec
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint import StateDictMismatch
 from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.runner import build_runner
 

@@ -27,8 +27,8 @@ from mmengine.hooks import EMAHook
 from mmengine.model import ExponentialMovingAverage
 
 import hetdpt_mm  # noqa: F401  registers modules
+from hetdpt_demo.data import make_classification
 from hetdpt_mm.checkpoint import StateDictMismatch, load_checkpoint_file
-from hetdpt_mm.datasets.demo_data import make_classification
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.record import HetDPTRecord, encode_record

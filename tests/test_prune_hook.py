@@ -20,8 +20,8 @@ from mmengine.runner import load_checkpoint
 from mmpretrain.registry import MODELS
 
 import hetdpt_mm  # noqa: F401  registers modules
+from hetdpt_demo.data import make_classification
 from hetdpt_mm.checkpoint import load_checkpoint_file
-from hetdpt_mm.datasets.demo_data import make_classification
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
 from hetdpt_mm.hooks.prune_hook import STATE_KEY
 from hetdpt_mm.pruning import allocate, fit_map, load_points

@@ -78,7 +78,7 @@ PRUNE_CONFIG = REPO / 'configs/demo/vit-demo_digits_prune.py'
 @pytest.fixture(scope='module')
 def dense_run(tmp_path_factory):
     """Two epochs of the dense demo config on 16 images."""
-    from hetdpt_mm.datasets.demo_data import make_classification
+    from hetdpt_demo.data import make_classification
 
     root = tmp_path_factory.mktemp('dense_run')
     make_classification(root / 'cls')
@@ -315,7 +315,7 @@ def test_test_loads_strictly_and_checks_options_first(
 
 
 def test_train_validates_first_when_asked(dense_run, tmp_path, capsys):
-    from hetdpt_mm.apis.demo_report import val_records
+    from hetdpt_demo.report import val_records
 
     config = small_config(
         tmp_path / 'dense.py', DENSE_CONFIG, dense_run / 'cls'

@@ -20,7 +20,7 @@ from helpers import randomize_
 from mmengine.config import ConfigDict
 from mmengine.registry import DefaultScope
 
-from hetdpt_mm.datasets import make_detection
+from hetdpt_demo.data import make_detection
 from hetdpt_mm.models import HetDPTSwin
 from hetdpt_mm.models.swin.state_dict import (
     canonical_layout,

@@ -25,8 +25,8 @@ from helpers import (
 from mmpretrain.models.backbones import VisionTransformer as PretrainViT
 from mmseg.models.backbones import VisionTransformer as SegViT
 
+from hetdpt_demo.data import make_segmentation
 from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.datasets import make_segmentation
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
 from hetdpt_mm.models.vit.state_dict import (
     from_openmmlab_layout,

@@ -14,13 +14,13 @@ import torch
 from helpers import load_tool
 from mmengine.config import Config
 
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import load_checkpoint_file
-from hetdpt_mm.datasets import (
+from hetdpt_demo.data import (
     make_classification,
     make_detection,
     make_segmentation,
 )
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint import load_checkpoint_file
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]

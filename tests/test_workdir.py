@@ -128,7 +128,7 @@ def test_a_fresh_run_into_a_finished_work_dir_is_refused(tmp_path, capsys):
 
 
 def test_overwrite_starts_the_run_over(tmp_path, capsys):
-    from hetdpt_mm.datasets.demo_data import make_classification
+    from hetdpt_demo.data import make_classification
 
     make_classification(tmp_path / 'cls')
     work = tmp_path / 'work'

@@ -8,7 +8,7 @@
 Dense training, MAP points, MAP fit, pruning, merging, DETR and UperNet
 transfer, benchmark, token merging and a report, each stage running the
 project's own tools; the stages and their outputs are described in
-:mod:`hetdpt_mm.apis.demo` and docs/user_guides/demo.md.  ``--quick`` is the
+:mod:`hetdpt_demo` and docs/user_guides/demo.md.  ``--quick`` is the
 CI variant (minutes; its accuracies mean nothing).
 
 Exit status: 0 done, 1 a stage failed, 2 bad input (a work dir or saved
@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a clone without installing
 
-from hetdpt_mm.apis.demo import (  # noqa: E402
+from hetdpt_demo import (  # noqa: E402
     DEFAULT_DATA_ROOT,
     FULL,
     QUICK,
@@ -33,7 +33,7 @@ from hetdpt_mm.apis.demo import (  # noqa: E402
     DemoInputError,
     DemoOptions,
 )
-from hetdpt_mm.apis.jobs import JobError, default_jobs  # noqa: E402
+from hetdpt_demo.jobs import JobError, default_jobs  # noqa: E402
 from hetdpt_mm.cli import run_reporting_errors  # noqa: E402
 
 
@@ -77,8 +77,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
         '--threads',
         type=int,
         help='torch / OpenMP threads per job (default: the '
-        'idle cores shared out among the jobs of a stage, '
-        'at least 1; benchmarks use 1)',
+        'cores shared out among the jobs of a stage, at least 1, '
+        'whatever the load and --jobs; benchmarks use 1)',
     )
     parser.add_argument(
         '--resume',

@@ -8,9 +8,13 @@ Existing datasets made with the same settings are kept.  Errors print
 
 import sys
 import time
+from pathlib import Path
 
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
-from hetdpt_mm.datasets import make_all
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a clone without installing
+
+from hetdpt_demo.data import make_all  # noqa: E402
+from hetdpt_mm.cli import ArgumentParser, run_reporting_errors  # noqa: E402
 
 
 def make(root: str, seed: int) -> None:

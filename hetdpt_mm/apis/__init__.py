@@ -1,7 +1,5 @@
 """What the command-line tools run, as functions and dataclasses:
 
-* :mod:`.demo` (``tools/demo.py``): the end-to-end demo pipeline, with the
-  job pool of :mod:`.jobs` and the report of :mod:`.demo_report`;
 * :mod:`.benchmark` (``tools/benchmark.py``): dense vs pruned benchmarks;
 * :mod:`.fit_map` (``tools/fit_map.py``): MAP fit and budget split;
 * :mod:`.train` (``tools/train.py``), :mod:`.evaluate` (``tools/test.py``):

@@ -2,12 +2,12 @@
 against dense + ToMe at equal ``r``, the accuracy / throughput front of the
 Fig. 8 points, and ``removed_attn`` 'norm' against 'none'
 (:func:`tome_comparison`).  The words are the report's
-(:mod:`.demo_tome_report`)."""
+(:mod:`.tome_report`)."""
 
 from dataclasses import dataclass
 from typing import Dict, List, Sequence
 
-from .demo_results import Claim, TomePoint, TomeResult
+from .results import Claim, TomePoint, TomeResult
 
 
 @dataclass

@@ -1,8 +1,8 @@
-"""Typed results of the demo's stages (:mod:`hetdpt_mm.apis.demo`) and
+"""Typed results of the demo's stages (:mod:`hetdpt_demo`) and
 their JSON form, the one the state file keeps and ``summary.json`` shows.
 
 Each stage writes its own record into :class:`DemoResults`; the report
-(:mod:`.demo_report`) reads them.  :func:`to_json` writes a record as JSON
+(:mod:`.report`) reads them.  :func:`to_json` writes a record as JSON
 data (a field marked :data:`OPTIONAL` is left out while it has its default);
 :func:`from_json` reads it back and says which entry is malformed.
 """
@@ -383,7 +383,7 @@ class RunInfo:
     command: str
     machine: str
     jobs: int
-    threads: Union[int, str]  # 'auto': from the idle cores
+    threads: Union[int, str]  # 'auto': the cores shared out per stage
     job_threads: Dict[str, int]
     load_before: float
     load_after: float

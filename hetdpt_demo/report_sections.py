@@ -1,13 +1,14 @@
 """The result sections of the demo report: classification, MAP, transfer,
-HetDPT+ and the benchmark, from the typed :class:`~.demo_claims.Summary`."""
+HetDPT+ and the benchmark, from the typed :class:`~.claims.Summary`."""
 
 import json
 import statistics
 from typing import List
 
-from ..pruning import Allocation, MAPFit
-from .demo_claims import Summary
-from .demo_report_format import (
+from hetdpt_mm.pruning import Allocation, MAPFit
+
+from .claims import Summary
+from .report_format import (
     LAYER_TYPE_NAMES,
     blocks,
     clock_name,

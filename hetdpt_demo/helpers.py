@@ -8,10 +8,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from mmengine.config import Config
 
-from ...fileio import atomic_write_text
-from ...speed import machine_info
-from .. import demo_report
-from ..demo_results import BenchmarkModel, BenchmarkRun
+from hetdpt_mm.fileio import atomic_write_text
+from hetdpt_mm.speed import machine_info
+
+from . import report as demo_report
+from .results import BenchmarkModel, BenchmarkRun
 from .settings import CLS_DATA, DemoError
 
 

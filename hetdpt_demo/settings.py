@@ -5,7 +5,7 @@ import dataclasses
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 
-from ...datasets import SHAPE_PAIR_CLASSES
+from .data import SHAPE_PAIR_CLASSES
 
 DENSE_CONFIG = 'configs/demo/vit-demo_digits.py'
 MAP_CONFIG = 'configs/demo/vit-demo_digits_map.py'
@@ -42,7 +42,7 @@ STATE_FILE = 'demo_state.json'
 # 4: validations inside the training runs replace tools/test.py runs.
 # 5: the shapes task at patch 8; recovery runs on the prune runs' images.
 # 6: the token-merging stage and its settings.
-# 7: typed results, one record per stage (demo_results.DemoResults).
+# 7: typed results, one record per stage (results.DemoResults).
 STATE_VERSION = 7
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
@@ -190,7 +190,7 @@ class DemoOptions:
     quick: bool = False
     budget: Optional[int] = None  # None: the variant's (FULL or QUICK)
     jobs: int = 1  # independent jobs side by side
-    threads: Optional[int] = None  # per job; None: from the idle cores
+    threads: Optional[int] = None  # per job; None: stage_threads
     resume: bool = False
     command: str = ''  # how it was started, for the report
 

@@ -4,13 +4,15 @@ import json
 import math
 from datetime import datetime
 
-from ... import visualization as plots
-from ...fileio import atomic_write_text
-from .. import demo_report
-from ..demo_claims import Summary, summarise
-from ..demo_results import RunInfo, StageTime, to_json
-from ..jobs import load_average
+from hetdpt_mm.fileio import atomic_write_text
+from hetdpt_mm.visualization import write_image
+
+from . import plots
+from . import report as demo_report
+from .claims import Summary, summarise
 from .helpers import machine_description, validation_size
+from .jobs import load_average
+from .results import RunInfo, StageTime, to_json
 from .settings import CLS_CLASSES, DemoError
 
 
@@ -49,7 +51,7 @@ class ReportStage:
             pruned=r.prune.accuracy,
             merged=r.transfer.merged_accuracy,
         )
-        plots.write_image(
+        write_image(
             self.out('accuracy_vs_speedup.png'),
             plots.plot_accuracy_vs_speedup(
                 *zip(*removal_steps),
@@ -63,25 +65,25 @@ class ReportStage:
                 ],
             ),
         )
-        plots.write_image(
+        write_image(
             self.out('score_grads.png'),
             plots.plot_score_grads(r.prune.score_grads, r.prune.decisions),
         )
-        plots.write_image(
+        write_image(
             self.out('recovery.png'),
             plots.plot_recovery(to_json(r.recovery), r.dense.accuracy),
         )
-        plots.write_image(
+        write_image(
             self.out('comparison.png'),
             plots.plot_split_comparison(
                 to_json(summary.splits), r.dense.accuracy
             ),
         )
         if r.tome is not None:
-            plots.write_image(
+            write_image(
                 self.out('tome.png'), plots.plot_tome(to_json(r.tome.points))
             )
-        plots.write_image(
+        write_image(
             self.out('losses.png'),
             plots.plot_losses(
                 {

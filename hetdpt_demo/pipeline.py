@@ -10,11 +10,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from mmengine.logging import MMLogger
 
-from ...fileio import atomic_write_text
-from ..demo_report_format import duration
-from ..demo_results import DemoResults, from_json, json_type, to_json
-from ..jobs import JobRunner, load_average
+from hetdpt_mm.fileio import atomic_write_text
+
 from .helpers import cpu_seconds, write_hook_config
+from .jobs import JobRunner, load_average
+from .report_format import duration
+from .results import DemoResults, from_json, json_type, to_json
 from .settings import (
     BACKBONE_OPTIONS,
     CLS_CLASSES,
@@ -36,7 +37,7 @@ from .summary import ReportStage
 
 class Demo(TrainingStages, TransferStages, TomeStages, ReportStage):
     """The stages of the demo; each writes its record into ``self.results``
-    (:class:`~hetdpt_mm.apis.demo_results.DemoResults`), saved with the
+    (:class:`~hetdpt_demo.results.DemoResults`), saved with the
     finished stages in ``<work_dir>/demo_state.json``."""
 
     STAGES = (

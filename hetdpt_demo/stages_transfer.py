@@ -6,20 +6,21 @@ from typing import List
 
 import torch
 
-from ...checkpoint import load_checkpoint_file
-from .. import demo_report
-from ..demo_claims import split_benchmark_runs
-from ..demo_results import (
-    DensePredictionRun,
-    MergeResult,
-    PlusResult,
-    TransferResult,
-)
-from ..jobs import Job
+from hetdpt_mm.checkpoint import load_checkpoint_file
+
+from . import report as demo_report
+from .claims import split_benchmark_runs
 from .helpers import (
     classifier_schedule_options,
     condense_benchmark,
     last_checkpoint,
+)
+from .jobs import Job
+from .results import (
+    DensePredictionRun,
+    MergeResult,
+    PlusResult,
+    TransferResult,
 )
 from .settings import DENSE_CONFIG, TRANSFER_CONFIGS, TRANSFER_METRICS
 

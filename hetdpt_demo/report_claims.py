@@ -1,12 +1,13 @@
 """The claims section of the demo report: the paper's observations and the
 comparison that justifies MAP, in words, from the claims computed as data
-(:mod:`.demo_claims`)."""
+(:mod:`.claims`)."""
 
 from typing import List
 
-from ..spec import ACT, ATTN
-from .demo_claims import Summary
-from .demo_report_format import LAYER_TYPE_NAMES, blocks, spread, table
+from hetdpt_mm.spec import ACT, ATTN
+
+from .claims import Summary
+from .report_format import LAYER_TYPE_NAMES, blocks, spread, table
 
 
 def split_verdict(summary: Summary) -> str:
@@ -58,6 +59,27 @@ def split_verdict(summary: Summary) -> str:
             'counts here: the same split, not a rival.)'
         )
     return verdict
+
+
+def fit_check_reading(summary: Summary) -> str:
+    """MAP's predictions of the compared splits against the measured
+    accuracies: how far to trust the fit."""
+    check = summary.fit_check
+    order = (
+        f'it ranks {check.ordered} of the {check.pairs} pair(s) of splits '
+        'whose accuracies differ as measured'
+        if check.pairs
+        else 'the splits of different counts measure the same, so there is '
+        'no ranking to check'
+    )
+    return (
+        f"**MAP's own check**: its fit predicted the splits "
+        f'{check.mean_error:+.2f} points off their measured mean on '
+        f'average (mean absolute error {check.mean_abs_error:.2f}; the '
+        'MAP points are measured after a short fine-tune, the splits after '
+        'the full one, so the level may be offset: MAP decides by the '
+        f'ranking); {order}.'
+    )
 
 
 def gradient_reading(summary: Summary) -> str:
@@ -166,6 +188,7 @@ def claims_section(summary: Summary) -> List[str]:
             'split',
             'attention + GELU removed',
             'top-1 (%)',
+            "MAP's prediction (%)",
             'per seed',
             'measured speedup',
             f'MACs ratio ({summary.macs_convention})',
@@ -175,6 +198,8 @@ def claims_section(summary: Summary) -> List[str]:
                 row.name,
                 f'{row.n_attn} + {row.n_act}',
                 spread(row.accuracies),
+                f'{row.predicted:.2f}'
+                + (' (extrapolated)' if row.extrapolated else ''),
                 ', '.join(f'{a:.2f}' for a in row.accuracies),
                 f'{row.speedup:.2f}x',
                 f'{row.macs_speedup:.2f}x',
@@ -194,6 +219,8 @@ def claims_section(summary: Summary) -> List[str]:
         + '.',
         '',
         split_verdict(summary),
+        '',
+        fit_check_reading(summary),
         '',
         '![comparison](comparison.png)',
     ]

@@ -1,14 +1,14 @@
 """The token-merging part of the demo report (the paper's Fig. 8 on the
 demo task, ``removed_attn``, DETR and UperNet with ToMe) in words, from
-the comparison computed as data (:mod:`.demo_tome_claims`): the report's
+the comparison computed as data (:mod:`.tome_claims`): the report's
 section (:func:`tome_section`) and the statements as ``summary.json`` keeps
 them (:func:`tome_claims`)."""
 
 from typing import Any, Dict, List, Optional
 
-from .demo_report_format import clock_name
-from .demo_results import TomePoint, TomeResult, to_json
-from .demo_tome_claims import TomeComparison, by_model, tome_comparison
+from .report_format import clock_name
+from .results import TomePoint, TomeResult, to_json
+from .tome_claims import TomeComparison, by_model, tome_comparison
 
 #: How the report names the models of the comparison.
 TOME_MODEL_NAMES = dict(

@@ -1,7 +1,7 @@
 """HetDPT end to end on the embedded CPU demo (``tools/demo.py``).
 
-The classification task is shape matching (:func:`~hetdpt_mm.datasets.
-demo_data.make_pairs` with ``SHAPES_TASK``: do two distant glyphs have the
+The classification task is shape matching (:func:`~hetdpt_demo.data.
+make_pairs` with ``SHAPES_TASK``: do two distant glyphs have the
 same shape, and which), on which token mixing and the GELUs matter; the
 classifier configs were written for the digits and are pointed at it, at
 patch size 8, with ``--cfg-options`` (the detectors' too).
@@ -41,21 +41,23 @@ process (``Job.in_process``); they are printed, logged under
     DETR and UperNet tested and benchmarked with ToMe;
 13. write ``report.md``, ``summary.json`` and the plots.
 
-Each stage writes a typed record into :class:`~hetdpt_mm.apis.demo_results.
+Each stage writes a typed record into :class:`~hetdpt_demo.results.
 DemoResults` (kept in the state file); the report computes its claims from
-them as data (:mod:`hetdpt_mm.apis.demo_claims`) and words them
-(:mod:`hetdpt_mm.apis.demo_report`).
+them as data (:mod:`hetdpt_demo.claims`) and words them
+(:mod:`hetdpt_demo.report`).
 
 Hook options are set by hook type, not by list position: a job whose hook
 needs other options runs a config generated under ``<work-dir>/configs/``
 that inherits the demo config (:func:`write_hook_config`).
 
 The independent jobs of a stage run side by side (``--jobs``, default one
-per core, at most 2).  Threads per job (``--threads``) default to the idle
-cores, measured when the stage starts, shared out among its jobs: tiny
-models on a busy machine are much slower with OpenMP threads that wait for
-each other.  A new run replaces the outputs of an earlier demo run in the
-work dir; ``--resume`` continues one instead, skipping its finished stages.
+more than the cores, at most 3).  Threads per job (``--threads``) default
+to the cores shared out among the stage's jobs, never to the load or
+``--jobs``: the thread count changes a run's floating-point reductions, so
+the same command gives the same results on an idle or a busy machine
+(:func:`~hetdpt_demo.jobs.stage_threads`).  A new run replaces the
+outputs of an earlier demo run in the work dir; ``--resume`` continues one
+instead, skipping its finished stages.
 ``--quick`` is the CI variant: the same stages on tiny subsets and
 schedules (minutes; its accuracies mean nothing).  See
 docs/user_guides/demo.md.

@@ -8,20 +8,28 @@ from typing import List, Sequence
 
 from mmengine.config import Config
 
-from ...backbone_checkpoint import (
+from hetdpt_mm.apis.fit_map import load_allocation
+from hetdpt_mm.backbone_checkpoint import (
     load_backbone_checkpoint,
     read_backbone_checkpoint,
 )
-from ...checkpoint import load_checkpoint_file
-from ...datasets import make_all
-from ...fileio import atomic_write_text
-from ...hooks.map_collect_hook import POINT_COLUMNS
-from ...hooks.prune_hook import STATE_KEY as PRUNE_STATE
-from ...pruning import MAPFit, load_points, rank_across_types
-from ...spec import ACT, ATTN, PruneSpec
-from .. import demo_report
-from ..demo_claims import counts_label
-from ..demo_results import (
+from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.fileio import atomic_write_text
+from hetdpt_mm.hooks.map_collect_hook import POINT_COLUMNS
+from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE
+from hetdpt_mm.pruning import MAPFit, load_points, rank_across_types
+from hetdpt_mm.spec import ACT, ATTN, PruneSpec
+
+from . import report as demo_report
+from .claims import counts_label
+from .data import make_all
+from .helpers import (
+    classifier_schedule_options,
+    last_accuracy,
+    last_checkpoint,
+)
+from .jobs import Job
+from .results import (
     CompareResult,
     CompareRun,
     DenseResult,
@@ -30,13 +38,6 @@ from ..demo_results import (
     NaiveSplit,
     PruneResult,
     RecoveryRun,
-)
-from ..fit_map import load_allocation
-from ..jobs import Job
-from .helpers import (
-    classifier_schedule_options,
-    last_accuracy,
-    last_checkpoint,
 )
 from .settings import DENSE_CONFIG, MAP_CONFIG, MAP_SCHEDULES, PRUNE_CONFIG
 

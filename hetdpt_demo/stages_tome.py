@@ -8,11 +8,13 @@ from typing import Any, Callable, Dict, List, Mapping
 
 import torch
 
-from ...analysis import count_macs, macs_convention
-from ...backbone_checkpoint import load_backbone_checkpoint
-from ...speed import build_backbone_variants, time_runs
-from .. import demo_report
-from ..demo_results import (
+from hetdpt_mm.analysis import count_macs, macs_convention
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.speed import build_backbone_variants, time_runs
+
+from . import report as demo_report
+from .jobs import Job
+from .results import (
     AttnOnlyRun,
     TomePoint,
     TomeResult,
@@ -20,7 +22,6 @@ from ..demo_results import (
     TomeTransfer,
     TomeTransferPoint,
 )
-from ..jobs import Job
 from .settings import (
     BACKBONE_OPTIONS,
     DENSE_CONFIG,

@@ -1,7 +1,7 @@
 """A small job pool for the demo: runs the project's tools as subprocesses,
 independent ones side by side, with a filtered live view of their output
-(the full output goes to one log file per job), and picks threads per job
-from the idle cores."""
+(the full output goes to one log file per job), and shares the cores out
+among the jobs of a stage."""
 
 import contextlib
 import dataclasses
@@ -25,8 +25,7 @@ __all__ = [
     'JobRunner',
     'default_jobs',
     'load_average',
-    'free_cores',
-    'lane_threads',
+    'stage_threads',
 ]
 
 #: Log lines of the subprocesses shown on the console (all are in the logs).
@@ -85,7 +84,7 @@ class JobRunner:
         self.logger = logger
         self.cwd = cwd
         self.log_dir = log_dir
-        self.threads = threads  # None: chosen per stage (lane_threads)
+        self.threads = threads  # None: chosen per stage (stage_threads)
         self.jobs = jobs
         self.commands: List[str] = []
         self.durations: Dict[str, float] = {}
@@ -104,7 +103,7 @@ class JobRunner:
         if not lanes:
             return
         workers = min(self.jobs, len(lanes))
-        threads = self.threads or lane_threads(workers)
+        threads = self.threads or stage_threads(len(lanes))
         self._failure = None
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [
@@ -266,33 +265,10 @@ def load_average() -> float:
     return os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
 
 
-def _cpu_times() -> tuple:
-    """(idle, total) jiffies of all cores since boot (Linux)."""
-    with open('/proc/stat', encoding='ascii') as file:
-        values = [int(v) for v in file.readline().split()[1:9]]
-    return values[3] + values[4], sum(values)
-
-
-def free_cores(seconds: float = 0.5) -> float:
-    """Idle CPU capacity now, in cores: sampled from /proc/stat, else
-    estimated from the load average."""
-    cores = os.cpu_count() or 1
-    try:
-        idle_before, total_before = _cpu_times()
-        time.sleep(seconds)
-        idle_after, total_after = _cpu_times()
-    except (OSError, ValueError, IndexError):
-        load = load_average()
-        return float(cores) if load != load else max(0.0, cores - load)
-    total = total_after - total_before
-    return cores * (idle_after - idle_before) / total if total else cores
-
-
-def lane_threads(lanes: int) -> int:
-    """Threads per job when ``lanes`` jobs run side by side: the free cores
-    shared out, at least 1.  Tiny models gain from a second thread only if
-    a core is really free: on a busy machine OpenMP threads mostly wait for
-    each other (measured here: 1.6x faster on an idle 2-core machine, 3.5x
-    slower under load 7)."""
-    cores = os.cpu_count() or 1
-    return max(1, min(cores // lanes, int(free_cores() / lanes + 0.25)))
+def stage_threads(lanes: int) -> int:
+    """Threads per job of a stage of ``lanes`` independent jobs: the cores
+    shared out among them, at least 1.  Never the load nor ``--jobs``: the
+    number of OpenMP threads changes a run's floating-point reductions, so
+    a command gives the same results however busy the machine is and
+    however many jobs run at once."""
+    return max(1, (os.cpu_count() or 1) // lanes)

@@ -1,17 +1,19 @@
 """What the demo's results show, as data: the numbers behind the report's
 claims (the gradients of the gate scores by type, the compared splits of
-the budget) and the claims themselves (:class:`~.demo_results.Claim`:
+the budget) and the claims themselves (:class:`~.results.Claim`:
 holds or not, with the numbers that decide it).  The words are the report's
-(:mod:`.demo_report_claims`)."""
+(:mod:`.report_claims`)."""
 
+import itertools
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from ..analysis import macs_convention
-from ..pruning import AnalyticCost
-from ..spec import ACT, ATTN
-from .demo_results import Claim, CompareRun, DemoResults, RunInfo
-from .demo_tome_claims import tome_comparison
+from hetdpt_mm.analysis import macs_convention
+from hetdpt_mm.pruning import Allocation, AnalyticCost
+from hetdpt_mm.spec import ACT, ATTN
+
+from .results import Claim, CompareRun, DemoResults, RunInfo
+from .tome_claims import tome_comparison
 
 #: The compared splits of the budget, in the report's order.
 SPLIT_METHODS = ('MAP', 'attention_only', 'gelu_only', 'naive')
@@ -46,10 +48,23 @@ class SplitRow:
     accuracies: List[float]
     speedup: float  # measured, merged backbone
     macs_speedup: float  # analytic
+    predicted: float  # MAP's fit at these counts
+    extrapolated: bool  # outside the MAP points' hull
     mean: float = 0.0  # of the accuracies
 
     def __post_init__(self):
         self.mean = sum(self.accuracies) / len(self.accuracies)
+
+
+@dataclass
+class FitCheck:
+    """MAP's own check: its predicted accuracy of each compared split
+    against the measured one, over the distinct removed counts."""
+
+    mean_error: float  # predicted - measured: the fit's offset
+    mean_abs_error: float
+    pairs: int  # pairs of splits whose measured accuracies differ
+    ordered: int  # of them, those the fit ranks as measured
 
 
 @dataclass
@@ -66,6 +81,7 @@ class Summary:
     macs_convention: str  # the analytic MACs'
     gradients: Dict[str, GradientStats]
     splits: List[SplitRow]
+    fit_check: FitCheck
     claims: List[Claim]
 
     def claim(self, name: str) -> Claim:
@@ -104,8 +120,13 @@ def split_benchmark_runs(results: DemoResults) -> Dict[str, CompareRun]:
 
 def split_rows(results: DemoResults, cost: AnalyticCost) -> List[SplitRow]:
     """The compared splits, each over its seeds, with its measured and
-    analytic speedups."""
+    analytic speedups and MAP's prediction (every split of the budget is a
+    candidate of its allocation)."""
     spec = results.prune.spec
+    candidates = {
+        (c.n_attn, c.n_act): c
+        for c in Allocation.from_dict(results.fit.allocation).candidates
+    }
     speed = {
         counts_label(spec['n_attn'], spec['n_act']): results.benchmark[
             'demo'
@@ -145,9 +166,30 @@ def split_rows(results: DemoResults, cost: AnalyticCost) -> List[SplitRow]:
                     ],
                     speedup=speed[counts_label(n_attn, n_act)].speedup,
                     macs_speedup=cost.speedup(n_attn, n_act),
+                    predicted=candidates[n_attn, n_act].predicted_accuracy,
+                    extrapolated=candidates[n_attn, n_act].extrapolated,
                 )
             )
     return rows
+
+
+def fit_check(splits: List[SplitRow]) -> FitCheck:
+    """How far MAP's predictions meet the measured splits (rows of the same
+    counts are the same runs: counted once)."""
+    rows = list({(row.n_attn, row.n_act): row for row in splits}.values())
+    errors = [row.predicted - row.mean for row in rows]
+    pairs = [
+        (x, y) for x, y in itertools.combinations(rows, 2) if x.mean != y.mean
+    ]
+    return FitCheck(
+        mean_error=sum(errors) / len(errors),
+        mean_abs_error=sum(map(abs, errors)) / len(errors),
+        pairs=len(pairs),
+        ordered=sum(
+            (x.predicted - y.predicted) * (x.mean - y.mean) > 0
+            for x, y in pairs
+        ),
+    )
 
 
 def map_split_claim(splits: List[SplitRow]) -> Claim:
@@ -268,5 +310,6 @@ def summarise(
         macs_convention=macs_convention(cost.attention_products),
         gradients=gradients,
         splits=splits,
+        fit_check=fit_check(splits),
         claims=claims,
     )

@@ -1,12 +1,12 @@
 """Reading the demo's run outputs, and its report and summary
-(:mod:`hetdpt_mm.apis.demo`).
+(:mod:`hetdpt_demo`).
 
 The demo's stages run the project's tools as subprocesses; this module reads
 what they wrote (metrics JSON of ``tools/test.py``, the validations in
 MMEngine's ``vis_data/scalars.json``), and turns the typed
-:class:`~.demo_claims.Summary` of a run into ``report.md`` (its sections are
-in :mod:`.demo_report_sections`, :mod:`.demo_report_claims` and
-:mod:`.demo_tome_report`, its plots in :mod:`hetdpt_mm.visualization`) and
+:class:`~.claims.Summary` of a run into ``report.md`` (its sections are
+in :mod:`.report_sections`, :mod:`.report_claims` and
+:mod:`.tome_report`, its plots in :mod:`hetdpt_mm.visualization`) and
 ``summary.json`` (:func:`summary_json`).
 """
 
@@ -14,18 +14,18 @@ import json
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping
 
-from .demo_claims import Summary
-from .demo_report_claims import claims_section, split_verdict
-from .demo_report_format import duration, spread, table
-from .demo_report_sections import (
+from .claims import Summary
+from .report_claims import claims_section, split_verdict
+from .report_format import duration, spread, table
+from .report_sections import (
     benchmark_section,
     classification_section,
     dense_prediction_section,
     map_section,
     plus_section,
 )
-from .demo_results import to_json
-from .demo_tome_report import tome_claims, tome_section, tome_summary_row
+from .results import to_json
+from .tome_report import tome_claims, tome_section, tome_summary_row
 
 __all__ = [
     'read_json',
@@ -312,6 +312,7 @@ def summary_json(summary: Summary) -> Dict[str, Any]:
             recovery=to_json(results.recovery),
             splits=to_json(summary.splits),
             verdict=split_verdict(summary),
+            fit_check=to_json(summary.fit_check),
         ),
         tome=tome,
     )

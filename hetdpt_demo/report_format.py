@@ -2,7 +2,7 @@
 
 from typing import Any, Iterable, List, Optional, Sequence
 
-from ..spec import ACT, ATTN
+from hetdpt_mm.spec import ACT, ATTN
 
 #: How the report names the layer types of the prune decisions.
 LAYER_TYPE_NAMES = {ATTN: 'attention', ACT: 'GELU'}
