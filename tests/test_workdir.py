@@ -155,7 +155,7 @@ def test_a_test_run_writes_nothing_over_the_training_run(tmp_path, capsys):
     config dump with its own (the demo's DETR dump then named the HetDPT+
     classifier as the detector's init_cfg): a test run's dump goes into its
     own log folder, beside the run's files."""
-    from hetdpt_mm.datasets.demo_data import make_classification
+    from hetdpt_demo.data import make_classification
 
     make_classification(tmp_path / 'cls')
     work = tmp_path / 'work'
