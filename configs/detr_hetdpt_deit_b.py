@@ -1,4 +1,5 @@
-# DETR on COCO 2017 with a HetDPT depth-pruned DeiT-B backbone (METHOD.md §5),
+# DETR on COCO 2017 with a HetDPT depth-pruned DeiT-B backbone (docs/method.md
+# §5),
 # the paper's 12-epoch schedule.  Everything else is mmdet's own DETR config
 # (./_base_/models/detr_hetdpt_vit.py).
 _base_ = './_base_/models/detr_hetdpt_vit.py'

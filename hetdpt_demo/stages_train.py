@@ -139,7 +139,7 @@ class TrainingStages:
         )
 
     def stage_recovery(self) -> None:
-        """Recovery asymmetry (METHOD.md §2): remove from the dense model
+        """Recovery asymmetry (docs/method.md §2): remove from the dense model
         the one attention layer, or the one GELU, that the MAP schedules
         removed first (the TE score's choice); validate at once
         (``--validate-first``), then fine-tune ``recovery_epochs`` epochs,

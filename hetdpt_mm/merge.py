@@ -1,4 +1,4 @@
-"""Checkpoint-level merging (METHOD.md section 4), shared by
+"""Checkpoint-level merging (docs/method.md section 4), shared by
 :class:`~hetdpt_mm.hooks.MergeCheckpointHook` and ``tools/merge_ckpt.py``,
 and applying a spec to dense weights (how the authors start stage 2, and how
 to try a known spec without the search).

@@ -23,7 +23,7 @@ from .fileio import loads_json, read_json_file
 META_KEY = 'hetdpt'
 
 #: The kinds of layers HetDPT removes: attention sublayers and FFN GELUs
-#: (METHOD.md section 1), and whole FFN branches (LayerNorm, FFN and
+#: (docs/method.md section 1), and whole FFN branches (LayerNorm, FFN and
 #: LayerScale; docs/user_guides/dinov2.md, *Whole-branch removal*).
 ATTN = 'attn'
 ACT = 'act'

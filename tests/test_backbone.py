@@ -59,7 +59,8 @@ def test_merged_has_plain_dense_layers():
 
 
 def reference_block(block, x, attn_removed, act_removed, residual_gelu):
-    """METHOD.md section 1 written out by hand from the block's weights."""
+    """docs/method.md section 1 written out by hand from the block's
+    weights."""
     h = block.norm1(x)
     x = x + (h if attn_removed else block.attn(h))
     mlp = block.mlp
@@ -135,7 +136,7 @@ def count(module):
 
 
 def test_authors_deit_b_parameter_counts():
-    """METHOD.md: 75,526,352 pruned and 54,867,152 merged, backbone plus
+    """docs/method.md: 75,526,352 pruned and 54,867,152 merged, backbone plus
     the two linear heads of distilled DeiT-B."""
     heads = 2 * (768 * 1000 + 1000)
     pruned = HetDPTViT('deit-base', distilled=True, prune_spec=MIXED_SPEC)

@@ -72,7 +72,7 @@ def distilled_deit_base():
 
 
 def test_distilled_deit_base_params(distilled_deit_base):
-    # METHOD.md: 54,867,152 merged, with the distilled DeiT-B's two
+    # docs/method.md: 54,867,152 merged, with the distilled DeiT-B's two
     # 1000-class heads (2 x 769,000); these are the backbones alone.
     assert count_params(distilled_deit_base['dense']) == 85_800_192
     assert count_params(distilled_deit_base['merged']) == 53_329_152

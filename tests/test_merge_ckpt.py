@@ -131,7 +131,7 @@ def test_mmseg_checkpoint_only_the_backbone_changes(tool, tmp_path, capsys):
 
 def test_authors_stage2_checkpoint_with_spec(tool, tmp_path, capsys):
     """DeiT-B distilled, the paper's spec, timm layout with both heads:
-    75,526,352 tensors before merging, 54,867,152 after (METHOD.md)."""
+    75,526,352 tensors before merging, 54,867,152 after (docs/method.md)."""
     backbone = HetDPTViT('deit-base', distilled=True, prune_spec=MIXED_SPEC)
     state = timm_state_dict(backbone)
     state['head.weight'] = torch.randn(1000, 768)

@@ -1,4 +1,4 @@
-# MAP data collection on the demo digits (METHOD.md section 2,
+# MAP data collection on the demo digits (docs/method.md section 2,
 # docs/user_guides/map.md). Starts from the dense demo checkpoint with a gated
 # backbone; every `interval` epochs MAPCollectHook removes one more layer
 # (chosen by the transfer-entropy score) and, after the fast fine-tune, writes

@@ -1,5 +1,5 @@
 # HetDPT stage 2 on DeiT-B as the authors run it (their train_stage2.py,
-# scripts/train_stage2_finetune.sh and logs/train_logs.txt; METHOD.md §4,
+# scripts/train_stage2_finetune.sh and logs/train_logs.txt; docs/method.md §4,
 # docs/user_guides/reproduce.md): restart from the ORIGINAL distilled DeiT-B
 # classifier, heads included, cut to a fixed spec (the dense weights are
 # converted on loading, as `tools/merge_ckpt.py DENSE OUT --spec S --form

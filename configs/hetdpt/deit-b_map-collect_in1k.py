@@ -1,4 +1,5 @@
-# MAP data collection for DeiT-B on ImageNet-1k (METHOD.md §2): starting from
+# MAP data collection for DeiT-B on ImageNet-1k (docs/method.md §2): starting
+# from
 # a dense DeiT-B, every `interval` epochs MAPCollectHook removes one more layer
 # (chosen by the transfer-entropy score), fine-tunes on a fixed 10% subset of
 # the training set and appends an (a, t, accuracy) point to

@@ -1,4 +1,5 @@
-# HetDPT on DeiT-B, ImageNet-1k in ONE run (METHOD.md §2-4): start from the
+# HetDPT on DeiT-B, ImageNet-1k in ONE run (docs/method.md §2-4): start from
+# the
 # official distilled DeiT-B classifier (heads included), remove 10 layers,
 # split between attention and GELU layers by the paper's MAP points,
 # progressively, then fine-tune the pruned network with hard distillation

@@ -1,5 +1,6 @@
 # HetDPT stage 1, step 2 on DeiT-B as the authors run it (their
-# train_stage1_step2.py and scripts/train_stage1_step2_search.sh; METHOD.md §3,
+# train_stage1_step2.py and scripts/train_stage1_step2_search.sh;
+# docs/method.md §3,
 # docs/user_guides/reproduce.md): which 5 attention and 5 GELU layers to
 # remove.  The search network is the NON-distilled DeiT-B started from its
 # official weights with its head; while a GELU gate is closed the block also

@@ -1,4 +1,4 @@
-# MAP data collection for Swin-B on ImageNet-1k (METHOD.md §2,
+# MAP data collection for Swin-B on ImageNet-1k (docs/method.md §2,
 # docs/user_guides/map.md): Swin's own (a, t, accuracy) points, in place of the
 # paper's DeiT-B points that swin-b_prune-17l_in1k.py reads until these exist.
 # From the official dense Swin-B classifier (backbone and head, as the prune

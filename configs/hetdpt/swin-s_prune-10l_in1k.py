@@ -61,7 +61,8 @@ model = dict(
 optim_wrapper = dict(
     paramwise_cfg=dict(
         custom_keys={
-            # HetDPT's learned layer importances are never decayed (METHOD.md
+            # HetDPT's learned layer importances are never decayed
+            # (docs/method.md
             # §3).
             'hetdpt_score': dict(decay_mult=0.0),
         }

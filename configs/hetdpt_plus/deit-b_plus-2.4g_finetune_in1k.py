@@ -1,4 +1,5 @@
-# HetDPT+ (METHOD.md section 6; docs/user_guides/hetdpt_plus.md): fine-tune the
+# HetDPT+ (docs/method.md section 6; docs/user_guides/hetdpt_plus.md):
+# fine-tune the
 # width-pruned HetDPT DeiT-B ("2.4G", paper: 81.4 % top-1, 13.2 M params)
 # with hard distillation.  Its input is the merged HetDPT checkpoint pruned
 # in width by Torch-Pruning's isomorphic pruning, to 2.4 GMACs counted as the

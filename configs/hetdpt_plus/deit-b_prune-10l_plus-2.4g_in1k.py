@@ -1,4 +1,4 @@
-# Depth, then width pruning in one run (HetDPT+, METHOD.md section 6): the
+# Depth, then width pruning in one run (HetDPT+, docs/method.md section 6): the
 # one-run HetDPT DeiT-B pruning of ../hetdpt/deit-b_prune-10l_in1k.py (MAP
 # split of 10 layers, progressive within-type removal, 400 epochs with the
 # dense DeiT-B teacher, <work_dir>/<name>_merged.pth at the end), then

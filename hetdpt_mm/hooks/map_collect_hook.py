@@ -1,4 +1,4 @@
-"""Collect MAP points in an ordinary classification run (METHOD.md §2).
+"""Collect MAP points in an ordinary classification run (docs/method.md §2).
 
 :class:`MAPCollectHook` turns a training run of a gated HetDPT backbone
 (any family: HetDPTViT, HetDPTSwin, HetDPTLayerScaleViT) into the

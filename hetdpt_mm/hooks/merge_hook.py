@@ -1,4 +1,5 @@
-"""MergeCheckpointHook: write the deployable merged model (METHOD.md §4)."""
+"""MergeCheckpointHook: write the deployable merged model (docs/method.md
+§4)."""
 
 import os.path as osp
 from collections import OrderedDict

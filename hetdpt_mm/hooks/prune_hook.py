@@ -1,4 +1,4 @@
-"""HetDPTPruneHook: stage 1, step 2 of HetDPT (METHOD.md section 3) inside
+"""HetDPTPruneHook: stage 1, step 2 of HetDPT (docs/method.md section 3) inside
 an ordinary MMEngine training run.
 
 The backbone is a ``HetDPTViT(gated=True)``: every attention sublayer and
@@ -99,7 +99,7 @@ class HetDPTPruneHook(GateHookBase):
         log_score_grads: log, every iteration, the mean magnitude of the
             gate-score gradients ``|dL/dm|`` over the open layers of each
             type as the training scalars ``score_grad_attn`` and
-            ``score_grad_act`` (METHOD.md §2, gradient disparity); the
+            ``score_grad_act`` (docs/method.md §2, gradient disparity); the
             gradients are read as backward computes them, before clipping.
             Not under FSDP (its flattened shards hide the scores).
     """

@@ -1,4 +1,4 @@
-"""WidthPruneHook: after depth pruning, write the HetDPT+ model (METHOD.md
+"""WidthPruneHook: after depth pruning, write the HetDPT+ model (docs/method.md
 section 6) -- the merged model pruned in width -- from the same run."""
 
 import os.path as osp

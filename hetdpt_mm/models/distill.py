@@ -1,4 +1,4 @@
-"""Self-distillation for the HetDPT fine-tune (METHOD.md section 4).
+"""Self-distillation for the HetDPT fine-tune (docs/method.md section 4).
 
 :class:`HetDPTDistillClassifier` is mmpretrain's ``ImageClassifier`` plus a
 frozen teacher and a knowledge-distillation loss, as in DeiT:

@@ -1,4 +1,4 @@
-"""The straight-through gates of the search form (METHOD.md section 3):
+"""The straight-through gates of the search form (docs/method.md section 3):
 each removable layer of a gated network sits behind one (attention
 sublayers, FFN activations and, under whole-branch removal, whole FFN
 branches)."""
@@ -16,7 +16,7 @@ class StraightThroughGate:
 
     The forward pass uses ``b``; the gradient with respect to the gate is
     routed to ``m`` (straight-through).  For ``out = b * f(x) + (1 - b) * x``
-    that gradient is ``sum((f(x) - x) * dL/dout)`` (METHOD.md section 3).
+    that gradient is ``sum((f(x) - x) * dL/dout)`` (docs/method.md section 3).
     ``m`` starts at 0 and is trained like any weight (without weight decay);
     a closed gate skips ``f`` entirely, so ``m`` then stops changing.
     """

@@ -1,5 +1,5 @@
 """``init_cfg=dict(type='PretrainedHeads', checkpoint=...)``: a classifier
-head starts from the heads of a checkpoint (METHOD.md section 4: the
+head starts from the heads of a checkpoint (docs/method.md section 4: the
 authors fine-tune the official classifier, heads included).
 
 mmengine's ``Pretrained`` loads keys as they are named, so the heads of a

@@ -3,7 +3,8 @@ and the layer choice every family's blocks follow.
 
 A block is always timm's pre-norm
 :class:`timm.models.vision_transformer.Block`; what HetDPT changes is which
-attention layer, activation and FFN it is built with (METHOD.md section 1):
+attention layer, activation and FFN it is built with (docs/method.md section
+1):
 
 ============  ===================  =======================  ===============
 form          attention removed    GELU removed             both removed

@@ -2,11 +2,12 @@
 
 Two families, one per hook:
 
-* :class:`PruneSchedule` (``HetDPTPruneHook``, METHOD.md §3): from the
+* :class:`PruneSchedule` (``HetDPTPruneHook``, docs/method.md §3): from the
   number of removals per kind, the order of the kinds and the training
   iteration after which each removal happens: ``'progressive'`` (the
   authors') and ``'epoch'``.
-* :class:`CollectSchedule` (``MAPCollectHook``, METHOD.md §2): the kind each
+* :class:`CollectSchedule` (``MAPCollectHook``, docs/method.md §2): the kind
+each
   collection step removes (the hook's ``interval`` says when):
   ``'attn'``, ``'act'``, ``'interleaved'``, ``'ffn'``, or any repeating
   pattern (``['attn', 'ffn']`` interleaves whole branches).

@@ -1,7 +1,7 @@
 """Layer selection policies: which layer of one kind a gate-owning hook
 removes next.
 
-A policy compares layers of one kind only (METHOD.md §2-3): the hook gives
+A policy compares layers of one kind only (docs/method.md §2-3): the hook gives
 it the kind and the open candidates of that kind, it returns a
 :class:`Decision`.  Policies read the backbone through its family interface
 (``depth``, ``prune_spec``, ``gates(kind)``, ``gate_scores(kind)``,
@@ -11,9 +11,9 @@ Registered in :data:`~hetdpt_mm.registry.SELECTION_POLICIES`, so a hook's
 ``selection=dict(type=..., ...)`` picks one:
 
 * :class:`LowestGateScore`: the lowest learned gate score ``m``
-  (``HetDPTPruneHook``'s default, METHOD.md §3);
+  (``HetDPTPruneHook``'s default, docs/method.md §3);
 * :class:`TransferEntropy`: the smallest change of the class-feature entropy
-  (``MAPCollectHook``'s default, METHOD.md §2, :mod:`.te`).
+  (``MAPCollectHook``'s default, docs/method.md §2, :mod:`.te`).
 """
 
 import copy

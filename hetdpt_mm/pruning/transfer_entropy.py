@@ -1,4 +1,5 @@
-"""Transfer-entropy (TE) layer score for MAP data collection (METHOD.md §2).
+"""Transfer-entropy (TE) layer score for MAP data collection (docs/method.md
+§2).
 
 Which layer the MAP collection loop removes next is chosen with the
 transfer-entropy style score of NOSE ("MLP Can Be a Good Transformer

@@ -1,4 +1,4 @@
-"""Width pruning for HetDPT+ (METHOD.md section 6): Torch-Pruning's
+"""Width pruning for HetDPT+ (docs/method.md section 6): Torch-Pruning's
 isomorphic global pruning of a HetDPTViT, with the widths it leaves read
 back into the structure record.
 

@@ -1,4 +1,4 @@
-"""Width pruning of a checkpoint (HetDPT+, METHOD.md section 6): the
+"""Width pruning of a checkpoint (HetDPT+, docs/method.md section 6): the
 backbone of a file of any layout and the inputs of its classifier heads
 pruned by :func:`~hetdpt_mm.pruning.width.prune_width`, written back into
 the checkpoint with the record that carries the widths."""

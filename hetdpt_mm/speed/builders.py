@@ -17,7 +17,7 @@ from ..models.vit.codec import resolve_arch
 from ..registry import get_family
 from ..spec import ACT, ATTN, PruneSpec
 
-#: The authors' reference DeiT-B model ("10 layers", METHOD.md section 1).
+#: The authors' reference DeiT-B model ("10 layers", docs/method.md section 1).
 AUTHORS_SPEC = PruneSpec(
     12, attn_removed=(0, 3, 7, 8, 11), act_removed=(2, 7, 8, 10, 11)
 )

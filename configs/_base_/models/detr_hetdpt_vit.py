@@ -1,4 +1,5 @@
-# mmdet's DETR with a HetDPT depth-pruned ViT backbone (METHOD.md §5).  mmdet
+# mmdet's DETR with a HetDPT depth-pruned ViT backbone (docs/method.md §5).
+# mmdet
 # defines DETR's model only in its full config, so this inherits that config
 # (with its COCO data, optimizer and runtime) and changes the model.  The neck
 # reads DeiT-B's width; configs built on it name the arch and the checkpoint,

@@ -4,7 +4,7 @@
 # DistilledVisionTransformer replaced by HetDPTViT.
 #
 # Start: the official distilled DeiT-B classifier, whole (HetDPT fine-tunes
-# that model, METHOD.md §4): the backbone through its Pretrained init_cfg,
+# that model, docs/method.md §4): the backbone through its Pretrained init_cfg,
 # the class and distillation heads (timm's `head`, `head_dist`) through
 # PretrainedHeads, so the built classifier computes the official model's
 # logits before any training.

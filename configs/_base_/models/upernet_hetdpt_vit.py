@@ -1,5 +1,6 @@
 # mmseg's UperNet for DeiT-B on ADE20K (512x512 crops, 160k iterations) with
-# a HetDPT depth-pruned ViT backbone (METHOD.md §5).  Neck (MultiLevelNeck),
+# a HetDPT depth-pruned ViT backbone (docs/method.md §5).  Neck
+# (MultiLevelNeck),
 # heads (UPerHead + FCN auxiliary, 768 channels as DeiT-B's), data and
 # schedule are those of mmseg's config, which this inherits since mmseg
 # defines that model there; configs built on it name the arch and the

@@ -1,4 +1,5 @@
-# MAP data collection (METHOD.md §2): every `interval` epochs MAPCollectHook
+# MAP data collection (docs/method.md §2): every `interval` epochs
+# MAPCollectHook
 # removes one more layer (chosen by the transfer-entropy score), fine-tunes
 # and appends an (a, t, accuracy) point to <work_dir>/map_points.csv.  The
 # optimizer is the DeiT one at a constant learning rate, so that later steps

@@ -1,4 +1,4 @@
-# HetDPT pruning (METHOD.md §2-4) on any schedule: remove 10 layers, split
+# HetDPT pruning (docs/method.md §2-4) on any schedule: remove 10 layers, split
 # between attention and GELU layers by MAP, chosen within each type by the
 # learned gate scores, progressively (one removal at the end of epochs 3, 8,
 # 15, 24, 35, 48, 63, 80, ...: stage lengths 3, 5, 7, ...), then fine-tune the

@@ -1,7 +1,7 @@
 # mmpretrain's DeiT schedule (AdamW, lr 1e-3 for 1024 images per step, 20
 # warm-up epochs, then cosine to max_epochs; no weight decay on norms, biases
 # and tokens; gradients clipped at 5) for 400 epochs, as the authors' HetDPT
-# DeiT-B run (METHOD.md §1).
+# DeiT-B run (docs/method.md §1).
 _base_ = [
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
     './no-decay_keys.py',
@@ -13,7 +13,7 @@ optim_wrapper = dict(
         custom_keys={
             **_base_.deit_no_decay_keys,
             # HetDPT's learned layer importances (gated runs) are never
-            # decayed (METHOD.md §3).
+            # decayed (docs/method.md §3).
             'hetdpt_score': dict(decay_mult=0.0),
         }
     ),

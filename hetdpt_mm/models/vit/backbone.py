@@ -36,7 +36,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             on-the-fly interpolation and padding.
         prune_spec: a :class:`PruneSpec`, a dict, or ``None`` to take it from
             the checkpoint named in ``init_cfg`` (dense when there is none).
-        gated: build the search form (straight-through gates, METHOD.md §3);
+        gated: build the search form (straight-through gates, docs/method.md
+        §3);
             gates of the spec's removed layers start closed.
         merged: merge activation-free FFNs into one linear each; ``None``
             follows the checkpoint in ``init_cfg`` (``False`` without one).

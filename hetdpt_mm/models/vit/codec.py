@@ -15,7 +15,7 @@ from ...spec import PruneSpec
 from ..layers import WHOLE_BRANCH
 from . import state_dict as vit_state_dict
 
-#: The behaviour of released HetDPT (stage-2) models, METHOD.md section 1.
+#: The behaviour of released HetDPT (stage-2) models, docs/method.md section 1.
 RELEASED_SEMANTICS = dict(
     removed_attn_output='norm', residual_gelu='both_removed'
 )

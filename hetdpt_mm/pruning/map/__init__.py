@@ -1,4 +1,5 @@
-"""Model Accuracy Predictor (MAP), HetDPT stage 1 step 1 (METHOD.md section 2).
+"""Model Accuracy Predictor (MAP), HetDPT stage 1 step 1 (docs/method.md
+section 2).
 
 MAP predicts the fine-tuned accuracy of a depth-pruned ViT from the retained
 ratios ``a`` (attention sublayers kept) and ``t`` (GELU activations kept,

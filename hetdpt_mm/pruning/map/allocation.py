@@ -270,7 +270,7 @@ def allocate(
 def rank_across_types(
     scores: Mapping[str, Sequence[float]], budget: int
 ) -> Dict[str, List[int]]:
-    """The naive allocation HetDPT argues against (METHOD.md §2): the
+    """The naive allocation HetDPT argues against (docs/method.md §2): the
     ``budget`` layers with the lowest raw importance scores, attention and
     GELU layers ranked together as if their scales were comparable (ties:
     GELU first, then the lower block).  ``scores`` maps each kind to the
