@@ -14,8 +14,9 @@ hetdpt_mm's own registries hold what its pruning hooks take from a config:
 layer selection policies and removal schedules.
 """
 
+import difflib
 import importlib
-from typing import Callable, Dict, Mapping, Optional, Type
+from typing import Callable, Dict, Iterable, Mapping, Optional, Type
 
 from mmengine.registry import Registry
 
@@ -42,6 +43,13 @@ def recognising_family(state: Mapping) -> Optional[Type]:
     return next(
         (cls for cls in FAMILIES.values() if cls.recognizes(state)), None
     )
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean `X`?)`` for the choice closest to a mistyped
+    ``name``, or ``''`` when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f' (did you mean `{close[0]}`?)' if close else ''
 
 
 def build_registered(cfg: dict, registry: Registry):

@@ -131,3 +131,15 @@ def test_training_with_an_inline_spec(train, tmp_path):
         torch.set_num_threads(previous)
     checkpoint = load_checkpoint_file(tmp_path / 'work/epoch_2.pth')
     assert read_backbone_checkpoint(checkpoint).record.spec == SPEC
+
+
+def test_an_unknown_arch_lists_every_accepted_name(train, capsys, tmp_path):
+    """Ours and mmpretrain's names, and the closest (issue 51 item 7)."""
+    option = 'model.backbone.arch=deit-bse'
+    args = [str(DENSE_CONFIG), '--work-dir', str(tmp_path), '--cfg-options']
+    assert train.main([*args, option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown arch 'deit-bse'"), err
+    assert 'did you mean `deit-base`' in err
+    for name in ('deit-base', 'deit-small', 'deit-tiny', 'b', 'base', 'large'):
+        assert repr(name) in err

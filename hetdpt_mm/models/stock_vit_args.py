@@ -4,11 +4,21 @@ changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
 *Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
 HetDPT removes is an error naming what to write instead."""
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Union,
+)
 
 import torch.nn as nn
 
 from ..presets import ARCH_PRESETS
+from ..registry import did_you_mean
 from .vit_state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
@@ -99,6 +109,20 @@ def mmpretrain_arch(name: str) -> Optional[Dict]:
     )
 
 
+def unknown_arch_message(name: str, presets: Iterable[str]) -> str:
+    """What an arch name that is neither one of ``presets`` nor
+    mmpretrain's is told: every accepted name, and the closest."""
+    from mmpretrain.models.backbones.vision_transformer import (
+        VisionTransformer,
+    )
+
+    accepted = sorted(set(presets) | set(VisionTransformer.arch_zoo))
+    return (
+        f'unknown arch {name!r}{did_you_mean(name, accepted)}; choose one '
+        f'of {accepted} or pass a dict'
+    )
+
+
 def check_fixed_args(stock: Dict) -> None:
     for name, (value, reason) in FIXED_ARGS.items():
         if name in stock and stock.pop(name) != value:
@@ -133,7 +157,9 @@ def take_stock_args(
     stock = dict(stock)
     arch = arch_from_stock(arch, default_arch, stock)
     if isinstance(arch, str) and arch not in ARCH_PRESETS:
-        arch = mmpretrain_arch(arch) or arch  # 'base', 'deit-b', ...
+        name, arch = arch, mmpretrain_arch(arch)  # 'base', 'deit-b', ...
+        if arch is None:
+            raise ValueError(unknown_arch_message(name, ARCH_PRESETS))
     check_fixed_args(stock)
     kept = {
         name: stock.pop(name)
