@@ -4,6 +4,7 @@ changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
 *Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
 HetDPT removes is an error naming what to write instead."""
 
+import inspect
 from typing import (
     Dict,
     Iterable,
@@ -11,6 +12,7 @@ from typing import (
     Mapping,
     Optional,
     Sequence,
+    Set,
     Tuple,
     Union,
 )
@@ -18,7 +20,7 @@ from typing import (
 import torch.nn as nn
 
 from ..presets import ARCH_PRESETS
-from ..registry import did_you_mean
+from ..registry import did_you_mean, unexpected_keywords_message
 from .vit_state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
@@ -123,6 +125,29 @@ def unknown_arch_message(name: str, presets: Iterable[str]) -> str:
     )
 
 
+def backbone_keywords(owner: type) -> Set[str]:
+    """The named arguments of ``owner``'s constructors and the stock ones
+    it takes."""
+    named = {
+        parameter.name
+        for cls in owner.__mro__
+        if '__init__' in vars(cls)
+        for parameter in inspect.signature(cls.__init__).parameters.values()
+        if parameter.kind
+        in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    return (
+        (named - {'self'})
+        | set(MMSEG_ARCH_ARGS)
+        | set(FIXED_ARGS)
+        | {
+            'norm_cfg',
+            'frozen_exclude',
+            'out_origin',
+        }
+    )
+
+
 def check_fixed_args(stock: Dict) -> None:
     for name, (value, reason) in FIXED_ARGS.items():
         if name in stock and stock.pop(name) != value:
@@ -148,12 +173,13 @@ def norm_eps(norm_cfg: Optional[Mapping]) -> float:
 
 
 def take_stock_args(
-    arch, default_arch, stock: Dict
+    arch, default_arch, stock: Dict, owner: type
 ) -> Tuple[Union[str, Dict], Dict]:
     """Our ``arch`` (also from mmpretrain's arch names) and the stock
     arguments that remain (``norm_cfg``, ``frozen_exclude``,
     ``out_origin``) from the stock ones in ``stock``; any other name is a
-    ``TypeError`` as for any unknown argument."""
+    ``TypeError`` naming ``owner`` (the backbone class) and the closest
+    argument it takes."""
     stock = dict(stock)
     arch = arch_from_stock(arch, default_arch, stock)
     if isinstance(arch, str) and arch not in ARCH_PRESETS:
@@ -167,7 +193,11 @@ def take_stock_args(
         if name in stock
     }
     if stock:
-        raise TypeError(f'unexpected keyword arguments {sorted(stock)}')
+        raise TypeError(
+            unexpected_keywords_message(
+                owner.__name__, stock, backbone_keywords(owner)
+            )
+        )
     return arch, kept
 
 
