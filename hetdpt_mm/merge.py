@@ -287,7 +287,7 @@ def merge_checkpoint(
             source, converted, network, merged_record, record.teacher_prefix
         )
 
-    out_state, dropped, backbone_after = merge_state(loaded)
+    out_state, dropped, backbone_sizes = merge_state(loaded)
     out = {'state_dict': out_state}
     ema = checkpoint.get(EMA_KEY)
     ema_sizes = None
@@ -303,9 +303,8 @@ def merge_checkpoint(
             EMA_KEY,
             prefix,
         )
-        ema_state, _, ema_after = merge_state(ema_loaded)
+        ema_state, _, ema_sizes = merge_state(ema_loaded)
         out[EMA_KEY] = _with_module_prefix(ema, ema_state)
-        ema_sizes = (_numel(ema_loaded.state), ema_after)
 
     meta = (
         checkpoint.get('meta')
@@ -321,8 +320,8 @@ def merge_checkpoint(
         spec=final_spec,
         total_before=_numel(state),
         total_after=_numel(out_state),
-        backbone_before=_numel(loaded.state),
-        backbone_after=backbone_after,
+        backbone_before=backbone_sizes[0],
+        backbone_after=backbone_sizes[1],
         dropped=dropped,
         form_out=form,
         spec_in=record.spec,
@@ -347,7 +346,8 @@ def _assemble_state(
 ):
     """``source``'s whole state dict with ``converted`` (its backbone in the
     merged record's form) in place of its backbone; returns it, what was
-    dropped, and the merged backbone's size."""
+    dropped, and the backbone's sizes before and after (a bare state dict's
+    classifier counted in neither)."""
     prefix = merged_record.prefix
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.
@@ -390,7 +390,14 @@ def _assemble_state(
     gates = sum(network._is_gate_key(k) for k in source.state)
     if gates:
         dropped['gate tensors'] = gates
-    return out_state, dropped, _numel(merged_backbone)
+    backbone_before = {
+        k: v for k, v in source.state.items() if k not in foreign
+    }
+    return (
+        out_state,
+        dropped,
+        (_numel(backbone_before), _numel(merged_backbone)),
+    )
 
 
 def _with_module_prefix(ema: Mapping, module_state: Mapping) -> 'OrderedDict':

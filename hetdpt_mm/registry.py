@@ -14,8 +14,10 @@ hetdpt_mm's own registries hold what its pruning hooks take from a config:
 layer selection policies and removal schedules.
 """
 
+import difflib
 import importlib
-from typing import Callable, Dict, Mapping, Optional, Type
+import inspect
+from typing import Callable, Dict, Iterable, Mapping, Optional, Set, Type
 
 from mmengine.registry import Registry
 
@@ -42,6 +44,39 @@ def recognising_family(state: Mapping) -> Optional[Type]:
     return next(
         (cls for cls in FAMILIES.values() if cls.codec.recognizes(state)), None
     )
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """`` (did you mean `X`?)`` for the choice closest to a mistyped
+    ``name``, or ``''`` when none is close."""
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f' (did you mean `{close[0]}`?)' if close else ''
+
+
+def unexpected_keywords_message(
+    component: str, unknown: Iterable[str], valid: Iterable[str]
+) -> str:
+    """What keys ``component`` does not take are told: each one's closest
+    valid key, or (none close) every valid key."""
+    unknown, valid = sorted(unknown), sorted(valid)
+    hints = [did_you_mean(name, valid) for name in unknown]
+    message = f'{component} got unexpected keyword arguments {unknown}'
+    if all(hints):
+        return message + ''.join(hints)
+    return f'{message}; it takes {valid}'
+
+
+def named_arguments(cls: type) -> Optional[Set[str]]:
+    """The keywords ``cls(...)`` takes, or ``None`` where its constructor
+    takes any (``**kwargs``)."""
+    parameters = inspect.signature(cls).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    return {
+        p.name
+        for p in parameters
+        if p.kind is not inspect.Parameter.VAR_POSITIONAL
+    }
 
 
 def build_registered(cfg: dict, registry: Registry):

@@ -14,6 +14,7 @@ from hetdpt_mm.spec import PruneSpec
 
 SPEC = PruneSpec(6, attn_removed=[1], act_removed=[2, 4])
 FINETUNE = REPO / 'configs/hetdpt/deit-b_finetune-10l_in1k.py'
+PRUNE_CONFIG = REPO / 'configs/demo/vit-demo_digits_prune.py'
 
 
 @pytest.fixture(scope='module')
@@ -131,3 +132,48 @@ def test_training_with_an_inline_spec(train, tmp_path):
         torch.set_num_threads(previous)
     checkpoint = load_checkpoint_file(tmp_path / 'work/epoch_2.pth')
     assert read_backbone_checkpoint(checkpoint).record.spec == SPEC
+
+
+def test_an_unknown_arch_lists_every_accepted_name(train, capsys, tmp_path):
+    """Ours and mmpretrain's names, and the closest (issue 51 item 7)."""
+    option = 'model.backbone.arch=deit-bse'
+    args = [str(DENSE_CONFIG), '--work-dir', str(tmp_path), '--cfg-options']
+    assert train.main([*args, option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: unknown arch 'deit-bse'"), err
+    assert 'did you mean `deit-base`' in err
+    for name in ('deit-base', 'deit-small', 'deit-tiny', 'b', 'base', 'large'):
+        assert repr(name) in err
+
+
+@pytest.mark.parametrize(
+    'config, option, message',
+    [
+        (
+            DENSE_CONFIG,
+            'model.backbone.prune_spc={"attn_removed":[1]}',
+            "HetDPTViT got unexpected keyword arguments ['prune_spc'] "
+            '(did you mean `prune_spec`?)',
+        ),
+        (
+            PRUNE_CONFIG,
+            'custom_hooks.0.budgt=3',
+            'custom_hooks.0: HetDPTPruneHook got unexpected keyword '
+            "arguments ['budgt'] (did you mean `budget`?)",
+        ),
+        (
+            PRUNE_CONFIG,
+            'custom_hooks.0.zzz=3',
+            "HetDPTPruneHook got unexpected keyword arguments ['zzz']; it "
+            "takes ['bounds', 'budget', ",
+        ),
+    ],
+)
+def test_an_unknown_key_names_its_component_and_the_closest_key(
+    train, capsys, tmp_path, config, option, message
+):
+    """Issue 51 item 8."""
+    args = [str(config), '--work-dir', str(tmp_path), '--cfg-options']
+    assert train.main([*args, option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: ') and message in err, err

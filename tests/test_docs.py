@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 import warm_tools
+from mmengine.config import Config
 from myst_parser.mdit_to_docutils.base import default_slugify
 
 import hetdpt_mm
@@ -146,6 +147,35 @@ def test_page_tells_no_project_history(page):
         for n, line in enumerate(lines, 1)
         if HISTORY.search(line)
     ] == []
+
+
+DOC_PATH = re.compile(r'\bdocs/[\w/.-]+\.md\b')
+CHECKPOINT = re.compile(
+    r'\bwork_dirs/(?P<config>[\w.-]+)/epoch_(?P<epoch>\d+)\.pth'
+)
+
+
+@pytest.mark.parametrize(
+    'page',
+    [ROOT / 'README.md', *GUIDES],
+    ids=lambda page: str(page.relative_to(ROOT)),
+)
+def test_named_pages_and_checkpoints_exist(page):
+    """A page named in the text exists, and an ``epoch_N.pth`` of a
+    project config's work dir is one its schedule writes."""
+    text = page.read_text()
+    missing = [
+        path for path in DOC_PATH.findall(text) if not (ROOT / path).exists()
+    ]
+    unwritten = []
+    for match in CHECKPOINT.finditer(text):
+        configs = list((ROOT / 'configs').rglob(f'{match["config"]}.py'))
+        if not configs:
+            continue  # a work dir the reader names
+        max_epochs = Config.fromfile(configs[0]).train_cfg.max_epochs
+        if int(match['epoch']) > max_epochs:
+            unwritten.append(f'{match[0]} (max_epochs={max_epochs})')
+    assert (missing, unwritten) == ([], [])
 
 
 def test_version_is_the_changelog_newest():

@@ -31,7 +31,7 @@ from hetdpt_demo.data import make_classification
 from hetdpt_mm.checkpoint import StateDictMismatch, load_checkpoint_file
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.record import HetDPTRecord, encode_record
+from hetdpt_mm.record import EXTRA_STATE_KEY, HetDPTRecord, encode_record
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 TOOL = REPO / 'tools' / 'merge_ckpt.py'
@@ -279,7 +279,17 @@ def test_spec_applied_to_dense_weights_with_heads(
         'spec applied: PruneSpec(depth=4, attn_removed=[0, 2], '
         f'act_removed=[2, 3]) ({form} form)' in stdout
     )
+    # Both backbone counts leave the classifier heads out (issue 51 item 5).
+    heads = {'head.weight', 'head_dist.weight'}
+    before = sum(v.numel() for k, v in state.items() if k not in heads)
+    assert f'backbone parameters: {before:,} -> ' in stdout
     converted = load_checkpoint_file(out)
+    after = sum(
+        v.numel()
+        for k, v in converted['state_dict'].items()
+        if k not in heads and not k.endswith(EXTRA_STATE_KEY)
+    )
+    assert f'backbone parameters: {before:,} -> {after:,}' in stdout
     assert converted['meta'][META_KEY]['form'] == form
     for key in ('head.weight', 'head_dist.weight'):
         assert torch.equal(converted['state_dict'][key], state[key])

@@ -697,3 +697,43 @@ def test_two_ranks_make_identical_decisions(tmp_path, digits):
     assert (spec.n_attn, spec.n_act) == (1, 2)
     log = next((tmp_path / 'work').glob('*/*.log')).read_text()
     assert 'on 2 rank(s)' in log
+
+
+def test_a_merged_file_into_the_gated_config_names_the_fix_error(
+    tmp_path, capsys
+):
+    """Issue 51 item 8: the error says to start from a dense or gated
+    checkpoint, and names the hook, not its object's address."""
+    from helpers import small_config
+
+    from hetdpt_mm.merge import merge_checkpoint
+    from hetdpt_mm.models import HetDPTViT
+
+    arch = dict(embed_dims=96, num_layers=6, num_heads=3, mlp_ratio=4)
+    dense = HetDPTViT(arch=arch, img_size=32, patch_size=4)
+    state = {'backbone.' + k: v for k, v in dense.state_dict().items()}
+    merged, _ = merge_checkpoint(
+        {'state_dict': state},
+        spec=dict(attn_removed=[1], act_removed=[2]),
+        prefix='backbone.',
+        arch=arch,
+    )
+    torch.save(merged, tmp_path / 'merged.pth')
+    make_classification(tmp_path / 'cls')
+    config = small_config(
+        tmp_path / 'prune.py', PRUNE_CONFIG, tmp_path / 'cls'
+    )
+    code = load_tool('train').main(
+        [
+            config,
+            '--work-dir',
+            str(tmp_path / 'work'),
+            '--cfg-options',
+            f'load_from={tmp_path / "merged.pth"}',
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2
+    assert 'HetDPTViT in the merged form' in err
+    assert 'start from a dense or gated checkpoint' in err
+    assert 'object at 0x' not in err

@@ -566,3 +566,13 @@ def test_mmpretrain_ffn_types_of_the_layerscale_family(args, tmp_path):
     assert_same_outputs(stock, ours, STOCK_INPUT_SHAPE)
     swiglu = args['layer_cfgs']['ffn_type'] == 'swiglu_fused'
     assert ours.ffn == ('swiglu' if swiglu else 'mlp')
+
+
+@pytest.mark.parametrize('backbone', [HetDPTViT, HetDPTLayerScaleViT])
+def test_an_unknown_arch_name_lists_ours_and_mmpretrains(backbone):
+    with pytest.raises(ValueError) as error:
+        backbone(arch='dinov2-smal')
+    message = str(error.value)
+    assert 'did you mean `dinov2-small`' in message
+    assert all(repr(name) in message for name in PretrainViT.arch_zoo)
+    assert "'deit-small'" in message

@@ -83,6 +83,10 @@ class GateHookBase(HetDPTMetaHook):
         self._loaded_state: Optional[Dict] = None
         self._model = None
 
+    def __repr__(self) -> str:
+        # MMEngine appends the hook to a TypeError a hook raises.
+        return type(self).__name__
+
     # ------------------------------------------------------------ backbone
     def backbone(self, runner):
         """The model's one gated backbone (a distillation teacher's are not
@@ -97,10 +101,19 @@ class GateHookBase(HetDPTMetaHook):
                 f'{type(b).__name__} in the {form} form at {prefix!r}'
                 for prefix, form, b in found
             )
+            # A config asking for gated=True gets the structure of a merged
+            # or pruned file it loads (load_from, init_cfg).
+            cut = any(form in ('merged', 'pruned') for _, form, _ in found)
             raise GatedBackboneError(
                 f'{type(self).__name__} removes layers by closing gates: the '
                 "model needs backbone=dict(type='HetDPTViT', gated=True, ...)"
                 f' (exactly one); found: {described or "none"}'
+                + (
+                    '; a merged or pruned checkpoint cannot be searched: '
+                    'start from a dense or gated checkpoint'
+                    if cut
+                    else ''
+                )
             )
         return gated[0]
 

@@ -40,6 +40,7 @@ from ..vit.stock_args import (
     arch_from_stock,
     frozen_by_exclude,
     mmpretrain_arch,
+    unknown_arch_message,
 )
 from . import codec as layerscale_codec
 from . import state_dict as ls_state_dict
@@ -132,7 +133,11 @@ class HetDPTLayerScaleViT(HetDPTViT):
         # mmseg's spelling of the architecture (the rest: HetDPTViT's).
         arch = arch_from_stock(arch, self.DEFAULT_ARCH, kwargs)
         if isinstance(arch, str) and arch not in LAYERSCALE_ARCH_PRESETS:
-            arch = mmpretrain_arch(arch) or arch  # 'dinov2-s', 'base', ...
+            name, arch = arch, mmpretrain_arch(arch)  # 'dinov2-s', 'base', ...
+            if arch is None:
+                raise ValueError(
+                    unknown_arch_message(name, LAYERSCALE_ARCH_PRESETS)
+                )
         self.pos_embed_antialias = pos_embed_antialias
         defaults = (
             LAYERSCALE_ARCH_PRESETS[arch]

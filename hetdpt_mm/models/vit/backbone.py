@@ -148,7 +148,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         **stock_args,
     ):
         arch, stock = stock_vit.take_stock_args(
-            arch, self.DEFAULT_ARCH, stock_args
+            arch, self.DEFAULT_ARCH, stock_args, type(self)
         )
         super().__init__(
             init_cfg=init_cfg_with_pretrained(pretrained, init_cfg)

@@ -4,11 +4,23 @@ changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
 *Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
 HetDPT removes is an error naming what to write instead."""
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import inspect
+from typing import (
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    Union,
+)
 
 import torch.nn as nn
 
 from ...presets import ARCH_PRESETS
+from ...registry import did_you_mean, unexpected_keywords_message
 from .state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
@@ -99,6 +111,43 @@ def mmpretrain_arch(name: str) -> Optional[Dict]:
     )
 
 
+def unknown_arch_message(name: str, presets: Iterable[str]) -> str:
+    """What an arch name that is neither one of ``presets`` nor
+    mmpretrain's is told: every accepted name, and the closest."""
+    from mmpretrain.models.backbones.vision_transformer import (
+        VisionTransformer,
+    )
+
+    accepted = sorted(set(presets) | set(VisionTransformer.arch_zoo))
+    return (
+        f'unknown arch {name!r}{did_you_mean(name, accepted)}; choose one '
+        f'of {accepted} or pass a dict'
+    )
+
+
+def backbone_keywords(owner: type) -> Set[str]:
+    """The named arguments of ``owner``'s constructors and the stock ones
+    it takes."""
+    named = {
+        parameter.name
+        for cls in owner.__mro__
+        if '__init__' in vars(cls)
+        for parameter in inspect.signature(cls.__init__).parameters.values()
+        if parameter.kind
+        in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    }
+    return (
+        (named - {'self'})
+        | set(MMSEG_ARCH_ARGS)
+        | set(FIXED_ARGS)
+        | {
+            'norm_cfg',
+            'frozen_exclude',
+            'out_origin',
+        }
+    )
+
+
 def check_fixed_args(stock: Dict) -> None:
     for name, (value, reason) in FIXED_ARGS.items():
         if name in stock and stock.pop(name) != value:
@@ -124,16 +173,19 @@ def norm_eps(norm_cfg: Optional[Mapping]) -> float:
 
 
 def take_stock_args(
-    arch, default_arch, stock: Dict
+    arch, default_arch, stock: Dict, owner: type
 ) -> Tuple[Union[str, Dict], Dict]:
     """Our ``arch`` (also from mmpretrain's arch names) and the stock
     arguments that remain (``norm_cfg``, ``frozen_exclude``,
     ``out_origin``) from the stock ones in ``stock``; any other name is a
-    ``TypeError`` as for any unknown argument."""
+    ``TypeError`` naming ``owner`` (the backbone class) and the closest
+    argument it takes."""
     stock = dict(stock)
     arch = arch_from_stock(arch, default_arch, stock)
     if isinstance(arch, str) and arch not in ARCH_PRESETS:
-        arch = mmpretrain_arch(arch) or arch  # 'base', 'deit-b', ...
+        name, arch = arch, mmpretrain_arch(arch)  # 'base', 'deit-b', ...
+        if arch is None:
+            raise ValueError(unknown_arch_message(name, ARCH_PRESETS))
     check_fixed_args(stock)
     kept = {
         name: stock.pop(name)
@@ -141,7 +193,11 @@ def take_stock_args(
         if name in stock
     }
     if stock:
-        raise TypeError(f'unexpected keyword arguments {sorted(stock)}')
+        raise TypeError(
+            unexpected_keywords_message(
+                owner.__name__, stock, backbone_keywords(owner)
+            )
+        )
     return arch, kept
 
 
