@@ -12,9 +12,14 @@ from helpers import load_tool, randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
-from hetdpt_mm.checkpoint import CheckpointError, load_checkpoint_file
+from hetdpt_mm.checkpoint import (
+    CheckpointError,
+    StateDictMismatch,
+    load_checkpoint_file,
+)
 from hetdpt_mm.cli import RunError
 from hetdpt_mm.record import EXTRA_STATE_KEY
+from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,3 +134,24 @@ def test_test_tool_refuses(damaged, capsys, tmp_path, one_thread):
     path, message = damaged
     args = [CONFIG, path, '--work-dir', tmp_path / 'test']
     refused_by_tool('test', capsys, args, message, tmp_path, writes=False)
+
+
+# ------------------- every build argument the record carries is the config's
+@pytest.mark.parametrize(
+    'family, saved_with, name',
+    [
+        ('vit', dict(norm_cfg=dict(type='LN', eps=0.5)), 'norm_cfg'),
+        ('swin', dict(qk_scale=5.0), 'qk_scale'),
+    ],
+)
+def test_settings_no_shape_shows_are_compared(family, saved_with, name):
+    """A file from ``HetDPTViT(norm_cfg=dict(type='LN', eps=0.5))`` into a
+    default HetDPTViT (or a Swin's ``qk_scale``): same shapes, another
+    network; refused naming the argument."""
+    cls = FAMILIES[family]
+    state = cls(**cls.SMALL_ARGS, **saved_with).state_dict()
+    with pytest.raises(
+        StateDictMismatch,
+        match=f'saved by a network with {name}=.*configured with {name}=None',
+    ):
+        cls(**cls.SMALL_ARGS).load_state_dict(state, strict=False)
