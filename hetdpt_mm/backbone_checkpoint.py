@@ -15,7 +15,7 @@ from .checkpoint import (
     StateDictMismatch,
     load_checkpoint_file,
 )
-from .record import HetDPTRecord, records_in
+from .record import HetDPTRecord, record_source, records_in
 from .record_schema import RecordError
 from .registry import FAMILIES, get_family, recognising_family
 from .spec import META_KEY
@@ -52,12 +52,18 @@ def unwrap_state_dict(checkpoint: Mapping) -> Mapping:
 
 def extra_state_records(
     state_dict: Mapping, source: str = 'checkpoint'
-) -> Dict[str, Dict]:
-    """Every HetDPT backbone's record in a state dict, by prefix."""
+) -> Dict[str, HetDPTRecord]:
+    """Every HetDPT backbone's record in a state dict, by prefix, checked
+    against the schema: every record but a distillation classifier's
+    (which says only where its teacher is) is a backbone's."""
     return {
-        prefix: record
+        prefix: HetDPTRecord.from_dict(
+            record,
+            record_source(state_dict[prefix + EXTRA_STATE_KEY], source),
+            origin='extra_state',
+        )
         for prefix, record in records_in(state_dict, source).items()
-        if 'spec' in record and 'form' in record
+        if set(record) != {'teacher_prefix'}
     }
 
 
@@ -70,7 +76,7 @@ def _meta_record(checkpoint: Mapping) -> Optional[Mapping]:
 
 def _choose_prefix(
     state_dict: Mapping,
-    extra: Mapping[str, Mapping],
+    extra: Mapping[str, HetDPTRecord],
     meta: Optional[Mapping],
     teacher_prefix: Optional[str],
 ) -> str:
@@ -139,9 +145,7 @@ def read_backbone_checkpoint(
     family = recognising_family(raw)
     state = family.codec.canonical_state(raw) if family is not None else raw
     if prefix in extra:
-        record = HetDPTRecord.from_dict(
-            extra[prefix], source, origin='extra_state'
-        )
+        record = extra[prefix]
         if isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
             _check_meta_agrees(record, meta, source)
     elif isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:

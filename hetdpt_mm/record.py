@@ -218,15 +218,20 @@ def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
 
 def decode_record(
     value: Any, where: str = 'a state dict entry'
-) -> Optional[Dict[str, Any]]:
-    """The record in a state-dict entry, or ``None`` if it holds none (not
-    a byte tensor or a dict).  A byte tensor that is not a readable record
-    (or over :data:`MAX_RECORD_BYTES`) is a :class:`RecordError` naming
-    ``where``; :meth:`HetDPTRecord.from_dict` checks the rest of the
-    schema."""
+) -> Dict[str, Any]:
+    """The record in a state-dict entry: a 1-D byte tensor of UTF-8 JSON
+    (or the dict it decodes to).  Anything else, or a record over
+    :data:`MAX_RECORD_BYTES`, is a :class:`RecordError` naming ``where``
+    (a damaged record is never taken for none); every reader of
+    ``*_extra_state`` entries comes here, and
+    :meth:`HetDPTRecord.from_dict` checks the rest of the schema."""
     if isinstance(value, torch.Tensor):
         if value.dtype != torch.uint8 or value.dim() != 1:
-            return None
+            raise RecordError(
+                f'{where} holds a corrupt HetDPT record (a '
+                f'{value.dim()}-D {value.dtype} tensor, not 1-D uint8 '
+                'bytes of JSON): save the record the loader wrote'
+            )
         if value.numel() > MAX_RECORD_BYTES:
             raise RecordError(
                 f'{where}: a HetDPT record of {value.numel()} '
@@ -243,13 +248,11 @@ def decode_record(
             raise RecordError(
                 f'{where} holds a corrupt HetDPT record ({str(err)[:120]})'
             ) from None
-        if not isinstance(value, Mapping):
-            raise RecordError(
-                f'{where} holds a corrupt HetDPT record (a '
-                f'{type(value).__name__}, not a dict)'
-            )
     if not isinstance(value, Mapping):
-        return None
+        raise RecordError(
+            f'{where} holds a corrupt HetDPT record (a '
+            f'{type(value).__name__}, not a dict)'
+        )
     return dict(value)
 
 
@@ -265,11 +268,9 @@ def records_in(
     found = {}
     for key, value in state_dict.items():
         if key.endswith(EXTRA_STATE_KEY):
-            record = decode_record(
+            found[key[: -len(EXTRA_STATE_KEY)]] = decode_record(
                 value, f'{record_source(value, source)}: {key}'
             )
-            if record is not None:
-                found[key[: -len(EXTRA_STATE_KEY)]] = record
     return found
 
 
@@ -292,18 +293,14 @@ class RecordInStateDict:
 
     def set_extra_state(self, state) -> None:
         # torch's loader hands the record over here.
-        record = decode_record(
-            state,
-            record_source(
-                state, f'{EXTRA_STATE_KEY} of {type(self).__name__}'
-            ),
-        )
-        if record is None:
-            raise RecordError(
-                f'{EXTRA_STATE_KEY} of {type(self).__name__}'
-                ' holds no readable record'
+        self.load_state_record(
+            decode_record(
+                state,
+                record_source(
+                    state, f'{EXTRA_STATE_KEY} of {type(self).__name__}'
+                ),
             )
-        self.load_state_record(record)
+        )
 
     def _load_from_state_dict(
         self,

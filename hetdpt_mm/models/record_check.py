@@ -46,24 +46,39 @@ def check_tensors_fit(family, record: HetDPTRecord, state: Mapping) -> None:
         )
 
 
+#: Build arguments a backbone may take other than its weights': outputs
+#: chosen from the same network, and an image size the position embedding
+#: is resized to.
+ADAPTED_ARGS = frozenset(
+    {
+        'img_size',
+        'out_indices',
+        'out_type',
+        'final_norm',
+        'out_after_downsample',
+    }
+)
+
+
 def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
     """A backbone configured with ``build_args`` loads weights of
-    ``record`` only if its ``arch`` (width, depth, heads) is the record's:
-    shapes do not show all of it (a ViT's number of heads).  The other
-    arguments are the loader's to adapt (a position embedding resized to
-    another ``img_size``) or torch's to check (shapes, keys)."""
-    if record.arch is None or 'arch' not in record.arch:
+    ``record`` only if every build argument the record carries (an
+    argument left out is its default) is configured alike, but for
+    :data:`ADAPTED_ARGS`: shapes do not show all of them (a ViT's number of
+    heads, its norms' epsilon, a Swin's ``qk_scale``)."""
+    if record.arch is None:
         return
-    mine = _plain_json(build_args.get('arch'))
-    theirs = _plain_json(record.arch['arch'])
-    if mine != theirs:
-        raise StateDictMismatch(
-            f'{record.source}: the loaded weights were saved by a network '
-            f'with arch={theirs!r}, this backbone is configured with '
-            f'arch={mine!r}: configure the architecture of the checkpoint '
-            "(or leave model.backbone.arch as the checkpoint's config has "
-            'it)'
-        )
+    for name in sorted((set(record.arch) | set(build_args)) - ADAPTED_ARGS):
+        mine = _plain_json(build_args.get(name))
+        theirs = _plain_json(record.arch.get(name))
+        if mine != theirs:
+            raise StateDictMismatch(
+                f'{record.source}: the loaded weights were saved by a '
+                f'network with {name}={theirs!r}, this backbone is configured '
+                f'with {name}={mine!r}: configure the architecture of the '
+                f'checkpoint (or leave model.backbone.{name} as the '
+                "checkpoint's config has it)"
+            )
 
 
 def rebuilds_given_structure(
