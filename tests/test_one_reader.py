@@ -12,13 +12,19 @@ from helpers import load_tool, randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
+from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
 from hetdpt_mm.checkpoint import (
     CheckpointError,
     StateDictMismatch,
     load_checkpoint_file,
 )
 from hetdpt_mm.cli import RunError
-from hetdpt_mm.record import EXTRA_STATE_KEY
+from hetdpt_mm.record import (
+    EXTRA_STATE_KEY,
+    RecordError,
+    decode_record,
+    encode_record,
+)
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import build_runner
 
@@ -155,3 +161,37 @@ def test_settings_no_shape_shows_are_compared(family, saved_with, name):
         match=f'saved by a network with {name}=.*configured with {name}=None',
     ):
         cls(**cls.SMALL_ARGS).load_state_dict(state, strict=False)
+
+
+@pytest.mark.parametrize(
+    'arch, reason',
+    [
+        (dict(arch=dict(num_heads=5)), 'AssertionError: dim should be'),
+        (dict(patch_size=0), 'ZeroDivisionError'),
+        (dict(img_size=[2**31 - 1] * 2), 'RuntimeError: Storage size'),
+    ],
+)
+def test_a_record_the_constructor_refuses_is_a_checkpoint_error(
+    arch, reason, tmp_path, capsys
+):
+    """Records within the schema that do not build a network are named
+    as the file's error, not a traceback from timm's layers."""
+    state = merged_classifier().state_dict()
+    record = decode_record(state[KEY])
+    for name, value in arch.items():
+        if isinstance(value, dict):
+            record['arch'][name] = {**record['arch'][name], **value}
+        else:
+            record['arch'][name] = value
+    state[KEY] = encode_record(record)
+    path = tmp_path / 'unbuildable.pth'
+    torch.save(dict(state_dict=state), path)
+    message = f"{path}: the HetDPT record's arguments .* do not build"
+    with pytest.raises(RecordError, match=message):
+        load_backbone_checkpoint(str(path))
+    out = tmp_path / 'merged.pth'
+    assert load_tool('merge_ckpt').main([str(path), str(out)]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith('error:') and reason in err
+    assert 'Traceback' not in err
+    assert not out.exists()

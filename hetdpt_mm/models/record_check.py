@@ -10,6 +10,7 @@ import torch
 
 from ..checkpoint import StateDictMismatch
 from ..record import EXTRA_STATE_KEY, HetDPTRecord
+from ..record_schema import RecordError
 from ..spec import LAYER_KINDS
 
 
@@ -135,8 +136,17 @@ def _record_shapes(family, record_json: str, source: str) -> Dict[str, tuple]:
     """Key -> shape of every tensor the network of a record holds (built on
     the meta device: no memory, no initialisation)."""
     record = HetDPTRecord.from_dict(json.loads(record_json), source)
-    with torch.device('meta'):
-        network = family.from_record(record)
+    try:
+        with torch.device('meta'):
+            network = family.from_record(record)
+    # The schema bounds each value; the constructor (timm's layers) refuses
+    # combinations (a width not divisible by the heads, a patch of 0).
+    except (AssertionError, ArithmeticError, ValueError, RuntimeError) as err:
+        raise RecordError(
+            f"{source}: the HetDPT record's arguments {record.arch} do not "
+            f'build a {record.family} network ({type(err).__name__}: '
+            f'{str(err)[:160]})'
+        ) from None
     shapes = {}
     for name, module in network.named_modules(remove_duplicate=False):
         prefix = f'{name}.' if name else ''
