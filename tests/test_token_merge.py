@@ -22,6 +22,7 @@ from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
+from hetdpt_mm.models.graph_propagation import GraphPropagation
 from hetdpt_mm.models.token_merge import TokenMerge, bipartite_merge
 
 torch.set_num_threads(2)
@@ -263,10 +264,17 @@ def test_prefix_tokens_are_never_merged():
     assert len(torch.unique(tokens[0], dim=0)) == 45
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+@pytest.mark.parametrize(
+    'reduction',
+    [
+        dict(token_merge=dict(r=4)),
+        dict(graph_propagation=dict(num_prop=4)),  # GTP-ViT's, alike
+    ],
+)
+def test_gradient_checkpointing_gives_the_same_gradients(reduction):
     grads = []
     for with_cp in (False, True):
-        model = build(dict(r=4), out_type='featmap', with_cp=with_cp)
+        model = build(out_type='featmap', with_cp=with_cp, **reduction)
         torch.manual_seed(0)
         randomize_(model)
         model.train()
@@ -359,8 +367,34 @@ def test_benchmark_refuses_the_stock_upernet():
 
 
 # ------------------------------------------------------ dense prediction
-def tome_config(name):
-    cfg = Config.fromfile(REPO / 'configs' / 'tome' / name)
+#: The dense-prediction configs of both token reductions, and the option
+#: each sets.
+REDUCING_CONFIGS = {
+    'detr': [
+        ('tome/detr_hetdpt_deit_b_tome-r8.py', 'token_merge', TokenMerge(8)),
+        (
+            'gtp/detr_hetdpt_deit_b_gtp-p20.py',
+            'graph_propagation',
+            GraphPropagation(20),
+        ),
+    ],
+    'upernet': [
+        (
+            'tome/upernet_hetdpt_deit_b_tome-r8_ade20k.py',
+            'token_merge',
+            TokenMerge(8),
+        ),
+        (
+            'gtp/upernet_hetdpt_deit_b_gtp-p20_ade20k.py',
+            'graph_propagation',
+            GraphPropagation(20),
+        ),
+    ],
+}
+
+
+def reducing_config(name):
+    cfg = Config.fromfile(REPO / 'configs' / name)
     cfg.model.backbone.update(
         init_cfg=None, prune_spec=MIXED_SPEC, merged=True, arch='deit-tiny'
     )
@@ -368,9 +402,10 @@ def tome_config(name):
     return cfg
 
 
-def test_detr_config_trains_and_predicts_with_merging():
-    model = build_model(tome_config('detr_hetdpt_deit_b_tome-r8.py'))
-    assert model.backbone.token_merge == TokenMerge(r=8)
+@pytest.mark.parametrize('name, option, value', REDUCING_CONFIGS['detr'])
+def test_detr_config_trains_and_predicts_with_merging(name, option, value):
+    model = build_model(reducing_config(name))
+    assert getattr(model.backbone, option) == value
     data = detection_batch([(64, 96), (80, 64)], num_classes=80)
     optim_wrapper = build_optim_wrapper(
         model, dict(optimizer=dict(type='AdamW', lr=1e-4))
@@ -384,11 +419,12 @@ def test_detr_config_trains_and_predicts_with_merging():
     assert [r.pred_instances.bboxes.shape for r in results] == [(100, 4)] * 2
 
 
-def test_upernet_config_trains_and_predicts_with_merging():
-    cfg = tome_config('upernet_hetdpt_deit_b_tome-r8_ade20k.py')
+@pytest.mark.parametrize('name, option, value', REDUCING_CONFIGS['upernet'])
+def test_upernet_config_trains_and_predicts_with_merging(name, option, value):
+    cfg = reducing_config(name)
     cfg.model.data_preprocessor.size = (64, 64)
     model = build_model(cfg)
-    assert model.backbone.token_merge == TokenMerge(r=8)
+    assert getattr(model.backbone, option) == value
     data = segmentation_batch([(64, 64), (64, 64)], num_classes=150)
     optim_wrapper = build_optim_wrapper(
         model, dict(optimizer=dict(type='AdamW', lr=1e-4))
