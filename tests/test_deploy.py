@@ -320,15 +320,23 @@ def test_bad_input_is_reported_before_anything_is_written(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    'option, refusal',
+    [
+        ('token_merge.r=16', 'merges tokens (token_merge)'),
+        ('graph_propagation.num_prop=20', 'propagates tokens (graph_prop'),
+    ],
+)
 def test_a_token_merging_backbone_exports_at_a_fixed_size(
-    export_tool, classifier, tmp_path, capsys
+    export_tool, classifier, tmp_path, capsys, option, refusal
 ):
-    """ToMe merges a number of tokens fixed by the input size: the graph
-    is exported and verified for one height and width (any batch), and
-    dynamic height and width are refused before anything is written."""
+    """ToMe merges a number of tokens fixed by the input size (GTP-ViT
+    propagates a number capped by it): the graph is exported and verified
+    for one height and width (any batch), and dynamic height and width are
+    refused before anything is written."""
     config, checkpoint = classifier
     out = tmp_path / 'model.onnx'
-    merging = ['--cfg-options', 'model.backbone.token_merge.r=16']
+    merging = ['--cfg-options', f'model.backbone.{option}']
     assert (
         export_tool.main(
             [
@@ -343,7 +351,7 @@ def test_a_token_merging_backbone_exports_at_a_fixed_size(
         == 2
     )
     err = capsys.readouterr().err
-    assert err.startswith('error: the backbone merges tokens (token_merge)')
+    assert err.startswith(f'error: the backbone {refusal}')
     assert 'add --static-hw' in err
     assert not out.exists()
     assert (

@@ -117,9 +117,11 @@ def patch_graph(
     if options.graph != 'spatial':
         normed = patches / patches.norm(dim=-1, keepdim=True)
         similarity = normed @ normed.transpose(-1, -2)
-        threshold = similarity.kthvalue(
-            count - options.num_neighbours, dim=-1, keepdim=True
-        ).values
+        # The (num_neighbours + 1)-th largest, the token itself included;
+        # topk, not kthvalue: ONNX has TopK.
+        threshold = similarity.topk(
+            options.num_neighbours + 1, dim=-1
+        ).values[..., -1:]
         semantic = (similarity >= threshold).float() - eye
         graph = (
             semantic
@@ -147,8 +149,8 @@ def attention_with_map(
     weights = attn.attn_drop(scores.softmax(dim=-1))
     dropped = int(tokens * tokens * (1 - sparsity))
     if dropped > 0:
-        threshold = weights.flatten(2).kthvalue(dropped, dim=-1).values
-        weights = weights * (weights >= threshold[..., None, None])
+        threshold = weights.flatten(2).topk(dropped, largest=False).values
+        weights = weights * (weights >= threshold[..., -1:, None])
     return attention_output(attn, x, weights @ value), weights
 
 
