@@ -327,22 +327,31 @@ def short_benchmark(task, **options):
     return run_benchmark(resolved)
 
 
-def test_benchmark_merges_tokens_in_every_backbone():
+@pytest.mark.parametrize(
+    'reduction, described',
+    [
+        (dict(token_merge=16), ', ToMe r=16'),
+        # 16 patches: 7 propagated in each block with attention (2 of 4
+        # in the pruned forms).
+        (dict(graph_propagation=7), ', GTP-ViT num_prop=7'),
+    ],
+)
+def test_benchmark_merges_tokens_in_every_backbone(reduction, described):
     arch = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
     spec = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
-    runs = {
-        r: short_benchmark(
+    runs = [
+        short_benchmark(
             'backbone',
             arch=arch,
             spec=spec,
             img_size=[64],
             batch_size=1,
-            token_merge=r,
+            **options,
         )
-        for r in (None, 16)
-    }
-    for plain, merging in zip(runs[None]['models'], runs[16]['models']):
-        assert merging['description'] == plain['description'] + ', ToMe r=16'
+        for options in ({}, reduction)
+    ]
+    for plain, merging in zip(runs[0]['models'], runs[1]['models']):
+        assert merging['description'] == plain['description'] + described
         assert merging['params'] == plain['params']
         assert merging['macs']['matmul'] < 0.75 * plain['macs']['matmul']
         assert 'backbone_analytic_macs' not in merging
@@ -353,6 +362,8 @@ def test_benchmark_merges_tokens_in_every_backbone():
     [
         (dict(family='swin', arch='tiny', spec=None), 'does not merge'),
         (dict(token_merge=-1), '>= 0'),
+        (dict(graph_propagation=4), 'give one of them'),
+        (dict(token_merge=None, graph_propagation=-1), '>= 0'),
     ],
 )
 def test_benchmark_refuses_what_cannot_merge(options, message):

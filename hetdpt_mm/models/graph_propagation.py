@@ -119,9 +119,8 @@ def patch_graph(
         similarity = normed @ normed.transpose(-1, -2)
         # The (num_neighbours + 1)-th largest, the token itself included;
         # topk, not kthvalue: ONNX has TopK.
-        threshold = similarity.topk(
-            options.num_neighbours + 1, dim=-1
-        ).values[..., -1:]
+        nearest = similarity.topk(options.num_neighbours + 1, dim=-1).values
+        threshold = nearest[..., -1:]
         semantic = (similarity >= threshold).float() - eye
         graph = (
             semantic

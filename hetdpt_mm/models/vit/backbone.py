@@ -195,10 +195,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         if self.token_merge is not None:
             self.token_merge.per_block(depth)  # a list r names every block
         self.graph_propagation = GraphPropagation.coerce(graph_propagation)
-        if (
-            self.graph_propagation is not None
-            and self.token_merge is not None
-        ):
+        if self.graph_propagation is not None and self.token_merge is not None:
             raise ValueError(
                 'graph_propagation and token_merge both reduce the tokens: '
                 'give one of them'
