@@ -314,9 +314,13 @@ def test_list_r_must_cover_every_block():
         build(dict(r=[1, 2]))
 
 
-def test_swin_refuses_token_merging():
+@pytest.mark.parametrize(
+    'reduction',
+    [dict(token_merge=dict(r=4)), dict(graph_propagation=dict(num_prop=4))],
+)
+def test_swin_refuses_token_merging(reduction):
     with pytest.raises(ValueError, match='window'):
-        HetDPTSwin(**HetDPTSwin.SMALL_ARGS, token_merge=dict(r=4))
+        HetDPTSwin(**HetDPTSwin.SMALL_ARGS, **reduction)
 
 
 # ------------------------------------------------------------ benchmark
