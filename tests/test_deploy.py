@@ -320,19 +320,37 @@ def test_bad_input_is_reported_before_anything_is_written(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    'task, options, refusal',
+    [
+        ('classifier', ['token_merge.r=16'], 'merges tokens (token_merge)'),
+        (
+            'classifier',
+            ['graph_propagation.num_prop=20'],
+            'propagates tokens (graph_propagation)',
+        ),
+        # Featmaps unmerge the propagated tokens onto the grid.
+        (
+            'backbone',
+            ['graph_propagation.num_prop=20', 'out_type=featmap'],
+            'propagates tokens (graph_propagation)',
+        ),
+    ],
+)
 def test_a_token_merging_backbone_exports_at_a_fixed_size(
-    export_tool, classifier, tmp_path, capsys
+    export_tool, classifier, tmp_path, capsys, task, options, refusal
 ):
-    """ToMe merges a number of tokens fixed by the input size: the graph
-    is exported and verified for one height and width (any batch), and
-    dynamic height and width are refused before anything is written."""
+    """ToMe merges a number of tokens fixed by the input size (GTP-ViT
+    propagates a number capped by it): the graph is exported and verified
+    for one height and width (any batch), and dynamic height and width are
+    refused before anything is written."""
     config, checkpoint = classifier
     out = tmp_path / 'model.onnx'
-    merging = ['--cfg-options', 'model.backbone.token_merge.r=16']
+    merging = ['--cfg-options'] + [f'model.backbone.{o}' for o in options]
     assert (
         export_tool.main(
             [
-                'classifier',
+                task,
                 str(config),
                 str(checkpoint),
                 '--out',
@@ -343,13 +361,13 @@ def test_a_token_merging_backbone_exports_at_a_fixed_size(
         == 2
     )
     err = capsys.readouterr().err
-    assert err.startswith('error: the backbone merges tokens (token_merge)')
+    assert err.startswith(f'error: the backbone {refusal}')
     assert 'add --static-hw' in err
     assert not out.exists()
     assert (
         export_tool.main(
             [
-                'classifier',
+                task,
                 str(config),
                 str(checkpoint),
                 '--out',
@@ -555,11 +573,21 @@ def test_benchmark_times_every_runtime(tmp_path):
     assert rows['torch']['vs_torch']['paired_median'] == 1
 
 
-def test_benchmark_times_a_token_merging_backbone_in_the_runtimes(tmp_path):
+@pytest.mark.parametrize(
+    'reduction, described',
+    [
+        (['--token-merge', '4'], ', ToMe r=4'),
+        (['--graph-propagation', '4'], ', GTP-ViT num_prop=4'),
+    ],
+)
+def test_benchmark_times_a_token_merging_backbone_in_the_runtimes(
+    tmp_path, reduction, described
+):
     """The benchmark's graphs are exported at its one input shape, so a
-    backbone with ToMe exports too; each runtime matches PyTorch's merging
-    model within 1e-4 (16 patches, 4 merged in each block).  Without
-    --runtime torch the table has no speedup over eager PyTorch."""
+    backbone with ToMe (or GTP-ViT) exports too; each runtime matches
+    PyTorch's merging model within 1e-4 (16 patches, 4 merged or
+    propagated in each block).  Without --runtime torch the table has no
+    speedup over eager PyTorch."""
     out = tmp_path / 'bench.json'
     assert (
         load_tool('benchmark').main(
@@ -579,8 +607,7 @@ def test_benchmark_times_a_token_merging_backbone_in_the_runtimes(tmp_path):
                 '--runtime',
                 'onnxruntime',
                 'openvino',
-                '--token-merge',
-                '4',
+                *reduction,
                 '--repeats',
                 '1',
                 '--warmup',
@@ -601,7 +628,7 @@ def test_benchmark_times_a_token_merging_backbone_in_the_runtimes(tmp_path):
         'merged@openvino',
     ]
     for model in models.values():
-        assert model['description'].endswith(', ToMe r=4')
+        assert model['description'].endswith(described)
         assert model['max_abs_diff'] <= 1e-4
     # Eager PyTorch was not timed: no speedup over it.
     assert [

@@ -15,7 +15,7 @@ from helpers import (
     timm_state_dict,
 )
 
-from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
 from hetdpt_mm.models.graph_propagation import GraphPropagation
 
 torch.set_num_threads(2)
@@ -108,6 +108,42 @@ def test_gated_pruned_merged_agree_with_propagation():
     assert_distilled_forms_agree(gated, (pruned, merged), images())
 
 
+def test_featmaps_are_unmerged_onto_the_grid():
+    """Every position gets a copy of the token that stands for it; the
+    class token is the classification path's (the one compared with the
+    reference above)."""
+    option = dict(num_prop=4)
+    model = build(
+        option, out_type='featmap', out_indices=(3, 11), output_cls_token=True
+    )
+    classifier = build(option)
+    classifier.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        (early, _), (last, cls) = model(images())
+        (expected,) = classifier(images())
+    assert early.shape == last.shape == (2, 96, 8, 8)
+    assert torch.equal(cls, expected)
+    # 64 patches, 4 propagated away in each of 4 / 12 blocks.
+    for featmap, kept in ((early, 48), (last, 16)):
+        patches = featmap[0].flatten(1).T
+        assert len(torch.unique(patches, dim=0)) == kept
+
+
+def test_prefix_tokens_are_never_propagated():
+    """Register tokens, which the reference does not know, stay with the
+    class token; the patches alone are ranked and propagated."""
+    args = dict(HetDPTLayerScaleViT.SMALL_ARGS, reg_tokens=4, out_type='raw')
+    model = randomize_(
+        HetDPTLayerScaleViT(**args, graph_propagation=dict(num_prop=4))
+    ).eval()
+    with torch.no_grad():
+        (tokens,) = model(images())
+    assert tokens.shape == (2, 5 + 64, 96)
+    depth = len(model.blocks)
+    assert len(torch.unique(tokens[0, 5:], dim=0)) == 64 - 4 * depth
+    assert len(torch.unique(tokens[0], dim=0)) == 5 + 64 - 4 * depth
+
+
 @pytest.mark.parametrize(
     'value, kwargs, message',
     [
@@ -117,8 +153,7 @@ def test_gated_pruned_merged_agree_with_propagation():
         (dict(num_prop=2, rate=1), {}, 'unknown graph_propagation'),
         (dict(alpha=0.1), {}, 'needs num_prop'),
         (8, {}, 'dict like'),
-        (dict(num_prop=2), dict(out_type='featmap'), 'cls_token'),
-        (dict(num_prop=2), dict(token_merge=dict(r=2)), 'no token_merge'),
+        (dict(num_prop=2), dict(token_merge=dict(r=2)), 'one of them'),
     ],
 )
 def test_bad_options_are_named(value, kwargs, message):

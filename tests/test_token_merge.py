@@ -22,6 +22,7 @@ from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
+from hetdpt_mm.models.graph_propagation import GraphPropagation
 from hetdpt_mm.models.token_merge import TokenMerge, bipartite_merge
 
 torch.set_num_threads(2)
@@ -263,10 +264,17 @@ def test_prefix_tokens_are_never_merged():
     assert len(torch.unique(tokens[0], dim=0)) == 45
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+@pytest.mark.parametrize(
+    'reduction',
+    [
+        dict(token_merge=dict(r=4)),
+        dict(graph_propagation=dict(num_prop=4)),  # GTP-ViT's, alike
+    ],
+)
+def test_gradient_checkpointing_gives_the_same_gradients(reduction):
     grads = []
     for with_cp in (False, True):
-        model = build(dict(r=4), out_type='featmap', with_cp=with_cp)
+        model = build(out_type='featmap', with_cp=with_cp, **reduction)
         torch.manual_seed(0)
         randomize_(model)
         model.train()
@@ -306,9 +314,13 @@ def test_list_r_must_cover_every_block():
         build(dict(r=[1, 2]))
 
 
-def test_swin_refuses_token_merging():
+@pytest.mark.parametrize(
+    'reduction',
+    [dict(token_merge=dict(r=4)), dict(graph_propagation=dict(num_prop=4))],
+)
+def test_swin_refuses_token_merging(reduction):
     with pytest.raises(ValueError, match='window'):
-        HetDPTSwin(**HetDPTSwin.SMALL_ARGS, token_merge=dict(r=4))
+        HetDPTSwin(**HetDPTSwin.SMALL_ARGS, **reduction)
 
 
 # ------------------------------------------------------------ benchmark
@@ -319,22 +331,31 @@ def short_benchmark(task, **options):
     return run_benchmark(resolved)
 
 
-def test_benchmark_merges_tokens_in_every_backbone():
+@pytest.mark.parametrize(
+    'reduction, described',
+    [
+        (dict(token_merge=16), ', ToMe r=16'),
+        # 16 patches: 7 propagated in each block with attention (2 of 4
+        # in the pruned forms).
+        (dict(graph_propagation=7), ', GTP-ViT num_prop=7'),
+    ],
+)
+def test_benchmark_merges_tokens_in_every_backbone(reduction, described):
     arch = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
     spec = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
-    runs = {
-        r: short_benchmark(
+    runs = [
+        short_benchmark(
             'backbone',
             arch=arch,
             spec=spec,
             img_size=[64],
             batch_size=1,
-            token_merge=r,
+            **options,
         )
-        for r in (None, 16)
-    }
-    for plain, merging in zip(runs[None]['models'], runs[16]['models']):
-        assert merging['description'] == plain['description'] + ', ToMe r=16'
+        for options in ({}, reduction)
+    ]
+    for plain, merging in zip(runs[0]['models'], runs[1]['models']):
+        assert merging['description'] == plain['description'] + described
         assert merging['params'] == plain['params']
         assert merging['macs']['matmul'] < 0.75 * plain['macs']['matmul']
         assert 'backbone_analytic_macs' not in merging
@@ -345,6 +366,8 @@ def test_benchmark_merges_tokens_in_every_backbone():
     [
         (dict(family='swin', arch='tiny', spec=None), 'does not merge'),
         (dict(token_merge=-1), '>= 0'),
+        (dict(graph_propagation=4), 'give one of them'),
+        (dict(token_merge=None, graph_propagation=-1), '>= 0'),
     ],
 )
 def test_benchmark_refuses_what_cannot_merge(options, message):
@@ -359,8 +382,34 @@ def test_benchmark_refuses_the_stock_upernet():
 
 
 # ------------------------------------------------------ dense prediction
-def tome_config(name):
-    cfg = Config.fromfile(REPO / 'configs' / 'tome' / name)
+#: The dense-prediction configs of both token reductions, and the option
+#: each sets.
+REDUCING_CONFIGS = {
+    'detr': [
+        ('tome/detr_hetdpt_deit_b_tome-r8.py', 'token_merge', TokenMerge(8)),
+        (
+            'gtp/detr_hetdpt_deit_b_gtp-p20.py',
+            'graph_propagation',
+            GraphPropagation(20),
+        ),
+    ],
+    'upernet': [
+        (
+            'tome/upernet_hetdpt_deit_b_tome-r8_ade20k.py',
+            'token_merge',
+            TokenMerge(8),
+        ),
+        (
+            'gtp/upernet_hetdpt_deit_b_gtp-p20_ade20k.py',
+            'graph_propagation',
+            GraphPropagation(20),
+        ),
+    ],
+}
+
+
+def reducing_config(name):
+    cfg = Config.fromfile(REPO / 'configs' / name)
     cfg.model.backbone.update(
         init_cfg=None, prune_spec=MIXED_SPEC, merged=True, arch='deit-tiny'
     )
@@ -368,9 +417,10 @@ def tome_config(name):
     return cfg
 
 
-def test_detr_config_trains_and_predicts_with_merging():
-    model = build_model(tome_config('detr_hetdpt_deit_b_tome-r8.py'))
-    assert model.backbone.token_merge == TokenMerge(r=8)
+@pytest.mark.parametrize('name, option, value', REDUCING_CONFIGS['detr'])
+def test_detr_config_trains_and_predicts_with_merging(name, option, value):
+    model = build_model(reducing_config(name))
+    assert getattr(model.backbone, option) == value
     data = detection_batch([(64, 96), (80, 64)], num_classes=80)
     optim_wrapper = build_optim_wrapper(
         model, dict(optimizer=dict(type='AdamW', lr=1e-4))
@@ -384,11 +434,12 @@ def test_detr_config_trains_and_predicts_with_merging():
     assert [r.pred_instances.bboxes.shape for r in results] == [(100, 4)] * 2
 
 
-def test_upernet_config_trains_and_predicts_with_merging():
-    cfg = tome_config('upernet_hetdpt_deit_b_tome-r8_ade20k.py')
+@pytest.mark.parametrize('name, option, value', REDUCING_CONFIGS['upernet'])
+def test_upernet_config_trains_and_predicts_with_merging(name, option, value):
+    cfg = reducing_config(name)
     cfg.model.data_preprocessor.size = (64, 64)
     model = build_model(cfg)
-    assert model.backbone.token_merge == TokenMerge(r=8)
+    assert getattr(model.backbone, option) == value
     data = segmentation_batch([(64, 64), (64, 64)], num_classes=150)
     optim_wrapper = build_optim_wrapper(
         model, dict(optimizer=dict(type='AdamW', lr=1e-4))

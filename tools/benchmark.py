@@ -205,6 +205,13 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
         'HetDPT backbone, dense and pruned alike',
     )
     run.add_argument(
+        '--graph-propagation',
+        type=int,
+        metavar='NUM_PROP',
+        help='graph-based token propagation (GTP-ViT) of NUM_PROP patches '
+        'per block in every HetDPT ViT backbone, instead of --token-merge',
+    )
+    run.add_argument(
         '--no-macs',
         dest='macs',
         action='store_false',

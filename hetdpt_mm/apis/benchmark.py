@@ -63,7 +63,11 @@ from .benchmark_entries import (
     config_entries,
     runtime_name,
 )
-from .benchmark_options import BenchmarkOptions, check_outputs
+from .benchmark_options import (
+    BenchmarkOptions,
+    check_outputs,
+    token_reduction,
+)
 from .benchmark_report import format_markdown
 
 __all__ = ['run_benchmark', 'run_and_write']
@@ -85,11 +89,11 @@ def measure_macs(entry: Entry, options: BenchmarkOptions) -> Dict[str, Any]:
             backbone, entry.backbone_inputs[:1], products
         ).to_dict()
     # The analytic model knows uniform widths (not HetDPT+'s) and every
-    # token (not ToMe's).
+    # token (not ToMe's or GTP-ViT's).
     analytic = (
         isinstance(backbone, HetDPTBackbone)
         and backbone.prune_spec.widths is None
-        and options.token_merge is None
+        and not token_reduction(options)
     )
     if analytic and all(
         s % backbone.build_args()['patch_size'] == 0 for s in options.img_size

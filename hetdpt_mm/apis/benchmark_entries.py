@@ -27,6 +27,7 @@ from .benchmark_options import (
     BACKBONE_IMG_SIZE,
     BenchmarkOptions,
     parse_cfg_options,
+    token_reduction,
 )
 
 __all__ = [
@@ -58,8 +59,7 @@ def backbone_entries(options: BenchmarkOptions) -> List[Entry]:
     sized = get_family(options.family).sized_args(options.img_size)
     if options.distilled is not None:
         sized['distilled'] = options.distilled
-    if options.token_merge is not None:
-        sized['token_merge'] = dict(r=options.token_merge)
+    sized.update(token_reduction(options))
     if options.checkpoints:
         variants = side_by_side_models(options, sized)
     else:
@@ -156,8 +156,11 @@ def describe(model: nn.Module) -> str:
         'pruned': 'pruned, FFNs unmerged',
         'gated': 'gated',
     }[backbone.form]
-    token_merge = getattr(backbone, 'token_merge', None)
-    merging = '' if token_merge is None else f', ToMe r={token_merge.r}'
+    merging = ''
+    if getattr(backbone, 'token_merge', None) is not None:
+        merging = f', ToMe r={backbone.token_merge.r}'
+    elif getattr(backbone, 'graph_propagation', None) is not None:
+        merging = f', GTP-ViT num_prop={backbone.graph_propagation.num_prop}'
     if spec.is_dense:
         return f'{name} dense{width}{merging}'
     return f'{name} {form} ({spec_text(spec)}){width}{merging}'
@@ -171,8 +174,7 @@ def config_entries(options: BenchmarkOptions) -> List[Entry]:
             cfg = Config.fromfile(path)
             cfg.merge_from_dict(overrides.get(None, {}))
             cfg.merge_from_dict(overrides.get(name, {}))
-            if options.token_merge is not None:
-                cfg.model.backbone.token_merge = dict(r=options.token_merge)
+            cfg.model.backbone.update(token_reduction(options))
             configs.append((name, cfg))
     else:
         configs = [
@@ -211,5 +213,5 @@ def builtin_config(options: BenchmarkOptions, name: str) -> Config:
         merged=name == 'merged',
         img_size=BACKBONE_IMG_SIZE[options.task],
         distilled=options.distilled,
-        token_merge=options.token_merge,
+        token_reduction=token_reduction(options),
     )

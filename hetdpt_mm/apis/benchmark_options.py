@@ -78,6 +78,7 @@ class BenchmarkOptions:
     #: a key of MACS_CONVENTIONS: whether MACs count attention's products
     macs_convention: str = 'with-attention-products'
     token_merge: Optional[int] = None  # ToMe r in every HetDPT backbone
+    graph_propagation: Optional[int] = None  # GTP-ViT num_prop, alike
     profile: int = 0  # operators to report per model (0: no profile)
     json_path: Optional[Path] = None
     md_path: Optional[Path] = None
@@ -226,24 +227,47 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
             )
         if len(set(options.models)) != len(options.models):
             raise UsageError(f'--models has duplicates: {options.models}')
-    check_token_merge(options, family)
+    check_token_reduction(options, family)
     return options
 
 
-def check_token_merge(options: BenchmarkOptions, family) -> None:
-    if options.token_merge is None:
+def token_reduction(options: BenchmarkOptions) -> Dict[str, dict]:
+    """The token-reduction option every HetDPT backbone of the run gets
+    (``{}``: none)."""
+    if options.token_merge is not None:
+        return dict(token_merge=dict(r=options.token_merge))
+    if options.graph_propagation is not None:
+        return dict(graph_propagation=dict(num_prop=options.graph_propagation))
+    return {}
+
+
+def check_token_reduction(options: BenchmarkOptions, family) -> None:
+    given = [
+        (flag, value)
+        for flag, value in (
+            ('--token-merge', options.token_merge),
+            ('--graph-propagation', options.graph_propagation),
+        )
+        if value is not None
+    ]
+    if not given:
         return
-    if options.token_merge < 0:
-        raise UsageError('--token-merge must be >= 0')
+    flag, value = given[0]
+    if len(given) > 1:
+        raise UsageError(
+            '--token-merge and --graph-propagation both reduce the '
+            'tokens: give one of them'
+        )
+    if value < 0:
+        raise UsageError(f'{flag} must be >= 0')
     if not family.MERGES_TOKENS:
         raise UsageError(
-            f'--token-merge: {family.__name__} does not merge '
+            f'{flag}: {family.__name__} does not merge or propagate '
             'tokens (docs/user_guides/token_merge.md)'
         )
     if 'stock' in options.models:
         raise UsageError(
-            '--token-merge applies to HetDPT backbones; the '
-            'stock model has none'
+            f'{flag} applies to HetDPT backbones; the stock model has none'
         )
     overrides = parse_cfg_options(options.cfg_options, options.models)
     for name, path in options.config:
@@ -260,7 +284,7 @@ def check_token_merge(options: BenchmarkOptions, family) -> None:
         ]
         if not merging:
             raise UsageError(
-                f'--token-merge applies to HetDPT ViT '
+                f'{flag} applies to HetDPT ViT '
                 f'backbones; --config {name} ({path}) builds '
                 f'a {backbone} backbone'
             )

@@ -35,6 +35,9 @@ from .runtimes import OPSET, RUNTIMES, export_onnx, make_session
 
 __all__ = ['ExportOptions', 'VerificationError', 'run_export']
 
+#: The backbones' token reductions, and what each does to the tokens.
+TOKEN_REDUCTIONS = {'token_merge': 'merges', 'graph_propagation': 'propagates'}
+
 
 class VerificationError(Exception):
     """The exported graph does not compute what the PyTorch model does."""
@@ -189,16 +192,19 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
     model, scope = load_model(
         options.config, options.checkpoint, options.cfg_options
     )
-    if (
-        getattr(model.backbone, 'token_merge', None) is not None
-        and not options.static_hw
-    ):
-        # How many tokens each block merges follows from the number of
+    reducing = [
+        (option, verb)
+        for option, verb in TOKEN_REDUCTIONS.items()
+        if getattr(model.backbone, option, None) is not None
+    ]
+    if reducing and not options.static_hw:
+        # How many tokens each block keeps follows from the number of
         # patches; with symbolic H and W torch.export runs on and on (over
-        # 10 minutes for a 4-block model).
+        # 10 minutes for a 4-block model with token merging).
+        option, verb = reducing[0]
         raise UsageError(
-            'the backbone merges tokens (token_merge), and how '
-            'many each block merges depends on the input size: '
+            f'the backbone {verb} tokens ({option}), and how '
+            f'many each block {verb} depends on the input size: '
             'it exports for one height and width only; add '
             '--static-hw (and --img-size H W for another size '
             "than the backbone's; "

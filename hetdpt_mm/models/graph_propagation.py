@@ -9,7 +9,9 @@ block's attention and its FFN, the ``num_prop`` patch tokens of lowest rank
 the attention received) are removed and added, weighted by the graph and
 ``alpha``, into their kept neighbours; token scales follow the same way and
 enter attention as ``log(scale)``.  As Ackesnal/GTP-ViT's ``MixedAttnMax``
-selection and ``GraphProp`` propagation.
+selection and ``GraphProp`` propagation.  Every input token remembers the
+token that stands for it, so featmap outputs are unmerged onto the full
+grid as with token merging.
 """
 
 from dataclasses import dataclass
@@ -115,9 +117,10 @@ def patch_graph(
     if options.graph != 'spatial':
         normed = patches / patches.norm(dim=-1, keepdim=True)
         similarity = normed @ normed.transpose(-1, -2)
-        threshold = similarity.kthvalue(
-            count - options.num_neighbours, dim=-1, keepdim=True
-        ).values
+        # The (num_neighbours + 1)-th largest, the token itself included;
+        # topk, not kthvalue: ONNX has TopK.
+        nearest = similarity.topk(options.num_neighbours + 1, dim=-1).values
+        threshold = nearest[..., -1:]
         semantic = (similarity >= threshold).float() - eye
         graph = (
             semantic
@@ -145,8 +148,8 @@ def attention_with_map(
     weights = attn.attn_drop(scores.softmax(dim=-1))
     dropped = int(tokens * tokens * (1 - sparsity))
     if dropped > 0:
-        threshold = weights.flatten(2).kthvalue(dropped, dim=-1).values
-        weights = weights * (weights >= threshold[..., None, None])
+        threshold = weights.flatten(2).topk(dropped, largest=False).values
+        weights = weights * (weights >= threshold[..., -1:, None])
     return attention_output(attn, x, weights @ value), weights
 
 
@@ -158,10 +161,13 @@ def propagate_tokens(
     num_prop: int,
     num_prefix: int,
     alpha: float,
-) -> Tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]:
+) -> Tuple[torch.Tensor, ...]:
     """Remove the ``num_prop`` patch tokens of lowest rank from ``x`` and
     add them, through ``graph``, into the kept ones; the kept patches
-    follow in order of rank, after the prefix tokens."""
+    follow in order of rank, after the prefix tokens.  Also returns, for
+    every input token, its index in the output: a removed patch points at
+    the kept patch that received the largest share of it (ties, and a
+    patch with no kept neighbour: the one of highest rank)."""
     diagonal = weights.diagonal(dim1=-2, dim2=-1)[..., num_prefix:]
     received = weights[..., num_prefix:].sum(-2)
     rank = diagonal.max(1).values * received.max(1).values
@@ -190,7 +196,15 @@ def propagate_tokens(
             to_kept @ rows(patch_scales, removed)
         )
         scales = torch.cat([scales[:, :num_prefix], patch_scales[..., 0]], 1)
-    return x, graph, scales
+    destination = torch.empty_like(order)
+    kept_index = torch.arange(kept.shape[1], device=x.device)
+    destination.scatter_(1, kept, kept_index.expand(x.shape[0], -1))
+    destination.scatter_(1, removed, to_kept.argmax(dim=1))
+    prefix = torch.arange(num_prefix, device=x.device)
+    destination = torch.cat(
+        [prefix.expand(x.shape[0], -1), destination + num_prefix], dim=1
+    )
+    return x, graph, scales, destination
 
 
 def propagating_block_forward(
@@ -198,13 +212,17 @@ def propagating_block_forward(
     x: torch.Tensor,
     graph: torch.Tensor,
     scales: Optional[torch.Tensor],
+    source: Optional[torch.Tensor],
     num_prefix: int,
     options: GraphPropagation,
 ) -> Tuple[torch.Tensor, ...]:
     """One HetDPT block (timm ``Block`` layout, any form) with
     ``options.num_prop`` tokens propagated between its attention and its
-    FFN; blocks whose attention was removed have no attention map to rank
-    by and propagate nothing."""
+    FFN, carrying for every input token the index of the token that stands
+    for it (``source``: ``None`` before any propagation); blocks whose
+    attention was removed have no attention map to rank by and propagate
+    nothing.  A pure function of its tensors, so that it can be
+    checkpointed."""
     attn = block.attn
     normed = block.norm1(x)
     if attention_removed(attn):
@@ -218,8 +236,11 @@ def propagating_block_forward(
     x = x + block.drop_path1(block.ls1(out))
     num_prop = min(options.num_prop, x.shape[1] - num_prefix - 1)
     if weights is not None and num_prop > 0:
-        x, graph, scales = propagate_tokens(
+        x, graph, scales, destination = propagate_tokens(
             x, graph, scales, weights, num_prop, num_prefix, options.alpha
         )
+        source = (
+            destination if source is None else destination.gather(1, source)
+        )
     x = x + block.drop_path2(block.ls2(block.mlp(block.norm2(x))))
-    return block.residual_activation(x), graph, scales
+    return block.residual_activation(x), graph, scales, source

@@ -130,10 +130,11 @@ def hetdpt_config(
     merged: bool = True,
     img_size: Sequence[int] = (224, 224),
     distilled: bool = True,
-    token_merge: Optional[int] = None,
+    token_reduction: Optional[Mapping] = None,
 ) -> Config:
     """The stock config of ``task`` with its backbone replaced by
-    :class:`HetDPTViT` (``spec=None``: dense; ``token_merge``: ToMe's r),
+    :class:`HetDPTViT` (``spec=None``: dense; ``token_reduction``: its
+    ``token_merge`` or ``graph_propagation`` option),
     random weights; what
     ``configs/detr_hetdpt_deit_b.py`` and
     ``configs/upernet_hetdpt_deit_b_ade20k.py`` build, minus the checkpoint.
@@ -154,8 +155,7 @@ def hetdpt_config(
         else PruneSpec.coerce(spec, depth).to_dict(),
         merged=merged and spec is not None,
     )
-    if token_merge is not None:
-        backbone['token_merge'] = dict(r=token_merge)
+    backbone.update(token_reduction or {})
     if task == 'detr':
         backbone.update(out_indices=(depth - 1,))
         cfg.model.type = 'FusedAttentionDETR'

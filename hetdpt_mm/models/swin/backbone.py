@@ -70,8 +70,8 @@ class HetDPTSwin(HetDPTBackbone):
             segmentation configs set it; the default from their
             registries); ``False`` (the official code, timm, mmpretrain)
             shrinks the window to the map, unshifted.
-        token_merge: refused: window attention needs every window whole
-            (docs/user_guides/token_merge.md).
+        token_merge, graph_propagation: refused: window attention needs
+            every window whole (docs/user_guides/token_merge.md).
         frozen_stages: as mmdet's Swin: ``>= 0`` freezes the patch
             embedding, ``N`` also stages ``0 .. N-1`` and their output norms
             (from mmpretrain's registry, as its Swin: ``0 .. N``).
@@ -125,6 +125,7 @@ class HetDPTSwin(HetDPTBackbone):
         with_cp: bool = False,
         frozen_stages: int = -1,
         token_merge: Optional[Mapping] = None,
+        graph_propagation: Optional[Mapping] = None,
         pretrained: Optional[str] = None,
         init_cfg: Optional[Union[dict, List[dict]]] = None,
         qk_scale: Optional[float] = None,
@@ -132,12 +133,12 @@ class HetDPTSwin(HetDPTBackbone):
         block_drop_rate: Optional[float] = None,
         **stock_args,
     ):
-        if token_merge is not None:
+        if token_merge is not None or graph_propagation is not None:
             raise ValueError(
-                'token_merge: Swin attends within fixed windows of the '
-                'token grid and shifts them between blocks; merged tokens '
-                'leave no grid to partition, so ToMe does not apply to '
-                'Swin (use a ViT family)'
+                'token_merge, graph_propagation: Swin attends within fixed '
+                'windows of the token grid and shifts them between blocks; '
+                'merged or propagated tokens leave no grid to partition, so '
+                'ToMe and GTP-ViT do not apply to Swin (use a ViT family)'
             )
         super().__init__(
             init_cfg=init_cfg_with_pretrained(pretrained, init_cfg)

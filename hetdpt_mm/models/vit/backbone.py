@@ -68,8 +68,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         token_merge: ToMe in every block, ``dict(r=8, ...)``
             (docs/user_guides/token_merge.md); ``None``: none.
         graph_propagation: GTP-ViT in every block,
-            ``dict(num_prop=8, ...)``, instead of ToMe; class-token
-            outputs only (docs/user_guides/token_merge.md).
+            ``dict(num_prop=8, ...)``, instead of ToMe; featmap outputs
+            are unmerged (docs/user_guides/token_merge.md).
         frozen_stages: as mmpretrain's / mmseg's ViT: ``0`` or ``-1`` trains
             everything; ``N > 0`` freezes the patch embedding, position
             embedding and class / distillation tokens and blocks
@@ -195,12 +195,10 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         if self.token_merge is not None:
             self.token_merge.per_block(depth)  # a list r names every block
         self.graph_propagation = GraphPropagation.coerce(graph_propagation)
-        if self.graph_propagation is not None and (
-            self.token_merge is not None or out_type != 'cls_token'
-        ):
+        if self.graph_propagation is not None and self.token_merge is not None:
             raise ValueError(
-                'graph_propagation removes tokens for good: it takes '
-                "out_type='cls_token' and no token_merge"
+                'graph_propagation and token_merge both reduce the tokens: '
+                'give one of them'
             )
         self._build_args = dict(
             arch=dict(self.arch_settings),

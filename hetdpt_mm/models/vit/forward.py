@@ -1,7 +1,7 @@
 """The forward pass of the ViT families: patch tokens with the prefix
 tokens and positions (resampled to the input's grid), the blocks (with
-token merging and gradient checkpointing where asked) and the outputs of
-``out_type``."""
+token merging or propagation and gradient checkpointing where asked) and
+the outputs of ``out_type``."""
 
 from functools import partial
 from typing import List, Tuple
@@ -73,7 +73,7 @@ class ViTForward:
                     num_prefix=self.num_prefix_tokens,
                     options=propagation,
                 )
-                args = (x, graph, scales)
+                args = (x, graph, scales, source)
             else:
                 run, args = block, (x,)
             if self.with_cp and self.training:
@@ -83,13 +83,14 @@ class ViTForward:
             if merging:
                 x, size, source = result
             elif propagating:
-                x, graph, scales = result
+                x, graph, scales, source = result
             else:
                 x = result
             if index == last:
                 x = self.norm(x)
             if index in self.out_indices:
-                # Class tokens are never merged; maps need every position.
+                # Class tokens are never merged or propagated; maps need
+                # every position.
                 tokens = (
                     x
                     if self.out_type == 'cls_token'
