@@ -189,6 +189,7 @@ class DemoOptions:
     data_root: Path
     quick: bool = False
     budget: Optional[int] = None  # None: the variant's (FULL or QUICK)
+    seeds: Optional[Tuple[int, ...]] = None  # None: the variant's
     jobs: int = 1  # independent jobs side by side
     threads: Optional[int] = None  # per job; None: stage_threads
     resume: bool = False
@@ -201,9 +202,10 @@ class DemoOptions:
     @property
     def settings(self) -> Settings:
         variant = QUICK if self.quick else FULL
-        if self.budget is None:
-            return variant
-        return dataclasses.replace(variant, budget=self.budget)
+        chosen = dict(budget=self.budget, seeds=self.seeds)
+        return dataclasses.replace(
+            variant, **{k: v for k, v in chosen.items() if v is not None}
+        )
 
 
 # -------------------------------------------------------------------- demo

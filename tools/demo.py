@@ -2,8 +2,8 @@
 """HetDPT end to end on the embedded CPU demo, in one command.
 
     python tools/demo.py [--quick] [--work-dir work_dirs/demo]
-        [--data-root data/demo] [--budget K] [--jobs N] [--threads N]
-        [--resume]
+        [--data-root data/demo] [--budget K] [--seeds S [S ...]]
+        [--jobs N] [--threads N] [--resume]
 
 Dense training, MAP points, MAP fit, pruning, merging, DETR and UperNet
 transfer, benchmark, token merging and a report, each stage running the
@@ -67,6 +67,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
         f'(default {FULL.budget}, --quick {QUICK.budget})',
     )
     parser.add_argument(
+        '--seeds',
+        type=int,
+        nargs='+',
+        help='seeds of the compared splits, one prune run of each split '
+        f'per seed (default {" ".join(map(str, FULL.seeds))}, --quick '
+        f'{" ".join(map(str, QUICK.seeds))})',
+    )
+    parser.add_argument(
         '--jobs',
         type=int,
         default=default_jobs(),
@@ -90,12 +98,17 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> DemoOptions:
     for name in ('jobs', 'threads', 'budget'):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f'--{name} must be >= 1')
+    if args.seeds is not None and (
+        len(set(args.seeds)) != len(args.seeds) or min(args.seeds) < 0
+    ):
+        parser.error('--seeds must be distinct integers >= 0')
     return DemoOptions(
         repo=REPO,
         work_dir=args.work_dir.resolve(),
         data_root=args.data_root.resolve(),
         quick=args.quick,
         budget=args.budget,
+        seeds=None if args.seeds is None else tuple(args.seeds),
         jobs=args.jobs,
         threads=args.threads,
         resume=args.resume,
