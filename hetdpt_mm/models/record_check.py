@@ -145,7 +145,7 @@ def _record_shapes(family, record_json: str, source: str) -> Dict[str, tuple]:
         raise RecordError(
             f"{source}: the HetDPT record's arguments {record.arch} do not "
             f'build a {record.family} network ({type(err).__name__}: '
-            f'{str(err)[:160]})'
+            f'{str(err)[:400]})'
         ) from None
     shapes = {}
     for name, module in network.named_modules(remove_duplicate=False):
