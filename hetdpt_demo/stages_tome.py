@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping
 import torch
 
 from hetdpt_mm.analysis import count_macs, macs_convention
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
 from hetdpt_mm.speed import build_backbone_variants, time_runs
 
 from . import report as demo_report

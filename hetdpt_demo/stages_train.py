@@ -9,11 +9,11 @@ from typing import List, Sequence
 from mmengine.config import Config
 
 from hetdpt_mm.apis.fit_map import load_allocation
-from hetdpt_mm.backbone_checkpoint import (
+from hetdpt_mm.checkpoint.reader import (
     load_backbone_checkpoint,
     read_backbone_checkpoint,
 )
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.fileio import atomic_write_text
 from hetdpt_mm.hooks.map_collect_hook import POINT_COLUMNS
 from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE

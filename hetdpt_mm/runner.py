@@ -18,8 +18,8 @@ from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
-from .backbone_checkpoint import load_backbone_checkpoint
-from .checkpoint import TRUST_ENV, CheckpointError
+from .checkpoint.reader import load_backbone_checkpoint
+from .checkpoint.safe_load import TRUST_ENV, CheckpointError
 from .cli import ConfigOptionsAction, RunError
 from .fileio import check_input_file
 from .hooks import EpochSeedHook

@@ -4,7 +4,8 @@ A :class:`PruneSpec` says which attention sublayers, which FFN GELUs and
 which whole FFN branches of a ``depth``-block ViT are removed, and, after
 width pruning (HetDPT+), the
 :class:`Widths` of every block.  It is small, validated, JSON-serialisable
-and travels with the weights inside a :class:`~hetdpt_mm.record.HetDPTRecord`
+and travels with the weights inside a
+:class:`~hetdpt_mm.checkpoint.record.HetDPTRecord`
 (together with the form of the weights and the architecture), so that any
 tool can rebuild the exact network.
 """
@@ -175,7 +176,7 @@ class Widths:
             if heads > num_heads or dims > head_dim or (ffn or 0) > hidden:
                 raise ValueError(
                     f'widths of block {index}: {heads} heads of dimension '
-                    f'{dims}, FFN {ffn}, beyond the architecture\'s '
+                    f"{dims}, FFN {ffn}, beyond the architecture's "
                     f'{num_heads} heads of {head_dim}, FFN {hidden}; width '
                     'pruning only removes, so these widths are not the '
                     "weights': use the record tools/prune_width.py wrote"

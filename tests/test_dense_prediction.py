@@ -32,7 +32,7 @@ from mmengine.registry import DefaultScope
 
 from hetdpt_demo.data import make_detection, make_segmentation
 from hetdpt_mm import META_KEY, PruneSpec
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.models.fused_attention import FusedMultiheadAttention
 

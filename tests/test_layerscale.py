@@ -19,8 +19,8 @@ from timm.models.vision_transformer import checkpoint_filter_fn
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import StateDictMismatch
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT

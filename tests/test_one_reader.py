@@ -1,6 +1,6 @@
 """A damaged record is refused, never taken for "no record": one decoding
-(:func:`hetdpt_mm.record.decode_record`) decides for every path that reads
-a checkpoint, before or after the network is built
+(:func:`hetdpt_mm.checkpoint.record.decode_record`) decides for every path
+that reads a checkpoint, before or after the network is built
 (docs/advanced/reliability.md)."""
 
 import re
@@ -12,19 +12,19 @@ from helpers import load_tool, randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import (
-    CheckpointError,
-    StateDictMismatch,
-    load_checkpoint_file,
-)
-from hetdpt_mm.cli import RunError
-from hetdpt_mm.record import (
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
     RecordError,
     decode_record,
     encode_record,
 )
+from hetdpt_mm.checkpoint.safe_load import (
+    CheckpointError,
+    StateDictMismatch,
+    load_checkpoint_file,
+)
+from hetdpt_mm.cli import RunError
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import build_runner
 

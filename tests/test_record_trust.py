@@ -16,17 +16,17 @@ from helpers import randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import CheckpointError, StateDictMismatch
-from hetdpt_mm.cli import RunError
-from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
-from hetdpt_mm.record import (
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
     RecordError,
     decode_record,
     encode_record,
 )
+from hetdpt_mm.checkpoint.safe_load import CheckpointError, StateDictMismatch
+from hetdpt_mm.cli import RunError
+from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_non_strict_loading_checks_the_record_against_the_tensors(tmp_path):
         ):
             HetDPTViT(**DEMO_ARCH).load_state_dict(lying, strict=strict)
     path = saved(tmp_path / 'lying.pth', lying)
-    from hetdpt_mm.checkpoint import load_checkpoint_file
+    from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 
     with pytest.raises(StateDictMismatch, match=f'{path}: the HetDPT record'):
         HetDPTViT(**DEMO_ARCH).load_state_dict(

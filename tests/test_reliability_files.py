@@ -18,7 +18,10 @@ import pytest
 import torch
 from helpers import REPO, load_tool
 
-from hetdpt_mm.checkpoint import CheckpointError, load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import (
+    CheckpointError,
+    load_checkpoint_file,
+)
 from hetdpt_mm.cli import run_reporting_errors
 from hetdpt_mm.fileio import (
     MAX_JSON_DEPTH,

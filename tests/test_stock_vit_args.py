@@ -26,7 +26,7 @@ from mmpretrain.models.backbones import VisionTransformer as PretrainViT
 from mmseg.models.backbones import VisionTransformer as SegViT
 
 from hetdpt_demo.data import make_segmentation
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
 from hetdpt_mm.models.vit.state_dict import (
     from_openmmlab_layout,

@@ -19,8 +19,8 @@ from hetdpt_demo.data import (
     make_detection,
     make_segmentation,
 )
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]

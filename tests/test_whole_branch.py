@@ -20,11 +20,11 @@ from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_params
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.record import HetDPTRecord
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
-from hetdpt_mm.record import HetDPTRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_POINTS = ROOT / 'tests' / 'data' / 'map_points_paper.csv'

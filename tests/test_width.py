@@ -32,19 +32,19 @@ from mmengine.registry import DefaultScope
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_macs, count_params
-from hetdpt_mm.backbone_checkpoint import (
+from hetdpt_mm.checkpoint.reader import (
     load_backbone_checkpoint,
     read_backbone_checkpoint,
     read_classifier_heads,
 )
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.record import with_record
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width import LinearHeads, prune_width, read_widths
 from hetdpt_mm.pruning.width_checkpoint import (
     linear_heads,
     prune_width_checkpoint,
 )
-from hetdpt_mm.record import with_record
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import follow_backbone_width
 from hetdpt_mm.spec import Widths

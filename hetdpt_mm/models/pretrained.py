@@ -9,9 +9,9 @@ from typing import Dict, Mapping, Optional, Tuple
 
 from mmengine.logging import print_log
 
-from ..backbone_checkpoint import load_backbone_checkpoint
-from ..checkpoint import CheckpointError, StateDictMismatch
-from ..record import EXTRA_STATE_KEY, HetDPTRecord
+from ..checkpoint.reader import load_backbone_checkpoint
+from ..checkpoint.record import EXTRA_STATE_KEY, HetDPTRecord
+from ..checkpoint.safe_load import CheckpointError, StateDictMismatch
 from ..registry import get_family
 from ..spec import LAYER_KINDS, PruneSpec
 from .gates import GATE_SUFFIXES

@@ -10,7 +10,7 @@ from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
-from ..backbone_checkpoint import load_backbone_checkpoint
+from ..checkpoint.reader import load_backbone_checkpoint
 from ..models.family import HetDPTBackbone
 from ..models.gates import StraightThroughGate
 from ..models.vit.codec import resolve_arch

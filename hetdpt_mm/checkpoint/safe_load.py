@@ -38,7 +38,7 @@ from mmengine.logging import print_log
 from mmengine.runner import checkpoint as mmengine_checkpoint
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .fileio import check_input_file
+from ..fileio import check_input_file
 
 #: Setting this environment variable to 1 trusts every checkpoint file.
 TRUST_ENV = 'HETDPT_TRUST_CHECKPOINTS'
