@@ -10,7 +10,6 @@ from mmengine.config import Config
 
 from hetdpt_mm.apis.fit_map import load_allocation
 from hetdpt_mm.checkpoint.reader import (
-    load_backbone_checkpoint,
     read_backbone_checkpoint,
 )
 from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
@@ -72,7 +71,7 @@ class TrainingStages:
             ]
         )
         checkpoint = last_checkpoint(self.out('vit-demo_digits'))
-        record = load_backbone_checkpoint(checkpoint, mmap=True).record
+        record = read_backbone_checkpoint(checkpoint, mmap=True).record
         # The last validation is of the last checkpoint, on the test split.
         self.results.dense = DenseResult(
             checkpoint=self.rel(checkpoint),

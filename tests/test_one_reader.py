@@ -12,7 +12,7 @@ from helpers import load_tool, randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
-from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
     RecordError,
@@ -188,7 +188,7 @@ def test_a_record_the_constructor_refuses_is_a_checkpoint_error(
     torch.save(dict(state_dict=state), path)
     message = f"{path}: the HetDPT record's arguments .* do not build"
     with pytest.raises(RecordError, match=message):
-        load_backbone_checkpoint(str(path))
+        read_backbone_checkpoint(str(path))
     out = tmp_path / 'merged.pth'
     assert load_tool('merge_ckpt').main([str(path), str(out)]) != 0
     err = capsys.readouterr().err

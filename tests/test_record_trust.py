@@ -16,7 +16,7 @@ from helpers import randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
-from hetdpt_mm.checkpoint.reader import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
     RecordError,
@@ -89,7 +89,7 @@ def test_non_strict_loading_checks_the_record_against_the_tensors(tmp_path):
             load_checkpoint_file(path)['state_dict'], strict=False
         )
     with pytest.raises(StateDictMismatch, match=f'{path}: the HetDPT record'):
-        load_backbone_checkpoint(path)
+        read_backbone_checkpoint(path)
 
 
 def test_tensors_left_over_or_missing_are_refused():
@@ -221,7 +221,7 @@ def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path, loopback_server):
             'which are not structural arguments of a vit backbone'
         )
         with pytest.raises(RecordError, match=message):
-            load_backbone_checkpoint(path)
+            read_backbone_checkpoint(path)
         with pytest.raises(RecordError, match=message):
             prune_width_checkpoint(torch.load(path), source=path, ratio=0.25)
         with pytest.raises(RecordError, match='not structural arguments'):
@@ -252,7 +252,7 @@ def test_a_corrupt_record_is_an_error_not_a_fallback(data, message, tmp_path):
     bad = with_raw_record(state, data)
     path = saved(tmp_path / 'corrupt.pth', bad)
     with pytest.raises(RecordError, match=message):
-        load_backbone_checkpoint(path)
+        read_backbone_checkpoint(path)
     with pytest.raises(RecordError, match=message):
         HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
 

@@ -9,7 +9,7 @@ import functools
 import json
 import os
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
@@ -105,18 +105,22 @@ def _choose_prefix(
 
 
 def read_backbone_checkpoint(
-    checkpoint: Mapping,
-    source: str = 'checkpoint',
+    checkpoint: Union[Mapping, str, os.PathLike],
+    source: Optional[str] = None,
     prefix: Optional[str] = None,
+    mmap: bool = False,
 ) -> BackboneCheckpoint:
-    """Find the HetDPT backbone of a checkpoint of any supported layout,
-    read (or infer) its record and check the record against the tensors.
+    """The one reader of a checkpoint's backbone, for every path that takes
+    weights from a file: find the HetDPT backbone of a checkpoint of any
+    supported layout (a loaded dict, or a file or URL MMEngine can load,
+    read through the safe loaders, ``mmap``-ed if asked), read (or infer)
+    its record and check the record against the tensors.
 
     Raises :class:`CheckpointError` when there is no backbone of a known
     family, and :class:`StateDictMismatch` when the record contradicts the
     tensors.
     """
-    source = os.fspath(source)
+    checkpoint, source = _loaded(checkpoint, source, mmap)
     state_dict = unwrap_state_dict(checkpoint)
     extra = extra_state_records(state_dict, source)
     meta = _meta_record(checkpoint)
@@ -204,25 +208,18 @@ def _check_meta_agrees(
         )
 
 
-def load_backbone_checkpoint(
-    source: str, prefix: Optional[str] = None, mmap: bool = False
-) -> BackboneCheckpoint:
-    """:func:`read_backbone_checkpoint` of a file or of any URL MMEngine
-    can load (through the same safe loaders)."""
-    source = os.fspath(source)
-    return read_backbone_checkpoint(
-        load_any_checkpoint(source, mmap), source, prefix
-    )
-
-
-def load_any_checkpoint(source: str, mmap: bool = False) -> Mapping:
-    """A local file, or any URL MMEngine can load, through the same safe
-    loaders (a URL through torch.hub's cache)."""
-    if '://' in source:
+def _loaded(checkpoint, source: Optional[str], mmap: bool = False):
+    """A loaded checkpoint and the name it goes by: a local file, or any
+    URL MMEngine can load, through the same safe loaders (a URL through
+    torch.hub's cache)."""
+    if isinstance(checkpoint, Mapping):
+        return checkpoint, os.fspath(source or 'checkpoint')
+    path = os.fspath(checkpoint)
+    if '://' in path:
         from mmengine.runner.checkpoint import CheckpointLoader
 
-        return CheckpointLoader.load_checkpoint(source, 'cpu')
-    return load_checkpoint_file(source, mmap=mmap)
+        return CheckpointLoader.load_checkpoint(path, 'cpu'), path
+    return load_checkpoint_file(path, mmap=mmap), path
 
 
 #: Where a classifier checkpoint keeps its linear heads, per layout: the
@@ -240,15 +237,18 @@ CLASS_HEAD, DIST_HEAD = 'head', 'head_dist'
 
 
 def read_classifier_heads(
-    checkpoint: Mapping, source: str = 'checkpoint'
+    checkpoint: Union[Mapping, str, os.PathLike],
+    source: Optional[str] = None,
 ) -> Dict[str, Dict[str, torch.Tensor]]:
-    """The linear classifier heads of a checkpoint of any supported layout:
+    """The linear classifier heads of a checkpoint of any supported layout
+    (a loaded dict, a file or a URL, as :func:`read_backbone_checkpoint`):
     ``{'head': {'weight': ..., 'bias': ...}, 'head_dist': {...}}`` (the
     distillation head only where the file has one).
 
     Raises :class:`CheckpointError` naming the layouts looked for when the
     checkpoint holds no head.
     """
+    checkpoint, source = _loaded(checkpoint, source)
     state_dict = unwrap_state_dict(checkpoint)
     prefixes = classifier_head_prefixes(state_dict)
     if prefixes:
@@ -285,12 +285,6 @@ def classifier_head_prefixes(state_dict: Mapping) -> Dict[str, str]:
             if prefix is not None and prefix + 'weight' in state_dict
         }
     return {}
-
-
-def load_classifier_heads(source: str) -> Dict[str, Dict[str, torch.Tensor]]:
-    """:func:`read_classifier_heads` of a file or URL (safe loaders)."""
-    source = os.fspath(source)
-    return read_classifier_heads(load_any_checkpoint(source), source)
 
 
 def check_tensors_fit(family, record: HetDPTRecord, state: Mapping) -> None:

@@ -19,7 +19,7 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
 
-from ..checkpoint.reader import CLASS_HEAD, DIST_HEAD, load_classifier_heads
+from ..checkpoint.reader import CLASS_HEAD, DIST_HEAD, read_classifier_heads
 from ..checkpoint.safe_load import StateDictMismatch
 
 
@@ -60,7 +60,7 @@ class PretrainedHeadsInit:
     @torch.no_grad()
     def __call__(self, module: nn.Module) -> None:
         targets = head_linears(module)
-        heads = load_classifier_heads(self.checkpoint)
+        heads = read_classifier_heads(self.checkpoint)
         for name, linear in targets.items():
             tensors = heads.get(name)
             if tensors is None:
