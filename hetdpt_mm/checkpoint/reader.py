@@ -54,23 +54,6 @@ def unwrap_state_dict(checkpoint: Mapping) -> Mapping:
     return checkpoint
 
 
-def extra_state_records(
-    state_dict: Mapping, source: str = 'checkpoint'
-) -> Dict[str, HetDPTRecord]:
-    """Every HetDPT backbone's record in a state dict, by prefix, checked
-    against the schema: every record but a distillation classifier's
-    (which says only where its teacher is) is a backbone's."""
-    return {
-        prefix: HetDPTRecord.from_dict(
-            record,
-            source_of(state_dict[prefix + EXTRA_STATE_KEY]) or source,
-            origin='extra_state',
-        )
-        for prefix, record in records_in(state_dict, source).items()
-        if set(record) != {'teacher_prefix'}
-    }
-
-
 def _meta_record(checkpoint: Mapping) -> Optional[Mapping]:
     meta = checkpoint.get('meta')
     if isinstance(meta, Mapping) and META_KEY in meta:
@@ -122,7 +105,18 @@ def read_backbone_checkpoint(
     """
     checkpoint, source = _loaded(checkpoint, source, mmap)
     state_dict = unwrap_state_dict(checkpoint)
-    extra = extra_state_records(state_dict, source)
+    records = records_in(state_dict, source)
+    # Every record but a distillation classifier's (which says only where
+    # its teacher is) is a backbone's.
+    extra = {
+        prefix: HetDPTRecord.from_dict(
+            record,
+            source_of(state_dict[prefix + EXTRA_STATE_KEY]) or source,
+            origin='extra_state',
+        )
+        for prefix, record in records.items()
+        if set(record) != {'teacher_prefix'}
+    }
     meta = _meta_record(checkpoint)
     teacher_prefix = (
         meta.get('teacher_prefix') if isinstance(meta, Mapping) else None
@@ -133,7 +127,14 @@ def read_backbone_checkpoint(
             f'is a {type(teacher_prefix).__name__}, not a '
             'string'
         )
-    teacher_prefix = teacher_prefix or _teacher_prefix_of(state_dict, source)
+    teacher_prefix = teacher_prefix or next(
+        (
+            prefix + record['teacher_prefix']
+            for prefix, record in records.items()
+            if isinstance(record.get('teacher_prefix'), str)
+        ),
+        None,
+    )
     if prefix is None:
         prefix = _choose_prefix(state_dict, extra, meta, teacher_prefix)
     elif prefix and not prefix.endswith('.'):
@@ -187,14 +188,6 @@ def read_backbone_checkpoint(
         },
     )
     return BackboneCheckpoint(record, state, state_dict, frozenset(raw))
-
-
-def _teacher_prefix_of(state_dict: Mapping, source: str) -> Optional[str]:
-    """A distillation classifier records where its teacher is."""
-    for prefix, record in records_in(state_dict, source).items():
-        if isinstance(record.get('teacher_prefix'), str):
-            return prefix + record['teacher_prefix']
-    return None
 
 
 def _check_meta_agrees(
