@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping
 import torch
 
 from hetdpt_mm.analysis import count_macs, macs_convention
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.speed import build_backbone_variants, time_runs
 
 from . import report as demo_report
@@ -144,7 +144,7 @@ class TomeStages:
             merged, accuracy = r.merge.merged, r.transfer.merged_accuracy
         else:
             merged, accuracy = run.merged, run.accuracy
-        spec = load_backbone_checkpoint(
+        spec = read_backbone_checkpoint(
             self.repo / merged, mmap=True
         ).record.spec
         return dict(

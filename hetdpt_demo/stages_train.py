@@ -9,11 +9,10 @@ from typing import List, Sequence
 from mmengine.config import Config
 
 from hetdpt_mm.apis.fit_map import load_allocation
-from hetdpt_mm.backbone_checkpoint import (
-    load_backbone_checkpoint,
+from hetdpt_mm.checkpoint.reader import (
     read_backbone_checkpoint,
 )
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.fileio import atomic_write_text
 from hetdpt_mm.hooks.map_collect_hook import POINT_COLUMNS
 from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE
@@ -72,7 +71,7 @@ class TrainingStages:
             ]
         )
         checkpoint = last_checkpoint(self.out('vit-demo_digits'))
-        record = load_backbone_checkpoint(checkpoint, mmap=True).record
+        record = read_backbone_checkpoint(checkpoint, mmap=True).record
         # The last validation is of the last checkpoint, on the test split.
         self.results.dense = DenseResult(
             checkpoint=self.rel(checkpoint),

@@ -6,7 +6,7 @@ from typing import List
 
 import torch
 
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 
 from . import report as demo_report
 from .claims import split_benchmark_runs

@@ -6,7 +6,7 @@ from . import (
     optim,  # noqa: F401  registers the optimizer constructor
     sharding,  # noqa: F401  registers the FSDP wrapper
 )
-from .checkpoint import register_mmengine_loader
+from .checkpoint.safe_load import register_mmengine_loader
 from .fileio import register_atomic_local_backend
 from .registry import register_all_modules
 from .spec import META_KEY, PruneSpec

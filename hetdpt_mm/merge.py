@@ -16,10 +16,11 @@ way; optimizer and other training state are left out.  Given a
 ``spec``, dense (or less pruned) weights are cut to it: the result is the
 network of that spec, in the merged or (``form='pruned'``) the unmerged
 form, classifier heads kept.  The result
-carries the merged backbone's :class:`~hetdpt_mm.record.HetDPTRecord` (in the
+carries the merged backbone's
+:class:`~hetdpt_mm.checkpoint.record.HetDPTRecord` (in the
 backbone's extra state, and in ``meta['hetdpt']`` with its ``prefix``), so
 the backbone rebuilds it from the file alone.  Checkpoint parsing is
-:func:`~hetdpt_mm.backbone_checkpoint.read_backbone_checkpoint`'s, all
+:func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint`'s, all
 surgery the family's ``convert_state_dict``.
 """
 
@@ -29,9 +30,14 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
-from .backbone_checkpoint import BackboneCheckpoint, read_backbone_checkpoint
-from .checkpoint import StateDictMismatch
-from .record import EXTRA_STATE_KEY, HetDPTRecord, plain_data, with_record
+from .checkpoint.reader import BackboneCheckpoint, read_backbone_checkpoint
+from .checkpoint.record import (
+    EXTRA_STATE_KEY,
+    HetDPTRecord,
+    plain_data,
+    with_record,
+)
+from .checkpoint.safe_load import StateDictMismatch
 from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
 
 #: Where MMEngine's EMAHook saves the averaged model: an

@@ -21,7 +21,7 @@ from typing import Callable, Dict, Iterable, Mapping, Optional, Set, Type
 
 from mmengine.registry import Registry
 
-from .checkpoint import StateDictMismatch
+from .checkpoint.safe_load import StateDictMismatch
 
 #: Family name -> backbone class (a ``HetDPTBackbone`` subclass).
 FAMILIES: Dict[str, Type] = {}

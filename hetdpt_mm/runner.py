@@ -18,8 +18,8 @@ from mmengine.registry import HOOKS, RUNNERS
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
-from .backbone_checkpoint import load_backbone_checkpoint
-from .checkpoint import TRUST_ENV, CheckpointError
+from .checkpoint.reader import read_backbone_checkpoint
+from .checkpoint.safe_load import TRUST_ENV, CheckpointError
 from .cli import ConfigOptionsAction, RunError
 from .fileio import check_input_file
 from .hooks import EpochSeedHook
@@ -261,8 +261,8 @@ def take_checkpoint_structure(cfg) -> None:
     if checkpoint is None:
         return
     try:
-        record = load_backbone_checkpoint(
-            checkpoint, 'backbone.', mmap=True
+        record = read_backbone_checkpoint(
+            checkpoint, prefix='backbone.', mmap=True
         ).record
     except (ValueError, OSError) as err:  # CheckpointError, StateDictMismatch
         if not resume:
@@ -317,8 +317,8 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
     if not isinstance(backbone, dict) or source is None:
         return
     try:
-        widths = load_backbone_checkpoint(
-            source, prefix, mmap=True
+        widths = read_backbone_checkpoint(
+            source, prefix=prefix, mmap=True
         ).record.spec.widths
     except (ValueError, OSError):  # CheckpointError, StateDictMismatch
         return  # loading it reports what is wrong, where it is loaded

@@ -4,7 +4,8 @@ A :class:`PruneSpec` says which attention sublayers, which FFN GELUs and
 which whole FFN branches of a ``depth``-block ViT are removed, and, after
 width pruning (HetDPT+), the
 :class:`Widths` of every block.  It is small, validated, JSON-serialisable
-and travels with the weights inside a :class:`~hetdpt_mm.record.HetDPTRecord`
+and travels with the weights inside a
+:class:`~hetdpt_mm.checkpoint.record.HetDPTRecord`
 (together with the form of the weights and the architecture), so that any
 tool can rebuild the exact network.
 """
@@ -156,6 +157,30 @@ class Widths:
             self.head_dims[index],
             self.ffn_hidden[index],
         )
+
+    def check_pruned_from(self, dim: int, num_heads: int, hidden: int):
+        """Raise ``ValueError`` unless width pruning (which only removes
+        channels, whole heads and dimensions of every head) can leave these
+        widths of an architecture ``dim`` wide with ``num_heads`` heads and
+        FFNs ``hidden`` wide: the tensors show only heads x head_dim, so a
+        head split beyond the architecture's is a record that lies."""
+        head_dim = dim // num_heads
+        if self.embed_dims > dim:
+            raise ValueError(
+                f'widths.embed_dims {self.embed_dims} exceeds the '
+                f"architecture's {dim}"
+            )
+        for index, (heads, dims, ffn) in enumerate(
+            zip(self.num_heads, self.head_dims, self.ffn_hidden)
+        ):
+            if heads > num_heads or dims > head_dim or (ffn or 0) > hidden:
+                raise ValueError(
+                    f'widths of block {index}: {heads} heads of dimension '
+                    f"{dims}, FFN {ffn}, beyond the architecture's "
+                    f'{num_heads} heads of {head_dim}, FFN {hidden}; width '
+                    'pruning only removes, so these widths are not the '
+                    "weights': use the record tools/prune_width.py wrote"
+                )
 
     def to_dict(self) -> Dict[str, Any]:
         return {

@@ -24,8 +24,8 @@ from mmengine.runner import Runner
 from mmengine.runner import checkpoint as mmengine_checkpoint
 from torch.utils.data import Dataset
 
-import hetdpt_mm.checkpoint
-from hetdpt_mm.checkpoint import (
+import hetdpt_mm.checkpoint.safe_load
+from hetdpt_mm.checkpoint.safe_load import (
     TRUST_ENV,
     CheckpointError,
     load_checkpoint_file,
@@ -153,8 +153,10 @@ def test_every_mmengine_scheme_is_loaded_safely():
     schemes = mmengine_checkpoint.CheckpointLoader._schemes
     assert schemes
     for prefix, loader in schemes.items():
-        assert loader.__module__ == 'hetdpt_mm.checkpoint', prefix
-        assert loader in hetdpt_mm.checkpoint.SAFE_LOADERS.values(), prefix
+        assert loader.__module__ == 'hetdpt_mm.checkpoint.safe_load', prefix
+        assert (
+            loader in hetdpt_mm.checkpoint.safe_load.SAFE_LOADERS.values()
+        ), prefix
 
 
 class MarkerPayload:

@@ -25,8 +25,8 @@ from mmengine.registry import HOOKS, MODELS, DefaultScope
 from mmengine.utils import import_modules_from_strings
 
 from hetdpt_mm import META_KEY, PruneSpec
+from hetdpt_mm.checkpoint.record import HetDPTRecord
 from hetdpt_mm.models.vit.codec import RELEASED_SEMANTICS, resolve_arch
-from hetdpt_mm.record import HetDPTRecord
 
 torch.set_num_threads(2)
 

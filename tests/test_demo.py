@@ -31,8 +31,8 @@ from hetdpt_demo.tome_report import (
     tome_section,
     tome_summary_row,
 )
-from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.models.token_merge import TokenMerge
 
 

@@ -32,7 +32,7 @@ from mmengine.registry import DefaultScope
 
 from hetdpt_demo.data import make_detection, make_segmentation
 from hetdpt_mm import META_KEY, PruneSpec
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.models.fused_attention import FusedMultiheadAttention
 
@@ -247,7 +247,7 @@ def validation_metrics(work_dir: Path, key: str) -> dict:
 
 
 def check_structure(checkpoint: Path, form: str) -> None:
-    record = load_backbone_checkpoint(checkpoint).record
+    record = read_backbone_checkpoint(checkpoint).record
     assert record.form == form
     assert record.spec == PruneSpec(6, **DEMO_SPEC)
 
@@ -368,7 +368,7 @@ def test_mmdet_tools_train_matches_ours(workspace):
     checkpoint = workspace / 'mmdet/epoch_1.pth'
     saved = torch.load(checkpoint, map_location='cpu', weights_only=False)
     assert 'backbone._extra_state' in saved['state_dict']
-    assert load_backbone_checkpoint(checkpoint).record.origin == 'extra_state'
+    assert read_backbone_checkpoint(checkpoint).record.origin == 'extra_state'
     check_structure(checkpoint, 'pruned')
     cfg = Config.fromfile(config)
     cfg.model.backbone.init_cfg = None

@@ -429,7 +429,7 @@ def test_a_width_pruned_checkpoint_exports_with_the_dense_config(
 ):
     """A HetDPT+ checkpoint and the config it was pruned from: the head
     takes the embedding width the checkpoint records, as in tools/test.py."""
-    from hetdpt_mm.checkpoint import load_checkpoint_file
+    from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
     from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 
     config, merged = classifier

@@ -12,8 +12,8 @@ import torch
 from helpers import DENSE_CONFIG, REPO, load_tool, small_config
 
 from hetdpt_demo.data import make_classification
-from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 PRUNE_CONFIG = REPO / 'configs/demo/vit-demo_digits_prune.py'

@@ -14,8 +14,8 @@ import torch.nn as nn
 from helpers import fake_runner, randomize_
 from timm.layers import Attention
 
-from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
-from hetdpt_mm.checkpoint import StateDictMismatch
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import FAMILIES, HetDPTBackbone, merge_ffn_weights
@@ -110,7 +110,7 @@ class ToyCodec:
 
     @classmethod
     def record_from_tensors(cls, state, source):
-        from hetdpt_mm.record import HetDPTRecord
+        from hetdpt_mm.checkpoint.record import HetDPTRecord
 
         depth, layout = cls._layout(state)
         form = 'merged' if layout['merged'] else 'pruned'

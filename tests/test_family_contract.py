@@ -10,13 +10,13 @@ import torch
 from helpers import randomize_
 from mmengine.registry import DefaultScope
 
-from hetdpt_mm.checkpoint import StateDictMismatch
-from hetdpt_mm.record import (
+from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
     HetDPTRecord,
     decode_record,
     encode_record,
 )
+from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec
 

@@ -37,8 +37,8 @@ from hetdpt_demo.data import (
     make_segmentation,
 )
 from hetdpt_mm import PruneSpec
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import StateDictMismatch
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.runner import build_runner
 
@@ -158,7 +158,7 @@ def workspace(request, tmp_path_factory, one_thread):
                 start, ratio=variant.width_ratio, importance='magnitude'
             )
         torch.save(start, root / 'merged_cls.pth')
-        spec = load_backbone_checkpoint(root / 'merged_cls.pth').record.spec
+        spec = read_backbone_checkpoint(root / 'merged_cls.pth').record.spec
         assert (spec.widths is None) == (variant.width_ratio is None)
         checkpoints = {
             task: train_one_iteration(config, task, root)
@@ -384,7 +384,7 @@ def test_an_absent_init_cfg_checkpoint_waits_for_loaded_weights(tmp_path):
     """Where the config's classification checkpoint is absent, weights loaded
     after init_weights make it irrelevant; without them the first forward
     names the file (a run never starts silently from random weights)."""
-    from hetdpt_mm.checkpoint import CheckpointError
+    from hetdpt_mm.checkpoint.safe_load import CheckpointError
     from hetdpt_mm.models import HetDPTViT
 
     arch = dict(embed_dims=32, num_layers=2, num_heads=2)

@@ -19,8 +19,8 @@ from timm.models.vision_transformer import checkpoint_filter_fn
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import StateDictMismatch
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
@@ -298,7 +298,7 @@ def test_checkpoints_know_their_family_and_merge(tmp_path):
     checkpoint merge folds LayerScale and rebuilds from its record."""
     dense = timm_model('dinov2-reg4')
     torch.save(timm_state_dict(dense), tmp_path / 'dense.pth')
-    record = load_backbone_checkpoint(str(tmp_path / 'dense.pth')).record
+    record = read_backbone_checkpoint(str(tmp_path / 'dense.pth')).record
     assert record.family == 'layerscale_vit'
     with pytest.raises(StateDictMismatch, match='layerscale_vit'):
         vit = HetDPTViT(
@@ -312,7 +312,7 @@ def test_checkpoints_know_their_family_and_merge(tmp_path):
         torch.load(tmp_path / 'dense.pth'), spec=TINY_SPEC, arch=TINY
     )
     torch.save(merged_ckpt, tmp_path / 'merged.pth')
-    record = load_backbone_checkpoint(str(tmp_path / 'merged.pth')).record
+    record = read_backbone_checkpoint(str(tmp_path / 'merged.pth')).record
     assert record.form == 'merged' and record.arch['reg_tokens'] == 4
     merged = HetDPTLayerScaleViT.from_record(record, out_type='raw')
     merged.load_pretrained(str(tmp_path / 'merged.pth'))

@@ -12,7 +12,7 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 from hetdpt_demo.data import make_classification
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.hooks.map_collect_hook import (
     POINT_COLUMNS,
     STATE_KEY,

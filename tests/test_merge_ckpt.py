@@ -28,10 +28,17 @@ from mmengine.model import ExponentialMovingAverage
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_demo.data import make_classification
-from hetdpt_mm.checkpoint import StateDictMismatch, load_checkpoint_file
+from hetdpt_mm.checkpoint.record import (
+    EXTRA_STATE_KEY,
+    HetDPTRecord,
+    encode_record,
+)
+from hetdpt_mm.checkpoint.safe_load import (
+    StateDictMismatch,
+    load_checkpoint_file,
+)
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.record import EXTRA_STATE_KEY, HetDPTRecord, encode_record
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 TOOL = REPO / 'tools' / 'merge_ckpt.py'

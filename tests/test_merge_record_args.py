@@ -12,9 +12,9 @@ import pytest
 import torch
 from helpers import randomize_
 
+from hetdpt_mm.checkpoint.record import HetDPTRecord
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin, HetDPTViT
-from hetdpt_mm.record import HetDPTRecord
 from hetdpt_mm.spec import META_KEY
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """A damaged record is refused, never taken for "no record": one decoding
-(:func:`hetdpt_mm.record.decode_record`) decides for every path that reads
-a checkpoint, before or after the network is built
+(:func:`hetdpt_mm.checkpoint.record.decode_record`) decides for every path
+that reads a checkpoint, before or after the network is built
 (docs/advanced/reliability.md)."""
 
 import re
@@ -12,19 +12,19 @@ from helpers import load_tool, randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import (
-    CheckpointError,
-    StateDictMismatch,
-    load_checkpoint_file,
-)
-from hetdpt_mm.cli import RunError
-from hetdpt_mm.record import (
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
     RecordError,
     decode_record,
     encode_record,
 )
+from hetdpt_mm.checkpoint.safe_load import (
+    CheckpointError,
+    StateDictMismatch,
+    load_checkpoint_file,
+)
+from hetdpt_mm.cli import RunError
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import build_runner
 
@@ -188,10 +188,48 @@ def test_a_record_the_constructor_refuses_is_a_checkpoint_error(
     torch.save(dict(state_dict=state), path)
     message = f"{path}: the HetDPT record's arguments .* do not build"
     with pytest.raises(RecordError, match=message):
-        load_backbone_checkpoint(str(path))
+        read_backbone_checkpoint(str(path))
     out = tmp_path / 'merged.pth'
     assert load_tool('merge_ckpt').main([str(path), str(out)]) != 0
     err = capsys.readouterr().err
     assert err.startswith('error:') and reason in err
     assert 'Traceback' not in err
     assert not out.exists()
+
+
+# ------------------------------------------- a HetDPT+ record's head split
+def plus_classifier(num_heads, head_dims):
+    """A merged HetDPT+ demo classifier (3 heads of 32, FFN 384) with the
+    given head split of blocks 0 and 1."""
+    cfg = Config.fromfile(CONFIG)
+    widths = dict(
+        embed_dims=96,
+        num_heads=[*num_heads, 3, 3, 3, 3],
+        head_dims=[*head_dims, 32, 32, 32, 32],
+        ffn_hidden=[200, 300, 384, 384, 384, None],
+    )
+    spec = dict(act_removed=[5], widths=widths)
+    cfg.model.backbone.update(prune_spec=spec, merged=True, init_cfg=None)
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        return randomize_(MODELS.build(cfg.model)).eval()
+
+
+def test_a_head_split_that_lies_is_refused(tmp_path, capsys, one_thread):
+    """Block 0: 2 x 26 said to be 4 x 13, block 1: 2 x 28 said to be 1 x 56:
+    the same tensors, other attention; width pruning only removes heads and
+    head dimensions, so more than the architecture's is a lie."""
+    state = plus_classifier([2, 2], [26, 28]).state_dict()
+    record = decode_record(state[KEY])
+    record['spec']['widths'].update(
+        num_heads=[4, 1, 3, 3, 3, 3], head_dims=[13, 56, 32, 32, 32, 32]
+    )
+    state[KEY] = encode_record(record)
+    path = tmp_path / 'plus_lie.pth'
+    torch.save(dict(state_dict=state, meta=dict()), path)
+    message = f'{path}.*block 0: 4 heads of dimension 13.*prune_width'
+    with pytest.raises(RecordError, match=message):
+        plus_classifier([2, 2], [26, 28]).load_state_dict(
+            load_checkpoint_file(path)['state_dict']
+        )
+    args = [CONFIG, path, '--work-dir', tmp_path / 'test']
+    refused_by_tool('test', capsys, args, message, tmp_path, writes=False)

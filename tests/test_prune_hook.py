@@ -21,7 +21,8 @@ from mmpretrain.registry import MODELS
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_demo.data import make_classification
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.record import decode_record
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
 from hetdpt_mm.hooks.prune_hook import STATE_KEY
 from hetdpt_mm.pruning import allocate, fit_map, load_points
@@ -31,7 +32,6 @@ from hetdpt_mm.pruning.schedules import (
     authors_stages,
     removal_order,
 )
-from hetdpt_mm.record import decode_record
 from hetdpt_mm.spec import META_KEY, PruneSpec
 
 PRUNE_CONFIG = REPO / 'configs' / 'demo' / 'vit-demo_digits_prune.py'

@@ -16,17 +16,17 @@ from helpers import randomize_
 from mmengine.config import Config
 from mmengine.registry import MODELS, DefaultScope
 
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import CheckpointError, StateDictMismatch
-from hetdpt_mm.cli import RunError
-from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
-from hetdpt_mm.record import (
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
     RecordError,
     decode_record,
     encode_record,
 )
+from hetdpt_mm.checkpoint.safe_load import CheckpointError, StateDictMismatch
+from hetdpt_mm.cli import RunError
+from hetdpt_mm.models import HetDPTViT
+from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,14 +82,14 @@ def test_non_strict_loading_checks_the_record_against_the_tensors(tmp_path):
         ):
             HetDPTViT(**DEMO_ARCH).load_state_dict(lying, strict=strict)
     path = saved(tmp_path / 'lying.pth', lying)
-    from hetdpt_mm.checkpoint import load_checkpoint_file
+    from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 
     with pytest.raises(StateDictMismatch, match=f'{path}: the HetDPT record'):
         HetDPTViT(**DEMO_ARCH).load_state_dict(
             load_checkpoint_file(path)['state_dict'], strict=False
         )
     with pytest.raises(StateDictMismatch, match=f'{path}: the HetDPT record'):
-        load_backbone_checkpoint(path)
+        read_backbone_checkpoint(path)
 
 
 def test_tensors_left_over_or_missing_are_refused():
@@ -221,7 +221,7 @@ def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path, loopback_server):
             'which are not structural arguments of a vit backbone'
         )
         with pytest.raises(RecordError, match=message):
-            load_backbone_checkpoint(path)
+            read_backbone_checkpoint(path)
         with pytest.raises(RecordError, match=message):
             prune_width_checkpoint(torch.load(path), source=path, ratio=0.25)
         with pytest.raises(RecordError, match='not structural arguments'):
@@ -252,7 +252,7 @@ def test_a_corrupt_record_is_an_error_not_a_fallback(data, message, tmp_path):
     bad = with_raw_record(state, data)
     path = saved(tmp_path / 'corrupt.pth', bad)
     with pytest.raises(RecordError, match=message):
-        load_backbone_checkpoint(path)
+        read_backbone_checkpoint(path)
     with pytest.raises(RecordError, match=message):
         HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
 

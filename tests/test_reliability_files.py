@@ -8,6 +8,7 @@ inputs*)."""
 import errno
 import json
 import os
+import re
 import threading
 import time
 import zipfile
@@ -17,7 +18,10 @@ import pytest
 import torch
 from helpers import REPO, load_tool
 
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import (
+    CheckpointError,
+    load_checkpoint_file,
+)
 from hetdpt_mm.cli import run_reporting_errors
 from hetdpt_mm.fileio import (
     MAX_JSON_DEPTH,
@@ -650,3 +654,62 @@ def test_a_dangling_link_is_not_replaced_without_force(
     assert link.is_symlink() and os.readlink(link) == str(
         tmp_path / 'missing.onnx'
     )
+
+
+def stride_zero_file(path: Path) -> Path:
+    """A few KB whose ViT tensors claim gigabytes (width 32,768 on one
+    element of storage)."""
+    width = 32768
+    state = {
+        'pos_embed': torch.zeros(1).expand(1, 65, width),
+        'patch_embed.proj.weight': torch.zeros(1).expand(width, 3, 4, 4),
+        'blocks.0.mlp.fc1.weight': torch.zeros(1).expand(4 * width, width),
+    }
+    torch.save({'state_dict': state}, path)
+    return path
+
+
+def deflated_file(path: Path) -> Path:
+    """torch.save's zip with its entries deflated: 8 MB of zeros in a few
+    KB (a zip bomb on a small scale)."""
+    plain = path.with_suffix('.plain')
+    torch.save({'state_dict': {'x': torch.zeros(1 << 21)}}, plain)
+    with (
+        zipfile.ZipFile(plain) as source,
+        zipfile.ZipFile(path, 'w', zipfile.ZIP_DEFLATED) as target,
+    ):
+        for entry in source.infolist():
+            target.writestr(entry.filename, source.read(entry))
+    plain.unlink()
+    return path
+
+
+@pytest.mark.parametrize(
+    'make, claim',
+    [
+        (stride_zero_file, r'state_dict\.\S+ claims \d+ elements on 4 bytes'),
+        (
+            deflated_file,
+            r'its zip entries unpack to \d+ bytes from a \d+-byte',
+        ),
+    ],
+)
+def test_what_a_file_claims_is_bounded_by_its_size(
+    tools, tmp_path, capsys, make, claim
+):
+    """A stride-0 file made merge_ckpt / prune_width allocate 12.9 GB, a
+    deflated one inflated 1000x before any check: both are refused when
+    read, before any tensor is materialised."""
+    path = make(tmp_path / 'claims.pth')
+    assert path.stat().st_size < 64 << 10
+    message = f'{path} is not a checkpoint torch.save writes: {claim}'
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint_file(path)
+    for args in (
+        ('merge_ckpt', path, tmp_path / 'merged.pth'),
+        ('prune_width', path, tmp_path / 'plus.pth', '--ratio', '0.3')
+        + ('--importance', 'magnitude'),
+    ):
+        code, err = run_tool(tools, capsys, *args)
+        assert code == 2 and re.match(f'error: .*{message}', err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['claims.pth']

@@ -22,8 +22,8 @@ from helpers import (
 )
 from mmengine.config import Config
 
-from hetdpt_mm.backbone_checkpoint import read_backbone_checkpoint
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.spec import META_KEY, PruneSpec
 

@@ -17,7 +17,7 @@ from test_prune_hook import PRUNE_CONFIG, free_port
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_demo.data import make_classification
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.hooks.prune_hook import STATE_KEY
 from hetdpt_mm.spec import META_KEY, PruneSpec
 

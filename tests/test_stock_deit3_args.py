@@ -19,7 +19,7 @@ from mmpretrain.models.backbones.deit3 import DeiT3
 from mmpretrain.registry import MODELS
 
 import hetdpt_mm.registry
-from hetdpt_mm.checkpoint import StateDictMismatch
+from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.models import HetDPTLayerScaleViT
 from hetdpt_mm.models.layerscale_vit.stock_args import deit3_arch
 

@@ -26,7 +26,7 @@ from mmpretrain.models.backbones import VisionTransformer as PretrainViT
 from mmseg.models.backbones import VisionTransformer as SegViT
 
 from hetdpt_demo.data import make_segmentation
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
 from hetdpt_mm.models.vit.state_dict import (
     from_openmmlab_layout,
@@ -311,7 +311,7 @@ default_hooks = dict(logger=dict(interval=1))
     assert result.returncode == 0, output[-4000:]
     assert 'Iter(train) [1/1]' in output
     assert 'HetDPTViT' in (tmp_path / 'work/stock_vit.py').read_text()
-    record = load_backbone_checkpoint(tmp_path / 'work/iter_1.pth').record
+    record = read_backbone_checkpoint(tmp_path / 'work/iter_1.pth').record
     assert record.family == 'vit' and record.arch['arch'] == dict(
         embed_dims=32, num_layers=12, num_heads=2, mlp_ratio=4
     )

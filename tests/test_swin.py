@@ -15,7 +15,7 @@ from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import analytic_macs
 from hetdpt_mm.apis.benchmark import run_benchmark
 from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
@@ -173,7 +173,7 @@ def test_dense_equals_mmdet_swin(tmp_path):
     )
     ours = loaded(tmp_path / 'mmdet.pth', pad_small_map=True)
     assert (
-        load_backbone_checkpoint(str(tmp_path / 'mmdet.pth')).record.family
+        read_backbone_checkpoint(str(tmp_path / 'mmdet.pth')).record.family
         == 'swin'
     )
     x = images(*ODD_SIZE)
@@ -273,7 +273,7 @@ def test_spec_from_official_weights_and_merge(tmp_path):
     merged_file, summary = merge_checkpoint(official, spec=SMALL_SPEC)
     assert summary.backbone_after < summary.backbone_before
     torch.save(merged_file, tmp_path / 'merged.pth')
-    record = load_backbone_checkpoint(str(tmp_path / 'merged.pth')).record
+    record = read_backbone_checkpoint(str(tmp_path / 'merged.pth')).record
     assert (record.family, record.form) == ('swin', 'merged')
     assert record.spec == merged.prune_spec
     assert record.arch['out_indices'] == [3]  # the official final norm
@@ -688,7 +688,7 @@ def test_imagenet_prune_configs_train(
     )
     spec = runner.model.backbone.prune_spec
     assert (len(spec.attn_removed), len(spec.act_removed)) == counts
-    merged = load_backbone_checkpoint(
+    merged = read_backbone_checkpoint(
         str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth'))
     )
     assert merged.record.form == 'merged' and merged.record.spec == spec
@@ -729,7 +729,7 @@ def test_imagenet_finetune_configs_train(tmp_path, monkeypatch):
     runner = build_runner(cfg)
     runner.train()
     assert runner.model.backbone.form == 'pruned'
-    merged = load_backbone_checkpoint(
+    merged = read_backbone_checkpoint(
         str(tmp_path / 'work_dir' / name.replace('.py', '_merged.pth'))
     )
     assert merged.record.form == 'merged' and merged.record.spec == spec

@@ -19,8 +19,8 @@ from hetdpt_demo.data import (
     make_detection,
     make_segmentation,
 )
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.runner import build_runner
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def test_prune_run_removes_its_budget_and_the_tool_merges_it(
     pruned_and_merged,
 ):
     root, checkpoint = pruned_and_merged
-    pruned = load_backbone_checkpoint(checkpoint).record
+    pruned = read_backbone_checkpoint(checkpoint).record
     assert pruned.family == 'swin' and pruned.form == 'gated'
     assert pruned.spec.depth == 8
     assert pruned.spec.num_removed == 3  # the config's budget, split by MAP
@@ -76,7 +76,7 @@ def test_prune_run_removes_its_budget_and_the_tool_merges_it(
     )
     by_tool = load_checkpoint_file(str(merged_by_tool))['state_dict']
     by_hook = load_checkpoint_file(str(MERGED))['state_dict']
-    record = load_backbone_checkpoint(merged_by_tool).record
+    record = read_backbone_checkpoint(merged_by_tool).record
     assert record.form == 'merged' and record.spec == pruned.spec
     assert by_tool.keys() == by_hook.keys()
     for key, value in by_hook.items():
@@ -114,7 +114,7 @@ def test_dense_prediction_starts_from_the_merged_swin(
     pruned_and_merged, name, losses
 ):
     root, checkpoint = pruned_and_merged
-    spec = load_backbone_checkpoint(MERGED).record.spec
+    spec = read_backbone_checkpoint(MERGED).record.spec
     runner = build_runner(one_iteration(name, f'work_dirs/{name}'))
     runner.train()
     backbone = runner.model.backbone

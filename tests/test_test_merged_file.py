@@ -27,7 +27,7 @@ from helpers import (
 from mmengine.config import Config
 
 from hetdpt_demo.data import make_classification
-from hetdpt_mm.checkpoint import StateDictMismatch
+from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT

@@ -20,11 +20,11 @@ from mmengine.config import Config
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_params
-from hetdpt_mm.backbone_checkpoint import load_backbone_checkpoint
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.checkpoint.record import HetDPTRecord
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
-from hetdpt_mm.record import HetDPTRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_POINTS = ROOT / 'tests' / 'data' / 'map_points_paper.csv'
@@ -212,7 +212,7 @@ def test_record_round_trips(name, form, tmp_path):
     assert record['spec'] == dict(depth=4, act_removed=[]) | spec
     assert record['semantics']['removed_attn_output'] == 'identity'
     torch.save(network.state_dict(), tmp_path / 'model.pth')
-    loaded = load_backbone_checkpoint(str(tmp_path / 'model.pth'))
+    loaded = read_backbone_checkpoint(str(tmp_path / 'model.pth'))
     assert loaded.record.same_structure(network.record())
     rebuilt = HetDPTLayerScaleViT.from_record(loaded.record, out_type='raw')
     rebuilt.load_state_dict(torch.load(tmp_path / 'model.pth'))
@@ -224,7 +224,7 @@ def test_record_round_trips(name, form, tmp_path):
     # semantics; as ever, unmerged FFNs cannot say their GELU, and a merged
     # network without merged FFNs reads as pruned.
     torch.save(timm_state_dict(network), tmp_path / 'bare.pth')
-    bare = load_backbone_checkpoint(str(tmp_path / 'bare.pth')).record
+    bare = read_backbone_checkpoint(str(tmp_path / 'bare.pth')).record
     act = spec.get('act_removed', []) if form == 'merged' else []
     assert bare.spec == PruneSpec(
         4, spec['attn_removed'], act, ffn_removed=spec['ffn_removed']
@@ -260,7 +260,7 @@ def test_merge_tool_applies_a_whole_branch_spec(tmp_path):
     merged_ckpt, summary = merge_checkpoint(torch.load(tmp_path / 'gated.pth'))
     assert summary.spec == PruneSpec(4, **SPEC)
     torch.save(merged_ckpt, tmp_path / 'merged.pth')
-    record = load_backbone_checkpoint(str(tmp_path / 'merged.pth')).record
+    record = read_backbone_checkpoint(str(tmp_path / 'merged.pth')).record
     merged = HetDPTLayerScaleViT.from_record(record, out_type='raw')
     merged.load_pretrained(str(tmp_path / 'merged.pth'))
     with torch.no_grad():

@@ -32,19 +32,18 @@ from mmengine.registry import DefaultScope
 
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_macs, count_params
-from hetdpt_mm.backbone_checkpoint import (
-    load_backbone_checkpoint,
+from hetdpt_mm.checkpoint.reader import (
     read_backbone_checkpoint,
     read_classifier_heads,
 )
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.record import with_record
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width import LinearHeads, prune_width, read_widths
 from hetdpt_mm.pruning.width_checkpoint import (
     linear_heads,
     prune_width_checkpoint,
 )
-from hetdpt_mm.record import with_record
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import follow_backbone_width
 from hetdpt_mm.spec import Widths
@@ -201,7 +200,7 @@ def test_torch_pruning_model_equals_network_rebuilt_from_checkpoint(
         init_cfg=dict(type='Pretrained', checkpoint=str(path)),
     )
     from_file.init_weights()
-    assert from_file.prune_spec == load_backbone_checkpoint(path).record.spec
+    assert from_file.prune_spec == read_backbone_checkpoint(path).record.spec
     images = torch.randn(3, 3, IMG, IMG)
     pruned.eval(), from_file.eval()
     with torch.no_grad():
@@ -308,7 +307,7 @@ def test_prune_width_tool(tmp_path, capsys):
         'width-pruned',
     ]
     assert stages[0]['macs'] > stages[1]['macs'] > stages[2]['macs']
-    assert load_backbone_checkpoint(out).record.spec.widths is not None
+    assert read_backbone_checkpoint(out).record.spec.widths is not None
     assert (
         tool.main(
             [
@@ -519,7 +518,7 @@ def test_width_prune_hook_writes_the_plus_model_after_depth_pruning(
         'depth-pruned (merged)',
         'width-pruned',
     ]
-    record = load_backbone_checkpoint(path).record
+    record = read_backbone_checkpoint(path).record
     assert record.form == 'merged' and record.prefix == 'backbone.'
     embed_dims = record.spec.widths.embed_dims
     assert embed_dims < TINY['embed_dims']

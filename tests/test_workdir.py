@@ -12,7 +12,7 @@ import pytest
 from helpers import DENSE_CONFIG, REPO, load_tool, small_config
 from mmengine.config import Config
 
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.cli import RunError
 from hetdpt_mm.work_dir import (
     TRAIN_LOCK_NAME,

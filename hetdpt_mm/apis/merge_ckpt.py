@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from ..checkpoint import load_checkpoint_file
+from ..checkpoint.safe_load import load_checkpoint_file
 from ..fileio import atomic_path, check_output_path
 from ..merge import merge_checkpoint
 from ..spec import read_json_value

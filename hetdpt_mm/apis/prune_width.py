@@ -13,7 +13,7 @@ import torch
 from mmengine.logging import print_log
 
 from ..analysis import MACS_CONVENTIONS
-from ..checkpoint import load_checkpoint_file
+from ..checkpoint.safe_load import load_checkpoint_file
 from ..fileio import check_output_paths, write_outputs
 from ..merge import parse_arch
 from ..pruning.width import IMPORTANCES
@@ -143,7 +143,7 @@ def run_prune_width(options: PruneWidthOptions) -> None:
     checkpoint = load_checkpoint_file(options.input)
     calibration = None
     if options.calib_dir is not None:
-        from ..backbone_checkpoint import read_backbone_checkpoint
+        from ..checkpoint.reader import read_backbone_checkpoint
 
         record = read_backbone_checkpoint(
             checkpoint, str(options.input), options.prefix

@@ -35,7 +35,7 @@ from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.models.heads import DeiTClsHead
 from mmpretrain.registry import MODELS
 
-from ..record import RecordInStateDict
+from ..checkpoint.record import RecordInStateDict
 
 KD_MODES = ('hard', 'soft')
 

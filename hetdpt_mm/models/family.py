@@ -22,7 +22,7 @@ family hooks             ``all_blocks()``,
 =======================  ====================================================
 
 The structure travels with the weights: the backbone puts its record into
-every state dict (:class:`~hetdpt_mm.record.RecordInStateDict`), and
+every state dict (:class:`~hetdpt_mm.checkpoint.record.RecordInStateDict`), and
 loading such a state dict into a backbone of another structure rebuilds it
 first (through every loading path: ``load_state_dict``, MMEngine's
 ``load_checkpoint``, ``load_from``, ``--resume``, the toolboxes' inference
@@ -45,25 +45,24 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
-from ..checkpoint import StateDictMismatch
-from ..record import (
+from ..checkpoint.reader import (
+    check_arch_agrees,
+    check_tensors_fit,
+    rebuilds_given_structure,
+)
+from ..checkpoint.record import (
     EXTRA_STATE_KEY,
     HetDPTRecord,
     RecordError,
     RecordInStateDict,
     decode_record,
-    record_source,
     with_record,
 )
+from ..checkpoint.safe_load import StateDictMismatch, source_of
 from ..registry import FAMILIES, get_family
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
 from .layers import SEMANTICS_CHOICES, gated_ffn
 from .pretrained import PretrainedLoading
-from .record_check import (
-    check_arch_agrees,
-    check_tensors_fit,
-    rebuilds_given_structure,
-)
 
 
 class FamilyCodec(Protocol):
@@ -381,7 +380,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         else:
             # The structure before any tensor: this module's own tensors
             # (a ViT's tokens) take the width the record gives them.
-            source = record_source(state_dict[key], 'the loaded state dict')
+            source = source_of(state_dict[key]) or 'the loaded state dict'
             record = HetDPTRecord.from_dict(
                 decode_record(state_dict[key], source),
                 source,

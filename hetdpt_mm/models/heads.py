@@ -6,7 +6,7 @@ mmengine's ``Pretrained`` loads keys as they are named, so the heads of a
 timm / DeiT / authors' file (``head``, ``head_dist``) never reach
 mmpretrain's ``DeiTClsHead`` (``layers.head``, ``layers.head_dist``).  This
 initializer reads the heads of any layout
-(:func:`~hetdpt_mm.backbone_checkpoint.read_classifier_heads`) and copies
+(:func:`~hetdpt_mm.checkpoint.reader.read_classifier_heads`) and copies
 them into the linears of the head module it initialises: ``DeiTClsHead``,
 ``VisionTransformerClsHead``, ``LinearClsHead`` or a bare ``nn.Linear``.
 """
@@ -19,8 +19,8 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
 
-from ..backbone_checkpoint import CLASS_HEAD, DIST_HEAD, load_classifier_heads
-from ..checkpoint import StateDictMismatch
+from ..checkpoint.reader import CLASS_HEAD, DIST_HEAD, read_classifier_heads
+from ..checkpoint.safe_load import StateDictMismatch
 
 
 def head_linears(module: nn.Module) -> Dict[str, nn.Linear]:
@@ -60,7 +60,7 @@ class PretrainedHeadsInit:
     @torch.no_grad()
     def __call__(self, module: nn.Module) -> None:
         targets = head_linears(module)
-        heads = load_classifier_heads(self.checkpoint)
+        heads = read_classifier_heads(self.checkpoint)
         for name, linear in targets.items():
             tensors = heads.get(name)
             if tensors is None:

@@ -9,9 +9,9 @@ from typing import Dict, Mapping, Optional, Tuple
 
 from mmengine.logging import print_log
 
-from ..backbone_checkpoint import load_backbone_checkpoint
-from ..checkpoint import CheckpointError, StateDictMismatch
-from ..record import EXTRA_STATE_KEY, HetDPTRecord
+from ..checkpoint.reader import read_backbone_checkpoint
+from ..checkpoint.record import EXTRA_STATE_KEY, HetDPTRecord
+from ..checkpoint.safe_load import CheckpointError, StateDictMismatch
 from ..registry import get_family
 from ..spec import LAYER_KINDS, PruneSpec
 from .gates import GATE_SUFFIXES
@@ -58,8 +58,8 @@ class PretrainedLoading:
                 level=30,
             )
             return None
-        return load_backbone_checkpoint(
-            source, cfg.get('prefix'), mmap=True
+        return read_backbone_checkpoint(
+            source, prefix=cfg.get('prefix'), mmap=True
         ).record
 
     def _resolve_structure(
@@ -171,7 +171,7 @@ class PretrainedLoading:
     def load_pretrained(self, source: str, prefix: Optional[str] = None):
         """Load backbone weights from any supported checkpoint, converting
         them to this backbone's form and spec; report what was loaded."""
-        loaded = load_backbone_checkpoint(source, prefix)
+        loaded = read_backbone_checkpoint(source, prefix=prefix)
         record = loaded.record
         if record.family != self.family:
             raise self._other_family(source, record.family)

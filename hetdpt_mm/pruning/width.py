@@ -49,8 +49,8 @@ import torch.nn.functional as F
 from timm.layers import Attention, Mlp
 
 from ..analysis import count_macs, count_params
+from ..checkpoint.record import EXTRA_STATE_KEY, with_record
 from ..cli import require_extra
-from ..record import EXTRA_STATE_KEY, with_record
 from ..spec import PruneSpec, Widths
 from .width_result import StageCost, WidthPruneResult, WidthTrial
 

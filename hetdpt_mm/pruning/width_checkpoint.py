@@ -10,12 +10,12 @@ from typing import Dict, Mapping, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from ..backbone_checkpoint import (
+from ..checkpoint.reader import (
     classifier_head_prefixes,
     read_backbone_checkpoint,
     read_classifier_heads,
 )
-from ..record import EXTRA_STATE_KEY, with_record
+from ..checkpoint.record import EXTRA_STATE_KEY, with_record
 from ..registry import FAMILIES
 from ..spec import META_KEY
 from .width import prune_width
@@ -29,7 +29,7 @@ def linear_heads(
     tensors: Mapping[str, Mapping[str, torch.Tensor]],
 ) -> Dict[str, nn.Linear]:
     """``nn.Linear`` heads holding a checkpoint's head tensors
-    (:func:`~hetdpt_mm.backbone_checkpoint.read_classifier_heads`)."""
+    (:func:`~hetdpt_mm.checkpoint.reader.read_classifier_heads`)."""
     heads = {}
     for name, params in tensors.items():
         out_features, in_features = params['weight'].shape
@@ -47,7 +47,7 @@ def prune_width_checkpoint(
     **options,
 ) -> Tuple[Dict, WidthPruneResult]:
     """Width-prune the HetDPTViT backbone of a checkpoint (any layout
-    :func:`~hetdpt_mm.backbone_checkpoint.read_backbone_checkpoint` reads,
+    :func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint` reads,
     merged, pruned or dense) and the inputs of its classifier heads, with
     :func:`prune_width`'s ``options``; return ``(checkpoint, result)``.
 

@@ -11,7 +11,7 @@ from typing import (
 import torch.nn as nn
 
 from ..analysis import macs_convention
-from ..record import (
+from ..checkpoint.record import (
     HetDPTRecord,
 )
 from ..spec import ACT, ATTN

@@ -10,7 +10,7 @@ from mmengine.config import Config
 from mmengine.model import revert_sync_batchnorm
 from mmengine.registry import MODELS, DefaultScope
 
-from ..backbone_checkpoint import load_backbone_checkpoint
+from ..checkpoint.reader import read_backbone_checkpoint
 from ..models.family import HetDPTBackbone
 from ..models.gates import StraightThroughGate
 from ..models.vit.codec import resolve_arch
@@ -73,7 +73,9 @@ def build_backbone_variants(
     stored_form = None
     backbone_class = get_family(family)
     if checkpoint is not None:
-        record = load_backbone_checkpoint(checkpoint, prefix, mmap=True).record
+        record = read_backbone_checkpoint(
+            checkpoint, prefix=prefix, mmap=True
+        ).record
         backbone_class = get_family(record.family)
         stored_form = record.form
         structure = dict(record.arch or structure)

@@ -31,7 +31,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ...checkpoint import StateDictMismatch
+from ...checkpoint.safe_load import StateDictMismatch
 from ...spec import ACT, PruneSpec
 from ..vit import state_dict as vit_state_dict
 from ..vit.backbone import HetDPTViT

@@ -9,7 +9,7 @@ import functools
 import math
 from typing import Dict, Mapping, Optional, Union
 
-from ...checkpoint import StateDictMismatch
+from ...checkpoint.safe_load import StateDictMismatch
 from ...pruning.cost import AnalyticCost
 from ..vit import codec as vit_codec
 from ..vit import state_dict as vit_state_dict

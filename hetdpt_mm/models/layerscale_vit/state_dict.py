@@ -23,7 +23,7 @@ import re
 from collections import OrderedDict
 from typing import Mapping
 
-from ...checkpoint import StateDictMismatch
+from ...checkpoint.safe_load import StateDictMismatch
 from ..vit.state_dict import DEIT3_GAMMA
 
 #: The official DINOv2 SwiGLU FFN: ``w12`` (both halves), ``w3``.

@@ -7,7 +7,7 @@ checkpoint layouts and surgery: :mod:`.state_dict`."""
 from dataclasses import replace
 from typing import Dict, Mapping
 
-from ...record import HetDPTRecord
+from ...checkpoint.record import HetDPTRecord
 from ..vit import codec as vit_codec
 from . import state_dict as swin_state_dict
 from .stock_args import resolve_swin_arch

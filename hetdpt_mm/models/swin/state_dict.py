@@ -38,7 +38,7 @@ from typing import Dict, List, Mapping, Tuple
 import torch
 import torch.nn.functional as F
 
-from ...checkpoint import StateDictMismatch
+from ...checkpoint.safe_load import StateDictMismatch
 from ...spec import PruneSpec
 from ..vit import state_dict as vit_state_dict
 from .stock_args import SWIN_ARCH_PRESETS, resolve_swin_arch

@@ -305,6 +305,11 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         drop_path = args.pop('drop_path')
         widths = spec.widths
         if widths is not None:
+            widths.check_pruned_from(
+                args['dim'],
+                args['num_heads'],
+                int(args['dim'] * args['mlp_ratio']),
+            )
             args['dim'] = widths.embed_dims
         if args['dim'] != self.embed_dims:
             self._build_embedding(args['dim'])

@@ -7,10 +7,10 @@ the Swin and LayerScale families reuse them.  The tensor surgery is
 import math
 from typing import Dict, Mapping, Optional, Union
 
-from ...checkpoint import StateDictMismatch
+from ...checkpoint.record import HetDPTRecord
+from ...checkpoint.safe_load import StateDictMismatch
 from ...presets import ARCH_PRESETS
 from ...pruning.cost import AnalyticCost
-from ...record import HetDPTRecord
 from ...spec import PruneSpec
 from ..layers import WHOLE_BRANCH
 from . import state_dict as vit_state_dict

@@ -26,7 +26,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from ...checkpoint import StateDictMismatch
+from ...checkpoint.safe_load import StateDictMismatch
 from ...spec import FFN, PruneSpec
 from ..gates import GATE_SUFFIXES
 from ..layers import WHOLE_BRANCH

@@ -38,7 +38,7 @@ from mmengine.logging import print_log
 from mmengine.runner import checkpoint as mmengine_checkpoint
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .fileio import check_input_file
+from ..fileio import check_input_file
 
 #: Setting this environment variable to 1 trusts every checkpoint file.
 TRUST_ENV = 'HETDPT_TRUST_CHECKPOINTS'
@@ -149,7 +149,10 @@ def load_checkpoint_file(
     if trusted is None:
         trusted = trust_from_env()
     kwargs = dict(map_location=map_location, weights_only=not trusted)
-    if mmap and not is_file_object and zipfile.is_zipfile(path):
+    is_zip = zipfile.is_zipfile(path)
+    if is_zip:
+        _check_zip_claims(path, name)
+    if mmap and not is_file_object and is_zip:
         kwargs['mmap'] = True
     try:
         # Real tensors even while a model is built on the meta device by a
@@ -217,8 +220,58 @@ def load_checkpoint_file(
             f'{name} holds a {type(checkpoint).__name__}, '
             'not a checkpoint dict or state dict'
         )
+    _check_tensor_claims(checkpoint, name)
     _tag_extra_states(checkpoint, name)
     return checkpoint
+
+
+#: How much more a zip's entries may unpack to than the file's size:
+#: torch.save stores them uncompressed (about 1x), a zip bomb is 1000x.
+ZIP_EXPANSION = 4
+
+
+def _check_zip_claims(path, name: str) -> None:
+    """Refuse a zip whose entries would unpack far beyond its size before
+    torch reads (and inflates) them."""
+    with zipfile.ZipFile(path) as archive:
+        claimed = sum(entry.file_size for entry in archive.infolist())
+    if hasattr(path, 'seek'):
+        size = path.seek(0, os.SEEK_END)
+        path.seek(0)
+    else:
+        size = os.path.getsize(path)
+    if claimed > ZIP_EXPANSION * size + (1 << 20):
+        raise CheckpointError(
+            f'{name} is not a checkpoint torch.save writes: its zip entries '
+            f'unpack to {claimed} bytes from a {size}-byte file (torch.save '
+            'stores them uncompressed)'
+        )
+
+
+def _check_tensor_claims(checkpoint: Mapping, name: str) -> None:
+    """Refuse tensors with more elements than their storage holds (stride 0,
+    overlapping views): a few bytes that any copy would blow up."""
+    stack = [('', checkpoint)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend(
+                (f'{where}.{k}'.lstrip('.'), v) for k, v in value.items()
+            )
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f'{where}[{i}]', v) for i, v in enumerate(value))
+        elif (
+            isinstance(value, torch.Tensor)
+            and value.layout == torch.strided
+            and value.numel() * value.element_size()
+            > value.untyped_storage().nbytes()
+        ):
+            raise CheckpointError(
+                f'{name} is not a checkpoint torch.save writes: {where} '
+                f'claims {value.numel()} elements on '
+                f'{value.untyped_storage().nbytes()} bytes (a stride-0 or '
+                'overlapping view)'
+            )
 
 
 def _tag_extra_states(checkpoint: Mapping, name: str) -> None:

@@ -18,12 +18,13 @@ Where a record comes from, in order of preference:
    its key names say.
 
 Whatever the source, the record is checked against the tensors
-(:func:`~hetdpt_mm.backbone_checkpoint.read_backbone_checkpoint`, where
+(:func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint`, where
 checkpoint parsing lives), so a file whose record disagrees with its weights
 is refused in one place by every tool.
 """
 
 import json
+import math
 import numbers
 import re
 from dataclasses import dataclass, field
@@ -31,20 +32,98 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
-from .checkpoint import (
-    EXTRA_STATE_KEY,
-    CheckpointError,
-    source_of,
+from ..spec import FORMS, PruneSpec
+from .safe_load import EXTRA_STATE_KEY, CheckpointError, source_of
+
+#: The fields of a record; anything else in one is refused.
+RECORD_FIELDS = frozenset(
+    {
+        'version',
+        'family',
+        'spec',
+        'form',
+        'arch',
+        'semantics',
+        'prefix',
+        'teacher_prefix',
+        'backbones',
+    }
 )
-from .record_schema import (
-    MAX_DEPTH,
-    MAX_RECORD_BYTES,
-    MAX_RECORD_NESTING,
-    RECORD_FIELDS,
-    RecordError,
-    check_plain,
-)
-from .spec import FORMS, PruneSpec
+#: Bounds of what a record may hold (ours are a few hundred bytes, nested
+#: up to six deep in a meta record listing several backbones): a hostile
+#: file must not make a loader parse without limit.
+MAX_RECORD_BYTES = 1 << 20
+MAX_RECORD_NESTING = 8
+MAX_RECORD_ITEMS = 1 << 16
+MAX_RECORD_STRING = 256
+MAX_RECORD_INT = 1 << 31
+MAX_DEPTH = 1024
+
+
+class RecordError(CheckpointError):
+    """A HetDPT record that is corrupt or outside the record's schema."""
+
+
+def check_plain(value: Any, where: str) -> None:
+    """Raise :class:`RecordError` unless ``value`` is JSON-like data within
+    the record's bounds (checked without recursion: nesting is one of the
+    bounds)."""
+    stack, items = [(value, 0, where)], 0
+    while stack:
+        value, depth, path = stack.pop()
+        items += 1
+        if depth > MAX_RECORD_NESTING or items > MAX_RECORD_ITEMS:
+            what = (
+                'nested deeper than'
+                if depth > MAX_RECORD_NESTING
+                else 'has more items than'
+            )
+            limit = (
+                MAX_RECORD_NESTING
+                if depth > MAX_RECORD_NESTING
+                else MAX_RECORD_ITEMS
+            )
+            raise RecordError(
+                f'{where}: the HetDPT record is {what} {limit} (at {path})'
+            )
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if not isinstance(key, str) or len(key) > MAX_RECORD_STRING:
+                    raise RecordError(
+                        f'{where}: the HetDPT record has a key '
+                        f'{str(key)[:40]!r} at {path}'
+                    )
+                stack.append((item, depth + 1, f'{path}.{key}'))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(
+                (item, depth + 1, f'{path}[{index}]')
+                for index, item in enumerate(value)
+            )
+        elif isinstance(value, str):
+            if len(value) > MAX_RECORD_STRING:
+                raise RecordError(
+                    f'{where}: {path} of the HetDPT record is '
+                    f'a string of {len(value)} characters'
+                )
+        elif isinstance(value, bool) or value is None:
+            pass
+        elif isinstance(value, numbers.Integral):
+            if abs(value) > MAX_RECORD_INT:
+                raise RecordError(
+                    f'{where}: {path} of the HetDPT record is '
+                    f'an integer beyond +-{MAX_RECORD_INT}'
+                )
+        elif isinstance(value, numbers.Real):
+            if not math.isfinite(value):
+                raise RecordError(
+                    f'{where}: {path} of the HetDPT record is {value}'
+                )
+        else:
+            raise RecordError(
+                f'{where}: {path} of the HetDPT record is a '
+                f'{type(value).__name__}, not plain data'
+            )
+
 
 #: Version of the record layout written into checkpoints.
 RECORD_VERSION = 2
@@ -256,11 +335,6 @@ def decode_record(
     return dict(value)
 
 
-def record_source(value: Any, default: str) -> str:
-    """The file a record tensor was read from, else ``default``."""
-    return source_of(value) or default
-
-
 def records_in(
     state_dict: Mapping, source: str = 'the loaded state dict'
 ) -> Dict[str, Dict[str, Any]]:
@@ -269,7 +343,7 @@ def records_in(
     for key, value in state_dict.items():
         if key.endswith(EXTRA_STATE_KEY):
             found[key[: -len(EXTRA_STATE_KEY)]] = decode_record(
-                value, f'{record_source(value, source)}: {key}'
+                value, f'{source_of(value) or source}: {key}'
             )
     return found
 
@@ -296,9 +370,8 @@ class RecordInStateDict:
         self.load_state_record(
             decode_record(
                 state,
-                record_source(
-                    state, f'{EXTRA_STATE_KEY} of {type(self).__name__}'
-                ),
+                source_of(state)
+                or f'{EXTRA_STATE_KEY} of {type(self).__name__}',
             )
         )
 
