@@ -29,7 +29,14 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
-from .backbone_checkpoint import BackboneCheckpoint, read_backbone_checkpoint
+from .backbone_checkpoint import (
+    CLASS_HEAD,
+    DIST_HEAD,
+    HEAD_LAYOUTS,
+    BackboneCheckpoint,
+    classifier_head_prefixes,
+    read_backbone_checkpoint,
+)
 from .checkpoint import StateDictMismatch
 from .record import EXTRA_STATE_KEY, HetDPTRecord, plain_data, with_record
 from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
@@ -39,6 +46,13 @@ from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
 #: under ``module.``.
 EMA_KEY = 'ema_state_dict'
 EMA_MODULE = 'module.'
+#: Where a bare (timm / official / authors') backbone goes in the written
+#: file: the layout of mmpretrain's ImageClassifier, which every loading
+#: API the docs name reads (tools/test.py, ``load_from``, ``get_model``,
+#: the inferencers, ``init_cfg`` with ``prefix='backbone.'``); its heads go
+#: to ``VisionTransformerClsHead`` / ``DeiTClsHead``'s names.
+CLASSIFIER_PREFIX = 'backbone.'
+CLASSIFIER_HEADS = dict(zip((CLASS_HEAD, DIST_HEAD), HEAD_LAYOUTS[0][1:]))
 
 
 @dataclass
@@ -273,7 +287,7 @@ def merge_checkpoint(
         family=record.family,
         arch=build_args,
         semantics=dict(record.semantics),
-        prefix=prefix,
+        prefix=prefix or CLASSIFIER_PREFIX,
     )
     network = family.from_record(merged_record)
 
@@ -347,8 +361,14 @@ def _assemble_state(
     """``source``'s whole state dict with ``converted`` (its backbone in the
     merged record's form) in place of its backbone; returns it, what was
     dropped, and the backbone's sizes before and after (a bare state dict's
-    classifier counted in neither)."""
-    prefix = merged_record.prefix
+    classifier counted in neither); a bare input's keys go to
+    :data:`CLASSIFIER_PREFIX` and :data:`CLASSIFIER_HEADS`."""
+    prefix, out_prefix = source.record.prefix, merged_record.prefix
+    heads = {
+        old: CLASSIFIER_HEADS[name]
+        for name, old in classifier_head_prefixes(source.state_dict).items()
+        if not prefix
+    }
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.
     own = network.state_dict()
@@ -379,14 +399,15 @@ def _assemble_state(
         elif relative in source.layout_keys and relative not in foreign:
             if not backbone_written:
                 out_state.update(
-                    (prefix + k, v)
+                    (out_prefix + k, v)
                     for k, v in with_record(
                         merged_backbone, merged_record
                     ).items()
                 )
                 backbone_written = True
         else:
-            out_state[key] = value
+            head = next((h for h in heads if key.startswith(h)), None)
+            out_state[heads[head] + key[len(head) :] if head else key] = value
     gates = sum(network._is_gate_key(k) for k in source.state)
     if gates:
         dropped['gate tensors'] = gates
