@@ -50,9 +50,12 @@ EMA_MODULE = 'module.'
 #: file: the layout of mmpretrain's ImageClassifier, which every loading
 #: API the docs name reads (tools/test.py, ``load_from``, ``get_model``,
 #: the inferencers, ``init_cfg`` with ``prefix='backbone.'``); its heads go
-#: to ``VisionTransformerClsHead`` / ``DeiTClsHead``'s names.
+#: to the names of the head the family's classifier configs use
+#: (``VisionTransformerClsHead`` / ``DeiTClsHead``, Swin's
+#: ``LinearClsHead``).
 CLASSIFIER_PREFIX = 'backbone.'
-CLASSIFIER_HEADS = dict(zip((CLASS_HEAD, DIST_HEAD), HEAD_LAYOUTS[0][1:]))
+VIT_HEADS = dict(zip((CLASS_HEAD, DIST_HEAD), HEAD_LAYOUTS[0][1:]))
+CLASSIFIER_HEADS = {'swin': {CLASS_HEAD: HEAD_LAYOUTS[1][1]}}
 
 
 @dataclass
@@ -364,10 +367,11 @@ def _assemble_state(
     classifier counted in neither); a bare input's keys go to
     :data:`CLASSIFIER_PREFIX` and :data:`CLASSIFIER_HEADS`."""
     prefix, out_prefix = source.record.prefix, merged_record.prefix
+    family_heads = CLASSIFIER_HEADS.get(merged_record.family, VIT_HEADS)
     heads = {
-        old: CLASSIFIER_HEADS[name]
+        old: family_heads[name]
         for name, old in classifier_head_prefixes(source.state_dict).items()
-        if not prefix
+        if not prefix and name in family_heads
     }
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.
@@ -388,7 +392,10 @@ def _assemble_state(
     out_state, dropped, backbone_written = OrderedDict(), {}, False
     for key, value in source.state_dict.items():
         relative = key[len(prefix) :] if key.startswith(prefix) else None
-        if teacher and key.startswith(teacher):
+        head = next((h for h in heads if key.startswith(h)), None)
+        if head:
+            out_state[heads[head] + key[len(head) :]] = value
+        elif teacher and key.startswith(teacher):
             dropped['distillation teacher tensors'] = (
                 dropped.get('distillation teacher tensors', 0) + 1
             )
@@ -406,8 +413,7 @@ def _assemble_state(
                 )
                 backbone_written = True
         else:
-            head = next((h for h in heads if key.startswith(h)), None)
-            out_state[heads[head] + key[len(head) :] if head else key] = value
+            out_state[key] = value
     gates = sum(network._is_gate_key(k) for k in source.state)
     if gates:
         dropped['gate tensors'] = gates

@@ -19,7 +19,8 @@ are cut to that spec, heads kept: ``--form merged`` (default) for the
 deployable network, ``--form pruned`` for the unmerged one to fine-tune.
 
 OUT is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record}}`` (the input's
-other meta entries kept; an EMAHook's ``ema_state_dict`` merged the same way;
+other meta entries kept; a bare input in mmpretrain's classifier layout,
+``backbone.`` and ``head.layers.head``; an EMAHook's ``ema_state_dict`` merged the same way;
 optimizer, schedulers and message hub dropped, named in the summary) and
 loads with
 ``HetDPTViT(init_cfg=dict(type='Pretrained', checkpoint=OUT,
