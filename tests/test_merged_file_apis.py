@@ -1,10 +1,11 @@
 """A merged file made from timm / official weights (issue 51 item 1) loads
 where docs/user_guides/pruning.md sends it ("to deploy or evaluate it"):
-mmpretrain's ``get_model(cfg, pretrained=...)``, ``ImageClassificationInferencer``,
-``load_from`` / tools/test.py (MMEngine's ``load_checkpoint``) and a
-backbone's ``init_cfg=dict(type='Pretrained', prefix='backbone.')``, each
-with the pruned structure its record carries and the logits of the merged
-network the project builds from the dense file."""
+mmpretrain's ``get_model(cfg, pretrained=...)``,
+``ImageClassificationInferencer``, ``load_from`` / tools/test.py
+(MMEngine's ``load_checkpoint``) and a backbone's
+``init_cfg=dict(type='Pretrained', prefix='backbone.')``, each with the
+pruned structure its record carries and the logits of the merged network
+the project builds from the dense file."""
 
 import json
 
@@ -67,14 +68,18 @@ def classifier_config(family: str, **backbone) -> Config:
 
 @pytest.fixture(params=sorted(FAMILIES))
 def merged_timm_file(request, tmp_path):
-    """A seeded tiny timm model saved in timm layout, merged by
-    tools/merge_ckpt.py; returns (family, timm file, merged file)."""
+    """A seeded tiny timm model saved in timm (or the official) layout,
+    merged by tools/merge_ckpt.py; returns (family, timm file, merged
+    file)."""
     (timm_name, timm_args), arch = FAMILIES[request.param][2:4]
     model = timm.create_model(
         timm_name, pretrained=False, num_classes=10, **timm_args
     )
     source = tmp_path / 'timm.pth'
-    torch.save(randomize_(model, seed=3).state_dict(), source)
+    state = randomize_(model, seed=3).state_dict()
+    # The DeiT-III release wraps timm's keys in {'model': ...}.
+    official = request.param == 'layerscale_vit'
+    torch.save(dict(model=state) if official else state, source)
     merged = tmp_path / 'merged.pth'
     argv = [str(source), str(merged), '--spec', json.dumps(SPEC)]
     if arch is not None:
