@@ -46,7 +46,7 @@ from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
 #: under ``module.``.
 EMA_KEY = 'ema_state_dict'
 EMA_MODULE = 'module.'
-#: Where a bare (timm / official / authors') backbone goes in the written
+#: Where a bare (timm / official / authors') classifier goes in the written
 #: file: the layout of mmpretrain's ImageClassifier, which every loading
 #: API the docs name reads (tools/test.py, ``load_from``, ``get_model``,
 #: the inferencers, ``init_cfg`` with ``prefix='backbone.'``); its heads go
@@ -290,7 +290,10 @@ def merge_checkpoint(
         family=record.family,
         arch=build_args,
         semantics=dict(record.semantics),
-        prefix=prefix or CLASSIFIER_PREFIX,
+        # A bare classifier goes to the classifier layout; a bare backbone
+        # stays bare (a backbone file, for init_cfg or load_state_dict).
+        prefix=prefix
+        or (CLASSIFIER_PREFIX if classifier_head_prefixes(state) else ''),
     )
     network = family.from_record(merged_record)
 
