@@ -30,7 +30,14 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
-from .checkpoint.reader import BackboneCheckpoint, read_backbone_checkpoint
+from .checkpoint.reader import (
+    CLASS_HEAD,
+    DIST_HEAD,
+    HEAD_LAYOUTS,
+    BackboneCheckpoint,
+    classifier_head_prefixes,
+    read_backbone_checkpoint,
+)
 from .checkpoint.record import (
     EXTRA_STATE_KEY,
     HetDPTRecord,
@@ -45,6 +52,16 @@ from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
 #: under ``module.``.
 EMA_KEY = 'ema_state_dict'
 EMA_MODULE = 'module.'
+#: Where a bare (timm / official / authors') classifier goes in the written
+#: file: the layout of mmpretrain's ImageClassifier, which every loading
+#: API the docs name reads (tools/test.py, ``load_from``, ``get_model``,
+#: the inferencers, ``init_cfg`` with ``prefix='backbone.'``); its heads go
+#: to the names of the head the family's classifier configs use
+#: (``VisionTransformerClsHead`` / ``DeiTClsHead``, Swin's
+#: ``LinearClsHead``).
+CLASSIFIER_PREFIX = 'backbone.'
+VIT_HEADS = dict(zip((CLASS_HEAD, DIST_HEAD), HEAD_LAYOUTS[0][1:]))
+CLASSIFIER_HEADS = {'swin': {CLASS_HEAD: HEAD_LAYOUTS[1][1]}}
 
 
 @dataclass
@@ -279,7 +296,10 @@ def merge_checkpoint(
         family=record.family,
         arch=build_args,
         semantics=dict(record.semantics),
-        prefix=prefix,
+        # A bare classifier goes to the classifier layout; a bare backbone
+        # stays bare (a backbone file, for init_cfg or load_state_dict).
+        prefix=prefix
+        or (CLASSIFIER_PREFIX if classifier_head_prefixes(state) else ''),
     )
     network = family.from_record(merged_record)
 
@@ -353,8 +373,15 @@ def _assemble_state(
     """``source``'s whole state dict with ``converted`` (its backbone in the
     merged record's form) in place of its backbone; returns it, what was
     dropped, and the backbone's sizes before and after (a bare state dict's
-    classifier counted in neither)."""
-    prefix = merged_record.prefix
+    classifier counted in neither); a bare input's keys go to
+    :data:`CLASSIFIER_PREFIX` and :data:`CLASSIFIER_HEADS`."""
+    prefix, out_prefix = source.record.prefix, merged_record.prefix
+    family_heads = CLASSIFIER_HEADS.get(merged_record.family, VIT_HEADS)
+    heads = {
+        old: family_heads[name]
+        for name, old in classifier_head_prefixes(source.state_dict).items()
+        if not prefix and name in family_heads
+    }
     # A bare timm / authors' state dict also holds the classifier (head.*,
     # head_dist.*): it is passed through, not merged.
     own = network.state_dict()
@@ -374,7 +401,10 @@ def _assemble_state(
     out_state, dropped, backbone_written = OrderedDict(), {}, False
     for key, value in source.state_dict.items():
         relative = key[len(prefix) :] if key.startswith(prefix) else None
-        if teacher and key.startswith(teacher):
+        head = next((h for h in heads if key.startswith(h)), None)
+        if head:
+            out_state[heads[head] + key[len(head) :]] = value
+        elif teacher and key.startswith(teacher):
             dropped['distillation teacher tensors'] = (
                 dropped.get('distillation teacher tensors', 0) + 1
             )
@@ -385,7 +415,7 @@ def _assemble_state(
         elif relative in source.layout_keys and relative not in foreign:
             if not backbone_written:
                 out_state.update(
-                    (prefix + k, v)
+                    (out_prefix + k, v)
                     for k, v in with_record(
                         merged_backbone, merged_record
                     ).items()

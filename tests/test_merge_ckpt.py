@@ -167,10 +167,14 @@ def test_authors_stage2_checkpoint_with_spec(tool, tmp_path, capsys):
         )
         == 54_867_152
     )
+    # Written in mmpretrain's classifier layout (issue 51 item 1), heads
+    # passed through under DeiTClsHead's names.
     for key in ('head.weight', 'head_dist.bias'):
-        assert torch.equal(merged['state_dict'][key], state[key])
+        assert torch.equal(
+            merged['state_dict']['head.layers.' + key], state[key]
+        )
     record = merged['meta'][META_KEY]
-    assert record['prefix'] == '' and record['form'] == 'merged'
+    assert record['prefix'] == 'backbone.' and record['form'] == 'merged'
     assert record['arch']['arch']['num_heads'] == 12  # the DeiT-B preset
     assert record['arch']['distilled'] is True
     assert record['spec'] == PruneSpec(12, **MIXED_SPEC).to_dict()
@@ -294,16 +298,19 @@ def test_spec_applied_to_dense_weights_with_heads(
     after = sum(
         v.numel()
         for k, v in converted['state_dict'].items()
-        if k not in heads and not k.endswith(EXTRA_STATE_KEY)
+        if k.startswith('backbone.') and not k.endswith(EXTRA_STATE_KEY)
     )
     assert f'backbone parameters: {before:,} -> {after:,}' in stdout
     assert converted['meta'][META_KEY]['form'] == form
     for key in ('head.weight', 'head_dist.weight'):
-        assert torch.equal(converted['state_dict'][key], state[key])
-    assert ('blocks.2.mlp.fc.weight' in converted['state_dict']) == (
+        assert torch.equal(
+            converted['state_dict']['head.layers.' + key], state[key]
+        )
+    assert ('backbone.blocks.2.mlp.fc.weight' in converted['state_dict']) == (
         form == 'merged'
     )
     assert 'blocks.0.attn.qkv.weight' not in converted['state_dict']
+    assert 'backbone.blocks.0.attn.qkv.weight' not in converted['state_dict']
 
     rebuilt = HetDPTViT(
         arch=ARCH,

@@ -19,9 +19,10 @@ are cut to that spec, heads kept: ``--form merged`` (default) for the
 deployable network, ``--form pruned`` for the unmerged one to fine-tune.
 
 OUT is ``{'state_dict': ..., 'meta': {..., 'hetdpt': record}}`` (the input's
-other meta entries kept; an EMAHook's ``ema_state_dict`` merged the same way;
-optimizer, schedulers and message hub dropped, named in the summary) and
-loads with
+other meta entries kept; a bare classifier in mmpretrain's classifier
+layout, ``backbone.`` and ``head.layers.head``; an EMAHook's
+``ema_state_dict`` merged the same way; optimizer, schedulers and message
+hub dropped, named in the summary) and loads with
 ``HetDPTViT(init_cfg=dict(type='Pretrained', checkpoint=OUT,
 prefix='backbone.'))`` without further arguments.  Everything is validated
 before anything is written; OUT is written atomically, never over IN, and an
