@@ -4,7 +4,6 @@ changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
 *Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
 HetDPT removes is an error naming what to write instead."""
 
-import inspect
 from typing import (
     Dict,
     Iterable,
@@ -20,7 +19,11 @@ from typing import (
 import torch.nn as nn
 
 from ...presets import ARCH_PRESETS
-from ...registry import did_you_mean, unexpected_keywords_message
+from ...registry import (
+    constructor_keywords,
+    did_you_mean,
+    unexpected_keywords_message,
+)
 from .state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
@@ -128,16 +131,8 @@ def unknown_arch_message(name: str, presets: Iterable[str]) -> str:
 def backbone_keywords(owner: type) -> Set[str]:
     """The named arguments of ``owner``'s constructors and the stock ones
     it takes."""
-    named = {
-        parameter.name
-        for cls in owner.__mro__
-        if '__init__' in vars(cls)
-        for parameter in inspect.signature(cls.__init__).parameters.values()
-        if parameter.kind
-        in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
-    }
     return (
-        (named - {'self'})
+        constructor_keywords(owner)
         | set(MMSEG_ARCH_ARGS)
         | set(FIXED_ARGS)
         | {
