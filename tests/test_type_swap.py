@@ -14,3 +14,42 @@ def test_an_unknown_swin_argument_names_the_closest():
         "HetDPTSwin got unexpected keyword arguments ['window_sise'] "
         '(did you mean `window_size`?)'
     )
+
+
+@pytest.mark.parametrize(
+    'stock, message',
+    [
+        (
+            dict(arch='b', patch_size=16, mask_ratio=0.75),
+            "HetDPTViT does not take ['mask_ratio']: mmpretrain's MAEViT is "
+            'masked-image pretraining',
+        ),
+        (
+            dict(
+                arch='base',
+                out_type='avg_featmap',
+                use_abs_pos_emb=False,
+                use_rel_pos_bias=True,
+                use_shared_rel_pos_bias=False,
+                layer_scale_init_value=0.1,
+            ),
+            "HetDPTViT does not take ['use_abs_pos_emb', 'use_rel_pos_bias', "
+            "'use_shared_rel_pos_bias']: mmpretrain's BEiTViT and "
+            'BEiTPretrainViT have relative position biases',
+        ),
+        (  # BEiTPretrainViT's stock config passes no BEiT-only argument
+            dict(arch='base', out_type='raw', layer_scale_init_value=0.1),
+            'layer_scale_init_value must be 0.0 here: LayerScale ViTs '
+            "(DeiT-III, DINOv2) are type='HetDPTLayerScaleViT' (not "
+            "masked-image pretraining: mmpretrain's BEiTPretrainViT",
+        ),
+    ],
+)
+def test_mae_and_beit_swaps_say_what_is_supported(stock, message):
+    """Issue 51 item 6: mmpretrain's MAE / BEiT backbone configs with
+    ``type`` swapped, built by mmpretrain's registry as a config is."""
+    from mmpretrain.registry import MODELS
+
+    with pytest.raises((TypeError, ValueError)) as error:
+        MODELS.build(dict(type='HetDPTViT', **stock))
+    assert str(error.value).startswith(message), error.value

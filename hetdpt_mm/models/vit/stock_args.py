@@ -54,7 +54,9 @@ FIXED_ARGS = {
     ),
     'layer_scale_init_value': (
         0.0,
-        "LayerScale ViTs (DeiT-III, DINOv2) are type='HetDPTLayerScaleViT'",
+        "LayerScale ViTs (DeiT-III, DINOv2) are type='HetDPTLayerScaleViT' "
+        "(not masked-image pretraining: mmpretrain's BEiTPretrainViT, whose "
+        'forward takes a mask, has no counterpart here)',
     ),
     'layer_cfgs': (
         {},
@@ -68,6 +70,22 @@ FIXED_ARGS = {
         {},
         'the patch embedding is configured by patch_size, '
         'in_channels, img_size and patch_norm',
+    ),
+}
+
+#: Stock backbones that have no counterpart here, told by their arguments.
+UNSUPPORTED_BACKBONES = {
+    'mask_ratio': "mmpretrain's MAEViT is masked-image pretraining (its "
+    'forward takes a mask), which HetDPT does not prune; load MAE-pretrained '
+    "weights into type='HetDPTViT' with mmpretrain's VisionTransformer "
+    "arguments (as its MAE fine-tuning configs: out_type='avg_featmap')",
+    **dict.fromkeys(
+        ('use_abs_pos_emb', 'use_rel_pos_bias', 'use_shared_rel_pos_bias'),
+        "mmpretrain's BEiTViT and BEiTPretrainViT have relative position "
+        'biases (and BEiTPretrainViT masked-image pretraining), which the '
+        "ViTs here do not; supported are mmpretrain's / mmseg's "
+        "VisionTransformer (type='HetDPTViT') and LayerScale ViTs with "
+        "absolute positions, DeiT-III and DINOv2 (type='HetDPTLayerScaleViT')",
     ),
 }
 
@@ -181,6 +199,12 @@ def take_stock_args(
         name, arch = arch, mmpretrain_arch(arch)  # 'base', 'deit-b', ...
         if arch is None:
             raise ValueError(unknown_arch_message(name, ARCH_PRESETS))
+    unsupported = sorted(set(stock) & set(UNSUPPORTED_BACKBONES))
+    if unsupported:
+        raise TypeError(
+            f'{owner.__name__} does not take {unsupported}: '
+            f'{UNSUPPORTED_BACKBONES[unsupported[-1]]}'
+        )
     check_fixed_args(stock)
     kept = {
         name: stock.pop(name)
