@@ -46,12 +46,6 @@ FIXED_ARGS = {
         'corner',
         "inputs of any size are padded at the bottom and right ('corner')",
     ),
-    'patch_bias': (
-        True,
-        "the patch embedding has a bias (DeiT's); leave "
-        "patch_bias out: weights without one (mmseg's default) "
-        'load as a zero bias, which computes the same',
-    ),
     'layer_scale_init_value': (
         0.0,
         "LayerScale ViTs (DeiT-III, DINOv2) are type='HetDPTLayerScaleViT' "
@@ -92,8 +86,22 @@ UNSUPPORTED_BACKBONES = {
 
 #: The defaults of a toolbox's ``VisionTransformer`` where they differ from
 #: ours, applied when that toolbox's registry builds a ViT family (mmseg's
-#: gives feature maps, without a final norm); mmpretrain's are ours.
-TOOLBOX_DEFAULTS = {'mmseg': dict(out_type='featmap', final_norm=False)}
+#: gives feature maps, without a final norm or patch-embedding bias);
+#: mmpretrain's are ours.
+TOOLBOX_DEFAULTS = {
+    'mmseg': dict(out_type='featmap', final_norm=False, patch_bias=False)
+}
+
+#: Logged when mmseg's registry builds a ViT family: the one way a swapped
+#: stock mmseg config trains otherwise (mmengine matches custom_keys to
+#: parameter names).
+MMSEG_NORM_NAMES = (
+    "{}: its LayerNorms are timm's blocks.N.norm1 / norm2 (mmseg's ViT: "
+    "layers.N.ln1 / ln2), so a paramwise_cfg custom key 'norm' (mmseg's ViT "
+    "configs) exempts them from weight decay here, and in mmseg's ViT only "
+    "patch_embed.norm; to train as mmseg's ViT, write that key as "
+    "'patch_embed.norm'"
+)
 
 
 def arch_from_stock(
@@ -259,12 +267,17 @@ def block_indices(
 
 
 def structural_args(
-    eps: float, out_type: str, pre_norm: bool, patch_norm: bool
+    eps: float,
+    out_type: str,
+    pre_norm: bool,
+    patch_norm: bool,
+    patch_bias: bool,
 ) -> Dict:
     """The build arguments these add to a record, only where they differ
     from a DeiT's (so that other records keep their keys): the norms'
     epsilon, ``out_type='avg_featmap'``, whose ``fc_norm`` is part of the
-    network, and the norms before the blocks and in the patch embedding."""
+    network, the norms before the blocks and in the patch embedding, and
+    a patch embedding without bias."""
     args = (
         {}
         if eps == DEFAULT_NORM_EPS
@@ -272,6 +285,8 @@ def structural_args(
     )
     if out_type == 'avg_featmap':
         args['out_type'] = out_type
+    if not patch_bias:
+        args['patch_bias'] = False
     args.update(
         {
             name: True
