@@ -25,6 +25,7 @@ model = dict(
         out_type='featmap',
         out_indices=(7, 11),
         final_norm=True,  # not mmseg's ViT default (False)
+        patch_bias=True,  # DeiT's (mmseg's ViT default: False)
         drop_path_rate=0.1,
         init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
     ),

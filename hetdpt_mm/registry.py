@@ -66,6 +66,18 @@ def unexpected_keywords_message(
     return f'{message}; it takes {valid}'
 
 
+def constructor_keywords(owner: type) -> Set[str]:
+    """The named arguments of the constructors along ``owner``'s MRO."""
+    return {
+        parameter.name
+        for cls in owner.__mro__
+        if '__init__' in vars(cls)
+        for parameter in inspect.signature(cls.__init__).parameters.values()
+        if parameter.kind
+        in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    } - {'self'}
+
+
 def named_arguments(cls: type) -> Optional[Set[str]]:
     """The keywords ``cls(...)`` takes, or ``None`` where its constructor
     takes any (``**kwargs``)."""

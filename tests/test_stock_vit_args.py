@@ -210,10 +210,6 @@ def test_the_record_keeps_the_norm_epsilon_and_the_averaged_norm():
         (dict(act_cfg=dict(type='ReLU')), 'act_cfg must be .*GELU'),
         (dict(num_fcs=3), 'num_fcs must be 2'),
         (dict(patch_pad='same'), "patch_pad must be 'corner'"),
-        (
-            dict(patch_bias=False),
-            'patch_bias must be True here: .*leave patch_bias out',
-        ),
         (dict(layer_scale_init_value=1e-5), 'HetDPTLayerScaleViT'),
         (dict(layer_cfgs=dict(ffn_type='swiglu')), 'layer_cfgs must be'),
         (dict(norm_cfg=dict(type='BN')), "norm_cfg=dict\\(type='LN'"),

@@ -28,6 +28,7 @@ model = dict(
         out_type='featmap',
         out_indices=(2, 5, 8, 11),
         final_norm=False,  # as mmseg's VisionTransformer in this config
+        patch_bias=True,  # DeiT's (mmseg's ViT default: False)
         drop_path_rate=0.1,
         interpolate_mode='bicubic',
         # A pruned classification checkpoint in any form: merged

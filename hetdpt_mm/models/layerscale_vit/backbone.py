@@ -113,9 +113,10 @@ class HetDPTLayerScaleViT(HetDPTViT):
     # Torch-Pruning does not follow the LayerScale gammas.
     WIDTH_PRUNABLE = False
     #: mmpretrain's ViT resamples positions without antialiasing; mmseg's
-    #: registry keeps timm's (mmseg has no LayerScale ViT).
+    #: registry keeps timm's resampling and DINOv2's / DeiT-III's patch bias
+    #: (mmseg has no LayerScale ViT).
     TOOLBOX_DEFAULTS = dict(
-        HetDPTViT.TOOLBOX_DEFAULTS,
+        mmseg=dict(HetDPTViT.TOOLBOX_DEFAULTS['mmseg'], patch_bias=True),
         mmpretrain=dict(pos_embed_antialias=False),
     )
 

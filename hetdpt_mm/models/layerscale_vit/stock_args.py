@@ -5,10 +5,20 @@ constructor arguments, defaults and arch names, built as a
 because ``DeiT3``'s arch names overlap ``VisionTransformer``'s and its
 position embedding has no class-token slot (``no_embed_class``)."""
 
+import logging
 from typing import Mapping, Optional, Union
+
+from mmengine.logging import print_log
 
 from .backbone import HetDPTLayerScaleViT
 
+#: Logged at every build: the one way ours computes unlike mmpretrain 1.2's.
+FFN_NORM_DIFFERENCE = (
+    "HetDPTDeiT3: each block's FFN input is normed by its ln2, as in timm's "
+    "and the official DeiT-III; mmpretrain 1.2's DeiT3 norms it by ln1 (its "
+    "ln2 unused), so weights trained as mmpretrain's DeiT3 predict otherwise "
+    'here: start from timm / official DeiT-III weights or fine-tune'
+)
 #: mmpretrain's ``LayerScale`` starts at 1e-5.
 DEIT3_LAYER_SCALE_INIT = 1e-5
 
@@ -63,6 +73,7 @@ def build_deit3(
             "pooling neck, or mmpretrain's VisionTransformer and "
             "type='HetDPTLayerScaleViT'"
         )
+    print_log(FFN_NORM_DIFFERENCE, logger='current', level=logging.WARNING)
     kwargs.setdefault('layer_scale_init_value', DEIT3_LAYER_SCALE_INIT)
     # DeiT3 resamples its positions without antialiasing, as mmpretrain's ViT.
     kwargs.setdefault('pos_embed_antialias', False)

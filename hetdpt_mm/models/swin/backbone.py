@@ -144,7 +144,7 @@ class HetDPTSwin(HetDPTBackbone):
             init_cfg=init_cfg_with_pretrained(pretrained, init_cfg)
         )
         stock = read_stock_args(
-            arch, window_size, patch_size, in_channels, stock_args
+            arch, window_size, patch_size, in_channels, stock_args, type(self)
         )
         self.arch_settings = stock['arch']
         window_size, patch_size = stock['window_size'], stock['patch_size']

@@ -13,6 +13,8 @@ alternative named.
 
 from typing import Dict, Mapping, Optional, Sequence, Union
 
+from ...registry import constructor_keywords, unexpected_keywords_message
+
 SWIN_ARCH_PRESETS = {
     'tiny': dict(embed_dims=96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24)),
     'small': dict(
@@ -37,6 +39,15 @@ _NO_EFFECT = (
     'norm_eval',
     'convert_weights',
 )
+#: The other stock arguments read here.
+_READ_ARGS = {
+    'strides',
+    'use_abs_pos_embed',
+    'act_cfg',
+    'norm_cfg',
+    'stage_cfgs',
+    'patch_cfg',
+}
 #: What the patch embedding of every stock Swin is built with.
 _PATCH_DEFAULTS = dict(
     conv_type='Conv2d',
@@ -199,26 +210,20 @@ def read_stock_args(
     patch_size: int,
     in_channels: int,
     stock: Dict,
+    owner: type,
 ) -> Dict:
     """``arch``, ``window_size`` and ``patch_size`` from HetDPTSwin's own
     arguments and the stock ones in ``stock`` (refused where they cannot
-    apply; unknown names raise a ``TypeError`` as a constructor does)."""
-    unknown = sorted(
-        set(stock)
-        - set(ARCH_KEYS)
-        - set(_NO_EFFECT)
-        - {
-            'strides',
-            'use_abs_pos_embed',
-            'act_cfg',
-            'norm_cfg',
-            'stage_cfgs',
-            'patch_cfg',
-        }
-    )
-    if unknown:
+    apply; an unknown name is a ``TypeError`` naming ``owner`` and the
+    closest argument it takes)."""
+    stock_names = set(ARCH_KEYS) | set(_NO_EFFECT) | _READ_ARGS
+    if set(stock) - stock_names:
         raise TypeError(
-            f'HetDPTSwin got unexpected keyword arguments {unknown}'
+            unexpected_keywords_message(
+                owner.__name__,
+                set(stock) - stock_names,
+                constructor_keywords(owner) | stock_names,
+            )
         )
     arch = resolve_swin_arch(arch)
     arch.update({key: stock[key] for key in ARCH_KEYS if key in stock})

@@ -61,6 +61,8 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         pre_norm: a LayerNorm before the blocks (CLIP-style ViTs; mmseg's
             ``ln_pre``, mmpretrain's ``pre_norm``, timm's ``norm_pre``).
         patch_norm: a LayerNorm on the patch embedding's tokens (mmseg's).
+        patch_bias: a bias in the patch embedding (DeiT's; mmseg's registry
+            defaults to ``False``, as its ViT).
         output_cls_token: with ``'featmap'``, return ``(featmap, cls_token)``
             per level, like mmseg's ViT.
         with_cp: gradient checkpointing of every block in training
@@ -99,6 +101,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             'out_type',
             'pre_norm',
             'patch_norm',
+            'patch_bias',
         }
     )
     SMALL_ARGS = dict(
@@ -132,6 +135,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         final_norm: bool = True,
         pre_norm: bool = False,
         patch_norm: bool = False,
+        patch_bias: bool = True,
         output_cls_token: bool = False,
         token_merge: Optional[Mapping] = None,
         graph_propagation: Optional[Mapping] = None,
@@ -189,6 +193,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.final_norm = final_norm
         self.pre_norm = pre_norm
         self.patch_norm = patch_norm
+        self.patch_bias = patch_bias
         self.output_cls_token = output_cls_token
         self.interpolate_mode = interpolate_mode
         self.token_merge = TokenMerge.coerce(token_merge)
@@ -212,7 +217,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         )
         self._build_args.update(
             stock_vit.structural_args(
-                self.norm_eps, out_type, pre_norm, patch_norm
+                self.norm_eps, out_type, pre_norm, patch_norm, patch_bias
             )
         )
 
@@ -245,6 +250,15 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         stock_vit.frozen_by_exclude(self, self.frozen_exclude)
 
     @classmethod
+    def toolbox_args(cls, toolbox: str, args: Mapping) -> Dict:
+        if toolbox == 'mmseg':
+            print_log(
+                stock_vit.MMSEG_NORM_NAMES.format(cls.__name__),
+                logger='current',
+            )
+        return super().toolbox_args(toolbox, args)
+
+    @classmethod
     def sized_args(cls, img_size) -> Dict:
         return dict(img_size=img_size)  # the position embedding's size
 
@@ -263,6 +277,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             in_chans=self._build_args['in_channels'],
             embed_dim=dim,
             norm_layer=norm_layer if self.patch_norm else None,
+            bias=self.patch_bias,
             output_fmt='NHWC',
             strict_img_size=False,
             dynamic_img_pad=True,
@@ -407,6 +422,17 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
                 logger='current',
                 level=30,
             )
+        bias = state.get('patch_embed.proj.bias')
+        if not self.patch_bias and bias is not None:
+            state.pop('patch_embed.proj.bias')
+            if bias.any():  # mmseg's ViT drops it as well
+                print_log(
+                    'HetDPTViT: the checkpoint has a patch-embedding bias '
+                    "and this backbone none (patch_bias=False, mmseg's "
+                    'default): the bias is dropped; patch_bias=True keeps it',
+                    logger='current',
+                    level=30,
+                )
         if 'pos_embed' in state:
             state['pos_embed'] = vit_state_dict.resize_pos_embed(
                 state['pos_embed'],

@@ -4,7 +4,6 @@ changing ``type`` in a stock config is enough (docs/advanced/backbone.md,
 *Stock ViT arguments*).  What has no counterpart in a DeiT/ViT whose layers
 HetDPT removes is an error naming what to write instead."""
 
-import inspect
 from typing import (
     Dict,
     Iterable,
@@ -20,7 +19,11 @@ from typing import (
 import torch.nn as nn
 
 from ...presets import ARCH_PRESETS
-from ...registry import did_you_mean, unexpected_keywords_message
+from ...registry import (
+    constructor_keywords,
+    did_you_mean,
+    unexpected_keywords_message,
+)
 from .state_dict import openmmlab_name
 
 #: What the backbone returns per output (mmpretrain's ``out_type``).
@@ -43,15 +46,11 @@ FIXED_ARGS = {
         'corner',
         "inputs of any size are padded at the bottom and right ('corner')",
     ),
-    'patch_bias': (
-        True,
-        "the patch embedding has a bias (DeiT's); leave "
-        "patch_bias out: weights without one (mmseg's default) "
-        'load as a zero bias, which computes the same',
-    ),
     'layer_scale_init_value': (
         0.0,
-        "LayerScale ViTs (DeiT-III, DINOv2) are type='HetDPTLayerScaleViT'",
+        "LayerScale ViTs (DeiT-III, DINOv2) are type='HetDPTLayerScaleViT' "
+        "(not masked-image pretraining: mmpretrain's BEiTPretrainViT, whose "
+        'forward takes a mask, has no counterpart here)',
     ),
     'layer_cfgs': (
         {},
@@ -68,11 +67,41 @@ FIXED_ARGS = {
     ),
 }
 
+#: Stock backbones that have no counterpart here, told by their arguments.
+UNSUPPORTED_BACKBONES = {
+    'mask_ratio': "mmpretrain's MAEViT is masked-image pretraining (its "
+    'forward takes a mask), which HetDPT does not prune; load MAE-pretrained '
+    "weights into type='HetDPTViT' with mmpretrain's VisionTransformer "
+    "arguments (as its MAE fine-tuning configs: out_type='avg_featmap')",
+    **dict.fromkeys(
+        ('use_abs_pos_emb', 'use_rel_pos_bias', 'use_shared_rel_pos_bias'),
+        "mmpretrain's BEiTViT and BEiTPretrainViT have relative position "
+        'biases (and BEiTPretrainViT masked-image pretraining), which the '
+        "ViTs here do not; supported are mmpretrain's / mmseg's "
+        "VisionTransformer (type='HetDPTViT') and LayerScale ViTs with "
+        "absolute positions, DeiT-III and DINOv2 (type='HetDPTLayerScaleViT')",
+    ),
+}
+
 
 #: The defaults of a toolbox's ``VisionTransformer`` where they differ from
 #: ours, applied when that toolbox's registry builds a ViT family (mmseg's
-#: gives feature maps, without a final norm); mmpretrain's are ours.
-TOOLBOX_DEFAULTS = {'mmseg': dict(out_type='featmap', final_norm=False)}
+#: gives feature maps, without a final norm or patch-embedding bias);
+#: mmpretrain's are ours.
+TOOLBOX_DEFAULTS = {
+    'mmseg': dict(out_type='featmap', final_norm=False, patch_bias=False)
+}
+
+#: Logged when mmseg's registry builds a ViT family: the one way a swapped
+#: stock mmseg config trains otherwise (mmengine matches custom_keys to
+#: parameter names).
+MMSEG_NORM_NAMES = (
+    "{}: its LayerNorms are timm's blocks.N.norm1 / norm2 (mmseg's ViT: "
+    "layers.N.ln1 / ln2), so a paramwise_cfg custom key 'norm' (mmseg's ViT "
+    "configs) exempts them from weight decay here, and in mmseg's ViT only "
+    "patch_embed.norm; to train as mmseg's ViT, write that key as "
+    "'patch_embed.norm'"
+)
 
 
 def arch_from_stock(
@@ -128,16 +157,8 @@ def unknown_arch_message(name: str, presets: Iterable[str]) -> str:
 def backbone_keywords(owner: type) -> Set[str]:
     """The named arguments of ``owner``'s constructors and the stock ones
     it takes."""
-    named = {
-        parameter.name
-        for cls in owner.__mro__
-        if '__init__' in vars(cls)
-        for parameter in inspect.signature(cls.__init__).parameters.values()
-        if parameter.kind
-        in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
-    }
     return (
-        (named - {'self'})
+        constructor_keywords(owner)
         | set(MMSEG_ARCH_ARGS)
         | set(FIXED_ARGS)
         | {
@@ -186,6 +207,12 @@ def take_stock_args(
         name, arch = arch, mmpretrain_arch(arch)  # 'base', 'deit-b', ...
         if arch is None:
             raise ValueError(unknown_arch_message(name, ARCH_PRESETS))
+    unsupported = sorted(set(stock) & set(UNSUPPORTED_BACKBONES))
+    if unsupported:
+        raise TypeError(
+            f'{owner.__name__} does not take {unsupported}: '
+            f'{UNSUPPORTED_BACKBONES[unsupported[-1]]}'
+        )
     check_fixed_args(stock)
     kept = {
         name: stock.pop(name)
@@ -240,12 +267,17 @@ def block_indices(
 
 
 def structural_args(
-    eps: float, out_type: str, pre_norm: bool, patch_norm: bool
+    eps: float,
+    out_type: str,
+    pre_norm: bool,
+    patch_norm: bool,
+    patch_bias: bool,
 ) -> Dict:
     """The build arguments these add to a record, only where they differ
     from a DeiT's (so that other records keep their keys): the norms'
     epsilon, ``out_type='avg_featmap'``, whose ``fc_norm`` is part of the
-    network, and the norms before the blocks and in the patch embedding."""
+    network, the norms before the blocks and in the patch embedding, and
+    a patch embedding without bias."""
     args = (
         {}
         if eps == DEFAULT_NORM_EPS
@@ -253,6 +285,8 @@ def structural_args(
     )
     if out_type == 'avg_featmap':
         args['out_type'] = out_type
+    if not patch_bias:
+        args['patch_bias'] = False
     args.update(
         {
             name: True

@@ -1,0 +1,182 @@
+"""A stock config with only the backbone ``type`` changed to ours computes
+and trains as the stock module, or says at build time what differs
+(issue 51 items 2, 3 and 6)."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import (
+    MMPRETRAIN_TINY,
+    STOCK_INPUT_SHAPE,
+    assert_same_outputs,
+    randomized_stock,
+)
+
+from hetdpt_mm.models import HetDPTSwin
+from hetdpt_mm.models.vit import backbone as vit_backbone
+
+
+def test_an_unknown_swin_argument_names_the_closest():
+    with pytest.raises(TypeError) as error:
+        HetDPTSwin(**HetDPTSwin.SMALL_ARGS, window_sise=7)
+    assert str(error.value) == (
+        "HetDPTSwin got unexpected keyword arguments ['window_sise'] "
+        '(did you mean `window_size`?)'
+    )
+
+
+@pytest.mark.parametrize(
+    'stock, message',
+    [
+        (
+            dict(arch='b', patch_size=16, mask_ratio=0.75),
+            "HetDPTViT does not take ['mask_ratio']: mmpretrain's MAEViT is "
+            'masked-image pretraining',
+        ),
+        (
+            dict(
+                arch='base',
+                out_type='avg_featmap',
+                use_abs_pos_emb=False,
+                use_rel_pos_bias=True,
+                use_shared_rel_pos_bias=False,
+                layer_scale_init_value=0.1,
+            ),
+            "HetDPTViT does not take ['use_abs_pos_emb', 'use_rel_pos_bias', "
+            "'use_shared_rel_pos_bias']: mmpretrain's BEiTViT and "
+            'BEiTPretrainViT have relative position biases',
+        ),
+        (  # BEiTPretrainViT's stock config passes no BEiT-only argument
+            dict(arch='base', out_type='raw', layer_scale_init_value=0.1),
+            'layer_scale_init_value must be 0.0 here: LayerScale ViTs '
+            "(DeiT-III, DINOv2) are type='HetDPTLayerScaleViT' (not "
+            "masked-image pretraining: mmpretrain's BEiTPretrainViT",
+        ),
+    ],
+)
+def test_mae_and_beit_swaps_say_what_is_supported(stock, message):
+    """Issue 51 item 6: mmpretrain's MAE / BEiT backbone configs with
+    ``type`` swapped, built by mmpretrain's registry as a config is."""
+    from mmpretrain.registry import MODELS
+
+    with pytest.raises((TypeError, ValueError)) as error:
+        MODELS.build(dict(type='HetDPTViT', **stock))
+    assert str(error.value).startswith(message), error.value
+
+
+def test_a_deit3_swap_logs_how_it_computes_unlike_mmpretrains(
+    monkeypatch, tmp_path
+):
+    """Issue 51 item 3: mmpretrain 1.2's ``DeiT3`` norms the FFN input by
+    ``ln1``; ``HetDPTDeiT3`` (timm's, the official DeiT-III's) by ``ln2``.
+    On the stock module's weights the two differ; the build says so."""
+    from mmpretrain.models.backbones.deit3 import DeiT3
+    from mmpretrain.registry import MODELS
+
+    from hetdpt_mm.models.layerscale_vit import stock_args as deit3_args
+
+    logged = []
+    monkeypatch.setattr(
+        deit3_args, 'print_log', lambda message, **_: logged.append(message)
+    )
+    args = dict(MMPRETRAIN_TINY)
+    stock = randomized_stock(DeiT3, **args)
+    torch.save(dict(state_dict=stock.state_dict()), tmp_path / 'deit3.pth')
+    init_cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'deit3.pth'))
+    ours = MODELS.build(dict(type='HetDPTDeiT3', **args, init_cfg=init_cfg))
+    assert logged == [deit3_args.FFN_NORM_DIFFERENCE]
+    ours.init_weights()
+    image = torch.randn(STOCK_INPUT_SHAPE)
+    with torch.no_grad():
+        assert not torch.allclose(ours.eval()(image)[0], stock(image)[0])
+
+
+def no_decay_names(module, paramwise_cfg, rename=lambda name: name):
+    """The parameters of ``module`` that mmengine's default constructor
+    puts at weight decay 0 under ``paramwise_cfg`` (named by ``rename``)."""
+    from mmengine.optim import DefaultOptimWrapperConstructor
+
+    optim_wrapper = dict(
+        type='OptimWrapper',
+        optimizer=dict(type='AdamW', lr=1e-3, weight_decay=0.01),
+    )
+    wrapper = DefaultOptimWrapperConstructor(optim_wrapper, paramwise_cfg)(
+        module
+    )
+    names = {id(param): name for name, param in module.named_parameters()}
+    return {
+        rename(names[id(param)])
+        for group in wrapper.optimizer.param_groups
+        if group['weight_decay'] == 0
+        for param in group['params']
+    }
+
+
+def test_a_swapped_mmseg_vit_config_computes_and_trains_as_stock(
+    monkeypatch, tmp_path
+):
+    """Issue 51 item 2: mmseg's DeiT-S UperNet config's backbone dict with
+    ``type`` swapped (shrunk), on the stock module's weights: the same
+    outputs and parameters (no patch-embedding bias, as mmseg's); its
+    paramwise_cfg's key ``'norm'`` matches our LayerNorms and none of
+    mmseg's, which the build logs with the key that trains as stock."""
+    import mmseg
+    from mmengine.config import Config
+    from mmseg.registry import MODELS
+
+    from hetdpt_mm.models.vit import stock_args as vit_args
+    from hetdpt_mm.models.vit.state_dict import openmmlab_name
+
+    stock_config = Config.fromfile(
+        Path(mmseg.__file__).parent
+        / '.mim/configs/vit/vit_deit-s16_upernet_8xb2-80k_ade20k-512x512.py'
+    )
+    backbone = dict(
+        stock_config.model.backbone,
+        embed_dims=64,
+        num_layers=4,
+        num_heads=2,
+        img_size=32,
+        patch_size=8,
+        out_indices=(1, 3),
+    )
+    stock = randomized_stock(
+        MODELS.get('VisionTransformer'),
+        **{k: v for k, v in backbone.items() if k != 'type'},
+    )
+    torch.save(dict(state_dict=stock.state_dict()), tmp_path / 'vit.pth')
+    logged = []
+    monkeypatch.setattr(
+        vit_backbone, 'print_log', lambda message, **_: logged.append(message)
+    )
+    ours = MODELS.build(
+        dict(
+            backbone,
+            type='HetDPTViT',
+            init_cfg=dict(
+                type='Pretrained', checkpoint=str(tmp_path / 'vit.pth')
+            ),
+        )
+    )
+    ours.init_weights()
+    assert_same_outputs(stock, ours.eval(), STOCK_INPUT_SHAPE)
+    assert {openmmlab_name(name) for name, _ in ours.named_parameters()} == {
+        name for name, _ in stock.named_parameters()
+    }
+    assert logged == [vit_args.MMSEG_NORM_NAMES.format('HetDPTViT')]
+
+    paramwise_cfg = stock_config.optim_wrapper.paramwise_cfg
+    stock_no_decay = no_decay_names(stock, paramwise_cfg)
+    assert stock_no_decay == {'pos_embed', 'cls_token'}
+    layer_norms = {
+        name for name, param in ours.named_parameters() if 'norm' in name
+    }
+    assert no_decay_names(ours, paramwise_cfg, openmmlab_name) == (
+        stock_no_decay | {openmmlab_name(name) for name in layer_norms}
+    )
+    custom_keys = dict(paramwise_cfg.custom_keys)  # as the line says
+    custom_keys['patch_embed.norm'] = custom_keys.pop('norm')
+    fixed = dict(custom_keys=custom_keys)
+    assert no_decay_names(ours, fixed, openmmlab_name) == stock_no_decay
+    assert no_decay_names(stock, fixed) == stock_no_decay
