@@ -8,7 +8,6 @@ from typing import List, Sequence
 
 from mmengine.config import Config
 
-from hetdpt_mm.apis.fit_map import load_allocation
 from hetdpt_mm.checkpoint.reader import (
     read_backbone_checkpoint,
 )
@@ -17,6 +16,7 @@ from hetdpt_mm.fileio import atomic_write_text
 from hetdpt_mm.hooks.map_collect_hook import POINT_COLUMNS
 from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE
 from hetdpt_mm.pruning import MAPFit, load_points, rank_across_types
+from hetdpt_mm.pruning.map import load_allocation
 from hetdpt_mm.spec import ACT, ATTN, PruneSpec
 
 from . import report as demo_report

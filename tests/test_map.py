@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from helpers import REPO, load_tool
 
-from hetdpt_mm.apis.fit_map import load_allocation
 from hetdpt_mm.pruning import (
     Allocation,
     AnalyticCost,
@@ -21,6 +20,7 @@ from hetdpt_mm.pruning import (
     allocate_for_speedup,
     evaluate_cost_candidates,
     fit_map,
+    load_allocation,
     load_points,
     pareto_front,
     polynomial_terms,

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO, fake_runner
+from helpers import REPO, fake_runner, load_tool
 from mmengine.logging import MMLogger
 from mmpretrain.registry import MODELS
 
-from hetdpt_mm.apis.fit_map import FitMapOptions, load_allocation, run_fit_map
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.hooks.map_collect_hook import (
     BRANCH_POINT_COLUMNS,
@@ -28,12 +27,18 @@ from hetdpt_mm.pruning import (
     allocate,
     allocate_for_speedup,
     fit_map,
+    load_allocation,
     load_points_and_kind,
     parse_points,
     points_t_kind,
 )
 
 DEPTH = 12
+fit_map_tool = load_tool('fit_map')
+FitMapOptions, run_fit_map = (
+    fit_map_tool.FitMapOptions,
+    fit_map_tool.run_fit_map,
+)
 PAPER_REPORT = REPO / 'tests' / 'data' / 'fit_map_paper_report.txt'
 
 

@@ -17,7 +17,7 @@ from helpers import load_tool, randomize_
 from mmengine.config import Config
 from mmengine.runner import load_checkpoint
 
-from hetdpt_mm.checkpoint import load_checkpoint_file
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 
 SPEC = dict(attn_removed=[0, 3], act_removed=[2, 5])
 VIT = dict(embed_dim=96, depth=6, num_heads=3, img_size=32, patch_size=4)

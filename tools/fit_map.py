@@ -19,16 +19,322 @@ Examples (from the repository root)::
 Outputs are written atomically, only after every input has been validated,
 never over an input, and an existing output is kept unless ``--force``.
 Errors print ``error: <message>`` and exit with status 2.
-The work is :func:`hetdpt_mm.apis.fit_map.run_fit_map`.
 """
 
+import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
-from hetdpt_mm.apis.fit_map import FitMapOptions, run_fit_map
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
-from hetdpt_mm.pruning import ARCH_PRESETS
+from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
+from hetdpt_mm.fileio import check_output_paths, write_outputs
+from hetdpt_mm.pruning import (
+    ARCH_PRESETS,
+    Allocation,
+    AnalyticCost,
+    Candidate,
+    CostModel,
+    MAPFit,
+    MeasuredCost,
+    allocate,
+    allocate_for_accuracy,
+    allocate_for_speedup,
+    count_name,
+    fit_map,
+    format_candidates,
+    load_points_and_kind,
+    resolve_bounds,
+    smallest_budget_reaching,
+)
+from hetdpt_mm.spec import ACT, FFN, KIND_NAMES
+from hetdpt_mm.visualization import figure_formats, plot_map_fit
+
+
+@dataclass(frozen=True)
+class FitMapOptions:
+    """What to fit and report; invalid combinations raise ``UsageError``.
+
+    ``bounds`` is ``'full'``, ``'paper'`` or ``'both'``; ``cost`` is
+    ``'analytic'`` (MACs of ``arch`` at ``img_size``) or a measured latency
+    JSON file; ``speedup`` and ``min_accuracy`` are targets for the
+    latency-aware search.
+    """
+
+    points: Path
+    depth: int
+    budget: Optional[int] = None
+    bounds: str = 'full'
+    degrees: Sequence[int] = (1, 2, 3, 4)
+    cost: Optional[str] = None
+    arch: Optional[str] = None
+    img_size: Optional[Sequence[int]] = None
+    speedup: Sequence[float] = ()
+    min_accuracy: Sequence[float] = ()
+    plot: Optional[Path] = None
+    save_fit: Optional[Path] = None
+    save_allocation: Optional[Path] = None
+    force: bool = False
+
+    def __post_init__(self):
+        analytic = self.cost == 'analytic'
+        if analytic and self.arch is None:
+            raise UsageError(
+                '--cost analytic needs --arch '
+                f'({", ".join(sorted(ARCH_PRESETS))})'
+            )
+        if not analytic and (self.arch or self.img_size):
+            raise UsageError(
+                '--arch and --img-size only apply to --cost analytic'
+            )
+        if (self.speedup or self.min_accuracy) and self.cost is None:
+            raise UsageError('--speedup and --min-accuracy need --cost')
+        if self.save_allocation is not None and self.budget is None:
+            raise UsageError('--save-allocation needs --budget')
+
+    @property
+    def bound_choices(self) -> List[str]:
+        return ['full', 'paper'] if self.bounds == 'both' else [self.bounds]
+
+    @property
+    def outputs(self) -> Dict[str, Path]:
+        """The requested output files by option name."""
+        named = {
+            '--plot': self.plot,
+            '--save-fit': self.save_fit,
+            '--save-allocation': self.save_allocation,
+        }
+        return {name: path for name, path in named.items() if path}
+
+
+def check_outputs(options: FitMapOptions) -> None:
+    """Fail before any work if an output path is unusable."""
+    inputs = [options.points]
+    if options.cost not in (None, 'analytic'):
+        inputs.append(Path(options.cost))
+    check_output_paths(options.outputs.values(), inputs, options.force)
+    if options.plot is not None:
+        plot_format = options.plot.suffix.lstrip('.').lower()
+        supported = figure_formats()
+        if plot_format not in supported:
+            raise ValueError(
+                f'--plot {options.plot}: unsupported image '
+                f'format "{plot_format}"; use one of '
+                f'{", ".join(sorted(supported))}'
+            )
+
+
+def build_cost(options: FitMapOptions) -> Optional[CostModel]:
+    if options.cost is None:
+        return None
+    if options.cost == 'analytic':
+        return AnalyticCost.from_arch(
+            options.arch, img_size=tuple(options.img_size or (224, 224))
+        )
+    return MeasuredCost.from_json(options.cost)
+
+
+# ------------------------------------------------------------------ report --
+
+
+def describe_best(best: Candidate, t_kind: str = ACT) -> str:
+    text = (
+        f'best: remove {best.n_attn} attention + {best.n_act} '
+        f'{KIND_NAMES[t_kind]} layers (a = {best.a:.3f}, '
+        f't = {best.t:.3f}), predicted '
+        f'accuracy {best.predicted_accuracy:.3f}'
+    )
+    if best.extrapolated:
+        text += (
+            '\nwarning: the best candidate lies outside the convex hull '
+            'of the observed points, where the polynomial extrapolates; '
+            'collect points near it before trusting the split'
+        )
+    return text
+
+
+def budget_section(
+    allocation: Allocation, bounds: str, cost: Optional[CostModel]
+) -> str:
+    lo, hi = allocation.bounds
+    ratio_sum = 2 - allocation.budget / allocation.depth
+    extra = None
+    if cost is not None:
+        t_kind = allocation.t_kind
+        extra = {
+            'speedup': [
+                f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):.3f}x'
+                for c in allocation.candidates
+            ]
+        }
+    return '\n'.join(
+        [
+            f'budget {allocation.budget} of depth {allocation.depth}, bounds '
+            f'{bounds} (each count in [{lo}, {hi}]): candidates on '
+            f'a + t = {ratio_sum:.4f}',
+            format_candidates(
+                allocation.candidates,
+                allocation.best,
+                extra,
+                allocation.t_kind,
+            ),
+            describe_best(allocation.best, allocation.t_kind),
+        ]
+    )
+
+
+def cost_section(
+    fit: MAPFit,
+    depth: int,
+    cost: CostModel,
+    bounds: str,
+    speedups: Sequence[float],
+    min_accuracies: Sequence[float],
+) -> str:
+    lo, hi = resolve_bounds(bounds, depth)
+    t_kind = fit.t_kind
+    one_removed = {
+        ACT: 'one GELU removed (FFN merged)',
+        FFN: 'one FFN branch removed',
+    }[t_kind]
+    lines = [
+        f'latency-aware allocation, bounds {bounds} (each count in '
+        f'[{lo}, {hi}]), any number of removed layers',
+        f'cost model: {cost.describe()}',
+        f'one attention removed: {cost.speedup(1):.4f}x; '
+        f'{one_removed}: {cost.split_speedup(0, 1, t_kind):.4f}x',
+    ]
+    header = (
+        f'{"target":>8}  {"method":<22} {"n_attn":>6} '
+        f'{count_name(t_kind):>5} '
+        f'{"removed":>7} {"speedup":>8} {"predicted":>9} '
+        f'{"extrapolated":>12}'
+    )
+
+    def row(target: str, method: str, c: Optional[Candidate]) -> str:
+        if c is None:
+            return f'{target:>8}  {method:<22} (no budget reaches the target)'
+        return (
+            f'{target:>8}  {method:<22} {c.n_attn:>6} {c.n_act:>5} '
+            f'{c.removed:>7} '
+            f'{cost.split_speedup(c.n_attn, c.n_act, t_kind):>7.3f}x '
+            f'{c.predicted_accuracy:>9.3f} '
+            f'{"yes" if c.extrapolated else "no":>12}'
+        )
+
+    if speedups:
+        lines += [
+            '',
+            'speedup targets: latency-aware = max predicted '
+            'accuracy with speedup >= target; layer budget = the '
+            "paper's MAP split of the smallest budget K that reaches "
+            'the target',
+            header,
+        ]
+        for target in speedups:
+            best = allocate_for_speedup(fit, depth, cost, target, bounds).best
+            baseline = smallest_budget_reaching(
+                fit, depth, cost, target, bounds
+            )
+            lines.append(row(f'{target:g}x', 'latency-aware', best))
+            lines.append(
+                row(
+                    '',
+                    f'layer budget K={baseline.removed if baseline else "-"}',
+                    baseline,
+                )
+            )
+    if min_accuracies:
+        lines += [
+            '',
+            'accuracy targets: max speedup with predicted accuracy >= target',
+            header,
+        ]
+        for target in min_accuracies:
+            best = allocate_for_accuracy(fit, depth, cost, target, bounds).best
+            lines.append(row(f'{target:g}', 'latency-aware', best))
+    return '\n'.join(lines)
+
+
+# -------------------------------------------------------------------- run --
+
+
+def run_fit_map(options: FitMapOptions) -> None:
+    """Fit, allocate, print the report, then write the requested outputs."""
+    check_outputs(options)
+    cost = build_cost(options)
+    points, t_kind = load_points_and_kind(options.points, depth=options.depth)
+    fit = fit_map(points, degrees=options.degrees, t_kind=t_kind)
+
+    repeats = len(points) - len(fit.points)
+    averaged = (
+        f' ({repeats} rows repeat the (a, t) of another row: their '
+        f'accuracies are averaged, {len(fit.points)} distinct points)'
+        if repeats
+        else ''
+    )
+    # The paper's t (GELUs kept) goes unnamed, as in the paper.
+    counted = '' if t_kind == ACT else '; t = FFN branches kept / depth'
+    sections = [
+        f'MAP fit on {len(points)} points from {options.points} '
+        f'(depth {options.depth}){counted}{averaged}; leave-2-out CV over '
+        'degrees '
+        f'{" ".join(map(str, sorted(options.degrees)))}',
+        fit.format_table(),
+        f'chosen degree {fit.degree}: CV MAE {fit.cv_mae:.4f}, CV RMSE '
+        f'{fit.cv_rmse:.4f}, train RMSE {fit.chosen.train_rmse:.4f}',
+        fit.format_polynomial(),
+    ]
+    allocations = {}
+    if options.budget is not None:
+        for bounds in options.bound_choices:
+            allocations[bounds] = allocate(
+                fit, options.budget, options.depth, bounds
+            )
+            sections.append(budget_section(allocations[bounds], bounds, cost))
+    if cost is not None:
+        for bounds in options.bound_choices:
+            sections.append(
+                cost_section(
+                    fit,
+                    options.depth,
+                    cost,
+                    bounds,
+                    options.speedup,
+                    options.min_accuracy,
+                )
+            )
+
+    # Everything is validated and computed; only now produce the outputs.
+    contents = {}
+    if options.save_fit is not None:
+        contents[options.save_fit] = (
+            json.dumps(fit.to_dict(), indent=2, allow_nan=False) + '\n'
+        )
+    if options.save_allocation is not None:
+        contents[options.save_allocation] = (
+            json.dumps(
+                {
+                    bounds: allocation.to_dict()
+                    for bounds, allocation in allocations.items()
+                },
+                indent=2,
+                allow_nan=False,
+            )
+            + '\n'
+        )
+    if options.plot is not None:
+        contents[options.plot] = plot_map_fit(
+            fit,
+            options.depth,
+            allocations,
+            options.budget,
+            options.plot.suffix.lstrip('.').lower(),
+        )
+    print('\n\n'.join(sections))
+    write_outputs(contents, exclusive=not options.force)
+    for name, path in options.outputs.items():
+        print(f'wrote {path} ({name})')
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> FitMapOptions:

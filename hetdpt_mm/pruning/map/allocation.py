@@ -20,6 +20,7 @@ from typing import (
 
 import numpy as np
 
+from ...fileio import read_json_file
 from ...spec import ACT, ATTN, KIND_NAMES
 from ..cost import CostModel
 from ..validation import as_int, check_depth, is_finite_number
@@ -168,6 +169,18 @@ class Allocation:
                 'not among its candidates'
             )
         return allocation
+
+
+def load_allocation(path, bounds: str) -> Allocation:
+    """The allocation for ``bounds`` that ``tools/fit_map.py
+    --save-allocation`` wrote."""
+    saved = read_json_file(path, 'saved allocation')
+    if bounds not in saved:
+        raise ValueError(
+            f'{path} has no allocation with bounds {bounds!r} '
+            f'(it has {", ".join(saved) or "none"})'
+        )
+    return Allocation.from_dict(saved[bounds])
 
 
 def count_name(t_kind: str) -> str:

@@ -190,9 +190,7 @@ def fit_map(
         for p in points
     )
     degrees = _check_degrees(degrees)
-    values = np.array(
-        [(p.a, p.t, p.accuracy) for p in points], dtype=float
-    ).reshape(-1, 3)
+    values = np.array([(p.a, p.t, p.accuracy) for p in points], float)
     if not np.isfinite(values).all():
         raise ValueError('MAP points must be finite numbers')
     points, _ = average_duplicates(points)
@@ -204,7 +202,6 @@ def fit_map(
             'one point per split tried, so average repeated measurements or '
             'subsample'
         )
-    values = np.array([(p.a, p.t, p.accuracy) for p in points], dtype=float)
     needed = len(polynomial_terms(degrees[0])) + 2
     if len(points) < needed:
         raise ValueError(
@@ -212,7 +209,7 @@ def fit_map(
             f'({needed - 2} terms, and leave-2-out CV trains on n - 2 '
             f'points); got {len(points)} distinct (a, t) points'
         )
-    a, t, y = values.T
+    a, t, y = np.array([(p.a, p.t, p.accuracy) for p in points], float).T
     scores, coefficients = [], {}
     for degree in degrees:
         score, theta = _score_degree(degree, a, t, y)
@@ -411,32 +408,24 @@ class MAPFit:
             f'{"degree":>7} {"terms":>5} {"cv_mae":>8} {"cv_rmse":>8} '
             f'{"train_rmse":>10}  note'
         ]
+        n_folds = len(self.points) * (len(self.points) - 1) // 2
         for s in self.scores:
-            mark = '*' if s.degree == self.degree else ' '
+            head = f'{"*" if s.degree == self.degree else " "}{s.degree:>6}'
             if s.skipped:
                 lines.append(
-                    f'{mark}{s.degree:>6} {s.n_terms:>5} '
-                    f'{"-":>8} {"-":>8} {"-":>10}  '
+                    f'{head} {s.n_terms:>5} {"-":>8} {"-":>8} {"-":>10}  '
                     f'skipped: {s.skipped}'
                 )
                 continue
-            note = 'chosen (lowest CV RMSE)' if s.degree == self.degree else ''
+            notes = ['chosen (lowest CV RMSE)'] * (s.degree == self.degree)
             if s.rank_deficient_folds:
-                n_folds = len(self.points) * (len(self.points) - 1) // 2
-                note = ', '.join(
-                    filter(
-                        None,
-                        [
-                            note,
-                            f'{s.rank_deficient_folds} of {n_folds} folds '
-                            'rank-deficient',
-                        ],
-                    )
+                notes.append(
+                    f'{s.rank_deficient_folds} of {n_folds} folds '
+                    'rank-deficient'
                 )
             lines.append(
-                f'{mark}{s.degree:>6} {s.n_terms:>5} '
-                f'{s.cv_mae:>8.4f} {s.cv_rmse:>8.4f} '
-                f'{s.train_rmse:>10.4f}  {note}'.rstrip()
+                f'{head} {s.n_terms:>5} {s.cv_mae:>8.4f} {s.cv_rmse:>8.4f} '
+                f'{s.train_rmse:>10.4f}  {", ".join(notes)}'.rstrip()
             )
         return '\n'.join(lines)
 
@@ -447,6 +436,3 @@ class MAPFit:
             for c, name in zip(self.coefficients, self.term_names)
         ]
         return 'P(a, t) = ' + ' '.join(parts).lstrip('+')
-
-
-# ------------------------------------------------------------- allocation --
