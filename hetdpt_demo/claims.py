@@ -2,7 +2,7 @@
 claims (the gradients of the gate scores by type, the compared splits of
 the budget) and the claims themselves (:class:`~.results.Claim`:
 holds or not, with the numbers that decide it).  The words are the report's
-(:mod:`.report_claims`)."""
+(:mod:`.report`)."""
 
 import itertools
 from dataclasses import dataclass

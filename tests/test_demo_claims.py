@@ -5,7 +5,7 @@ import pytest
 
 from hetdpt_demo.claims import split_rows, summarise
 from hetdpt_demo.plots import plot_split_comparison
-from hetdpt_demo.report_claims import claims_section, split_verdict
+from hetdpt_demo.report import claims_section, split_verdict
 from hetdpt_demo.results import (
     BenchmarkModel,
     BenchmarkRun,
