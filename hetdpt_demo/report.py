@@ -821,6 +821,7 @@ def summary_json(summary: Summary) -> Dict[str, Any]:
     the report groups them, with the claims' numbers and verdict."""
     results = summary.results
     dense, prune, fit = results.dense, results.prune, results.fit
+    chosen, best = MAPFit.from_dict(fit.fit).chosen, fit.allocation['best']
     tome = (
         {'skipped': True}
         if results.tome is None
@@ -853,12 +854,12 @@ def summary_json(summary: Summary) -> Dict[str, Any]:
             bounds=fit.bounds,
             allocation=fit.allocation,
             interval=results.map.interval,
-            degree=fit.degree,
-            cv_mae=fit.cv_mae,
-            cv_rmse=fit.cv_rmse,
-            n_attn=fit.n_attn,
-            n_act=fit.n_act,
-            predicted=fit.predicted,
+            degree=chosen.degree,
+            cv_mae=chosen.cv_mae,
+            cv_rmse=chosen.cv_rmse,
+            n_attn=best['n_attn'],
+            n_act=best['n_act'],
+            predicted=best['predicted_accuracy'],
         ),
         detr=to_json(results.transfer.detr),
         upernet=to_json(results.transfer.upernet),
