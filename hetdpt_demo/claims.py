@@ -88,12 +88,6 @@ class Summary:
         return next(claim for claim in self.claims if claim.name == name)
 
 
-def analytic_cost(results: DemoResults) -> AnalyticCost:
-    """MACs of the demo ViT (from the dense checkpoint's meta) at its input
-    size, by removed counts."""
-    return AnalyticCost.from_build_args(results.dense.arch)
-
-
 def gradient_stats(results: DemoResults) -> Dict[str, GradientStats]:
     stats = {}
     for kind, curve in results.prune.score_grads.items():
@@ -291,7 +285,8 @@ def summarise(
     val_images: int,
 ) -> Summary:
     """The report's :class:`Summary` of a finished run."""
-    cost = analytic_cost(results)
+    # MACs of the demo ViT (its checkpoint's build arguments) by counts.
+    cost = AnalyticCost.from_build_args(results.dense.arch)
     gradients = gradient_stats(results)
     splits = split_rows(results, cost)
     claims = compute_claims(results, gradients, splits)
