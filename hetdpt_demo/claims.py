@@ -2,7 +2,7 @@
 claims (the gradients of the gate scores by type, the compared splits of
 the budget) and the claims themselves (:class:`~.results.Claim`:
 holds or not, with the numbers that decide it).  The words are the report's
-(:mod:`.report_claims`)."""
+(:mod:`.report`)."""
 
 import itertools
 from dataclasses import dataclass
@@ -86,12 +86,6 @@ class Summary:
 
     def claim(self, name: str) -> Claim:
         return next(claim for claim in self.claims if claim.name == name)
-
-
-def analytic_cost(results: DemoResults) -> AnalyticCost:
-    """MACs of the demo ViT (from the dense checkpoint's meta) at its input
-    size, by removed counts."""
-    return AnalyticCost.from_build_args(results.dense.arch)
 
 
 def gradient_stats(results: DemoResults) -> Dict[str, GradientStats]:
@@ -291,7 +285,8 @@ def summarise(
     val_images: int,
 ) -> Summary:
     """The report's :class:`Summary` of a finished run."""
-    cost = analytic_cost(results)
+    # MACs of the demo ViT (its checkpoint's build arguments) by counts.
+    cost = AnalyticCost.from_build_args(results.dense.arch)
     gradients = gradient_stats(results)
     splits = split_rows(results, cost)
     claims = compute_claims(results, gradients, splits)

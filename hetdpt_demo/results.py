@@ -139,12 +139,6 @@ class MapFitResult:
     bounds: str
     fit_path: str
     allocation: Dict[str, Any]  # Allocation.to_dict()
-    degree: int
-    cv_mae: float
-    cv_rmse: float
-    n_attn: int
-    n_act: int
-    predicted: float
 
 
 @dataclass

@@ -37,13 +37,8 @@ BACKBONE_OPTIONS = dict(
     ],
 )
 STATE_FILE = 'demo_state.json'
-# 2: the MAP allocation is read from fit_map's output and kept in the state.
-# 3: the pairs task, the recovery and comparison stages.
-# 4: validations inside the training runs replace tools/test.py runs.
-# 5: the shapes task at patch 8; recovery runs on the prune runs' images.
-# 6: the token-merging stage and its settings.
-# 7: typed results, one record per stage (results.DemoResults).
-STATE_VERSION = 7
+# Raised whenever the state's form changes: an older state is refused.
+STATE_VERSION = 8
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
 OUTPUTS = (

@@ -255,12 +255,6 @@ class TrainingStages:
             bounds='full',
             fit_path=self.rel(fit_path),
             allocation=allocation.to_dict(),
-            degree=fit.degree,
-            cv_mae=fit.cv_mae,
-            cv_rmse=fit.cv_rmse,
-            n_attn=allocation.n_attn,
-            n_act=allocation.n_act,
-            predicted=allocation.best.predicted_accuracy,
         )
 
     def prune_job(
@@ -319,9 +313,9 @@ class TrainingStages:
         the later stages) beside the single-type splits of the same budget,
         each with the same fine-tuning, once per seed."""
         s = self.settings
-        split = self.results.fit
+        best = self.results.fit.allocation['best']
         counts = dict(
-            MAP=(split.n_attn, split.n_act),
+            MAP=(best['n_attn'], best['n_act']),
             attention_only=(s.budget, 0),
             gelu_only=(0, s.budget),
         )

@@ -5,7 +5,7 @@ import pytest
 
 from hetdpt_demo.claims import split_rows, summarise
 from hetdpt_demo.plots import plot_split_comparison
-from hetdpt_demo.report_claims import claims_section, split_verdict
+from hetdpt_demo.report import claims_section, split_verdict
 from hetdpt_demo.results import (
     BenchmarkModel,
     BenchmarkRun,
@@ -76,12 +76,6 @@ def map_fit():
         bounds='full',
         fit_path='map_fit.json',
         allocation=allocation.to_dict(),
-        degree=fit.degree,
-        cv_mae=fit.cv_mae,
-        cv_rmse=fit.cv_rmse,
-        n_attn=allocation.n_attn,
-        n_act=allocation.n_act,
-        predicted=allocation.best.predicted_accuracy,
     )
 
 
@@ -335,7 +329,10 @@ def test_maps_own_check_meets_its_predictions_with_the_measurements(
         96.67,
         103.33,
     ]
-    assert summary.splits[0].predicted == summary.results.fit.predicted
+    assert (
+        summary.splits[0].predicted
+        == summary.results.fit.allocation['best']['predicted_accuracy']
+    )
     assert not any(row.extrapolated for row in summary.splits)
     check = summary.fit_check
     assert check.mean_error == pytest.approx(sum(errors) / 2, abs=0.01)
