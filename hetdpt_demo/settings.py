@@ -43,7 +43,8 @@ STATE_FILE = 'demo_state.json'
 # 5: the shapes task at patch 8; recovery runs on the prune runs' images.
 # 6: the token-merging stage and its settings.
 # 7: typed results, one record per stage (results.DemoResults).
-STATE_VERSION = 7
+# 8: the token-merging stage's Fig. 8 curves (ToMe schedules, GTP-ViT).
+STATE_VERSION = 8
 #: What a demo run creates in its work dir (all of it is replaced by a new
 #: run; nothing else there is touched).
 OUTPUTS = (
@@ -67,6 +68,7 @@ OUTPUTS = (
     'recovery.png',
     'comparison.png',
     'tome.png',
+    'fig8.png',
     'demo.log',
     STATE_FILE,
 )
@@ -112,6 +114,12 @@ class Settings:
     #: UperNet (besides r=0); empty: no token-merging stage
     tome_r: Tuple[int, ...]
     tome_transfer_r: Dict[str, Tuple[int, ...]]
+    #: Fig. 8's further operating points of the classifiers: ToMe's
+    #: (r, inflect) schedules besides the constant tome_r, and GTP-ViT's
+    #: num_prop besides 0 (more than 15 per model's propagating blocks
+    #: meets the library's cap: later blocks keep one patch)
+    fig8_schedules: Tuple[Tuple[int, float], ...]
+    fig8_num_prop: Tuple[int, ...]
 
 
 # Sized for 10 minutes on 2 idle cores: the dense model learns the shapes
@@ -151,6 +159,8 @@ FULL = Settings(
     seeds=(0, 1, 2),
     tome_r=(0, 1, 2, 3),
     tome_transfer_r=dict(detr=(2, 4), upernet=(4, 8)),
+    fig8_schedules=((1, -1), (2, -1), (3, -1), (2, 1), (3, 1)),
+    fig8_num_prop=(1, 2, 3, 4, 5),
 )
 QUICK = Settings(
     dense_epochs=2,
@@ -177,6 +187,8 @@ QUICK = Settings(
     seeds=(0,),
     tome_r=(),
     tome_transfer_r={},
+    fig8_schedules=(),
+    fig8_num_prop=(),
 )
 
 
