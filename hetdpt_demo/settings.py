@@ -159,8 +159,8 @@ FULL = Settings(
     seeds=(0, 1, 2),
     tome_r=(0, 1, 2, 3),
     tome_transfer_r=dict(detr=(2, 4), upernet=(4, 8)),
-    fig8_schedules=((1, -1), (2, -1), (3, -1), (2, 1), (3, 1)),
-    fig8_num_prop=(1, 2, 3, 4, 5),
+    fig8_schedules=((1, -1), (2, -1), (3, -1)),
+    fig8_num_prop=(1, 2, 3, 4),
 )
 QUICK = Settings(
     dense_epochs=2,

@@ -4,6 +4,7 @@ what blocks whose attention was removed merge on (``removed_attn``), and
 DETR and UperNet with ToMe; no model is trained again."""
 
 import contextlib
+import copy
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Tuple
 
@@ -116,32 +117,44 @@ class TomeStages:
             MAP=self.results.merge.merged,
             attention_only=attn_only['merged'],
         )
-        tests = self.run_tome_tests(work, checkpoints, attn_only['accuracy'])
+        equal_r = {
+            point_name(model, r): (
+                source,
+                dict(token_merge=dict(r=r, removed_attn=removed_attn)),
+            )
+            for model, source, removed_attn in TOME_MODELS
+            for r in s.tome_r
+        }
         fig8 = fig8_points(s)
-        sources = dict(GTP_MODELS, attn_only_none='attention_only')
         curve_specs = {
-            name: (sources[model], options)
+            name: (GTP_MODELS[model], options)
             for name, (model, _, _, options) in fig8.items()
         }
-        fig8_accuracy = self.evaluate_classifiers(checkpoints, curve_specs)
+        # r=0 merges nothing (bit-identical): its top-1 is the earlier
+        # stages' test of the same checkpoint.
+        tests = self.evaluate_classifiers(
+            checkpoints,
+            {
+                name: spec
+                for name, spec in (equal_r | curve_specs).items()
+                if not name.endswith('-r0')
+            },
+        )
+        tests.update(
+            {
+                point_name('dense', 0): self.results.dense.accuracy,
+                point_name('hetdpt', 0): self.results.transfer.merged_accuracy,
+                point_name('attn_only', 0): attn_only['accuracy'],
+                point_name('attn_only_none', 0): attn_only['accuracy'],
+            }
+        )
+        tests.update(self.run_transfer_tests(work))
         # Speed: DETR and UperNet with tools/benchmark.py (each r its own
         # --config, alternating in one run); the classifiers' backbones in
         # this process, every model and point in one rotation.
         self.run_transfer_benchmarks(work)
-        timing = self.time_tome_backbones(
-            checkpoints,
-            {
-                point_name(model, r): (
-                    source,
-                    dict(token_merge=dict(r=r, removed_attn=removed_attn)),
-                )
-                for model, source, removed_attn in TOME_MODELS
-                for r in s.tome_r
-            }
-            | curve_specs,
-        )
+        timing = self.time_tome_backbones(checkpoints, equal_r | curve_specs)
         measured = timing['points']
-        tests.update(fig8_accuracy)
         curves = [
             CurvePoint(
                 model,
@@ -242,36 +255,14 @@ class TomeStages:
     def transfer_r(self, kind: str) -> List[int]:
         return [0] + list(self.settings.tome_transfer_r[kind])
 
-    def run_tome_tests(
-        self,
-        work: Path,
-        checkpoints: Mapping[str, str],
-        attn_only_accuracy: float,
-    ) -> Dict[str, float]:
-        """Top-1 of each classifier and the DETR and UperNet metric at each
-        r, by point name: ``tools/test.py`` with ToMe (the merged
-        classifier on the plain dense config, as the transfer stage tests
-        it); r=0 merges nothing (bit-identical), so its numbers are the
-        earlier stages' tests of the same checkpoints."""
+    def run_transfer_tests(self, work: Path) -> Dict[str, float]:
+        """The DETR and UperNet metric at each r, by point name:
+        ``tools/test.py`` with ToMe; r=0 merges nothing (bit-identical), so
+        its numbers are the transfer stage's tests."""
         r = self.results
         merged = r.merge.merged
-        metrics = {
-            point_name('dense', 0): r.dense.accuracy,
-            point_name('hetdpt', 0): r.transfer.merged_accuracy,
-            point_name('attn_only', 0): attn_only_accuracy,
-            point_name('attn_only_none', 0): attn_only_accuracy,
-        }
+        metrics = {}
         runs = {}
-        for model, source, removed_attn in TOME_MODELS:
-            for value in self.settings.tome_r:
-                if value:
-                    runs[point_name(model, value)] = (
-                        DENSE_CONFIG,
-                        checkpoints[source],
-                        'accuracy/top1',
-                        self.data_options('cls')
-                        + token_merge_options(value, removed_attn),
-                    )
         for kind, config in TRANSFER_CONFIGS.items():
             metrics[point_name(kind, 0)] = getattr(r.transfer, kind).after[
                 TRANSFER_METRICS[kind]
@@ -460,9 +451,11 @@ class TomeStages:
         batches: List[Dict[str, Any]] = []
         accuracies = {}
         for name, (source, options) in points.items():
-            point = cfg.copy()
+            point = copy.deepcopy(cfg)
             point.model.backbone.update(options)
             point.load_from = checkpoints[source]
+            # As the runner does: the config's top-level preprocessor.
+            point.model.setdefault('data_preprocessor', cfg.data_preprocessor)
             take_checkpoint_structure(point)
             model = build_from_config(point)
             load_fitting(model, checkpoints[source], 'the demo classifier')

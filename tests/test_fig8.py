@@ -1,11 +1,24 @@
-"""The demo's Fig. 8 reading (hetdpt_demo/fig8.py) on synthetic curves:
-the monotone envelope, and the throughput ratio at equal accuracy and at
-equal accuracy drop by interpolation along each envelope."""
+"""The demo's Fig. 8: the reading (hetdpt_demo/fig8.py) on synthetic
+curves -- the monotone envelope, and the throughput ratio at equal accuracy
+and at equal accuracy drop by interpolation along each envelope -- and the
+token-merging stage's evaluation and timing of its points on tiny random
+classifiers."""
+
+import dataclasses
+import json
+from types import SimpleNamespace
 
 import pytest
+import torch
+from helpers import DENSE_CONFIG, REPO, load_tool
+from mmengine.config import Config
 
+from hetdpt_demo.data import SHAPES_TASK, make_pairs
 from hetdpt_demo.fig8 import envelope, fig8_method, throughput_at
 from hetdpt_demo.results import CurvePoint
+from hetdpt_demo.settings import CLS_CLASSES, CLS_PATCH_SIZE, FULL
+from hetdpt_demo.stages_tome import TomeStages
+from hetdpt_mm.speed import build_from_config
 
 
 def curve(model, method, pairs):
@@ -89,3 +102,92 @@ def test_curves_that_share_no_accuracy_give_no_ratio():
     assert reading.equal_accuracy == []
     assert [row.level for row in reading.equal_drop] == [0, 1, 3, 6]
     assert reading.at_paper_drop is not None
+
+
+@pytest.fixture(scope='module')
+def tiny_stage(tmp_path_factory, one_thread):
+    """The token-merging stage's methods on random dense and merged
+    (attention removed in blocks 1 and 3) demo classifiers and 40 val
+    images of the shapes task."""
+    root = tmp_path_factory.mktemp('fig8')
+    make_pairs(root / 'shapes', **dict(SHAPES_TASK, num_train=4, num_val=40))
+    options = (
+        [f'model.backbone.patch_size={CLS_PATCH_SIZE}']
+        + [
+            f'{loader}.dataset.data_root={root}/shapes'
+            for loader in (
+                'train_dataloader',
+                'val_dataloader',
+                'test_dataloader',
+            )
+        ]
+        + [f'model.head.num_classes={CLS_CLASSES}']
+    )
+    checkpoints = {}
+    for name, merged in (('dense', {}), ('MAP', MERGED)):
+        cfg = Config.fromfile(DENSE_CONFIG)
+        cfg.model.backbone.update(patch_size=CLS_PATCH_SIZE, **merged)
+        cfg.model.head.num_classes = CLS_CLASSES
+        torch.manual_seed(1)
+        model = build_from_config(cfg)
+        model.init_weights()
+        checkpoints[name] = str(root / f'{name}.pth')
+        torch.save(dict(state_dict=model.state_dict()), checkpoints[name])
+    checkpoints['attention_only'] = checkpoints['MAP']
+
+    class Stage(TomeStages):
+        repo = REPO
+        options = SimpleNamespace(threads=1)
+        settings = dataclasses.replace(FULL, bench_batch=4, bench_repeats=1)
+        logger = 'current'
+        results = SimpleNamespace(
+            dense=SimpleNamespace(arch=dict(img_size=[32, 32]))
+        )
+
+        def data_options(self, kind):
+            return options
+
+    return Stage(), checkpoints, options, root
+
+
+MERGED = dict(prune_spec=dict(depth=6, attn_removed=[1, 3]), merged=True)
+
+
+def test_the_stage_evaluates_every_point_as_tools_test_does(tiny_stage):
+    stage, checkpoints, options, root = tiny_stage
+    points = {
+        'dense': ('dense', {}),
+        'hetdpt-r2-inflect-1': (
+            'MAP',
+            dict(token_merge=dict(r=2, inflect=-1)),
+        ),
+        'hetdpt-gtp3': ('MAP', dict(graph_propagation=dict(num_prop=3))),
+    }
+    accuracy = stage.evaluate_classifiers(checkpoints, points)
+    for name, (source, backbone) in points.items():
+        out = root / f'{name}.json'
+        extra = [
+            f'model.backbone.{option}.{key}={value}'
+            for option, args in backbone.items()
+            for key, value in args.items()
+        ]
+        load_tool('test').main(
+            [
+                str(DENSE_CONFIG),
+                checkpoints[source],
+                '--work-dir',
+                str(root / name),
+                '--out-metrics',
+                str(out),
+                '--cfg-options',
+                *options,
+                *extra,
+            ]
+        )
+        assert accuracy[name] == pytest.approx(
+            json.loads(out.read_text())['accuracy/top1']
+        )
+    timing = stage.time_tome_backbones(checkpoints, points)['points']
+    assert set(timing) == set(points)
+    # GTP-ViT removes patches: fewer MACs than the model without it.
+    assert timing['hetdpt-gtp3']['macs'] < timing['dense']['macs']
