@@ -258,3 +258,50 @@ def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
         7,
         'lower left',
     )
+
+
+def plot_fig8(
+    points: Sequence[Mapping[str, Any]],
+    envelopes: Mapping[str, Mapping[str, Sequence[str]]],
+) -> bytes:
+    """The paper's Fig. 8: top-1 against measured throughput of dense and
+    HetDPT, one panel per method; every point, and each curve's upper
+    envelope (the settings ``envelopes`` names) as its line."""
+    fig = new_figure((11, 4.2))
+    panels = fig.subplots(1, len(envelopes))
+    styles = dict(
+        dense=('tab:blue', 'o', 'dense'),
+        hetdpt=('tab:red', 's', 'HetDPT (MAP split)'),
+    )
+    titles = dict(tome='ToMe', gtp='GTP-ViT')
+    for ax, (method, curves) in zip(panels, envelopes.items()):
+        for model, (colour, marker, label) in styles.items():
+            mine = [
+                p
+                for p in points
+                if p['model'] == model and p['method'] == method
+            ]
+            ax.scatter(
+                [p['throughput'] for p in mine],
+                [p['accuracy'] for p in mine],
+                marker=marker,
+                color=colour,
+                alpha=0.4,
+            )
+            front = sorted(
+                (p for p in mine if p['setting'] in curves[model]),
+                key=lambda p: p['throughput'],
+            )
+            ax.plot(
+                [p['throughput'] for p in front],
+                [p['accuracy'] for p in front],
+                marker=marker,
+                color=colour,
+                label=f'{label} + {titles[method]} (envelope)',
+            )
+        ax.set_xlabel('measured throughput of the backbone (img/s)')
+        ax.set_ylabel('top-1 accuracy (%)')
+        ax.set_title(f'{titles[method]}: dense vs HetDPT')
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc='lower left')
+    return image_bytes(fig)

@@ -281,6 +281,20 @@ class TomePoint:
 
 
 @dataclass
+class CurvePoint:
+    """A classifier at one operating point of a token-reduction method
+    (``'tome'``: ``setting`` 'r=R' or 'r=R, inflect=I'; ``'gtp'``:
+    'num_prop=N'), on the paper's Fig. 8 curves."""
+
+    model: str
+    method: str
+    setting: str
+    accuracy: float
+    throughput: float
+    macs: int
+
+
+@dataclass
 class TomeTiming:
     batch_size: int
     threads: int
@@ -328,6 +342,7 @@ class TomeResult:
     transfer: Dict[str, TomeTransfer]
     map_attn_removed: List[int]
     attn_only: AttnOnlyRun
+    curves: List[CurvePoint]  # Fig. 8: dense, HetDPT; ToMe, GTP-ViT
 
 
 @dataclass

@@ -62,6 +62,7 @@ OUTPUTS = (
     'recovery.png',
     'comparison.png',
     'tome.png',
+    'fig8.png',
     'demo.log',
     STATE_FILE,
 )
@@ -107,6 +108,12 @@ class Settings:
     #: UperNet (besides r=0); empty: no token-merging stage
     tome_r: Tuple[int, ...]
     tome_transfer_r: Dict[str, Tuple[int, ...]]
+    #: Fig. 8's further operating points of the classifiers: ToMe's
+    #: (r, inflect) schedules besides the constant tome_r, and GTP-ViT's
+    #: num_prop besides 0 (more than 15 per model's propagating blocks
+    #: meets the library's cap: later blocks keep one patch)
+    fig8_schedules: Tuple[Tuple[int, float], ...]
+    fig8_num_prop: Tuple[int, ...]
 
 
 # Sized for 10 minutes on 2 idle cores: the dense model learns the shapes
@@ -146,6 +153,8 @@ FULL = Settings(
     seeds=(0, 1, 2),
     tome_r=(0, 1, 2, 3),
     tome_transfer_r=dict(detr=(2, 4), upernet=(4, 8)),
+    fig8_schedules=((1, -1), (2, -1), (3, -1)),
+    fig8_num_prop=(1, 2, 3, 4),
 )
 QUICK = Settings(
     dense_epochs=2,
@@ -172,6 +181,8 @@ QUICK = Settings(
     seeds=(0,),
     tome_r=(),
     tome_transfer_r={},
+    fig8_schedules=(),
+    fig8_num_prop=(),
 )
 
 

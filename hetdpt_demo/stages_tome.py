@@ -3,19 +3,30 @@ measured throughput of dense + ToMe and HetDPT + ToMe at several ``r``),
 what blocks whose attention was removed merge on (``removed_attn``), and
 DETR and UperNet with ToMe; no model is trained again."""
 
+import contextlib
+import copy
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 import torch
+from mmengine.config import Config, DictAction
+from mmengine.registry import DefaultScope
+from mmengine.runner import Runner
 
 from hetdpt_mm.analysis import count_macs, macs_convention
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
-from hetdpt_mm.speed import build_backbone_variants, time_runs
+from hetdpt_mm.runner import load_fitting, take_checkpoint_structure
+from hetdpt_mm.speed import (
+    build_backbone_variants,
+    build_from_config,
+    time_runs,
+)
 
 from . import report as demo_report
 from .jobs import Job
 from .results import (
     AttnOnlyRun,
+    CurvePoint,
     TomePoint,
     TomeResult,
     TomeTiming,
@@ -55,8 +66,40 @@ def token_merge_options(r: int, removed_attn: str) -> List[str]:
     ]
 
 
+#: The models of Fig. 8's curves and whose checkpoints they are; GTP-ViT
+#: also on the attention-only split, to measure what blocks whose
+#: attention was removed do with it (nothing: no attention map to rank
+#: by) against ToMe's two ``removed_attn`` there.
+FIG8_MODELS = dict(dense='dense', hetdpt='MAP')
+GTP_MODELS = dict(FIG8_MODELS, attn_only='attention_only')
+
+
 def point_name(model: str, r: int) -> str:
     return f'{model}-r{r}'
+
+
+def fig8_points(settings) -> Dict[str, Tuple[str, str, str, Dict[str, Any]]]:
+    """Fig. 8's operating points beyond the constant ``tome_r`` (their
+    r=0 is each model without token reduction), by name: (model, method,
+    setting, backbone options)."""
+    points = {}
+    for model in FIG8_MODELS:
+        for r, inflect in settings.fig8_schedules:
+            points[f'{model}-r{r}-inflect{inflect:g}'] = (
+                model,
+                'tome',
+                f'r={r}, inflect={inflect:g}',
+                dict(token_merge=dict(r=r, inflect=inflect)),
+            )
+    for model in GTP_MODELS:
+        for num_prop in settings.fig8_num_prop:
+            points[f'{model}-gtp{num_prop}'] = (
+                model,
+                'gtp',
+                f'num_prop={num_prop}',
+                dict(graph_propagation=dict(num_prop=num_prop)),
+            )
+    return points
 
 
 class TomeStages:
@@ -74,12 +117,66 @@ class TomeStages:
             MAP=self.results.merge.merged,
             attention_only=attn_only['merged'],
         )
-        tests = self.run_tome_tests(work, checkpoints, attn_only['accuracy'])
+        equal_r = {
+            point_name(model, r): (
+                source,
+                dict(token_merge=dict(r=r, removed_attn=removed_attn)),
+            )
+            for model, source, removed_attn in TOME_MODELS
+            for r in s.tome_r
+        }
+        fig8 = fig8_points(s)
+        curve_specs = {
+            name: (GTP_MODELS[model], options)
+            for name, (model, _, _, options) in fig8.items()
+        }
+        # r=0 merges nothing (bit-identical): its top-1 is the earlier
+        # stages' test of the same checkpoint.
+        tests = self.evaluate_classifiers(
+            checkpoints,
+            {
+                name: spec
+                for name, spec in (equal_r | curve_specs).items()
+                if not name.endswith('-r0')
+            },
+        )
+        tests.update(
+            {
+                point_name('dense', 0): self.results.dense.accuracy,
+                point_name('hetdpt', 0): self.results.transfer.merged_accuracy,
+                point_name('attn_only', 0): attn_only['accuracy'],
+                point_name('attn_only_none', 0): attn_only['accuracy'],
+            }
+        )
+        tests.update(self.run_transfer_tests(work))
         # Speed: DETR and UperNet with tools/benchmark.py (each r its own
         # --config, alternating in one run); the classifiers' backbones in
-        # this process, every model and r in one rotation.
+        # this process, every model and point in one rotation.
         self.run_transfer_benchmarks(work)
-        timing = self.time_tome_backbones(checkpoints)
+        timing = self.time_tome_backbones(checkpoints, equal_r | curve_specs)
+        measured = timing['points']
+        curves = [
+            CurvePoint(
+                model,
+                method,
+                setting,
+                tests[name],
+                measured[name]['throughput'],
+                measured[name]['macs'],
+            )
+            for name, (model, method, setting) in (
+                [
+                    (point_name(model, r), (model, 'tome', f'r={r}'))
+                    for model in FIG8_MODELS
+                    for r in s.tome_r
+                ]
+                + [
+                    (point_name(model, 0), (model, 'gtp', 'num_prop=0'))
+                    for model in GTP_MODELS
+                ]
+                + [(name, spec[:3]) for name, spec in fig8.items()]
+            )
+        ]
         points = [
             TomePoint(
                 model=model,
@@ -128,6 +225,7 @@ class TomeStages:
             attn_only=AttnOnlyRun(
                 attn_removed=attn_only['attn_removed'], seed=attn_only['seed']
             ),
+            curves=curves,
         )
 
     def attention_only_run(self) -> Dict[str, Any]:
@@ -157,36 +255,14 @@ class TomeStages:
     def transfer_r(self, kind: str) -> List[int]:
         return [0] + list(self.settings.tome_transfer_r[kind])
 
-    def run_tome_tests(
-        self,
-        work: Path,
-        checkpoints: Mapping[str, str],
-        attn_only_accuracy: float,
-    ) -> Dict[str, float]:
-        """Top-1 of each classifier and the DETR and UperNet metric at each
-        r, by point name: ``tools/test.py`` with ToMe (the merged
-        classifier on the plain dense config, as the transfer stage tests
-        it); r=0 merges nothing (bit-identical), so its numbers are the
-        earlier stages' tests of the same checkpoints."""
+    def run_transfer_tests(self, work: Path) -> Dict[str, float]:
+        """The DETR and UperNet metric at each r, by point name:
+        ``tools/test.py`` with ToMe; r=0 merges nothing (bit-identical), so
+        its numbers are the transfer stage's tests."""
         r = self.results
         merged = r.merge.merged
-        metrics = {
-            point_name('dense', 0): r.dense.accuracy,
-            point_name('hetdpt', 0): r.transfer.merged_accuracy,
-            point_name('attn_only', 0): attn_only_accuracy,
-            point_name('attn_only_none', 0): attn_only_accuracy,
-        }
+        metrics = {}
         runs = {}
-        for model, source, removed_attn in TOME_MODELS:
-            for value in self.settings.tome_r:
-                if value:
-                    runs[point_name(model, value)] = (
-                        DENSE_CONFIG,
-                        checkpoints[source],
-                        'accuracy/top1',
-                        self.data_options('cls')
-                        + token_merge_options(value, removed_attn),
-                    )
         for kind, config in TRANSFER_CONFIGS.items():
             metrics[point_name(kind, 0)] = getattr(r.transfer, kind).after[
                 TRANSFER_METRICS[kind]
@@ -277,12 +353,15 @@ class TomeStages:
         self.jobs.run_lanes([lane])
 
     def time_tome_backbones(
-        self, checkpoints: Mapping[str, str]
+        self,
+        checkpoints: Mapping[str, str],
+        points: Mapping[str, Tuple[str, Dict[str, Any]]],
     ) -> Dict[str, Any]:
-        """Throughput (images/s at the median batch time) and MACs of every
-        classifier backbone of the comparison at every r, timed in one
-        alternating rotation in this process (as ``tools/benchmark.py``
-        times, with its settings of the benchmark stage)."""
+        """Throughput (images/s at the median batch time) and MACs of the
+        classifier backbone at every point (name: whose checkpoint, its
+        backbone options), timed in one alternating rotation in this
+        process (as ``tools/benchmark.py`` times, with its settings of the
+        benchmark stage)."""
         s = self.settings
         threads = self.options.threads or 1
         clock = 'process' if threads == 1 else 'wall'
@@ -292,17 +371,15 @@ class TomeStages:
         )
         runs: Dict[str, Callable[[], Any]] = {}
         macs = {}
-        for model, source, removed_attn in TOME_MODELS:
-            for r in s.tome_r:
-                backbone = build_backbone_variants(
-                    checkpoint=str(self.repo / checkpoints[source]),
-                    prefix='backbone.',
-                    variants=('merged',),
-                    token_merge=dict(r=r, removed_attn=removed_attn),
-                )['merged']
-                name = point_name(model, r)
-                runs[name] = lambda backbone=backbone: backbone(inputs)
-                macs[name] = count_macs(backbone, inputs[:1]).total
+        for name, (source, options) in points.items():
+            backbone = build_backbone_variants(
+                checkpoint=str(self.repo / checkpoints[source]),
+                prefix='backbone.',
+                variants=('merged',),
+                **options,
+            )['merged']
+            runs[name] = lambda backbone=backbone: backbone(inputs)
+            macs[name] = count_macs(backbone, inputs[:1]).total
         previous = torch.get_num_threads()
         torch.set_num_threads(threads)
         try:
@@ -334,3 +411,67 @@ class TomeStages:
                 for name in runs
             },
         )
+
+    def evaluate_classifiers(
+        self,
+        checkpoints: Mapping[str, str],
+        points: Mapping[str, Tuple[str, Dict[str, Any]]],
+    ) -> Dict[str, float]:
+        """Top-1 (%) on the val split of the classifier at every point, in
+        this process: the val batches are loaded and preprocessed once, as
+        ``tools/test.py`` would on the plain dense config, then each model
+        (the checkpoint's structure, its backbone options) classifies
+        them."""
+        cfg = Config.fromfile(self.repo / DENSE_CONFIG)
+        cfg.merge_from_dict(
+            {
+                key: DictAction._parse_iterable(value)
+                for key, _, value in (
+                    option.partition('=')
+                    for option in self.data_options('cls')
+                )
+            }
+        )
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.options.threads or 1)
+        try:
+            with contextlib.chdir(self.repo), torch.inference_mode():
+                return self._top1(cfg, checkpoints, points)
+        finally:
+            torch.set_num_threads(previous)
+
+    @staticmethod
+    def _top1(
+        cfg: Config,
+        checkpoints: Mapping[str, str],
+        points: Mapping[str, Tuple[str, Dict[str, Any]]],
+    ) -> Dict[str, float]:
+        with DefaultScope.overwrite_default_scope('mmpretrain'):
+            loader = Runner.build_dataloader(cfg.test_dataloader)
+        batches: List[Dict[str, Any]] = []
+        accuracies = {}
+        for name, (source, options) in points.items():
+            point = copy.deepcopy(cfg)
+            point.model.backbone.update(options)
+            point.load_from = checkpoints[source]
+            # As the runner does: the config's top-level preprocessor.
+            point.model.setdefault('data_preprocessor', cfg.data_preprocessor)
+            take_checkpoint_structure(point)
+            model = build_from_config(point)
+            load_fitting(model, checkpoints[source], 'the demo classifier')
+            # Preprocessed once: the preprocessor is the same in every model.
+            batches = batches or [
+                model.data_preprocessor(batch, False) for batch in loader
+            ]
+            correct = sum(
+                (
+                    model(batch['inputs'], mode='tensor').argmax(-1)
+                    == torch.cat([s.gt_label for s in batch['data_samples']])
+                )
+                .sum()
+                .item()
+                for batch in batches
+            )
+            total = sum(len(batch['data_samples']) for batch in batches)
+            accuracies[name] = 100 * correct / total
+        return accuracies

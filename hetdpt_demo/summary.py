@@ -14,6 +14,7 @@ from .helpers import machine_description, validation_size
 from .jobs import load_average
 from .results import RunInfo, StageTime, to_json
 from .settings import CLS_CLASSES, DemoError
+from .tome_report import fig8_envelopes
 
 
 class ReportStage:
@@ -82,6 +83,12 @@ class ReportStage:
         if r.tome is not None:
             write_image(
                 self.out('tome.png'), plots.plot_tome(to_json(r.tome.points))
+            )
+            write_image(
+                self.out('fig8.png'),
+                plots.plot_fig8(
+                    to_json(r.tome.curves), fig8_envelopes(r.tome)
+                ),
             )
         write_image(
             self.out('losses.png'),

@@ -6,8 +6,9 @@ them (:func:`tome_claims`)."""
 
 from typing import Any, Dict, List, Optional
 
+from .fig8 import PAPER_DROP, PAPER_FIG8, Fig8Method, envelope, fig8_method
 from .report_format import clock_name
-from .results import TomePoint, TomeResult, to_json
+from .results import CurvePoint, TomePoint, TomeResult, to_json
 from .tome_claims import TomeComparison, by_model, tome_comparison
 
 #: How the report names the models of the comparison.
@@ -36,8 +37,9 @@ def comparison_verdict(tome: TomeResult, comparison: TomeComparison) -> str:
         f'{"faster" if faster.holds else "not always faster"}** than '
         f'dense + ToMe at equal r: '
         f'{faster.numbers["min_speedup"]:.2f}x to '
-        f'{faster.numbers["max_speedup"]:.2f}x measured throughput; '
-        'the paper reports 1.5-1.6x on DeiT-B on a GPU.'
+        f'{faster.numbers["max_speedup"]:.2f}x measured throughput '
+        "(not the paper's comparison: its 1.5-1.6x is at comparable "
+        'accuracy drops, read off the curves in the Fig. 8 section below).'
     )
     top, plain = dense[max(tome.r)], dense[0]
     verdict += (
@@ -87,6 +89,172 @@ def removed_attn_verdict(comparison: TomeComparison) -> str:
     )
 
 
+#: How the Fig. 8 section names the methods.
+METHOD_NAMES = dict(tome='ToMe', gtp='GTP-ViT')
+
+
+def fig8_methods(tome: TomeResult) -> List[Fig8Method]:
+    """Dense against HetDPT with each method, read off the curves; the
+    drops are from each model's accuracy without token reduction (r=0)."""
+    rows = by_model(tome.points)
+    base = {model: rows[model][0].accuracy for model in ('dense', 'hetdpt')}
+    return [fig8_method(m, tome.curves, base) for m in METHOD_NAMES]
+
+
+def fig8_envelopes(tome: TomeResult) -> Dict[str, Dict[str, List[str]]]:
+    """The settings on each envelope, by method and model (for the plot
+    and ``summary.json``)."""
+    return {
+        reading.method: {
+            model: [p.setting for p in curve]
+            for model, curve in reading.envelopes.items()
+        }
+        for reading in fig8_methods(tome)
+    }
+
+
+def ratio_range(rows) -> str:
+    if not rows:
+        return 'not read (the curves share no accuracy)'
+    ratios = [row.ratio for row in rows]
+    return f'{min(ratios):.2f}x to {max(ratios):.2f}x'
+
+
+def fig8_verdict(reading: Fig8Method) -> str:
+    """One method's ratios on the demo beside the paper's, named as such."""
+    name = METHOD_NAMES[reading.method]
+    hetdpt, dense, where = PAPER_FIG8[reading.method]
+    at_drop = reading.at_paper_drop
+    return (
+        f'HetDPT + {name} over dense + {name}, measured throughput read off '
+        f'the envelopes: at equal accuracy '
+        f'{ratio_range(reading.equal_accuracy)}; at equal accuracy drop '
+        f'{ratio_range(reading.equal_drop)}; at a {PAPER_DROP}-point drop '
+        + (
+            f'{at_drop.ratio:.2f}x ({at_drop.hetdpt_throughput:,.0f} vs '
+            f'{at_drop.dense_throughput:,.0f} img/s)'
+            if at_drop
+            else 'not read (beyond a curve)'
+        )
+        + f'. The paper (DeiT-B on a GPU, Fig. 8, docs/method.md): HetDPT + '
+        f'{name} {hetdpt} vs dense + {name} {dense} img/s {where} '
+        f'({hetdpt / dense:.2f}x)'
+        + (
+            '; "under comparable accuracy drops ... 1.5-1.6x".'
+            if reading.method == 'tome'
+            else '.'
+        )
+    )
+
+
+def _curve_table(points: List[CurvePoint], front) -> List[str]:
+    lines = [
+        '| model | setting | top-1 (%) | img/s | MACs/img | on the envelope |',
+        '| --- | --- | ---: | ---: | ---: | :---: |',
+    ]
+    for p in sorted(points, key=lambda p: (p.model, -p.accuracy)):
+        lines.append(
+            f'| {p.model} | {p.setting} | {p.accuracy:.2f} | '
+            f'{p.throughput:,.0f} | {p.macs / 1e6:.2f} M | '
+            f'{"yes" if any(p is q for q in front) else ""} |'
+        )
+    return lines
+
+
+def _ratio_table(title: str, rows, unit: str) -> List[str]:
+    return [
+        f'| {title} | dense img/s | HetDPT img/s | HetDPT / dense |',
+        '| ---: | ---: | ---: | ---: |',
+    ] + [
+        f'| {row.level:.2f}{unit} | {row.dense_throughput:,.0f} | '
+        f'{row.hetdpt_throughput:,.0f} | {row.ratio:.2f}x |'
+        for row in rows
+    ]
+
+
+def envelope_name(point: CurvePoint) -> str:
+    if point.method == 'gtp':
+        return 'GTP-ViT'
+    return TOME_MODEL_NAMES[point.model]
+
+
+def fig8_section(tome: TomeResult) -> List[str]:
+    """The Fig. 8 part of the token-merging section: both methods, both
+    curves, the ratios at equal accuracy and at equal drop."""
+    lines = [
+        '### Fig. 8 as the paper draws it: speed at equal accuracy',
+        '',
+        'Dense and HetDPT (MAP split, merged) with ToMe at constant r and at '
+        "ToMe's (r, inflect) schedules (`token_merge=dict(r=R, "
+        'inflect=I)`), and with GTP-ViT (`graph_propagation='
+        'dict(num_prop=N)`, dense classification form; where blocks x '
+        'num_prop exceed the 15 patches a block may remove, the later '
+        "blocks meet the library's cap and keep one patch). Top-1 and "
+        'throughput as in the table above (one evaluation per point, '
+        'every point in the same timing rotation). Each curve is made '
+        'monotone as its upper envelope '
+        '(the points no other point of the same model and method beats in '
+        'both); the ratios are read off the two envelopes by linear '
+        'interpolation, at every accuracy (equal accuracy) or drop below '
+        "the model's own r=0 accuracy (equal drop) that an envelope point "
+        'has and both curves reach.',
+        '',
+        '![Fig. 8](fig8.png)',
+    ]
+    for reading in fig8_methods(tome):
+        front = [p for curve in reading.envelopes.values() for p in curve]
+        points = [
+            p
+            for p in tome.curves
+            if p.method == reading.method and p.model in ('dense', 'hetdpt')
+        ]
+        lines += (
+            ['', f'#### {METHOD_NAMES[reading.method]}', '']
+            + _curve_table(points, front)
+            + ['']
+            + _ratio_table('equal top-1', reading.equal_accuracy, ' %')
+            + ['']
+            + _ratio_table('equal drop', reading.equal_drop, ' points')
+            + ['', fig8_verdict(reading)]
+        )
+    removed = [p for p in tome.curves if p.model == 'attn_only']
+    rivals = [
+        CurvePoint(
+            model=p.model,
+            method='tome',
+            setting=f'r={p.r}',
+            accuracy=p.accuracy,
+            throughput=p.throughput,
+            macs=p.macs,
+        )
+        for p in tome.points
+        if p.model in ('attn_only', 'attn_only_none') and p.r
+    ]  # r=0 is the model of num_prop=0
+    front = envelope(removed + rivals)
+    blocks = ', '.join(map(str, tome.attn_only.attn_removed))
+    return (
+        lines
+        + [
+            '',
+            '#### GTP-ViT in blocks whose attention was removed',
+            '',
+            'They have no attention map to rank the patches by, so they '
+            "propagate nothing (the library's choice, as ToMe's "
+            "`removed_attn='none'`). Measured on the attention-only split "
+            f'(attention removed in blocks {blocks}), against ToMe there '
+            "(attn_only: `'norm'`, attn_only_none: `'none'`):",
+            '',
+        ]
+        + _curve_table(removed + rivals, front)
+        + [
+            '',
+            'Its upper envelope: '
+            + ', '.join(f'{envelope_name(p)} {p.setting}' for p in front)
+            + '.',
+        ]
+    )
+
+
 def tome_claims(tome: TomeResult) -> Dict[str, Any]:
     """The ToMe section's numbers and statements as ``summary.json`` keeps
     them."""
@@ -100,6 +268,16 @@ def tome_claims(tome: TomeResult) -> Dict[str, Any]:
             point_key(p) for p in comparison.removed_attn_front
         ],
         removed_attn_verdict=removed_attn_verdict(comparison),
+        fig8={
+            reading.method: dict(
+                envelopes=fig8_envelopes(tome)[reading.method],
+                equal_accuracy=to_json(reading.equal_accuracy),
+                equal_drop=to_json(reading.equal_drop),
+                at_paper_drop=to_json(reading.at_paper_drop),
+                verdict=fig8_verdict(reading),
+            )
+            for reading in fig8_methods(tome)
+        },
     )
 
 
@@ -159,9 +337,10 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
         'The dense classifier and the HetDPT merged classifier (MAP split), '
         'unchanged (no training), with `token_merge=dict(r=R)` in the '
         'backbone (`--cfg-options model.backbone.token_merge.r=R`, '
-        'constant schedule; docs/user_guides/token_merge.md): top-1 by '
-        '`tools/test.py` '
-        'on the val split; throughput of the backbone forward, batch '
+        'constant schedule; docs/user_guides/token_merge.md): top-1 on '
+        'the val split, evaluated once per point in the demo process as '
+        '`tools/test.py` evaluates (its config, data, preprocessor and '
+        'checkpoint loading); throughput of the backbone forward, batch '
         f'{timing.batch_size}, {timing.threads} thread(s), median of '
         f'{timing.repeats} repeats, every model and r alternating in one '
         f'process, {clock_name(timing.clock)}. r=0 merges nothing '
@@ -234,4 +413,4 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
         f'{run.macs_convention}.'
         for kind, run in tome.transfer.items()
     ]
-    return lines
+    return lines + [''] + fig8_section(tome)

@@ -16,7 +16,7 @@ from mmengine.config import Config, DictAction
 
 from hetdpt_demo import Demo, DemoOptions
 from hetdpt_demo.jobs import default_jobs
-from hetdpt_demo.plots import plot_tome
+from hetdpt_demo.plots import plot_fig8, plot_tome
 from hetdpt_demo.report import all_numbers
 from hetdpt_demo.results import (
     TomePoint,
@@ -27,6 +27,7 @@ from hetdpt_demo.results import (
 from hetdpt_demo.stages_tome import token_merge_options
 from hetdpt_demo.tome_claims import pareto_front, tome_comparison
 from hetdpt_demo.tome_report import (
+    fig8_envelopes,
     tome_claims,
     tome_section,
     tome_summary_row,
@@ -559,11 +560,40 @@ def fake_tome():
             ('upernet', 'mIoU', 40.0),
         )
     }
+    # Fig. 8: the ToMe points above, and GTP-ViT on three models.
+    curves = [
+        dict(
+            model=p['model'],
+            method='tome',
+            setting=f'r={p["r"]}',
+            accuracy=p['accuracy'],
+            throughput=p['throughput'],
+            macs=p['macs'],
+        )
+        for p in points
+        if p['model'] in ('dense', 'hetdpt')
+    ] + [
+        dict(
+            model=model,
+            method='gtp',
+            setting=f'num_prop={n}',
+            accuracy=accuracy,
+            throughput=speed,
+            macs=1e6,
+        )
+        for model, line in (
+            ('dense', ((90, 1000), (87, 1300), (80, 1500))),
+            ('hetdpt', ((88, 1500), (86, 1900), (79, 2200))),
+            ('attn_only', ((80, 1600), (77, 1650))),
+        )
+        for n, (accuracy, speed) in enumerate(line)
+    ]
     return from_json(
         TomeResult,
         dict(
             r=[0, 1, 2],
             points=points,
+            curves=curves,
             transfer=transfer,
             map_attn_removed=[],
             attn_only=dict(attn_removed=[0, 2], seed=0),
@@ -674,6 +704,45 @@ def test_tome_section_renders_the_tables_and_the_quick_skip():
     assert 'Skipped in the `--quick` demo' in tome_section(None)[-1]
     assert tome_summary_row(None)[1] == 'not measured in the --quick demo'
     assert plot_tome(to_json(tome.points)).startswith(b'\x89PNG')
+
+
+def test_fig8_section_reads_both_methods_beside_the_papers_figures():
+    tome = fake_tome()
+    text = '\n'.join(tome_section(tome))
+    assert '![Fig. 8](fig8.png)' in text
+    assert '#### ToMe' in text and '#### GTP-ViT' in text
+    assert (
+        'HetDPT + ToMe over dense + ToMe, measured throughput read off the '
+        'envelopes: at equal accuracy 1.21x to 1.25x; at equal accuracy '
+        'drop 1.36x to 1.50x; at a 0.9-point drop 1.46x (1,590 vs 1,090 '
+        'img/s). The paper (DeiT-B on a GPU, Fig. 8, docs/method.md): '
+        'HetDPT + ToMe 1410.6 vs dense + ToMe 884.07 img/s at about a '
+        '0.9-point accuracy drop (1.60x); "under comparable accuracy '
+        'drops ... 1.5-1.6x".'
+    ) in text
+    assert (
+        'HetDPT + GTP-ViT 1461.76 vs dense + GTP-ViT 1175.5 img/s at '
+        '81.47 % top-1 (1.24x).' in text
+    )
+    assert '| 88.00 % | 1,200 | 1,500 | 1.25x |' in text
+    assert '| 2.00 points | 1,200 | 1,700 | 1.42x |' in text
+    assert '| hetdpt | num_prop=1 | 86.00 | 1,900 | 1.00 M | yes |' in text
+    # equal r stays, labelled as such
+    assert 'than dense + ToMe at equal r' in text
+    assert 'GTP-ViT in blocks whose attention was removed' in text
+    assert 'attention removed in blocks 0, 2' in text
+    claims = tome_claims(tome)['fig8']
+    assert claims['gtp']['envelopes']['dense'] == [
+        'num_prop=0',
+        'num_prop=1',
+        'num_prop=2',
+    ]
+    assert claims['tome']['at_paper_drop']['ratio'] == pytest.approx(
+        1590 / 1090
+    )
+    assert plot_fig8(to_json(tome.curves), fig8_envelopes(tome)).startswith(
+        b'\x89PNG'
+    )
 
 
 def test_tome_options_set_the_backbone_option():
