@@ -186,10 +186,42 @@ def fit_check(splits: List[SplitRow]) -> FitCheck:
     )
 
 
+def half_range(values: List[float]) -> float:
+    return (max(values) - min(values)) / 2
+
+
+def seed_margins(ours: SplitRow, rivals: List[SplitRow]) -> List[Dict]:
+    """MAP's lead over each rival split (one per removed counts) against
+    the seed spread: the larger half range of the two, and on how many
+    common seeds MAP's split was the more accurate."""
+    margins = {}
+    for row in rivals:
+        common = [s for s in ours.seeds if s in row.seeds]
+        margins.setdefault(
+            (row.n_attn, row.n_act),
+            dict(
+                name=row.name,
+                lead=ours.mean - row.mean,
+                spread=max(
+                    half_range(ours.accuracies), half_range(row.accuracies)
+                ),
+                seeds_won=sum(
+                    ours.accuracies[ours.seeds.index(s)]
+                    > row.accuracies[row.seeds.index(s)]
+                    for s in common
+                ),
+                seeds=len(common),
+            ),
+        )
+    return list(margins.values())
+
+
 def map_split_claim(splits: List[SplitRow]) -> Claim:
     """MAP's split (the first row) is more accurate than every other split
     of the budget (those that remove its own counts are not rivals); at a
-    tie in accuracy, ``fastest`` is the fastest tied split."""
+    tie in accuracy, ``fastest`` is the fastest tied split.  ``margins``
+    set each lead against the seed spread: a lead within it is not shown
+    by these seeds."""
     ours = splits[0]
     rivals = [
         row
@@ -214,6 +246,7 @@ def map_split_claim(splits: List[SplitRow]) -> Claim:
             fastest=fastest.name if fastest else None,
             fastest_speedup=fastest.speedup if fastest else None,
             own=[row.name for row in splits[1:] if row not in rivals],
+            margins=seed_margins(ours, rivals),
         ),
     )
 

@@ -483,7 +483,27 @@ def split_verdict(summary: Summary) -> str:
             f" ({', '.join(numbers['own'])} removes MAP's own "
             'counts here: the same split, not a rival.)'
         )
+    if numbers['seeds'] > 1 and numbers['margins']:
+        verdict += ' ' + seed_spread_reading(numbers['margins'])
     return verdict
+
+
+def seed_spread_reading(margins) -> str:
+    """Each lead of MAP's split against the seed spread, so that a reader
+    sees which part of the verdict these seeds show."""
+    parts = [
+        f'{m["name"]}: {m["lead"]:+.2f} points against a spread of '
+        f'±{m["spread"]:.2f}, '
+        + ('beyond it' if abs(m['lead']) > m['spread'] else '**within it**')
+        + f"; MAP's split the more accurate on {m['seeds_won']} of "
+        f'{m["seeds"]} seeds'
+        for m in margins
+    ]
+    return (
+        "MAP's lead against the seed spread (the larger half range of the "
+        'two): ' + '; '.join(parts) + '. A lead within the spread is not '
+        'shown by these seeds.'
+    )
 
 
 def fit_check_reading(summary: Summary) -> str:

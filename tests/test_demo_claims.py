@@ -386,3 +386,28 @@ def test_typed_results_round_trip_and_name_a_malformed_entry():
             DemoResults,
             dict(dense=dict(checkpoint='x', depth=6, accuracy=1.0)),
         )
+
+
+def test_maps_lead_is_read_against_the_seed_spread():
+    """Over two seeds MAP leads attention only by 1.0 point, within the
+    spread (MAP's half range 1.0); the verdict says so."""
+    runs = [
+        run('MAP', (0, 4), 0, main=True),
+        run('MAP', (0, 4), 1, 96.5),
+        run('attention_only', (4, 0), 0, 97.0),
+        run('attention_only', (4, 0), 1, 96.0),
+    ]
+    summary = summary_of(
+        results(runs, speeds={'demo': 1.41, 'split-attn4-act0': 1.18})
+    )
+    claim = summary.claim('map_split_most_accurate')
+    assert claim.holds
+    assert claim.numbers['margins'] == [
+        dict(name='attention_only', lead=1.0, spread=1.0, seeds_won=2, seeds=2)
+    ]
+    assert split_verdict(summary).endswith(
+        "MAP's lead against the seed spread (the larger half range of the "
+        'two): attention_only: +1.00 points against a spread of ±1.00, '
+        "**within it**; MAP's split the more accurate on 2 of 2 seeds. A "
+        'lead within the spread is not shown by these seeds.'
+    )
