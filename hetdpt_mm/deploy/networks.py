@@ -11,8 +11,9 @@ post-processing, no data samples).
 
 Each network is built from a config and a checkpoint: the checkpoint's
 HetDPT record rebuilds the backbone's exact structure as it loads
-(:mod:`hetdpt_mm.checkpoint.record`), and the neck or heads take the embedding width
-it records (a width-pruned, HetDPT+, backbone), as in ``tools/test.py``.
+(:mod:`hetdpt_mm.checkpoint.record`), and the neck or heads take the
+embedding width it records (a width-pruned, HetDPT+, backbone), as in
+``tools/test.py``.
 """
 
 import copy
