@@ -13,6 +13,8 @@ from helpers import (
     randomized_stock,
 )
 
+from mmengine.registry import DefaultScope
+
 from hetdpt_mm.models import HetDPTSwin
 from hetdpt_mm.models.vit import backbone as vit_backbone
 
@@ -60,8 +62,9 @@ def test_mae_and_beit_swaps_say_what_is_supported(stock, message):
     ``type`` swapped, built by mmpretrain's registry as a config is."""
     from mmpretrain.registry import MODELS
 
-    with pytest.raises((TypeError, ValueError)) as error:
-        MODELS.build(dict(type='HetDPTViT', **stock))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        with pytest.raises((TypeError, ValueError)) as error:
+            MODELS.build(dict(type='HetDPTViT', **stock))
     assert str(error.value).startswith(message), error.value
 
 
@@ -84,7 +87,10 @@ def test_a_deit3_swap_logs_how_it_computes_unlike_mmpretrains(
     stock = randomized_stock(DeiT3, **args)
     torch.save(dict(state_dict=stock.state_dict()), tmp_path / 'deit3.pth')
     init_cfg = dict(type='Pretrained', checkpoint=str(tmp_path / 'deit3.pth'))
-    ours = MODELS.build(dict(type='HetDPTDeiT3', **args, init_cfg=init_cfg))
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        ours = MODELS.build(
+            dict(type='HetDPTDeiT3', **args, init_cfg=init_cfg)
+        )
     assert logged == [deit3_args.FFN_NORM_DIFFERENCE]
     ours.init_weights()
     image = torch.randn(STOCK_INPUT_SHAPE)
@@ -150,15 +156,16 @@ def test_a_swapped_mmseg_vit_config_computes_and_trains_as_stock(
     monkeypatch.setattr(
         vit_backbone, 'print_log', lambda message, **_: logged.append(message)
     )
-    ours = MODELS.build(
-        dict(
-            backbone,
-            type='HetDPTViT',
-            init_cfg=dict(
-                type='Pretrained', checkpoint=str(tmp_path / 'vit.pth')
-            ),
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        ours = MODELS.build(
+            dict(
+                backbone,
+                type='HetDPTViT',
+                init_cfg=dict(
+                    type='Pretrained', checkpoint=str(tmp_path / 'vit.pth')
+                ),
+            )
         )
-    )
     ours.init_weights()
     assert_same_outputs(stock, ours.eval(), STOCK_INPUT_SHAPE)
     assert {openmmlab_name(name) for name, _ in ours.named_parameters()} == {
