@@ -12,7 +12,6 @@ from helpers import (
     assert_same_outputs,
     randomized_stock,
 )
-
 from mmengine.registry import DefaultScope
 
 from hetdpt_mm.models import HetDPTSwin
@@ -62,9 +61,11 @@ def test_mae_and_beit_swaps_say_what_is_supported(stock, message):
     ``type`` swapped, built by mmpretrain's registry as a config is."""
     from mmpretrain.registry import MODELS
 
-    with DefaultScope.overwrite_default_scope('mmpretrain'):
-        with pytest.raises((TypeError, ValueError)) as error:
-            MODELS.build(dict(type='HetDPTViT', **stock))
+    with (
+        DefaultScope.overwrite_default_scope('mmpretrain'),
+        pytest.raises((TypeError, ValueError)) as error,
+    ):
+        MODELS.build(dict(type='HetDPTViT', **stock))
     assert str(error.value).startswith(message), error.value
 
 
