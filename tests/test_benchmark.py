@@ -1,4 +1,4 @@
-"""hetdpt_mm.apis.benchmark, hetdpt_mm.speed and tools/benchmark.py:
+"""hetdpt_benchmark, hetdpt_mm.speed and tools/benchmark.py:
 the benchmark gives the promised fields, MACs and parameters match the
 analytic counts, the merged backbone is a plain dense network, the tool
 refuses bad input. No timing assertions: speed targets live in
@@ -15,10 +15,10 @@ import torch.nn.functional as F
 from helpers import MIXED_SPEC, REPO, load_tool, randomize_
 from timm.layers import Attention, Mlp
 
+from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
+from hetdpt_benchmark.report import format_markdown
+from hetdpt_benchmark.run import run_benchmark
 from hetdpt_mm.analysis import count_macs, count_params
-from hetdpt_mm.apis.benchmark import run_benchmark
-from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
-from hetdpt_mm.apis.benchmark_report import format_markdown
 from hetdpt_mm.models.gates import StraightThroughGate
 from hetdpt_mm.models.layers import AttentionBypass, MergedFFN
 from hetdpt_mm.models.vit.backbone import HetDPTViT
@@ -377,7 +377,7 @@ def test_keep_freed_memory_stops_page_faults_per_batch():
 def test_keep_freed_memory_option(tool, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(
-        'hetdpt_mm.apis.benchmark.keep_freed_memory',
+        'hetdpt_benchmark.run.keep_freed_memory',
         lambda: calls.append('mallopt'),
     )
     out = tmp_path / 'bench.json'

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ['hetdpt_mm', 'hetdpt_demo', 'tools', 'tests', 'configs']
+SOURCES = [
+    'hetdpt_mm',
+    'hetdpt_demo',
+    'hetdpt_benchmark',
+    'tools',
+    'tests',
+    'configs',
+]
 #: Check name -> the tool of the environment and its arguments.
 CHECKS = {
     'lint-imports': ['lint-imports', '--no-cache'],

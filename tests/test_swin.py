@@ -11,10 +11,10 @@ import torch
 from helpers import fake_runner, randomize_, timm_state_dict
 from mmengine.config import Config
 
+from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
+from hetdpt_benchmark.run import run_benchmark
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import analytic_macs
-from hetdpt_mm.apis.benchmark import run_benchmark
-from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook

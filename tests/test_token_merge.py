@@ -18,8 +18,8 @@ from helpers import (
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 
-from hetdpt_mm.apis.benchmark import run_benchmark
-from hetdpt_mm.apis.benchmark_options import BenchmarkOptions, resolve_options
+from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
+from hetdpt_benchmark.run import run_benchmark
 from hetdpt_mm.cli import UsageError
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
 from hetdpt_mm.models.graph_propagation import GraphPropagation

@@ -6,7 +6,7 @@ repeat in rotating order (after warm-up): ``backbone`` (a HetDPTViT, a
 HetDPTSwin with ``--family swin`` or a DeiT-III / DINOv2 with ``--family
 layerscale_vit``: dense, pruned and merged), ``detr`` and
 ``upernet`` (end to end, built-in models or ``--config NAME=PATH``); see
-:mod:`hetdpt_mm.apis.benchmark`, which does the work, and
+:mod:`hetdpt_benchmark` (beside ``tools/``), which does the work, and
 docs/user_guides/benchmark.md.
 
 Examples (from the repository root)::
@@ -40,15 +40,18 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from hetdpt_mm.analysis import MACS_CONVENTIONS
-from hetdpt_mm.apis.benchmark import run_and_write
-from hetdpt_mm.apis.benchmark_options import (
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a clone without installing
+
+from hetdpt_benchmark.options import (  # noqa: E402
     TASKS,
     BenchmarkOptions,
     resolve_options,
 )
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
-from hetdpt_mm.registry import FAMILIES
+from hetdpt_benchmark.run import run_and_write  # noqa: E402
+from hetdpt_mm.analysis import MACS_CONVENTIONS  # noqa: E402
+from hetdpt_mm.cli import ArgumentParser, run_reporting_errors  # noqa: E402
+from hetdpt_mm.registry import FAMILIES  # noqa: E402
 
 
 def parse_args(argv: List[str]) -> BenchmarkOptions:

@@ -1,6 +1,6 @@
 """What speed measurements are made of: a fair timing loop, the models the
 benchmark compares, and the machine they run on (the program:
-:mod:`hetdpt_mm.apis.benchmark`; MACs and parameters:
+``hetdpt_benchmark/`` beside ``tools/``; MACs and parameters:
 :mod:`hetdpt_mm.analysis`)."""
 
 from .builders import (

@@ -9,16 +9,16 @@ from typing import Any, Dict, Optional, Sequence, Union
 import torch
 from mmengine.config import Config, DictAction
 
-from ..analysis import MACS_CONVENTIONS
-from ..cli import UsageError
-from ..deploy.runtimes import (
+from hetdpt_mm.analysis import MACS_CONVENTIONS
+from hetdpt_mm.cli import UsageError
+from hetdpt_mm.deploy.runtimes import (
     BENCHMARK_RUNTIMES,
     RUNTIME_DTYPES,
 )
-from ..fileio import check_input_file, check_output_paths, loads_json
-from ..registry import FAMILIES
-from ..spec import PruneSpec, read_json_value
-from ..speed import (
+from hetdpt_mm.fileio import check_input_file, check_output_paths, loads_json
+from hetdpt_mm.registry import FAMILIES
+from hetdpt_mm.spec import PruneSpec, read_json_value
+from hetdpt_mm.speed import (
     AUTHORS_SPEC,
     BACKBONE_VARIANTS,
     glibc_malloc,

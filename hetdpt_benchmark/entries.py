@@ -11,10 +11,10 @@ import torch.nn as nn
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from ..deploy.runtimes import benchmark_runner
-from ..models.family import HetDPTBackbone
-from ..registry import get_family
-from ..speed import (
+from hetdpt_mm.deploy.runtimes import benchmark_runner
+from hetdpt_mm.models.family import HetDPTBackbone
+from hetdpt_mm.registry import get_family
+from hetdpt_mm.speed import (
     TensorForward,
     build_backbone_variants,
     build_from_config,
@@ -23,7 +23,8 @@ from ..speed import (
     spec_text,
     stock_config,
 )
-from .benchmark_options import (
+
+from .options import (
     BACKBONE_IMG_SIZE,
     BenchmarkOptions,
     parse_cfg_options,

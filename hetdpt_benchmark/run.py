@@ -21,9 +21,9 @@ baseline). End to end means ``model.test_step`` on a batch of uint8 images:
 normalisation, backbone, neck, heads and post-processing, no data loading.
 
 The options are those of ``tools/benchmark.py``
-(:class:`~.benchmark_options.BenchmarkOptions`, checked by
-:func:`~.benchmark_options.resolve_options`; the models under test:
-:mod:`.benchmark_entries`; the report: :mod:`.benchmark_report`); outputs
+(:class:`~.options.BenchmarkOptions`, checked by
+:func:`~.options.resolve_options`; the models under test:
+:mod:`.entries`; the report: :mod:`.report`); outputs
 are written atomically, only after every input has been validated, and an
 existing output is kept unless ``force``.  The building blocks (timing
 loop, MAC counts, model builders) are in :mod:`hetdpt_mm.speed`.
@@ -38,16 +38,16 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 from torch.profiler import ProfilerActivity
 
-from ..analysis import (
+from hetdpt_mm.analysis import (
     MACS_CONVENTIONS,
     MacCount,
     analytic_macs,
     count_macs,
     count_params,
 )
-from ..fileio import write_outputs
-from ..models.family import HetDPTBackbone
-from ..speed import (
+from hetdpt_mm.fileio import write_outputs
+from hetdpt_mm.models.family import HetDPTBackbone
+from hetdpt_mm.speed import (
     TimingStats,
     amdahl_bound,
     autocast,
@@ -57,18 +57,19 @@ from ..speed import (
     synchronize,
     time_runs,
 )
-from .benchmark_entries import (
+
+from .entries import (
     Entry,
     backbone_entries,
     config_entries,
     runtime_name,
 )
-from .benchmark_options import (
+from .options import (
     BenchmarkOptions,
     check_outputs,
     token_reduction,
 )
-from .benchmark_report import format_markdown
+from .report import format_markdown
 
 __all__ = ['run_benchmark', 'run_and_write']
 
