@@ -69,6 +69,35 @@ def test_mae_and_beit_swaps_say_what_is_supported(stock, message):
     assert str(error.value).startswith(message), error.value
 
 
+def test_a_masked_image_pretraining_swap_says_what_is_supported():
+    """Issue 51 item 6: mmpretrain's BEiT config (its BEiTPretrainViT dict,
+    shrunk) builds as a LayerScale ViT; the algorithm's masked call is
+    refused by name, and its unmasked feature call computes."""
+    from mmpretrain.registry import MODELS
+
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        backbone = MODELS.build(
+            dict(
+                type='HetDPTLayerScaleViT',
+                **MMPRETRAIN_TINY,
+                drop_path_rate=0.1,
+                final_norm=True,
+                out_type='raw',
+                layer_scale_init_value=0.1,
+            )
+        )
+    x = torch.randn(2, 3, 32, 32)
+    mask = torch.zeros(2, 16, dtype=torch.bool)
+    with pytest.raises(TypeError) as error:
+        backbone(x, mask)  # as BEiT.loss calls it
+    assert str(error.value).startswith(
+        'HetDPTLayerScaleViT takes no mask: masked-image pretraining '
+        "(mmpretrain's BEiTPretrainViT, MAEViT) has no counterpart here"
+    )
+    (features,) = backbone(x, mask=None)  # as BEiT.extract_feat calls it
+    assert features.shape == (2, 17, 32)
+
+
 def test_a_deit3_swap_logs_how_it_computes_unlike_mmpretrains(
     monkeypatch, tmp_path
 ):

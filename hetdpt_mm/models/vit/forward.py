@@ -32,7 +32,17 @@ class ViTForward:
             antialias=self.pos_embed_antialias,
         )
 
-    def forward(self, x: torch.Tensor) -> tuple:
+    def forward(self, x: torch.Tensor, mask=None) -> tuple:
+        # mmpretrain's masked-image algorithms (BEiT, MaskFeat, ...) pass
+        # a mask; their backbones' configs otherwise build a ViT family.
+        if mask is not None:
+            raise TypeError(
+                f'{type(self).__name__} takes no mask: masked-image '
+                "pretraining (mmpretrain's BEiTPretrainViT, MAEViT) has no "
+                "counterpart here; pretrain with the stock backbone (MAE's "
+                "weights then load into type='HetDPTViT'; BEiT's relative "
+                'position biases have no counterpart either)'
+            )
         self._check_weights_arrived()
         height, width = x.shape[-2:]
         if height < self.patch_size or width < self.patch_size:
