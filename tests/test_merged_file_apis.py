@@ -23,8 +23,8 @@ SPEC = dict(attn_removed=[0, 3], act_removed=[2, 5])
 VIT = dict(embed_dim=96, depth=6, num_heads=3, img_size=32, patch_size=4)
 VIT_ARCH = dict(embed_dims=96, num_layers=6, num_heads=3, mlp_ratio=4)
 #: family: (demo config, our backbone's arguments besides the config's,
-#: timm model and its arguments, --arch, input size); the Swin's windows
-#: fit every stage at 128², so timm keeps its window size.
+#: timm model and its arguments, --arch, input size); at 32² timm shrinks
+#: the Swin's windows (and bias tables) in the last two stages.
 FAMILIES = {
     'vit': (
         'vit-demo_digits.py',
@@ -49,12 +49,12 @@ FAMILIES = {
                 embed_dim=32,
                 depths=(2, 2, 2, 2),
                 num_heads=(1, 2, 4, 8),
-                img_size=128,
+                img_size=32,
                 window_size=4,
             ),
         ),
         None,
-        128,
+        32,
     ),
 }
 

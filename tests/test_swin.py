@@ -213,16 +213,16 @@ def test_dense_equals_mmpretrain_swin(tmp_path):
         assert_outputs_close(ours(x), reference(x))
 
 
-def timm_swin():
+def timm_swin(img_size: int = 224, window_size: int = 7):
     from timm.models.swin_transformer import SwinTransformer
 
     return randomize_(
         SwinTransformer(
-            img_size=224,
+            img_size=img_size,
             embed_dim=16,
             depths=(2, 2, 2, 2),
             num_heads=(2, 2, 4, 4),
-            window_size=7,
+            window_size=window_size,
             num_classes=10,
         ).eval()
     )
@@ -242,15 +242,18 @@ def official_layout(timm_state):
 
 
 @pytest.mark.parametrize('layout', ['timm', 'official'])
-def test_dense_equals_timm_swin(layout, tmp_path):
-    reference = timm_swin()
+@pytest.mark.parametrize('size, window', [(224, 7), (32, 4)])
+def test_dense_equals_timm_swin(layout, size, window, tmp_path):
+    """At 32² timm shrinks the windows of the last two stages (4 -> 2,
+    1) and their bias tables."""
+    reference = timm_swin(size, window)
     state = reference.state_dict()
     torch.save(
         official_layout(state) if layout == 'official' else state,
         tmp_path / 'swin.pth',
     )
-    ours = loaded(tmp_path / 'swin.pth', out_indices=(3,))
-    x = images(224, 224, batch=1)
+    ours = loaded(tmp_path / 'swin.pth', out_indices=(3,), window_size=window)
+    x = images(size, size, batch=1)
     with torch.no_grad():
         expected = reference.forward_features(x).permute(0, 3, 1, 2)
         assert_outputs_close(ours(x), (expected,))

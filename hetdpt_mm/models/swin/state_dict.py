@@ -123,7 +123,27 @@ def _reference_layout(state: Mapping) -> 'OrderedDict':
         elif key.startswith('norm.'):
             key = f'norm{last}.' + key[len('norm.') :]
         out[key] = value
-    return out
+    return _centre_clamped_bias_tables(out)
+
+
+def _centre_clamped_bias_tables(state: 'OrderedDict') -> 'OrderedDict':
+    """The official code and timm shrink a stage's window (and its bias
+    table) to a smaller map; such a table goes to the centre of one for the
+    model's window, whose central offsets a shrunk window reads
+    (:func:`~hetdpt_mm.models.swin.layers.relative_position_index`)."""
+    tables = [k for k in state if k.endswith('relative_position_bias_table')]
+    sides = {k: int(round(state[k].shape[0] ** 0.5)) for k in tables}
+    side = max(sides.values(), default=0)
+    for key in tables:
+        small = sides[key]
+        if small < side:
+            grid = state[key].new_zeros(side, side, state[key].shape[1])
+            start = (side - small) // 2
+            grid[start : start + small, start : start + small] = state[
+                key
+            ].reshape(small, small, -1)
+            state[key] = grid.reshape(side * side, -1)
+    return state
 
 
 def unfold_to_official_order(weight: torch.Tensor) -> torch.Tensor:
