@@ -135,13 +135,12 @@ def _centre_clamped_bias_tables(state: 'OrderedDict') -> 'OrderedDict':
     sides = {k: int(round(state[k].shape[0] ** 0.5)) for k in tables}
     side = max(sides.values(), default=0)
     for key in tables:
-        small = sides[key]
+        table, small = state[key], sides[key]
         if small < side:
-            grid = state[key].new_zeros(side, side, state[key].shape[1])
+            grid = table.new_zeros(side, side, table.shape[1])
             start = (side - small) // 2
-            grid[start : start + small, start : start + small] = state[
-                key
-            ].reshape(small, small, -1)
+            centre = slice(start, start + small)
+            grid[centre, centre] = table.reshape(small, small, -1)
             state[key] = grid.reshape(side * side, -1)
     return state
 
