@@ -11,32 +11,31 @@ import torch.nn as nn
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from hetdpt_mm.deploy.runtimes import benchmark_runner
+from hetdpt_mm.deploy.networks import build_from_config
 from hetdpt_mm.models.family import HetDPTBackbone
 from hetdpt_mm.registry import get_family
-from hetdpt_mm.speed import (
+from hetdpt_mm.spec import ACT, ATTN, PruneSpec
+
+from .builders import (
     TensorForward,
     build_backbone_variants,
-    build_from_config,
     hetdpt_config,
     make_test_batch,
-    spec_text,
     stock_config,
 )
-
 from .options import (
     BACKBONE_IMG_SIZE,
     BenchmarkOptions,
     parse_cfg_options,
     token_reduction,
 )
+from .runtimes import benchmark_runner, runtime_name
 
 __all__ = [
     'Entry',
     'backbone_entries',
     'config_entries',
     'describe',
-    'runtime_name',
 ]
 
 
@@ -135,10 +134,6 @@ def side_by_side_models(
     return models
 
 
-def runtime_name(variant: str, runtime: str) -> str:
-    return variant if runtime == 'torch' else f'{variant}@{runtime}'
-
-
 def describe(model: nn.Module) -> str:
     """What a model's backbone is, for the tables."""
     backbone = model if isinstance(model, HetDPTBackbone) else model.backbone
@@ -165,6 +160,14 @@ def describe(model: nn.Module) -> str:
     if spec.is_dense:
         return f'{name} dense{width}{merging}'
     return f'{name} {form} ({spec_text(spec)}){width}{merging}'
+
+
+def spec_text(spec: PruneSpec) -> str:
+    """``attn 0,3 / act 2,7`` for tables."""
+    return (
+        f'attn {",".join(map(str, spec.removed(ATTN))) or "-"} / '
+        f'act {",".join(map(str, spec.removed(ACT))) or "-"}'
+    )
 
 
 def config_entries(options: BenchmarkOptions) -> List[Entry]:

@@ -11,18 +11,15 @@ from mmengine.config import Config, DictAction
 
 from hetdpt_mm.analysis import MACS_CONVENTIONS
 from hetdpt_mm.cli import UsageError
-from hetdpt_mm.deploy.runtimes import (
-    BENCHMARK_RUNTIMES,
-    RUNTIME_DTYPES,
-)
+from hetdpt_mm.deploy.runtimes import RUNTIME_DTYPES
 from hetdpt_mm.fileio import check_input_file, check_output_paths, loads_json
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec, read_json_value
-from hetdpt_mm.speed import (
-    AUTHORS_SPEC,
-    BACKBONE_VARIANTS,
-    glibc_malloc,
-)
+
+from .builders import AUTHORS_SPEC, BACKBONE_VARIANTS
+from .machine import glibc_malloc
+from .runtimes import BENCHMARK_RUNTIMES
+from .timing import CLOCKS
 
 TASKS = ('backbone', 'detr', 'upernet')
 #: Models the dense-prediction tasks build without --config.
@@ -83,7 +80,7 @@ class BenchmarkOptions:
     json_path: Optional[Path] = None
     md_path: Optional[Path] = None
     force: bool = False  # replace existing outputs
-    #: backbone: what runs each model (hetdpt_mm.deploy BENCHMARK_RUNTIMES)
+    #: backbone: what runs each model (one of runtimes.BENCHMARK_RUNTIMES)
     runtimes: Sequence[str] = ('torch',)
     argv: Sequence[str] = ()  # the command line, for the result
 
@@ -120,6 +117,10 @@ def resolve_options(given: BenchmarkOptions) -> BenchmarkOptions:
         )
     if options.threads is not None and options.threads < 1:
         raise UsageError('--threads must be >= 1')
+    if options.clock not in CLOCKS:
+        raise UsageError(
+            f'unknown --clock {options.clock!r}; choose from {list(CLOCKS)}'
+        )
     if (
         options.clock == 'process'
         and torch.device(options.device).type != 'cpu'

@@ -25,8 +25,8 @@ The options are those of ``tools/benchmark.py``
 :func:`~.options.resolve_options`; the models under test:
 :mod:`.entries`; the report: :mod:`.report`); outputs
 are written atomically, only after every input has been validated, and an
-existing output is kept unless ``force``.  The building blocks (timing
-loop, MAC counts, model builders) are in :mod:`hetdpt_mm.speed`.
+existing output is kept unless ``force``.  The timing loop is
+:mod:`.timing`, the MAC counts :mod:`hetdpt_mm.analysis`.
 """
 
 import json
@@ -47,29 +47,23 @@ from hetdpt_mm.analysis import (
 )
 from hetdpt_mm.fileio import write_outputs
 from hetdpt_mm.models.family import HetDPTBackbone
-from hetdpt_mm.speed import (
-    TimingStats,
-    amdahl_bound,
-    autocast,
-    keep_freed_memory,
-    machine_info,
-    paired_speedups,
-    synchronize,
-    time_runs,
-)
 
-from .entries import (
-    Entry,
-    backbone_entries,
-    config_entries,
-    runtime_name,
-)
+from .entries import Entry, backbone_entries, config_entries
+from .machine import keep_freed_memory, machine_info
 from .options import (
     BenchmarkOptions,
     check_outputs,
     token_reduction,
 )
 from .report import format_markdown
+from .runtimes import runtime_name
+from .timing import (
+    TimingStats,
+    amdahl_bound,
+    autocast,
+    synchronize,
+    time_runs,
+)
 
 __all__ = ['run_benchmark', 'run_and_write']
 
@@ -293,8 +287,9 @@ def speedup(
     """Speedup of ``other`` over ``base``: ratio of medians, per-repeat
     (paired) ratios, ratio of the fastest repeats (the least disturbed on a
     shared machine), and the MACs ratio when both were counted, with the
-    speedup of medians as a fraction of it (``of_macs``)."""
-    paired = paired_speedups(base, other)
+    speedup of medians as a fraction of it (``of_macs``); the paired
+    ratios cancel slow drifts of load."""
+    paired = [b / o for b, o in zip(base.seconds, other.seconds)]
     result = dict(
         median=base.median / other.median,
         paired=paired,

@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from mmengine.config import Config
 
+from hetdpt_benchmark.machine import machine_info
 from hetdpt_mm.fileio import atomic_write_text
-from hetdpt_mm.speed import machine_info
 
 from . import report as demo_report
 from .results import BenchmarkModel, BenchmarkRun

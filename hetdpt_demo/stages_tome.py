@@ -13,14 +13,12 @@ from mmengine.config import Config, DictAction
 from mmengine.registry import DefaultScope
 from mmengine.runner import Runner
 
+from hetdpt_benchmark.builders import build_backbone_variants
+from hetdpt_benchmark.timing import time_runs
 from hetdpt_mm.analysis import count_macs, macs_convention
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.deploy.networks import build_from_config
 from hetdpt_mm.runner import load_fitting, take_checkpoint_structure
-from hetdpt_mm.speed import (
-    build_backbone_variants,
-    build_from_config,
-    time_runs,
-)
 
 from . import report as demo_report
 from .jobs import Job

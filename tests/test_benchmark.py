@@ -1,4 +1,4 @@
-"""hetdpt_benchmark, hetdpt_mm.speed and tools/benchmark.py:
+"""hetdpt_benchmark and tools/benchmark.py:
 the benchmark gives the promised fields, MACs and parameters match the
 analytic counts, the merged backbone is a plain dense network, the tool
 refuses bad input. No timing assertions: speed targets live in
@@ -15,22 +15,16 @@ import torch.nn.functional as F
 from helpers import MIXED_SPEC, REPO, load_tool, randomize_
 from timm.layers import Attention, Mlp
 
+from hetdpt_benchmark.builders import AUTHORS_SPEC, build_backbone_variants
+from hetdpt_benchmark.machine import glibc_malloc
 from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
 from hetdpt_benchmark.report import format_markdown
 from hetdpt_benchmark.run import run_benchmark
+from hetdpt_benchmark.timing import amdahl_bound, rotations, time_runs
 from hetdpt_mm.analysis import count_macs, count_params
 from hetdpt_mm.models.gates import StraightThroughGate
 from hetdpt_mm.models.layers import AttentionBypass, MergedFFN
 from hetdpt_mm.models.vit.backbone import HetDPTViT
-from hetdpt_mm.speed import (
-    AUTHORS_SPEC,
-    amdahl_bound,
-    build_backbone_variants,
-    gate_modules,
-    glibc_malloc,
-    rotations,
-    time_runs,
-)
 
 TINY_ARCH = '{"embed_dims": 96, "num_layers": 4, "num_heads": 3}'
 TINY_SPEC = '{"attn_removed": [0, 3], "act_removed": [1, 3]}'
@@ -165,6 +159,15 @@ def test_sdpa_and_baddbmm_handles_count_products():
     ] == 2 * 3 * 5 * 7 * (8 + 4)
     assert macs.by_operator['baddbmm'] == 6 * 5 * 9 * 2
     assert macs.total == macs.matmul
+
+
+def gate_modules(model: nn.Module) -> list:
+    """Names of the straight-through gates in ``model``."""
+    return [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, StraightThroughGate)
+    ]
 
 
 def test_merged_backbone_is_plain_dense_network():
@@ -341,8 +344,8 @@ def test_backbone_benchmark_tables_and_json():
 #: fresh process (mallopt changes the whole process).
 PAGE_FAULTS = """
 import resource, sys, torch
-if sys.argv[1] == 'keep':  # (importing hetdpt_mm takes seconds)
-    from hetdpt_mm.speed import keep_freed_memory
+if sys.argv[1] == 'keep':  # in the tool's process: the library loaded
+    from hetdpt_benchmark.run import keep_freed_memory
     keep_freed_memory()
 for _ in range(2):  # the first allocations fault in either case
     torch.ones(16 << 20)

@@ -16,16 +16,14 @@ import torch.nn as nn
 from helpers import REPO, load_tool, randomize_
 from mmengine.config import Config
 
+from hetdpt_benchmark.runtimes import TOLERANCES, checked_diff
 from hetdpt_mm import META_KEY
 from hetdpt_mm.deploy import networks
-from hetdpt_mm.deploy.networks import AdaptiveAvgPool2dExport
-from hetdpt_mm.deploy.runtimes import (
-    TOLERANCES,
-    _SignalStack,
-    checked_diff,
-    make_session,
+from hetdpt_mm.deploy.networks import (
+    AdaptiveAvgPool2dExport,
+    build_from_config,
 )
-from hetdpt_mm.speed import build_from_config
+from hetdpt_mm.deploy.runtimes import _SignalStack, make_session
 
 DEMO = REPO / 'configs' / 'demo'
 DEMO_SPEC = dict(attn_removed=[0, 3, 4], act_removed=[2, 4, 5])

@@ -18,7 +18,7 @@ from hetdpt_demo.fig8 import envelope, fig8_method, throughput_at
 from hetdpt_demo.results import CurvePoint
 from hetdpt_demo.settings import CLS_CLASSES, CLS_PATCH_SIZE, FULL
 from hetdpt_demo.stages_tome import TomeStages
-from hetdpt_mm.speed import build_from_config
+from hetdpt_mm.deploy.networks import build_from_config
 
 
 def curve(model, method, pairs):

@@ -16,15 +16,16 @@ from helpers import fake_runner, randomize_, timm_state_dict
 from mmengine.config import Config
 from timm.models.vision_transformer import checkpoint_filter_fn
 
+from hetdpt_benchmark.builders import make_test_batch
 from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
 from hetdpt_benchmark.run import run_benchmark
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
+from hetdpt_mm.deploy.networks import build_from_config
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
-from hetdpt_mm.speed import build_from_config, make_test_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(embed_dims=48, num_layers=4, num_heads=3, mlp_ratio=4.0)

@@ -10,6 +10,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
+from hetdpt_benchmark.builders import AUTHORS_SPEC
 from hetdpt_mm.analysis import (
     MACS_CONVENTIONS,
     analytic_macs,
@@ -22,7 +23,6 @@ from hetdpt_mm.models.swin.backbone import HetDPTSwin
 from hetdpt_mm.pruning import AnalyticCost
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec, Widths
-from hetdpt_mm.speed import AUTHORS_SPEC
 
 #: The operators FlopCounterMode counts as matrix products (2 FLOPs per MAC).
 MATMUL_FLOP_OPS = ('convolution', 'addmm', 'mm', 'bmm', 'baddbmm')

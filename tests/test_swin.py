@@ -11,19 +11,20 @@ import torch
 from helpers import fake_runner, randomize_, timm_state_dict
 from mmengine.config import Config
 
+from hetdpt_benchmark.builders import make_test_batch
 from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
 from hetdpt_benchmark.run import run_benchmark
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import analytic_macs
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.cli import UsageError
+from hetdpt_mm.deploy.networks import build_from_config
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin
 from hetdpt_mm.models.swin.state_dict import (
     resize_relative_position_bias_table,
 )
-from hetdpt_mm.speed import build_from_config, make_test_batch
 
 ROOT = Path(__file__).resolve().parents[1]
 #: A small Swin: four stages (8 blocks), every stage with both a W-MSA and

@@ -22,9 +22,10 @@ from typing import Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 from mmengine.config import Config
+from mmengine.model import revert_sync_batchnorm
+from mmengine.registry import MODELS, DefaultScope
 
 from ..runner import follow_backbone_width, load_fitting
-from ..speed import build_from_config
 
 TASKS = ('classifier', 'backbone', 'detr', 'upernet')
 #: The toolbox each task's config must belong to.
@@ -143,6 +144,20 @@ def exportable(net: nn.Module) -> nn.Module:
     return net
 
 
+def build_from_config(cfg: Config) -> nn.Module:
+    """Build ``cfg.model`` in its config's registry scope, eval mode, with
+    SyncBN turned into BN (no process group in one inference process); the
+    weights stay at their initialisation (``init_weights`` is not run)."""
+    scope = cfg.get('default_scope', 'mmengine')
+    if cfg.get('custom_imports'):
+        from mmengine.utils import import_modules_from_strings
+
+        import_modules_from_strings(**cfg['custom_imports'])
+    with DefaultScope.overwrite_default_scope(scope):
+        model = MODELS.build(cfg.model)
+    return revert_sync_batchnorm(model).eval()
+
+
 def load_model(
     config: str, checkpoint: str, cfg_options: Optional[dict] = None
 ) -> Tuple[nn.Module, Optional[str]]:
@@ -155,7 +170,7 @@ def load_model(
     follow_backbone_width(cfg, checkpoint)
     model = build_from_config(cfg)
     load_fitting(model, checkpoint, config, logger='silent')
-    return model.eval(), cfg.get('default_scope')
+    return model, cfg.get('default_scope')
 
 
 def build_network(

@@ -13,14 +13,13 @@ import contextlib
 import ctypes
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Sequence, Tuple, Union
+from typing import Callable, Iterator, List, Sequence, Union
 
 import numpy as np
 import torch
 import torch.nn as nn
 
 from ..cli import require_extra
-from ..speed import autocast
 
 #: ONNX opset of every export: the dynamo exporter's own (18) — SDPA,
 #: LayerNorm and bicubic Resize need no legacy fallbacks there.
@@ -31,15 +30,6 @@ RUNTIMES = ('onnxruntime', 'openvino')
 #: plugin runs it in bf16 on CPUs with bf16 instructions (its inference
 #: precision hint); ONNX Runtime's CPU provider has no bf16 MatMul kernel.
 RUNTIME_DTYPES = {'onnxruntime': ('fp32',), 'openvino': ('fp32', 'bf16')}
-#: Largest absolute output difference from fp32 PyTorch eager accepted by
-#: the benchmark, by precision: fp32 runtimes differ by rounding (~1e-6 on
-#: DeiT-B), bf16 (8-bit mantissa) by ~3e-2 there.
-TOLERANCES = {'fp32': 1e-4, 'bf16': 1e-1, 'fp16': 1e-1}
-
-
-def require(module: str):
-    """Import an optional deployment package, or say how to install it."""
-    return require_extra(module, 'deploy')
 
 
 class _SignalStack(ctypes.Structure):
@@ -87,7 +77,7 @@ def export_onnx(
     (N, C, H, W) and the given output names; the batch, height and width
     axes are dynamic as asked."""
     for name in ('onnx', 'onnxscript'):
-        require(name)
+        require_extra(name, 'deploy')
     dynamic = torch.export.Dim.DYNAMIC
     axes = {}
     if dynamic_batch:
@@ -123,7 +113,7 @@ def make_session(
             f'{dtype}'
         )
     if runtime == 'onnxruntime':
-        ort = require('onnxruntime')
+        ort = require_extra('onnxruntime', 'deploy')
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.log_severity_level = 3
@@ -133,7 +123,7 @@ def make_session(
         name = session.get_inputs()[0].name
         return lambda array: session.run(None, {name: array})
     if runtime == 'openvino':
-        ov = require('openvino')
+        ov = require_extra('openvino', 'deploy')
         precision = {'fp32': 'f32', 'bf16': 'bf16'}[dtype]
         config = {'INFERENCE_PRECISION_HINT': precision}
         if threads:
@@ -155,82 +145,3 @@ def make_session(
 
         return run
     raise ValueError(f'unknown runtime {runtime!r}; choose from {RUNTIMES}')
-
-
-#: What ``tools/benchmark.py --runtime`` runs a backbone in: PyTorch eager,
-#: ``torch.compile`` (inductor), and the ONNX runtimes.
-BENCHMARK_RUNTIMES = ('torch', 'compile') + RUNTIMES
-
-
-def benchmark_runner(
-    model: nn.Module,
-    images: torch.Tensor,
-    runtime: str,
-    workdir: Union[str, Path],
-    name: str,
-    dtype: str = 'fp32',
-) -> Tuple[Callable[[], Any], float]:
-    """A call running ``model(images)`` in ``runtime`` at ``dtype``
-    (``images`` fixed, as a benchmark times it; torch and compile run it
-    under the benchmark's AMP context) and the largest absolute difference
-    of its outputs from PyTorch eager's in fp32, checked against
-    ``TOLERANCES[dtype]``. The ONNX runtimes get a graph exported at
-    exactly this input shape (static shapes: the most their graph
-    optimisers can do), with PyTorch's number of threads."""
-    if runtime == 'torch' and dtype == 'fp32':  # the reference itself
-        return (lambda: model(images)), 0.0
-    with torch.inference_mode():
-        expected = torch.utils._pytree.tree_leaves(model(images))
-    if runtime in ('torch', 'compile'):
-        run = torch.compile(model) if runtime == 'compile' else model
-        # compile compiles here, for this precision, not in the timing.
-        with torch.inference_mode(), autocast(images.device, dtype):
-            got = torch.utils._pytree.tree_leaves(run(images))
-        return (lambda: run(images)), checked_diff(
-            got, expected, runtime, name, dtype
-        )
-    path = Path(workdir) / f'{name}.onnx'
-    if not path.exists():
-        count = len(expected)
-        export_onnx(
-            model,
-            images,
-            path,
-            [f'out{i}' for i in range(count)],
-            dynamic_batch=False,
-            dynamic_hw=False,
-        )
-    run = make_session(path, runtime, torch.get_num_threads(), dtype)
-    array = images.cpu().numpy()
-    got = [torch.from_numpy(np.asarray(out)) for out in run(array)]
-    return (lambda: run(array)), checked_diff(
-        got, expected, runtime, name, dtype
-    )
-
-
-def checked_diff(
-    got: Sequence[torch.Tensor],
-    expected: Sequence[torch.Tensor],
-    runtime: str,
-    name: str,
-    dtype: str,
-) -> float:
-    """:func:`max_abs_diff`, or ``ValueError`` above ``TOLERANCES[dtype]``:
-    a wrong graph's speed means nothing."""
-    diff = max_abs_diff(got, expected)
-    if not diff <= TOLERANCES[dtype]:
-        raise ValueError(
-            f'{name} in {runtime} ({dtype}) differs from '
-            f'PyTorch eager in fp32 by {diff:.3g}, more than '
-            f'{TOLERANCES[dtype]:g}'
-        )
-    return diff
-
-
-def max_abs_diff(
-    got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
-) -> float:
-    return max(
-        float((g.float() - e.float()).abs().max())
-        for g, e in zip(got, expected)
-    )

@@ -2,20 +2,17 @@
 a backbone, the stock and HetDPT dense-prediction models, their test
 batches (MACs and parameters: :mod:`hetdpt_mm.analysis`)."""
 
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Dict, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn as nn
 from mmengine.config import Config
-from mmengine.model import revert_sync_batchnorm
-from mmengine.registry import MODELS, DefaultScope
 
-from ..checkpoint.reader import read_backbone_checkpoint
-from ..models.family import HetDPTBackbone
-from ..models.gates import StraightThroughGate
-from ..models.vit.codec import resolve_arch
-from ..registry import get_family
-from ..spec import ACT, ATTN, PruneSpec
+from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
+from hetdpt_mm.models.family import HetDPTBackbone
+from hetdpt_mm.models.vit.codec import resolve_arch
+from hetdpt_mm.registry import get_family
+from hetdpt_mm.spec import PruneSpec
 
 #: The authors' reference DeiT-B model ("10 layers", docs/method.md section 1).
 AUTHORS_SPEC = PruneSpec(
@@ -30,15 +27,6 @@ STOCK_CONFIGS = {
         'mmseg::vit/vit_deit-b16_mln_upernet_8xb2-160k_ade20k-512x512.py'
     ),
 }
-
-
-def gate_modules(model: nn.Module) -> List[str]:
-    """Names of the straight-through gates in ``model`` (none when merged)."""
-    return [
-        name
-        for name, module in model.named_modules()
-        if isinstance(module, StraightThroughGate)
-    ]
 
 
 # ---------------------------------------------------------------- backbones
@@ -176,20 +164,6 @@ def hetdpt_config(
     return cfg
 
 
-def build_from_config(cfg: Config) -> nn.Module:
-    """Build ``cfg.model`` in its config's registry scope, eval mode, with
-    SyncBN turned into BN (no process group on a benchmark machine); the
-    weights stay at their initialisation (``init_weights`` is not run)."""
-    scope = cfg.get('default_scope', 'mmengine')
-    if cfg.get('custom_imports'):
-        from mmengine.utils import import_modules_from_strings
-
-        import_modules_from_strings(**cfg['custom_imports'])
-    with DefaultScope.overwrite_default_scope(scope):
-        model = MODELS.build(cfg.model)
-    return revert_sync_batchnorm(model).eval()
-
-
 def make_test_batch(
     scope: str, batch_size: int, img_size: Sequence[int]
 ) -> Dict[str, list]:
@@ -255,11 +229,3 @@ class TensorForward(nn.Module):
 
     def forward(self, inputs: torch.Tensor):
         return self.model(inputs, self.data_samples, mode='tensor')
-
-
-def spec_text(spec: PruneSpec) -> str:
-    """``attn 0,3 / act 2,7`` for tables."""
-    return (
-        f'attn {",".join(map(str, spec.removed(ATTN))) or "-"} / '
-        f'act {",".join(map(str, spec.removed(ACT))) or "-"}'
-    )

@@ -106,20 +106,6 @@ def time_runs(
     time: on a shared machine, with one thread, that is the work itself
     without the time spent waiting for a core.
     """
-    if repeats < 1 or iters < 1 or warmup < 0:
-        raise ValueError(
-            'repeats and iters must be >= 1 and warmup >= 0, '
-            f'got {repeats}, {iters}, {warmup}'
-        )
-    if clock not in CLOCKS:
-        raise ValueError(
-            f'unknown clock {clock!r}; use one of {sorted(CLOCKS)}'
-        )
-    if clock == 'process' and torch.device(device).type != 'cpu':
-        raise ValueError(
-            'clock="process" measures CPU work; on '
-            f'{device} use the wall clock'
-        )
     now = CLOCKS[clock]
     seconds: Dict[str, List[float]] = {name: [] for name in runs}
     with torch.inference_mode(), autocast(device, dtype):
@@ -146,12 +132,6 @@ def time_runs(
         name: TimingStats(values, batch_size)
         for name, values in seconds.items()
     }
-
-
-def paired_speedups(baseline: TimingStats, other: TimingStats) -> List[float]:
-    """Speedup of ``other`` over ``baseline`` in each repeat: the two were
-    measured next to each other, so slow drifts of load cancel."""
-    return [b / o for b, o in zip(baseline.seconds, other.seconds)]
 
 
 def amdahl_bound(share: float, part_speedup: float) -> float:

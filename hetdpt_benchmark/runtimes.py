@@ -1,0 +1,95 @@
+"""A backbone run in each runtime the benchmark compares: PyTorch eager,
+``torch.compile`` and the ONNX runtimes of :mod:`hetdpt_mm.deploy`, its
+outputs checked against PyTorch eager in fp32 before it is timed."""
+
+from pathlib import Path
+from typing import Any, Callable, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from hetdpt_mm.deploy.runtimes import RUNTIMES, export_onnx, make_session
+
+from .timing import autocast
+
+#: Largest absolute output difference from fp32 PyTorch eager accepted, by
+#: precision: fp32 runtimes differ by rounding (~1e-6 on DeiT-B), bf16
+#: (8-bit mantissa) by ~3e-2 there.
+TOLERANCES = {'fp32': 1e-4, 'bf16': 1e-1, 'fp16': 1e-1}
+#: What ``tools/benchmark.py --runtime`` runs a backbone in: PyTorch eager,
+#: ``torch.compile`` (inductor), and the ONNX runtimes.
+BENCHMARK_RUNTIMES = ('torch', 'compile') + RUNTIMES
+
+
+def runtime_name(variant: str, runtime: str) -> str:
+    """How the tables name a model run in a runtime."""
+    return variant if runtime == 'torch' else f'{variant}@{runtime}'
+
+
+def benchmark_runner(
+    model: nn.Module,
+    images: torch.Tensor,
+    runtime: str,
+    workdir: Union[str, Path],
+    name: str,
+    dtype: str = 'fp32',
+) -> Tuple[Callable[[], Any], float]:
+    """A call running ``model(images)`` in ``runtime`` at ``dtype``
+    (``images`` fixed, as a benchmark times it; torch and compile run it
+    under the benchmark's AMP context) and the largest absolute difference
+    of its outputs from PyTorch eager's in fp32, checked against
+    ``TOLERANCES[dtype]``. The ONNX runtimes get a graph exported at
+    exactly this input shape (static shapes: the most their graph
+    optimisers can do), with PyTorch's number of threads."""
+    if runtime == 'torch' and dtype == 'fp32':  # the reference itself
+        return (lambda: model(images)), 0.0
+    with torch.inference_mode():
+        expected = torch.utils._pytree.tree_leaves(model(images))
+    if runtime in ('torch', 'compile'):
+        run = torch.compile(model) if runtime == 'compile' else model
+        # compile compiles here, for this precision, not in the timing.
+        with torch.inference_mode(), autocast(images.device, dtype):
+            got = torch.utils._pytree.tree_leaves(run(images))
+        return (lambda: run(images)), checked_diff(
+            got, expected, runtime, name, dtype
+        )
+    path = Path(workdir) / f'{name}.onnx'
+    if not path.exists():
+        count = len(expected)
+        export_onnx(
+            model,
+            images,
+            path,
+            [f'out{i}' for i in range(count)],
+            dynamic_batch=False,
+            dynamic_hw=False,
+        )
+    run = make_session(path, runtime, torch.get_num_threads(), dtype)
+    array = images.cpu().numpy()
+    got = [torch.from_numpy(np.asarray(out)) for out in run(array)]
+    return (lambda: run(array)), checked_diff(
+        got, expected, runtime, name, dtype
+    )
+
+
+def checked_diff(
+    got: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    runtime: str,
+    name: str,
+    dtype: str,
+) -> float:
+    """The largest absolute difference, or ``ValueError`` above
+    ``TOLERANCES[dtype]``: a wrong graph's speed means nothing."""
+    diff = max(
+        float((g.float() - e.float()).abs().max())
+        for g, e in zip(got, expected)
+    )
+    if not diff <= TOLERANCES[dtype]:
+        raise ValueError(
+            f'{name} in {runtime} ({dtype}) differs from '
+            f'PyTorch eager in fp32 by {diff:.3g}, more than '
+            f'{TOLERANCES[dtype]:g}'
+        )
+    return diff
