@@ -67,14 +67,7 @@ def positive_float(text: str) -> float:
 
 
 #: JSON's spellings of the constants, in a dict typed on the command line.
-_JSON_NAMES = {
-    'true': True,
-    'false': False,
-    'null': None,
-    'True': True,
-    'False': False,
-    'None': None,
-}
+_JSON_NAMES = {'true': True, 'false': False, 'null': None}
 
 
 def _literal(node: ast.AST, text: str) -> Any:

@@ -12,17 +12,7 @@ import stat
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Union
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
@@ -113,7 +103,7 @@ def loads_json(
             'no input here nests more than a few'
         )
 
-    def unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    def unique_keys(pairs: list) -> dict:
         value = dict(pairs)
         if len(value) < len(pairs):
             counts = Counter(key for key, _ in pairs)

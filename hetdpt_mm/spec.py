@@ -8,7 +8,7 @@ import json
 import numbers
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from .fileio import loads_json, read_json_file
@@ -161,14 +161,8 @@ class Widths:
                 )
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
-            name: (
-                list(getattr(self, name))
-                if name != 'embed_dims'
-                else self.embed_dims
-            )
-            for name in self.FIELDS
-        }
+        lists = {name: list(getattr(self, name)) for name in self.FIELDS[1:]}
+        return dict(embed_dims=self.embed_dims, **lists)
 
     @classmethod
     def from_dict(cls, data: Mapping) -> 'Widths':
@@ -266,15 +260,11 @@ class PruneSpec:
         )
 
     def removed(self, kind: str) -> Tuple[int, ...]:
-        if kind == ATTN:
-            return self.attn_removed
-        if kind == ACT:
-            return self.act_removed
-        if kind == FFN:
-            return self.ffn_removed
-        raise ValueError(
-            f'unknown layer kind {kind!r}; use one of {LAYER_KINDS}'
-        )
+        if kind not in LAYER_KINDS:
+            raise ValueError(
+                f'unknown layer kind {kind!r}; use one of {LAYER_KINDS}'
+            )
+        return getattr(self, f'{kind}_removed')
 
     def is_removed(self, kind: str, index: int) -> bool:
         return index in self.removed(kind)
@@ -325,13 +315,7 @@ class PruneSpec:
     def from_dict(cls, data: Mapping) -> 'PruneSpec':
         if not isinstance(data, Mapping):
             raise TypeError(f'a prune spec must be a dict, got {data!r}')
-        unknown = set(data) - {
-            'depth',
-            'attn_removed',
-            'act_removed',
-            'ffn_removed',
-            'widths',
-        }
+        unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(
                 f'unknown prune spec fields {sorted(unknown)}; '
@@ -386,21 +370,14 @@ class PruneSpec:
         return spec
 
     def __str__(self) -> str:
-        widths = (
-            ''
-            if self.widths is None
-            else (
-                f', embed_dims={self.widths.embed_dims}, '
-                f'num_heads={list(self.widths.num_heads)}'
-            )
-        )
-        ffn = (
-            f', ffn_removed={list(self.ffn_removed)}'
-            if self.ffn_removed
-            else ''
-        )
-        return (
+        text = (
             f'PruneSpec(depth={self.depth}, '
             f'attn_removed={list(self.attn_removed)}, '
-            f'act_removed={list(self.act_removed)}{ffn}{widths})'
+            f'act_removed={list(self.act_removed)}'
         )
+        if self.ffn_removed:
+            text += f', ffn_removed={list(self.ffn_removed)}'
+        if self.widths is not None:
+            text += f', embed_dims={self.widths.embed_dims}, '
+            text += f'num_heads={list(self.widths.num_heads)}'
+        return text + ')'

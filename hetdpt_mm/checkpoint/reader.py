@@ -46,13 +46,6 @@ def unwrap_state_dict(checkpoint: Mapping) -> Mapping:
     return checkpoint
 
 
-def _meta_record(checkpoint: Mapping) -> Optional[Mapping]:
-    meta = checkpoint.get('meta')
-    if isinstance(meta, Mapping) and META_KEY in meta:
-        return meta[META_KEY]
-    return None
-
-
 def _choose_prefix(
     state_dict: Mapping,
     extra: Mapping[str, HetDPTRecord],
@@ -101,7 +94,8 @@ def read_backbone_checkpoint(
         for prefix, record in records.items()
         if set(record) != {'teacher_prefix'}
     }
-    meta = _meta_record(checkpoint)
+    meta = checkpoint.get('meta')
+    meta = meta.get(META_KEY) if isinstance(meta, Mapping) else None
     teacher_prefix = (
         meta.get('teacher_prefix') if isinstance(meta, Mapping) else None
     )
@@ -198,14 +192,11 @@ def _loaded(checkpoint, source: Optional[str], mmap: bool = False):
     return load_checkpoint_file(path, mmap=mmap), path
 
 
-#: Where a classifier checkpoint keeps its linear heads, per layout: the
-#: key prefix of the class head and of the distillation head.
+#: The key prefixes of a classifier's class and distillation heads, per
+#: layout (mmpretrain's ViT / DeiT heads, its LinearClsHead, timm / DeiT).
 HEAD_LAYOUTS = (
-    # mmpretrain's VisionTransformerClsHead / DeiTClsHead (also ours)
     ('mmpretrain', 'head.layers.head.', 'head.layers.head_dist.'),
-    # mmpretrain's LinearClsHead
     ('mmpretrain LinearClsHead', 'head.fc.', None),
-    # timm, DeiT (facebookresearch) and the authors' release
     ('timm', 'head.', 'head_dist.'),
 )
 #: The canonical names of the heads.

@@ -334,26 +334,9 @@ class RecordInStateDict:
             )
         )
 
-    def _load_from_state_dict(
-        self,
-        state_dict,
-        prefix,
-        local_metadata,
-        strict,
-        missing_keys,
-        *args,
-        **kwargs,
-    ):
-        key = prefix + EXTRA_STATE_KEY
-        super()._load_from_state_dict(
-            state_dict,
-            prefix,
-            local_metadata,
-            strict,
-            missing_keys,
-            *args,
-            **kwargs,
-        )
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        key, missing_keys = prefix + EXTRA_STATE_KEY, args[2]
         if key not in state_dict and key in missing_keys:
             missing_keys.remove(key)  # written before records travelled
 

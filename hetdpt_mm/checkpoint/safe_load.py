@@ -147,20 +147,9 @@ def load_checkpoint_file(
                 f'if you trust its source: set {TRUST_ENV}=1 '
                 '(tools/train.py, tools/test.py: --trust-checkpoint).'
             ) from None
+        noise = ('documentation', 'file an issue', 'WeightsUnpickler error:')
         reason = next(
-            (
-                line
-                for line in lines[1:]
-                if line
-                and not any(
-                    noise in line
-                    for noise in (
-                        'documentation',
-                        'file an issue',
-                        'WeightsUnpickler error:',
-                    )
-                )
-            ),
+            (x for x in lines[1:] if x and not any(n in x for n in noise)),
             lines[0],
         )
         raise CheckpointError(
@@ -269,10 +258,6 @@ def source_of(tensor: Any) -> Optional[str]:
 # load_checkpoint_file.
 
 
-def load_from_local(filename, map_location=None):
-    return load_checkpoint_file(filename, map_location)
-
-
 def _fetch_into_hub_cache(url: str) -> str:
     """The file torch.hub caches for ``url``, downloaded unless it is there;
     rank 0 first, as in MMEngine's ``load_from_http``."""
@@ -370,7 +355,7 @@ def load_from_ceph(filename, map_location=None):
 
 #: MMEngine's prefixes and their safe loaders.
 SAFE_LOADERS = {
-    '': load_from_local,
+    '': load_checkpoint_file,
     ('http://', 'https://'): load_from_http,
     ('modelzoo://', 'torchvision://'): load_from_torchvision,
     ('open-mmlab://', 'openmmlab://'): load_from_openmmlab,
