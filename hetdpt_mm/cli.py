@@ -1,6 +1,5 @@
-"""Conventions shared by the command-line tools: bad usage and bad input are
-reported as ``error: <message>`` on stderr with exit status 2, no
-traceback."""
+"""The tools' one error convention: ``error: <message>`` on stderr, exit
+status 2, no traceback."""
 
 import argparse
 import ast
@@ -31,8 +30,7 @@ class UsageError(Exception):
 
 
 class RunError(ValueError):
-    """A run that cannot start or continue; the tools print it as
-    ``error: ...``."""
+    """A run that cannot start or continue."""
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -43,8 +41,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def argument_type(parse: Callable[[str], T]) -> Callable[[str], T]:
-    """An argparse ``type`` from a parser that raises ``ValueError``: its
-    message is the error (argparse's own says "invalid parse value")."""
+    """An argparse ``type`` whose ``ValueError`` message is the error
+    (argparse's own says "invalid parse value")."""
 
     def convert(text: str) -> T:
         try:
@@ -69,19 +67,11 @@ def positive_float(text: str) -> float:
 
 
 #: JSON's spellings of the constants, in a dict typed on the command line.
-_JSON_NAMES = {
-    'true': True,
-    'false': False,
-    'null': None,
-    'True': True,
-    'False': False,
-    'None': None,
-}
+_JSON_NAMES = {'true': True, 'false': False, 'null': None}
 
 
 def _literal(node: ast.AST, text: str) -> Any:
-    """The value of a literal expression in ``text``: Python's (or JSON's)
-    constants, lists, tuples, dicts and ``dict(key=...)`` calls."""
+    """A literal of Python or JSON, ``dict(key=...)`` calls included."""
     if isinstance(node, ast.Dict) and None not in node.keys:
         return {
             _literal(k, text): _literal(v, text)
@@ -110,12 +100,9 @@ def _literal(node: ast.AST, text: str) -> Any:
 
 
 class ConfigOptionsAction(DictAction):
-    """``--cfg-options KEY=VALUE ...`` as MMEngine's ``DictAction`` reads
-    them, and also values holding a dict, which it cannot split:
-    ``KEY={"a": [1, 2]}`` (JSON or Python), ``KEY=dict(a=[1, 2])``,
-    ``KEY=[dict(type='T', b=1)]``.  Such a dict merges into the config's
-    value as a child config's dict does (``"_delete_": true`` replaces it).
-    """
+    """MMEngine's ``DictAction``, and values holding a dict, which it cannot
+    split: ``KEY={"a": [1, 2]}``, ``KEY=dict(a=[1, 2])``,
+    ``KEY=[dict(type='T')]``."""
 
     def __call__(self, parser, namespace, values, option_string=None):
         plain = []
@@ -154,8 +141,7 @@ class ConfigOptionsAction(DictAction):
 
 
 def require_extra(module: str, extra: str):
-    """Import a package of an optional extra (``requirements/<extra>.txt``),
-    or say how to install it."""
+    """Import a package of an optional extra, or say how to install it."""
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -173,15 +159,9 @@ def run_reporting_errors(
     action: Callable[[], None],
     statuses: Mapping[Type[Exception], int] = MappingProxyType({}),
 ) -> int:
-    """Run a tool's work; return its exit status.  Every tool goes through
-    here: any exception, anticipated by a check or not, ends the tool with
-    ``error: <message>`` on stderr and status 2 (``statuses`` gives
-    others, e.g. 1 for a failed verification), the traceback only with
-    ``HETDPT_TRACEBACK=1``.
-
-    SIGTERM ends the tool like an error would, through the ``finally``
-    blocks that remove partial outputs (Python's default is to die on the
-    spot, leaving them)."""
+    """Run a tool's work and return its exit status: any exception ends it
+    with ``error: <message>`` and status 2 (or ``statuses``'s).  SIGTERM
+    runs the ``finally`` blocks that remove partial outputs."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:

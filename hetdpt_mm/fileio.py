@@ -12,17 +12,7 @@ import stat
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Tuple,
-    Union,
-)
+from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Union
 
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
@@ -37,8 +27,7 @@ FULL_DISK_BYTES = 1 << 20
 
 
 class NotARegularFileError(OSError):
-    """A path that names a directory, FIFO, device or socket where a
-    regular file is needed."""
+    """A directory, FIFO, device or socket where a file is needed."""
 
 
 _KINDS = (
@@ -51,8 +40,8 @@ _KINDS = (
 
 
 def _special_kind(path: Path) -> Union[str, None]:
-    """What ``path`` (links followed) is when it exists and is not a
-    regular file: ``'a FIFO'``, ``'a character device'``, ..."""
+    """What ``path`` is (``'a FIFO'`` ...) when it exists and is not a
+    regular file."""
     try:
         mode = path.stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -65,12 +54,8 @@ def _special_kind(path: Path) -> Union[str, None]:
 
 
 def check_input_file(path: PathLike, what: str) -> Path:
-    """``path`` if it is a regular file (or a link to one), before anything
-    reads it: a FIFO blocks its reader forever, and a device such as
-    /dev/zero never ends (a memory-mapped load takes all memory).
-
-    Raises ``FileNotFoundError`` or :class:`NotARegularFileError`, naming
-    the file as ``what``."""
+    """``path`` if it is a regular file, before anything reads it: a FIFO
+    blocks its reader forever, /dev/zero never ends."""
     path = Path(os.path.expanduser(os.fspath(path)))
     if not path.exists():
         raise FileNotFoundError(f'{what} {path} does not exist')
@@ -82,9 +67,8 @@ def check_input_file(path: PathLike, what: str) -> Path:
     return path
 
 
-#: Deepest nesting of user-given JSON: specs, archs, costs and points nest
-#: a few levels, and Python's parser recurses once per level (a
-#: ``RecursionError`` names neither the input nor the fix).
+#: Deepest nesting of user-given JSON: ours nests a few levels, and Python's
+#: parser recurses once per level (a ``RecursionError`` names no input).
 MAX_JSON_DEPTH = 32
 #: Digits of the longest JSON integer: no index, depth or width comes near,
 #: and Python refuses more than 4300 with a message naming no input.
@@ -102,19 +86,24 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
-def loads_json(text: str, source: str) -> Any:
-    """The one reading of user-given JSON: strict where ``json.loads`` is
-    lenient.  A key given twice in one object, nesting deeper than
-    :data:`MAX_JSON_DEPTH`, an integer of more than
-    :data:`MAX_JSON_INT_DIGITS` digits, ``NaN`` / ``Infinity`` and invalid
-    JSON raise ``ValueError`` naming ``source``."""
-    if _json_depth(text) > MAX_JSON_DEPTH:
+def loads_json(
+    text: str,
+    source: str,
+    max_depth: int = MAX_JSON_DEPTH,
+    constants: bool = False,
+) -> Any:
+    """The one reading of JSON from outside: a key given twice, nesting
+    deeper than ``max_depth``, an integer of more than
+    :data:`MAX_JSON_INT_DIGITS` digits, ``NaN`` / ``Infinity`` (unless
+    ``constants``: a record's schema names them) and invalid JSON raise
+    ``ValueError`` naming ``source``."""
+    if _json_depth(text) > max_depth:
         raise ValueError(
-            f'{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels; '
+            f'{source}: JSON nested deeper than {max_depth} levels; '
             'no input here nests more than a few'
         )
 
-    def unique_keys(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    def unique_keys(pairs: list) -> dict:
         value = dict(pairs)
         if len(value) < len(pairs):
             counts = Counter(key for key, _ in pairs)
@@ -141,15 +130,14 @@ def loads_json(text: str, source: str) -> Any:
             text,
             object_pairs_hook=unique_keys,
             parse_int=bounded_int,
-            parse_constant=no_constant,
+            parse_constant=None if constants else no_constant,
         )
     except json.JSONDecodeError as err:
         raise ValueError(f'{source}: not valid JSON ({err})') from None
 
 
 def read_json_file(path: PathLike, what: str) -> Any:
-    """:func:`loads_json` of the file ``path`` (``what`` names it), checked
-    with :func:`check_input_file` first."""
+    """:func:`loads_json` of the file ``path`` (``what`` names it)."""
     path = check_input_file(path, what)
     try:
         text = path.read_text(encoding='utf-8-sig')
@@ -161,8 +149,8 @@ def read_json_file(path: PathLike, what: str) -> Any:
 
 
 def _check_replaceable(out: Path) -> None:
-    """Only regular files are replaced: not a directory, and never a FIFO
-    or device (as root, replacing /dev/null would break the system)."""
+    """Only regular files are replaced (as root, replacing /dev/null would
+    break the system)."""
     kind = _special_kind(out)
     if kind is not None:
         raise NotARegularFileError(
@@ -174,14 +162,9 @@ def _check_replaceable(out: Path) -> None:
 def check_output_path(
     out: PathLike, inputs: Iterable[PathLike] = (), force: bool = False
 ) -> Path:
-    """Validate an output path before anything is computed or written.
-
-    Raises ``ValueError`` if ``out`` is one of ``inputs`` (never write over an
-    input, even with ``force``), :class:`NotARegularFileError` if it is
-    anything but a regular file, ``FileExistsError`` if it exists and
-    ``force`` is not set, and ``PermissionError`` or ``NotADirectoryError``
-    if its directory cannot take it.
-    """
+    """``out`` if it may be written, checked before anything is computed:
+    never an input (even with ``force``), a special file or a folder it
+    cannot go into, and an existing file only with ``force``."""
     out = Path(out)
     for inp in map(Path, inputs):
         if same_file(out, inp):
@@ -210,8 +193,8 @@ def check_output_paths(
     inputs: Iterable[PathLike] = (),
     force: bool = False,
 ) -> None:
-    """:func:`check_output_path` for every output of one run, and no two of
-    them the same file (one path twice, or links to one another)."""
+    """:func:`check_output_path` for every output of one run, no two of them
+    the same file."""
     outputs, inputs = [Path(p) for p in outputs], list(inputs)
     for index, out in enumerate(outputs):
         for other in outputs[index + 1 :]:
@@ -248,14 +231,13 @@ def _process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
+        pass
     return True
 
 
 def remove_stale_temps(path: PathLike) -> None:
-    """Delete the temporary files of ``path`` left by writers that died
-    (kill -9, power loss): their process no longer exists.  A live writer's
-    file is left alone."""
+    """Delete the temporary files of ``path`` whose writers died (kill -9,
+    power loss); a live writer's file is left alone."""
     path = Path(path)
     if not path.parent.is_dir():
         return
@@ -274,9 +256,8 @@ def remove_stale_temps(path: PathLike) -> None:
 
 
 def _new_temp(path: Path) -> Path:
-    """An empty temporary file beside ``path``, with the mode ``open(path,
-    'w')`` would give (that of the file it replaces, else the default under
-    the umask; ``mkstemp`` makes it 0600)."""
+    """An empty temporary file beside ``path`` with the mode ``open(path,
+    'w')`` would give (``mkstemp`` makes it 0600)."""
     _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(path)
@@ -302,9 +283,8 @@ def _new_temp(path: Path) -> Path:
 
 @contextlib.contextmanager
 def _errors_naming(path: Path, tmp: Path) -> Iterator[None]:
-    """Errors of a write of ``path`` into ``tmp`` name ``path``: an
-    ``OSError`` names the temporary file or nothing, and torch.save on a
-    full disk says only "unexpected pos 576 vs 534"."""
+    """Errors writing ``tmp`` name ``path``: torch.save on a full disk says
+    only "unexpected pos 576 vs 534"."""
     try:
         yield
     except OSError as err:
@@ -323,9 +303,8 @@ def _errors_naming(path: Path, tmp: Path) -> Iterator[None]:
 
 
 def _move_in_place(temps: Mapping[Path, Path], exclusive: bool) -> None:
-    """Rename every temporary file to its output.  ``exclusive``: fail, and
-    take back the outputs already linked, if an output appeared meanwhile
-    (a concurrent writer) instead of replacing it."""
+    """Rename every temporary file to its output; ``exclusive``: undo and
+    fail if an output appeared meanwhile (a concurrent writer)."""
     if not exclusive:
         for path, tmp in temps.items():
             os.replace(tmp, path)
@@ -351,15 +330,8 @@ def _remove(tmp: Path) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; move it to ``path`` on
-    success, delete it on failure, so readers never see a partial file.
-
-    With ``exclusive`` the final step fails with ``FileExistsError`` if
-    ``path`` appeared meanwhile (a concurrent writer), instead of replacing
-    it.  ``path`` must not be anything but a regular file.  Temporary files
-    of writers that were killed are removed first
-    (:func:`remove_stale_temps`).
-    """
+    """A temporary path beside ``path``, moved there on success and deleted
+    on failure: readers never see a partial file."""
     path = Path(path)
     tmp = _new_temp(path)
     try:
@@ -373,11 +345,8 @@ def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
 def write_outputs(
     outputs: Mapping[PathLike, Content], exclusive: bool = False
 ) -> None:
-    """Write the outputs of one run all or nothing: each (text, bytes, or a
-    function that writes the path it is given, e.g. ``torch.save``) into a
-    temporary file, and only when all succeeded are they moved in place; a
-    failure leaves none of them created or replaced, and its message names
-    the output (:func:`atomic_path` for one file)."""
+    """Write the outputs of one run (text, bytes, or a function writing the
+    path it is given) all or nothing."""
     temps: Dict[Path, Path] = {}
     try:
         for path, content in outputs.items():
@@ -399,27 +368,20 @@ def write_outputs(
 def atomic_write_text(
     path: PathLike, text: str, exclusive: bool = False
 ) -> None:
-    with atomic_path(path, exclusive) as tmp:
-        tmp.write_text(text)
+    write_outputs({path: text}, exclusive)
 
 
 class AtomicLocalBackend(LocalBackend):
-    """MMEngine's local file backend, writing through :func:`atomic_path`.
-
-    MMEngine saves checkpoints (``epoch_N.pth``, ``best_*.pth``) with
-    ``backend.put``, which writes in place: a run killed mid-save leaves a
-    truncated file that the next ``--resume`` would pick.  Registered for
-    local paths when ``hetdpt_mm`` is imported."""
+    """MMEngine's local backend writing atomically: its ``put`` writes in
+    place, and a run killed mid-save left a file ``--resume`` would pick."""
 
     def put(self, obj: bytes, filepath: PathLike) -> None:
-        with atomic_path(filepath) as tmp:
-            tmp.write_bytes(obj)
+        write_outputs({filepath: obj})
 
     def put_text(
         self, obj: str, filepath: PathLike, encoding: str = 'utf-8'
     ) -> None:
-        with atomic_path(filepath) as tmp:
-            tmp.write_text(obj, encoding=encoding)
+        write_outputs({filepath: obj.encode(encoding)})
 
 
 def register_atomic_local_backend() -> None:

@@ -1,18 +1,7 @@
-"""hetdpt_mm's registries, on the ground floor of the package (they import
-nothing of it).
-
-:data:`FAMILIES` is the family table: every backbone family enters it when
-its class is defined, and a checkpoint's record (``record.family``) finds
-there the class that rebuilds it.  Each family is registered in the MODELS
-registry of every toolbox that is installed (mmpretrain, mmdet, mmseg), so
-``type='HetDPTViT'``, ``type='HetDPTSwin'`` and
-``type='HetDPTLayerScaleViT'`` build from any of their scopes, directly or
-through ``custom_imports``; :data:`TOOLBOX_MODULES` adds modules for one
-toolbox (mmdet's ``FusedAttentionDETR``).
-
-hetdpt_mm's own registries hold what its pruning hooks take from a config:
-layer selection policies and removal schedules.
-"""
+"""hetdpt_mm's registries: :data:`FAMILIES`, where a record's family finds
+the class that rebuilds it (each family also enters every installed
+toolbox's MODELS), and the pruning hooks' selection policies and removal
+schedules."""
 
 import difflib
 import importlib
@@ -47,8 +36,7 @@ def recognising_family(state: Mapping) -> Optional[Type]:
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """`` (did you mean `X`?)`` for the choice closest to a mistyped
-    ``name``, or ``''`` when none is close."""
+    """`` (did you mean `X`?)`` for a mistyped ``name``, or ``''``."""
     close = difflib.get_close_matches(name, list(choices), n=1)
     return f' (did you mean `{close[0]}`?)' if close else ''
 
@@ -56,8 +44,8 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
 def unexpected_keywords_message(
     component: str, unknown: Iterable[str], valid: Iterable[str]
 ) -> str:
-    """What keys ``component`` does not take are told: each one's closest
-    valid key, or (none close) every valid key."""
+    """Unknown keys of ``component`` with their closest valid key, or (none
+    close) every valid key."""
     unknown, valid = sorted(unknown), sorted(valid)
     hints = [did_you_mean(name, valid) for name in unknown]
     message = f'{component} got unexpected keyword arguments {unknown}'
@@ -93,8 +81,7 @@ def named_arguments(cls: type) -> Optional[Set[str]]:
 
 def build_registered(cfg: dict, registry: Registry):
     """Build ``cfg`` from ``registry`` without MMEngine's default-scope
-    switch: these registries have no toolbox children, and the switch warns
-    under every toolbox's scope."""
+    switch, which warns under every toolbox's scope."""
     args = dict(cfg)
     name = args.pop('type', None)
     module = registry.get(name) if isinstance(name, str) else None
@@ -134,8 +121,8 @@ def toolbox_model_registries():
 
 
 def register_all_modules():
-    """Register every family, and :data:`TOOLBOX_MODULES`, in the installed
-    toolboxes' MODELS registries."""
+    """Register every family and :data:`TOOLBOX_MODULES` in the installed
+    toolboxes."""
     registries = toolbox_model_registries()
     for registry in registries.values():
         for backbone in FAMILIES.values():

@@ -1,20 +1,14 @@
-"""The one description of a depth-pruned ViT structure.
-
-A :class:`PruneSpec` says which attention sublayers, which FFN GELUs and
-which whole FFN branches of a ``depth``-block ViT are removed, and, after
-width pruning (HetDPT+), the
-:class:`Widths` of every block.  It is small, validated, JSON-serialisable
-and travels with the weights inside a
-:class:`~hetdpt_mm.checkpoint.record.HetDPTRecord`
-(together with the form of the weights and the architecture), so that any
-tool can rebuild the exact network.
+"""The one description of a depth-pruned ViT structure: a :class:`PruneSpec`
+(removed attention sublayers, GELUs and FFN branches, and after width
+pruning the :class:`Widths` of every block), validated once where it is
+made and carried in a :class:`~hetdpt_mm.checkpoint.record.HetDPTRecord`.
 """
 
 import json
 import numbers
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from .fileio import loads_json, read_json_file
@@ -40,9 +34,8 @@ FORMS = ('gated', 'pruned', 'merged')
 def read_json_value(
     value: str, what: str, file: bool = False, hint: str = ''
 ) -> Any:
-    """The one reading of an option that is inline JSON (an object or a
-    list), else with ``file`` the path of a JSON file (``hint`` says who
-    writes it), else a name, returned as it is."""
+    """An option's inline JSON, else with ``file`` a JSON file's (``hint``
+    says who writes it), else the name given."""
     if value.lstrip().startswith(('{', '[')):
         return loads_json(value, what)
     if not file:
@@ -53,27 +46,33 @@ def read_json_value(
     return read_json_file(path, f'{what} file')
 
 
-def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
+def _integers(
+    values: Any, name: str, listing: str, optional: bool = False
+) -> Tuple:
+    """``values`` as a tuple of ints (or ``None`` if ``optional``), refusing
+    bools and 2.0: almost always a mistake in a hand-written spec."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(
-            f'{name} must be a list of block indices, got {values!r}'
-        )
-    indices = []
+        raise TypeError(f'{name} must be a list {listing}, got {values!r}')
+    values = tuple(values)
     for value in values:
-        # bool is an int subclass, and 2.0 is not an index: both are
-        # almost always a mistake in a hand-written spec.
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        if not (value is None and optional) and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral)
+        ):
             raise TypeError(
                 f'{name} must hold integers, got {value!r} '
                 f'({type(value).__name__})'
             )
-        value = int(value)
+    return tuple(None if v is None else int(v) for v in values)
+
+
+def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
+    indices = _integers(values, name, 'of block indices')
+    for value in indices:
         if not 0 <= value < depth:
             raise ValueError(
                 f'{name} index {value} is out of range for '
                 f'depth {depth} (valid: 0..{depth - 1})'
             )
-        indices.append(value)
     duplicates = sorted(i for i, n in Counter(indices).items() if n > 1)
     if duplicates:
         raise ValueError(f'{name} has duplicated indices {duplicates}')
@@ -93,14 +92,9 @@ def positive_int(value: Any, name: str) -> int:
 
 @dataclass(frozen=True)
 class Widths:
-    """Widths of a width-pruned network (HetDPT+): the embedding width and,
-    per block, the number of attention heads, their dimension and the FFN
-    hidden width.
-
-    A block without attention has 0 heads of dimension 0.  ``ffn_hidden`` is
-    ``None`` for an FFN that was width-pruned merged (one ``D x D`` linear):
-    such a network has no unmerged form.
-    """
+    """Widths of a width-pruned network (HetDPT+): the embedding width and
+    each block's heads, head dimension and FFN hidden width (``None``: an
+    FFN width-pruned merged, one ``D x D`` linear)."""
 
     embed_dims: int
     num_heads: Tuple[int, ...]
@@ -117,32 +111,19 @@ class Widths:
         )
         lengths = set()
         for name in self.FIELDS[1:]:
-            values = getattr(self, name)
-            if isinstance(values, (str, bytes)) or not isinstance(
-                values, Iterable
-            ):
-                raise TypeError(
-                    f'widths.{name} must be a list with one '
-                    f'entry per block, got {values!r}'
-                )
-            values = tuple(values)
-            for value in values:
-                if value is None and name == 'ffn_hidden':
-                    continue
-                if (
-                    isinstance(value, bool)
-                    or not isinstance(value, numbers.Integral)
-                    or value < 0
-                ):
-                    raise ValueError(
-                        f'widths.{name} must hold non-negative '
-                        f'integers, got {value!r}'
-                    )
-            object.__setattr__(
-                self,
-                name,
-                tuple(None if v is None else int(v) for v in values),
+            values = _integers(
+                getattr(self, name),
+                f'widths.{name}',
+                'with one entry per block',
+                optional=name == 'ffn_hidden',
             )
+            negative = [v for v in values if v is not None and v < 0]
+            if negative:
+                raise ValueError(
+                    f'widths.{name} must hold non-negative integers, got '
+                    f'{negative[0]!r}'
+                )
+            object.__setattr__(self, name, values)
             lengths.add(len(values))
         if len(lengths) != 1:
             raise ValueError(
@@ -159,11 +140,8 @@ class Widths:
         )
 
     def check_pruned_from(self, dim: int, num_heads: int, hidden: int):
-        """Raise ``ValueError`` unless width pruning (which only removes
-        channels, whole heads and dimensions of every head) can leave these
-        widths of an architecture ``dim`` wide with ``num_heads`` heads and
-        FFNs ``hidden`` wide: the tensors show only heads x head_dim, so a
-        head split beyond the architecture's is a record that lies."""
+        """Width pruning only removes, and the tensors show only heads x
+        head_dim: a head split beyond the architecture's is a lying record."""
         head_dim = dim // num_heads
         if self.embed_dims > dim:
             raise ValueError(
@@ -183,14 +161,8 @@ class Widths:
                 )
 
     def to_dict(self) -> Dict[str, Any]:
-        return {
-            name: (
-                list(getattr(self, name))
-                if name != 'embed_dims'
-                else self.embed_dims
-            )
-            for name in self.FIELDS
-        }
+        lists = {name: list(getattr(self, name)) for name in self.FIELDS[1:]}
+        return dict(embed_dims=self.embed_dims, **lists)
 
     @classmethod
     def from_dict(cls, data: Mapping) -> 'Widths':
@@ -207,9 +179,7 @@ class Widths:
 @dataclass(frozen=True)
 class PruneSpec:
     """Removed attention sublayers, GELUs and whole FFN branches of a
-    ``depth``-block ViT, and its per-block :class:`Widths` when it was
-    width-pruned (``None``: the architecture's uniform widths).  A block's
-    FFN goes either whole or by its GELU, not both."""
+    ``depth``-block ViT, and its :class:`Widths` when width-pruned."""
 
     depth: int
     attn_removed: Tuple[int, ...] = field(default=())
@@ -218,30 +188,10 @@ class PruneSpec:
     ffn_removed: Tuple[int, ...] = field(default=())
 
     def __post_init__(self):
-        if (
-            isinstance(self.depth, bool)
-            or not isinstance(self.depth, numbers.Integral)
-            or self.depth < 1
-        ):
-            raise ValueError(
-                f'depth must be a positive integer, got {self.depth!r}'
-            )
-        object.__setattr__(self, 'depth', int(self.depth))
-        object.__setattr__(
-            self,
-            'attn_removed',
-            _as_indices(self.attn_removed, self.depth, 'attn_removed'),
-        )
-        object.__setattr__(
-            self,
-            'act_removed',
-            _as_indices(self.act_removed, self.depth, 'act_removed'),
-        )
-        object.__setattr__(
-            self,
-            'ffn_removed',
-            _as_indices(self.ffn_removed, self.depth, 'ffn_removed'),
-        )
+        object.__setattr__(self, 'depth', positive_int(self.depth, 'depth'))
+        for name in ('attn_removed', 'act_removed', 'ffn_removed'):
+            indices = _as_indices(getattr(self, name), self.depth, name)
+            object.__setattr__(self, name, indices)
         both = sorted(set(self.act_removed) & set(self.ffn_removed))
         if both:
             raise ValueError(
@@ -253,12 +203,7 @@ class PruneSpec:
             self._check_widths()
 
     def _check_widths(self) -> None:
-        widths = (
-            self.widths
-            if isinstance(self.widths, Widths)
-            else Widths.from_dict(self.widths)
-        )
-        object.__setattr__(self, 'widths', widths)
+        widths = self.widths
         if self.ffn_removed:
             raise ValueError(
                 'HetDPT+ width pruning is for networks without '
@@ -290,7 +235,6 @@ class PruneSpec:
                     f'widths of block {index}: FFN hidden width 0'
                 )
 
-    # ----------------------------------------------------------- queries
     @property
     def n_attn(self) -> int:
         return len(self.attn_removed)
@@ -316,15 +260,11 @@ class PruneSpec:
         )
 
     def removed(self, kind: str) -> Tuple[int, ...]:
-        if kind == ATTN:
-            return self.attn_removed
-        if kind == ACT:
-            return self.act_removed
-        if kind == FFN:
-            return self.ffn_removed
-        raise ValueError(
-            f'unknown layer kind {kind!r}; use one of {LAYER_KINDS}'
-        )
+        if kind not in LAYER_KINDS:
+            raise ValueError(
+                f'unknown layer kind {kind!r}; use one of {LAYER_KINDS}'
+            )
+        return getattr(self, f'{kind}_removed')
 
     def is_removed(self, kind: str, index: int) -> bool:
         return index in self.removed(kind)
@@ -348,7 +288,6 @@ class PruneSpec:
             self.depth, removed[ATTN], removed[ACT], ffn_removed=removed[FFN]
         )
 
-    # ---------------------------------------------------- serialisation
     def with_widths(self, widths: Optional[Widths]) -> 'PruneSpec':
         return PruneSpec(
             self.depth,
@@ -376,13 +315,7 @@ class PruneSpec:
     def from_dict(cls, data: Mapping) -> 'PruneSpec':
         if not isinstance(data, Mapping):
             raise TypeError(f'a prune spec must be a dict, got {data!r}')
-        unknown = set(data) - {
-            'depth',
-            'attn_removed',
-            'act_removed',
-            'ffn_removed',
-            'widths',
-        }
+        unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(
                 f'unknown prune spec fields {sorted(unknown)}; '
@@ -409,8 +342,8 @@ class PruneSpec:
 
     @classmethod
     def coerce(cls, value, depth: Optional[int] = None) -> 'PruneSpec':
-        """Accept a PruneSpec, a dict, a JSON string, the path of a JSON
-        file (e.g. the spec a search run wrote) or ``None`` (dense)."""
+        """A PruneSpec, a dict, JSON, a JSON file's path or ``None``
+        (dense)."""
         if isinstance(value, str):
             value = read_json_value(
                 value,
@@ -437,21 +370,14 @@ class PruneSpec:
         return spec
 
     def __str__(self) -> str:
-        widths = (
-            ''
-            if self.widths is None
-            else (
-                f', embed_dims={self.widths.embed_dims}, '
-                f'num_heads={list(self.widths.num_heads)}'
-            )
-        )
-        ffn = (
-            f', ffn_removed={list(self.ffn_removed)}'
-            if self.ffn_removed
-            else ''
-        )
-        return (
+        text = (
             f'PruneSpec(depth={self.depth}, '
             f'attn_removed={list(self.attn_removed)}, '
-            f'act_removed={list(self.act_removed)}{ffn}{widths})'
+            f'act_removed={list(self.act_removed)}'
         )
+        if self.ffn_removed:
+            text += f', ffn_removed={list(self.ffn_removed)}'
+        if self.widths is not None:
+            text += f', embed_dims={self.widths.embed_dims}, '
+            text += f'num_heads={list(self.widths.num_heads)}'
+        return text + ')'

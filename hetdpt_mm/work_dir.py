@@ -1,6 +1,5 @@
-"""A run's work dir and inputs: a work dir where the run would write over
-one of its inputs is refused, a training run holds its work dir locked, and
-the checkpoints of an earlier run there are not mixed with its own."""
+"""A run's work dir: never over an input, locked while training, and not
+mixed with an earlier run's checkpoints."""
 
 import contextlib
 import fcntl
@@ -19,11 +18,9 @@ from .fileio import same_file
 RUN_OUTPUT_NAMES = re.compile(
     r'^((epoch|iter)_\d+\.pth|best_.*\.pth|last_checkpoint|.*_merged\.pth)$'
 )
-#: The file a training run holds locked in its work dir (see
-#: :func:`work_dir_lock`).
+#: The file a training run holds locked in its work dir.
 TRAIN_LOCK_NAME = '.hetdpt_train.lock'
-#: The variable that gives a process its rank in its job, per launcher,
-#: before the process group exists (what MMEngine's ``init_dist`` reads).
+#: A process's rank per launcher before the process group exists.
 RANK_VARIABLES = dict(
     pytorch='RANK', slurm='SLURM_PROCID', mpi='OMPI_COMM_WORLD_RANK'
 )
@@ -42,8 +39,7 @@ def config_strings(node, key: str = '') -> Iterator[Tuple[str, str]]:
 
 
 def input_files(cfg, config_path: str) -> List[str]:
-    """The files a run reads: its config and every existing file the config
-    names (checkpoints, MAP points, spec files ...)."""
+    """The files a run reads: its config and every file the config names."""
     named = [
         value
         for _, value in config_strings(cfg.to_dict())
@@ -55,11 +51,8 @@ def input_files(cfg, config_path: str) -> List[str]:
 def check_work_dir(
     cfg, config_path: str, resume_from: Optional[str] = None
 ) -> None:
-    """Refuse a work dir where the run would write over one of its inputs:
-    MMEngine dumps the config to ``<work_dir>/<config name>`` and saves
-    ``epoch_N.pth`` / ``iter_N.pth`` / ``best_*.pth`` / ``last_checkpoint``
-    there, our merge hook ``*_merged.pth``.  (A checkpoint being resumed is
-    in its work dir by design: later saves do not reuse its name.)"""
+    """Refuse a work dir where the run's config dump or checkpoints would
+    replace an input (but the checkpoint it resumes)."""
     work_dir = Path(cfg.work_dir)
     if work_dir.exists() and not work_dir.is_dir():
         raise RunError(f'work dir {work_dir} is a file, not a directory')
@@ -83,9 +76,8 @@ def check_work_dir(
 
 
 def check_not_run_file(path) -> None:
-    """Refuse an output that would replace a file a training run wrote: a
-    checkpoint or ``last_checkpoint`` (by their names), or a config dump
-    beside a run's checkpoints (tools/test.py replaces its outputs)."""
+    """Refuse an output that would replace a training run's checkpoint or
+    config dump."""
     path = Path(path)
     if path.is_file() and (
         RUN_OUTPUT_NAMES.match(path.name)
@@ -105,10 +97,8 @@ def job_rank(launcher: str) -> int:
 
 @contextlib.contextmanager
 def work_dir_lock(work_dir) -> Iterator[None]:
-    """Hold the training lock of ``work_dir`` (made if missing), or raise
-    ``RunError`` naming the run that holds it.  An advisory ``flock`` on
-    ``<work_dir>/.hetdpt_train.lock``: the OS drops it when its holder
-    ends, killed or not, so a lock is never stale."""
+    """Hold the training lock of ``work_dir``, or name its holder: a
+    ``flock`` the OS drops when its holder ends, so never stale."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     with open(work_dir / TRAIN_LOCK_NAME, 'a+') as lock:
@@ -137,8 +127,7 @@ def work_dir_lock(work_dir) -> Iterator[None]:
 
 
 def run_checkpoints(work_dir) -> List[Path]:
-    """The checkpoints a run saved in ``work_dir`` (its logs do not count),
-    in the order of their names' numbers."""
+    """The checkpoints a run saved in ``work_dir``, in numeric order."""
     work_dir = Path(work_dir)
     if not work_dir.is_dir():
         return []
@@ -157,11 +146,9 @@ def run_checkpoints(work_dir) -> List[Path]:
 
 @contextlib.contextmanager
 def claim_work_dir(cfg, resume: bool, overwrite: bool) -> Iterator[None]:
-    """Keep the work dir to this run while it trains: a run already training
-    there, or (without ``resume``) the checkpoints of an earlier run there,
-    which the new run would replace one by one and mix with its own, are a
-    ``RunError``; ``overwrite`` removes those checkpoints instead.  Rank 0
-    of a job holds the lock for all its ranks."""
+    """Keep the work dir to this run while it trains: no run training there,
+    and without ``resume`` no earlier run's checkpoints (``overwrite``
+    removes them); rank 0 holds the lock for its job."""
     rank = job_rank(cfg.get('launcher', 'none'))
     with (
         work_dir_lock(cfg.work_dir) if rank == 0 else contextlib.nullcontext()

@@ -237,6 +237,7 @@ def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path, loopback_server):
         (b'\xff\xfe', 'holds a corrupt HetDPT record'),
         (b'[1, 2]', r'corrupt HetDPT record \(a list, not a dict\)'),
         (b'[' * 200_000 + b']' * 200_000, 'nested deeper than 8'),
+        (b'{"form": "merged", "form": "gated"}', 'given more than once'),
         (
             b'{"version": 2, "spec": {"depth": 1' + b'0' * 5000 + b'}}',
             'holds a corrupt HetDPT record',

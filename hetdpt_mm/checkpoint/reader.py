@@ -1,8 +1,5 @@
-"""Reading a checkpoint of any supported layout: finding its HetDPT
-backbone, its record (read in the order of :mod:`.record`, or inferred from
-the tensors) checked against its tensors (the network the record describes,
-and a configured architecture against the record's), and its linear
-classifier heads.  Checkpoint parsing lives here and nowhere else
+"""Reading a checkpoint of any supported layout: its HetDPT backbone, its
+record checked against its tensors, and its linear classifier heads
 (docs/advanced/checkpoint_record.md)."""
 
 import functools
@@ -15,7 +12,7 @@ import torch
 
 from ..registry import FAMILIES, get_family, recognising_family
 from ..spec import LAYER_KINDS, META_KEY
-from .record import HetDPTRecord, RecordError, records_in
+from .record import HetDPTRecord, RecordError, plain_data, records_in
 from .safe_load import (
     EXTRA_STATE_KEY,
     CheckpointError,
@@ -27,13 +24,9 @@ from .safe_load import (
 
 @dataclass
 class BackboneCheckpoint:
-    """A checkpoint's HetDPT backbone: its record and tensors.
-
-    ``state`` holds the backbone's tensors with keys relative to it (no
-    extra state), in the family's own layout; ``state_dict`` is the whole
-    state dict of the checkpoint, and ``layout_keys`` the backbone's keys in
-    it (relative, as the file has them: another layout's names).
-    """
+    """A checkpoint's HetDPT backbone: ``state`` relative to it in the
+    family's own layout, the whole ``state_dict``, and ``layout_keys``, the
+    backbone's relative keys as the file names them."""
 
     record: HetDPTRecord
     state: Dict[str, Any]
@@ -46,19 +39,11 @@ class BackboneCheckpoint:
 
 
 def unwrap_state_dict(checkpoint: Mapping) -> Mapping:
-    """The state dict of an MMEngine (``state_dict``), DeiT / timm /
-    authors' (``model``) or bare checkpoint."""
+    """The state dict of an MMEngine, DeiT / timm or bare checkpoint."""
     for key in ('state_dict', 'model'):
         if isinstance(checkpoint.get(key), Mapping):
             return checkpoint[key]
     return checkpoint
-
-
-def _meta_record(checkpoint: Mapping) -> Optional[Mapping]:
-    meta = checkpoint.get('meta')
-    if isinstance(meta, Mapping) and META_KEY in meta:
-        return meta[META_KEY]
-    return None
 
 
 def _choose_prefix(
@@ -93,16 +78,8 @@ def read_backbone_checkpoint(
     prefix: Optional[str] = None,
     mmap: bool = False,
 ) -> BackboneCheckpoint:
-    """The one reader of a checkpoint's backbone, for every path that takes
-    weights from a file: find the HetDPT backbone of a checkpoint of any
-    supported layout (a loaded dict, or a file or URL MMEngine can load,
-    read through the safe loaders, ``mmap``-ed if asked), read (or infer)
-    its record and check the record against the tensors.
-
-    Raises :class:`CheckpointError` when there is no backbone of a known
-    family, and :class:`StateDictMismatch` when the record contradicts the
-    tensors.
-    """
+    """The one reader of a checkpoint's backbone (a loaded dict, a file or
+    a URL), its record read or inferred and checked against the tensors."""
     checkpoint, source = _loaded(checkpoint, source, mmap)
     state_dict = unwrap_state_dict(checkpoint)
     records = records_in(state_dict, source)
@@ -117,7 +94,8 @@ def read_backbone_checkpoint(
         for prefix, record in records.items()
         if set(record) != {'teacher_prefix'}
     }
-    meta = _meta_record(checkpoint)
+    meta = checkpoint.get('meta')
+    meta = meta.get(META_KEY) if isinstance(meta, Mapping) else None
     teacher_prefix = (
         meta.get('teacher_prefix') if isinstance(meta, Mapping) else None
     )
@@ -153,13 +131,24 @@ def read_backbone_checkpoint(
     # read in the family's own.
     family = recognising_family(raw)
     state = family.codec.canonical_state(raw) if family is not None else raw
-    if prefix in extra:
-        record = extra[prefix]
-        if isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
-            _check_meta_agrees(record, meta, source)
-    elif isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix:
-        record = HetDPTRecord.from_dict(meta, source, origin='meta')
-    else:
+    meta_record = (
+        HetDPTRecord.from_dict(meta, source, origin='meta')
+        if isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix
+        else None
+    )
+    record = extra.get(prefix, meta_record)
+    if (
+        meta_record is not None
+        and prefix in extra
+        and (
+            (meta_record.spec, meta_record.form) != (record.spec, record.form)
+        )
+    ):
+        raise StateDictMismatch(
+            f'{source}: meta["{META_KEY}"] says {meta_record.describe()} but '
+            f"the backbone's weights carry {record.describe()}"
+        )
+    if record is None:
         if family is None:
             expected = '; '.join(
                 f.codec.describe_keys() for f in FAMILIES.values()
@@ -190,21 +179,9 @@ def read_backbone_checkpoint(
     return BackboneCheckpoint(record, state, state_dict, frozenset(raw))
 
 
-def _check_meta_agrees(
-    record: HetDPTRecord, meta: Mapping, source: str
-) -> None:
-    other = HetDPTRecord.from_dict(meta, source, origin='meta')
-    if other.spec != record.spec or other.form != record.form:
-        raise StateDictMismatch(
-            f'{source}: meta["{META_KEY}"] says {other.describe()} but the '
-            f"backbone's weights carry {record.describe()}"
-        )
-
-
 def _loaded(checkpoint, source: Optional[str], mmap: bool = False):
-    """A loaded checkpoint and the name it goes by: a local file, or any
-    URL MMEngine can load, through the same safe loaders (a URL through
-    torch.hub's cache)."""
+    """A loaded checkpoint and its name; a URL loads through MMEngine, whose
+    schemes go through the safe loaders."""
     if isinstance(checkpoint, Mapping):
         return checkpoint, os.fspath(source or 'checkpoint')
     path = os.fspath(checkpoint)
@@ -215,14 +192,11 @@ def _loaded(checkpoint, source: Optional[str], mmap: bool = False):
     return load_checkpoint_file(path, mmap=mmap), path
 
 
-#: Where a classifier checkpoint keeps its linear heads, per layout: the
-#: key prefix of the class head and of the distillation head.
+#: The key prefixes of a classifier's class and distillation heads, per
+#: layout (mmpretrain's ViT / DeiT heads, its LinearClsHead, timm / DeiT).
 HEAD_LAYOUTS = (
-    # mmpretrain's VisionTransformerClsHead / DeiTClsHead (also ours)
     ('mmpretrain', 'head.layers.head.', 'head.layers.head_dist.'),
-    # mmpretrain's LinearClsHead
     ('mmpretrain LinearClsHead', 'head.fc.', None),
-    # timm, DeiT (facebookresearch) and the authors' release
     ('timm', 'head.', 'head_dist.'),
 )
 #: The canonical names of the heads.
@@ -233,14 +207,8 @@ def read_classifier_heads(
     checkpoint: Union[Mapping, str, os.PathLike],
     source: Optional[str] = None,
 ) -> Dict[str, Dict[str, torch.Tensor]]:
-    """The linear classifier heads of a checkpoint of any supported layout
-    (a loaded dict, a file or a URL, as :func:`read_backbone_checkpoint`):
-    ``{'head': {'weight': ..., 'bias': ...}, 'head_dist': {...}}`` (the
-    distillation head only where the file has one).
-
-    Raises :class:`CheckpointError` naming the layouts looked for when the
-    checkpoint holds no head.
-    """
+    """A checkpoint's linear heads: ``{'head': {'weight': ..., 'bias':
+    ...}, 'head_dist': {...}}`` (the distillation head where there is one)."""
     checkpoint, source = _loaded(checkpoint, source)
     state_dict = unwrap_state_dict(checkpoint)
     prefixes = classifier_head_prefixes(state_dict)
@@ -263,9 +231,7 @@ def read_classifier_heads(
 
 
 def classifier_head_prefixes(state_dict: Mapping) -> Dict[str, str]:
-    """Where a state dict keeps its linear classifier heads: ``{'head':
-    key prefix, 'head_dist': key prefix}`` (the distillation head only
-    where there is one; empty without heads)."""
+    """The key prefix of each linear head of a state dict, by head name."""
     for _, head_prefix, dist_prefix in HEAD_LAYOUTS:
         if head_prefix + 'weight' not in state_dict:
             continue
@@ -328,16 +294,13 @@ ADAPTED_ARGS = frozenset(
 
 
 def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
-    """A backbone configured with ``build_args`` loads weights of
-    ``record`` only if every build argument the record carries (an
-    argument left out is its default) is configured alike, but for
-    :data:`ADAPTED_ARGS`: shapes do not show all of them (a ViT's number of
-    heads, its norms' epsilon, a Swin's ``qk_scale``)."""
+    """Every build argument the record carries but :data:`ADAPTED_ARGS` is
+    configured alike: shapes do not show them all (a ViT's heads, an eps)."""
     if record.arch is None:
         return
     for name in sorted((set(record.arch) | set(build_args)) - ADAPTED_ARGS):
-        mine = _plain_json(build_args.get(name))
-        theirs = _plain_json(record.arch.get(name))
+        mine = plain_data(build_args.get(name))
+        theirs = plain_data(record.arch.get(name))
         if mine != theirs:
             raise StateDictMismatch(
                 f'{record.source}: the loaded weights were saved by a '
@@ -351,12 +314,9 @@ def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
 def rebuilds_given_structure(
     configured: HetDPTRecord, loaded: HetDPTRecord
 ) -> bool:
-    """Whether a backbone whose config gives its structure (``configured``,
-    other than ``loaded``'s) rebuilds as ``loaded`` to take those weights:
-    ``False`` where they load into it as built (a gated network holds every
-    tensor of an unmerged one, the unmerged network of its spec every one
-    it needs), ``True`` for its run's merged result (so that a training
-    config tests the merged file), else :class:`StateDictMismatch`."""
+    """Whether a backbone configured as ``configured`` rebuilds as ``loaded``
+    to take its weights: no where they load as built (a gated network holds
+    an unmerged one's tensors), yes for its run's merged result."""
     if {configured.form, loaded.form} == {'gated', 'pruned'} and (
         configured.form == 'gated' or loaded.spec == configured.spec
     ):
@@ -373,10 +333,8 @@ def rebuilds_given_structure(
 
 
 def _is_merged_result(configured: HetDPTRecord, loaded: HetDPTRecord) -> bool:
-    """The merged network a gated or pruned ``configured`` one becomes: the
-    same semantics, and every layer the configuration removes removed (a
-    gated network's gates close more; a pruned one's spec is its own).
-    Widths are the record's, as for any loaded weights (HetDPT+)."""
+    """The merged network a gated or pruned ``configured`` one becomes (a
+    gated one's gates may close more); widths are the record's."""
     if (
         loaded.form != 'merged'
         or configured.form == 'merged'
@@ -392,15 +350,10 @@ def _is_merged_result(configured: HetDPTRecord, loaded: HetDPTRecord) -> bool:
     )
 
 
-def _plain_json(value) -> Dict:
-    """``value`` as it reads back from a record (tuples as lists)."""
-    return json.loads(json.dumps(value))
-
-
 @functools.lru_cache(maxsize=64)
 def _record_shapes(family, record_json: str, source: str) -> Dict[str, tuple]:
-    """Key -> shape of every tensor the network of a record holds (built on
-    the meta device: no memory, no initialisation)."""
+    """Key -> shape of every tensor of a record's network, built on the meta
+    device."""
     record = HetDPTRecord.from_dict(json.loads(record_json), source)
     try:
         with torch.device('meta'):

@@ -1,26 +1,10 @@
 """The one typed record of a HetDPT backbone in a checkpoint, read once.
 
-A :class:`HetDPTRecord` says everything a loader needs to rebuild the exact
-network: the model family, the :class:`~hetdpt_mm.spec.PruneSpec`, the form
-of the weights (gated / pruned / merged), the constructor arguments of the
-architecture, the semantics of removed layers, and where in the checkpoint's
-state dict the backbone lives.
-
-Where a record comes from, in order of preference:
-
-1. the backbone's own ``<prefix>_extra_state`` entry in the state dict
-   (:meth:`torch.nn.Module.get_extra_state`): it travels with the weights
-   through every saving path (our tools, mmdet's / mmseg's ``tools/train.py``,
-   ``mim train``, a plain ``torch.save(model.state_dict())``);
-2. ``checkpoint['meta']['hetdpt']`` (hetdpt_mm 0.1 checkpoints, and the
-   merge tool's output);
-3. the tensors alone (timm / DeiT / authors' files): the family infers what
-   its key names say.
-
-Whatever the source, the record is checked against the tensors
-(:func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint`, where
-checkpoint parsing lives), so a file whose record disagrees with its weights
-is refused in one place by every tool.
+A record comes from the backbone's ``<prefix>_extra_state`` entry (it
+travels with the weights through every saving path), else from
+``checkpoint['meta']['hetdpt']``, else from the tensors alone; whatever the
+source, :func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint` checks
+it against the tensors (docs/advanced/checkpoint_record.md).
 """
 
 import json
@@ -32,6 +16,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from ..fileio import loads_json
 from ..spec import FORMS, PruneSpec
 from .safe_load import EXTRA_STATE_KEY, CheckpointError, source_of
 
@@ -66,25 +51,20 @@ class RecordError(CheckpointError):
 
 def check_plain(value: Any, where: str) -> None:
     """Raise :class:`RecordError` unless ``value`` is JSON-like data within
-    the record's bounds (checked without recursion: nesting is one of the
-    bounds)."""
+    the record's bounds (without recursion: nesting is one of them)."""
     stack, items = [(value, 0, where)], 0
     while stack:
         value, depth, path = stack.pop()
         items += 1
-        if depth > MAX_RECORD_NESTING or items > MAX_RECORD_ITEMS:
-            what = (
-                'nested deeper than'
-                if depth > MAX_RECORD_NESTING
-                else 'has more items than'
-            )
-            limit = (
-                MAX_RECORD_NESTING
-                if depth > MAX_RECORD_NESTING
-                else MAX_RECORD_ITEMS
-            )
+        if depth > MAX_RECORD_NESTING:
             raise RecordError(
-                f'{where}: the HetDPT record is {what} {limit} (at {path})'
+                f'{where}: the HetDPT record is nested deeper than '
+                f'{MAX_RECORD_NESTING} (at {path})'
+            )
+        if items > MAX_RECORD_ITEMS:
+            raise RecordError(
+                f'{where}: the HetDPT record has more items than '
+                f'{MAX_RECORD_ITEMS} (at {path})'
             )
         if isinstance(value, Mapping):
             for key, item in value.items():
@@ -99,26 +79,23 @@ def check_plain(value: Any, where: str) -> None:
                 (item, depth + 1, f'{path}[{index}]')
                 for index, item in enumerate(value)
             )
-        elif isinstance(value, str):
-            if len(value) > MAX_RECORD_STRING:
-                raise RecordError(
-                    f'{where}: {path} of the HetDPT record is '
-                    f'a string of {len(value)} characters'
-                )
-        elif isinstance(value, bool) or value is None:
-            pass
-        elif isinstance(value, numbers.Integral):
-            if abs(value) > MAX_RECORD_INT:
-                raise RecordError(
-                    f'{where}: {path} of the HetDPT record is '
-                    f'an integer beyond +-{MAX_RECORD_INT}'
-                )
-        elif isinstance(value, numbers.Real):
-            if not math.isfinite(value):
-                raise RecordError(
-                    f'{where}: {path} of the HetDPT record is {value}'
-                )
-        else:
+        elif isinstance(value, str) and len(value) > MAX_RECORD_STRING:
+            raise RecordError(
+                f'{where}: {path} of the HetDPT record is '
+                f'a string of {len(value)} characters'
+            )
+        elif (
+            isinstance(value, numbers.Integral) and abs(value) > MAX_RECORD_INT
+        ):
+            raise RecordError(
+                f'{where}: {path} of the HetDPT record is '
+                f'an integer beyond +-{MAX_RECORD_INT}'
+            )
+        elif isinstance(value, numbers.Real) and not math.isfinite(value):
+            raise RecordError(
+                f'{where}: {path} of the HetDPT record is {value}'
+            )
+        elif not isinstance(value, (str, numbers.Real, type(None))):
             raise RecordError(
                 f'{where}: {path} of the HetDPT record is a '
                 f'{type(value).__name__}, not plain data'
@@ -154,15 +131,6 @@ class HetDPTRecord:
     #: stage-2 checkpoint) cannot say which GELUs are gone.
     act_unknown: bool = False
 
-    def __post_init__(self):
-        if self.form not in FORMS:
-            raise CheckpointError(
-                f'{self.source}: unknown form '
-                f'{self.form!r}; expected one of {FORMS}'
-            )
-        if not isinstance(self.spec, PruneSpec):
-            object.__setattr__(self, 'spec', PruneSpec.from_dict(self.spec))
-
     @property
     def from_tensors(self) -> bool:
         return self.origin == 'tensors'
@@ -187,9 +155,8 @@ class HetDPTRecord:
     def from_dict(
         cls, data: Mapping, source: str = 'checkpoint', origin: str = 'meta'
     ) -> 'HetDPTRecord':
-        """A record from plain data, checked against the record's schema
-        (fields, types, bounds); the family checks what its arguments
-        mean (:meth:`HetDPTBackbone.verify_record`)."""
+        """The one parse of a record: fields, types and bounds; the family
+        checks what its arguments mean (``verify_record``)."""
         if not isinstance(data, Mapping):
             raise RecordError(
                 f'{source}: the HetDPT record is a '
@@ -228,8 +195,7 @@ class HetDPTRecord:
         ):
             raise RecordError(
                 f"{source}: the HetDPT record's spec has depth "
-                f'{spec.get("depth")!r}; a depth is 1 to '
-                f'{MAX_DEPTH} blocks'
+                f'{spec.get("depth")!r}; a depth is 1 to {MAX_DEPTH} blocks'
             )
         try:
             spec = PruneSpec.from_dict(spec)
@@ -284,13 +250,9 @@ class HetDPTRecord:
 
 
 def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
-    """A record as a uint8 tensor of UTF-8 JSON.
-
-    State dicts go through code that expects tensors only (MMEngine's
-    weight broadcast at start-up and its EMA models, tracing for ONNX and
-    FLOP counting); a byte tensor passes everywhere, like a BatchNorm's
-    ``num_batches_tracked``, and loads with ``weights_only=True``.
-    """
+    """A record as a uint8 tensor of UTF-8 JSON: a byte tensor passes
+    everywhere a state dict goes (MMEngine's broadcast and EMA, tracing) and
+    loads with ``weights_only=True``."""
     text = json.dumps(plain_data(data), sort_keys=True)
     return torch.tensor(list(text.encode('utf-8')), dtype=torch.uint8)
 
@@ -298,12 +260,9 @@ def encode_record(data: Mapping[str, Any]) -> torch.Tensor:
 def decode_record(
     value: Any, where: str = 'a state dict entry'
 ) -> Dict[str, Any]:
-    """The record in a state-dict entry: a 1-D byte tensor of UTF-8 JSON
-    (or the dict it decodes to).  Anything else, or a record over
-    :data:`MAX_RECORD_BYTES`, is a :class:`RecordError` naming ``where``
-    (a damaged record is never taken for none); every reader of
-    ``*_extra_state`` entries comes here, and
-    :meth:`HetDPTRecord.from_dict` checks the rest of the schema."""
+    """The record in a state-dict entry (a 1-D byte tensor of UTF-8 JSON, or
+    its dict), for every reader of ``*_extra_state``: anything else is a
+    :class:`RecordError` naming ``where``, never taken for no record."""
     if isinstance(value, torch.Tensor):
         if value.dtype != torch.uint8 or value.dim() != 1:
             raise RecordError(
@@ -316,17 +275,18 @@ def decode_record(
                 f'{where}: a HetDPT record of {value.numel()} '
                 f'bytes (at most {MAX_RECORD_BYTES})'
             )
+        corrupt = f'{where} holds a corrupt HetDPT record'
         try:
-            value = json.loads(value.numpy().tobytes().decode('utf-8'))
-        except RecursionError:
-            raise RecordError(
-                f'{where}: the HetDPT record is nested deeper '
-                f'than {MAX_RECORD_NESTING}'
-            ) from None
-        except ValueError as err:  # bad UTF-8, bad JSON, 5000-digit ints
-            raise RecordError(
-                f'{where} holds a corrupt HetDPT record ({str(err)[:120]})'
-            ) from None
+            value = loads_json(
+                value.numpy().tobytes().decode('utf-8'),
+                corrupt,
+                max_depth=MAX_RECORD_NESTING,
+                constants=True,  # check_plain names the field
+            )
+        except UnicodeDecodeError as err:
+            raise RecordError(f'{corrupt}: not UTF-8 ({err.reason})') from None
+        except ValueError as err:
+            raise RecordError(str(err)) from None
     if not isinstance(value, Mapping):
         raise RecordError(
             f'{where} holds a corrupt HetDPT record (a '
@@ -349,9 +309,8 @@ def records_in(
 
 
 class RecordInStateDict:
-    """Mixin for modules that save a record of plain data with their
-    weights, under ``<prefix>_extra_state`` (torch's name for extra state),
-    encoded by :func:`encode_record`."""
+    """Mixin for modules that save a record with their weights under
+    ``<prefix>_extra_state``, encoded by :func:`encode_record`."""
 
     def state_record(self) -> Dict[str, Any]:
         raise NotImplementedError
@@ -375,33 +334,16 @@ class RecordInStateDict:
             )
         )
 
-    def _load_from_state_dict(
-        self,
-        state_dict,
-        prefix,
-        local_metadata,
-        strict,
-        missing_keys,
-        *args,
-        **kwargs,
-    ):
-        key = prefix + EXTRA_STATE_KEY
-        super()._load_from_state_dict(
-            state_dict,
-            prefix,
-            local_metadata,
-            strict,
-            missing_keys,
-            *args,
-            **kwargs,
-        )
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        key, missing_keys = prefix + EXTRA_STATE_KEY, args[2]
         if key not in state_dict and key in missing_keys:
             missing_keys.remove(key)  # written before records travelled
 
 
 def plain_data(value):
-    """Tuples to lists, recursively (records compare equal after a round
-    trip through JSON or a checkpoint)."""
+    """Tuples to lists, recursively: records compare equal after a round
+    trip through JSON or a checkpoint."""
     if isinstance(value, Mapping):
         return {k: plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

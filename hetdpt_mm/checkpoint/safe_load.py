@@ -1,22 +1,11 @@
-"""Safe checkpoint loading.
-
-torch >= 2.6 loads with ``weights_only=True`` by default, and MMEngine 0.10.x
-calls ``torch.load`` without the argument, so resuming from MMEngine's own
-checkpoints fails on the few non-tensor objects they contain (``HistoryBuffer``
-and numpy scalars in ``message_hub``).  Rather than turning the safety off,
-:func:`load_checkpoint_file` allows exactly those types and keeps every other
-checkpoint on ``weights_only=True``.  Full-object checkpoints load only after
-an explicit opt-in (``trusted=True`` or ``HETDPT_TRUST_CHECKPOINTS=1``).
-
-Importing :mod:`hetdpt_mm` registers it for every scheme MMEngine's
-``CheckpointLoader`` knows, so ``--resume``, ``load_from`` and ``init_cfg``
-use it for local files and remote ones alike: ``http(s)://`` (downloaded into
-torch.hub's cache by torch.hub, or taken from there), ``torchvision://``,
-``modelzoo://``, ``open-mmlab://``, ``openmmlab://`` and ``mmcls://``
-(resolved through MMEngine's model-zoo maps), ``pavi://``, ``s3://`` and
-``petrel://`` (fetched by their own backends).  Each is fetched the way
-MMEngine fetches it and then loaded only by :func:`load_checkpoint_file`, with
-the same opt-in; messages name the URL.
+"""Safe checkpoint loading: ``weights_only=True`` plus exactly the non-tensor
+types MMEngine 0.10 stores (``HistoryBuffer``, numpy scalars), which torch
+>= 2.6 refuses by default; full-object files load only with
+``trusted=True`` or ``HETDPT_TRUST_CHECKPOINTS=1``.  Importing
+:mod:`hetdpt_mm` routes every scheme of MMEngine's ``CheckpointLoader``
+(local, ``http(s)://``, ``torchvision://``, ``open-mmlab://``, ``mmcls://``,
+``pavi://``, ``s3://`` ...) here: fetched as MMEngine fetches it, loaded by
+:func:`load_checkpoint_file`.
 """
 
 import io
@@ -63,22 +52,10 @@ def _numpy_safe_globals():
     multiarray = (
         np._core.multiarray if hasattr(np, '_core') else np.core.multiarray
     )
-    scalar_types = (
-        np.bool_,
-        np.int8,
-        np.int16,
-        np.int32,
-        np.int64,
-        np.uint8,
-        np.uint16,
-        np.uint32,
-        np.uint64,
-        np.float16,
-        np.float32,
-        np.float64,
-    )
-    entries = [np.ndarray, np.dtype]
-    entries += [type(np.dtype(t)) for t in scalar_types]
+    names = ['bool', 'float16', 'float32', 'float64'] + [
+        f'{sign}int{bits}' for sign in ('', 'u') for bits in (8, 16, 32, 64)
+    ]
+    entries = [np.ndarray, np.dtype] + [type(np.dtype(n)) for n in names]
     # Checkpoints written under numpy 1 name these `numpy.core.*`.
     for obj, name in (
         (multiarray.scalar, 'scalar'),
@@ -92,9 +69,8 @@ def _numpy_safe_globals():
 
 
 def _history_buffer_getattr(obj, name):
-    """Stands in for ``getattr`` while unpickling: HistoryBuffer pickles its
-    statistics methods as ``getattr(HistoryBuffer, 'mean')``; nothing else
-    may be looked up."""
+    """``getattr`` while unpickling, for HistoryBuffer's statistics methods
+    only (pickled as ``getattr(HistoryBuffer, 'mean')``)."""
     from mmengine.logging.history_buffer import HistoryBuffer
 
     allowed = {'min', 'max', 'current', 'mean'} | set(
@@ -130,18 +106,9 @@ def load_checkpoint_file(
     mmap: bool = False,
     source: Optional[str] = None,
 ) -> Mapping:
-    """Load a checkpoint with ``weights_only=True`` plus MMEngine's types.
-
-    ``path`` is a local file or a binary file object (bytes fetched from
-    remote storage); ``source`` names the checkpoint in messages instead of
-    ``path`` (the URL it came from, with its cache file if it has one).
-
-    Raises :class:`FileNotFoundError` for a missing file,
-    :class:`~hetdpt_mm.fileio.NotARegularFileError` for a directory, FIFO
-    or device (before reading: /dev/zero would fill the memory), and
-    :class:`CheckpointError` naming the problem for anything that is not a
-    readable checkpoint (random bytes, truncated files, unsafe objects).
-    """
+    """Load a local file or binary file object with ``weights_only=True``
+    plus MMEngine's types; anything else is a :class:`CheckpointError`.
+    ``source`` names it in messages (the URL it came from)."""
     is_file_object = hasattr(path, 'read')
     if not is_file_object:
         path = os.fspath(check_input_file(path, 'checkpoint'))
@@ -180,20 +147,9 @@ def load_checkpoint_file(
                 f'if you trust its source: set {TRUST_ENV}=1 '
                 '(tools/train.py, tools/test.py: --trust-checkpoint).'
             ) from None
+        noise = ('documentation', 'file an issue', 'WeightsUnpickler error:')
         reason = next(
-            (
-                line
-                for line in lines[1:]
-                if line
-                and not any(
-                    noise in line
-                    for noise in (
-                        'documentation',
-                        'file an issue',
-                        'WeightsUnpickler error:',
-                    )
-                )
-            ),
+            (x for x in lines[1:] if x and not any(n in x for n in noise)),
             lines[0],
         )
         raise CheckpointError(
@@ -276,7 +232,7 @@ def _check_tensor_claims(checkpoint: Mapping, name: str) -> None:
 
 def _tag_extra_states(checkpoint: Mapping, name: str) -> None:
     """Name the file on the extra-state tensors of the checkpoint's state
-    dicts (the checkpoint itself and its dict entries)."""
+    dicts."""
     dicts = [checkpoint] + [
         v for v in checkpoint.values() if isinstance(v, Mapping)
     ]
@@ -302,14 +258,9 @@ def source_of(tensor: Any) -> Optional[str]:
 # load_checkpoint_file.
 
 
-def load_from_local(filename, map_location=None):
-    return load_checkpoint_file(filename, map_location)
-
-
 def _fetch_into_hub_cache(url: str) -> str:
-    """The file ``torch.hub.load_state_dict_from_url(url)`` would load,
-    downloaded by torch.hub unless it is already cached; rank 0 first, as in
-    MMEngine's ``load_from_http``."""
+    """The file torch.hub caches for ``url``, downloaded unless it is there;
+    rank 0 first, as in MMEngine's ``load_from_http``."""
     cached = osp.join(
         torch.hub.get_dir(), 'checkpoints', osp.basename(urlparse(url).path)
     )
@@ -402,10 +353,9 @@ def load_from_ceph(filename, map_location=None):
         return load_checkpoint_file(buffer, map_location, source=filename)
 
 
-#: MMEngine's prefixes (``CheckpointLoader.register_scheme``) and their safe
-#: loaders.
+#: MMEngine's prefixes and their safe loaders.
 SAFE_LOADERS = {
-    '': load_from_local,
+    '': load_checkpoint_file,
     ('http://', 'https://'): load_from_http,
     ('modelzoo://', 'torchvision://'): load_from_torchvision,
     ('open-mmlab://', 'openmmlab://'): load_from_openmmlab,
@@ -416,9 +366,8 @@ SAFE_LOADERS = {
 
 
 def register_mmengine_loader():
-    """Route all of MMEngine's checkpoint loading (local files and every
-    remote scheme) through :func:`load_checkpoint_file`, using MMEngine's own
-    extension point."""
+    """Route all of MMEngine's checkpoint loading through
+    :func:`load_checkpoint_file`."""
     for prefixes, loader in SAFE_LOADERS.items():
         mmengine_checkpoint.CheckpointLoader.register_scheme(
             prefixes, loader, force=True
