@@ -104,20 +104,17 @@ def _leave_two_out(X: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, int]:
     )
 
 
-def average_duplicates(
-    points: Sequence[MAPPoint],
-) -> Tuple[Tuple[MAPPoint, ...], int]:
-    """One point per ``(a, t)`` with the mean accuracy of its repeats, and
-    how many rows merged: repeats would weigh a split several times, and a
-    leave-2-out fold would train on the twin of a held-out point."""
+def _average_duplicates(points: Iterable[MAPPoint]) -> Tuple[MAPPoint, ...]:
+    """One point per ``(a, t)`` with the mean accuracy of its repeats: they
+    would weigh a split several times, and a leave-2-out fold would train
+    on the twin of a held-out point."""
     groups: Dict[Tuple[float, float], List[float]] = {}
     for point in points:
         groups.setdefault((point.a, point.t), []).append(point.accuracy)
-    averaged = tuple(
+    return tuple(
         MAPPoint(a, t, float(np.mean(accuracies)))
         for (a, t), accuracies in groups.items()
     )
-    return averaged, len(points) - len(averaged)
 
 
 def _score_degree(
@@ -158,11 +155,9 @@ def fit_map(
     """Least squares over the checked points (:func:`load_points_and_kind`
     or ``(a, t, accuracy)`` tuples), at the degree of lowest leave-2-out CV
     RMSE (ties: the lower); repeats of an ``(a, t)`` are averaged first."""
-    points, _ = average_duplicates(
-        [
-            p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
-            for p in points
-        ]
+    points = _average_duplicates(
+        p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
+        for p in points
     )
     degrees = _check_degrees(degrees)
     if len(points) > MAX_CV_POINTS:
