@@ -98,10 +98,8 @@ def _leave_two_out(X: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, int]:
         theta, _, rank, _ = np.linalg.lstsq(X[train], y[train], rcond=None)
         rank_deficient += rank < X.shape[1]
         errors[fold] = y[pairs[fold]] - X[pairs[fold]] @ theta
-    predictions = y[pairs] - errors
-    return np.bincount(pairs.ravel(), predictions.ravel(), n) / (n - 1), (
-        rank_deficient
-    )
+    predictions = np.bincount(pairs.ravel(), (y[pairs] - errors).ravel(), n)
+    return predictions / (n - 1), rank_deficient
 
 
 def _average_duplicates(points: Iterable[MAPPoint]) -> Tuple[MAPPoint, ...]:

@@ -159,9 +159,9 @@ def parse_points(
     source: str = 'points',
     locations: Optional[Sequence[str]] = None,
 ) -> List[MAPPoint]:
-    """Records (dicts, e.g. CSV rows) of ``accuracy`` (or ``acc``) and
-    removed counts (with ``depth``; ratios beside them must agree) or
-    retained ratios ``a, t``.  Errors name ``source`` and the record."""
+    """Records (dicts, e.g. CSV rows; names case-insensitive) of ``accuracy``
+    (or ``acc``) and removed counts (with ``depth``; ratios beside them must
+    agree) or retained ratios ``a, t``.  Errors name ``source`` and row."""
     if not records:
         raise ValueError(f'{source}: contains no points')
     if depth is not None:
