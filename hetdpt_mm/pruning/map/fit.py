@@ -55,7 +55,7 @@ def _design_matrix(
     return np.stack([a**i * t**j for i, j in terms], axis=-1)
 
 
-def _broadcast(a, t) -> List[np.ndarray]:
+def _broadcast(a, t) -> Sequence[np.ndarray]:
     return np.broadcast_arrays(np.asarray(a, float), np.asarray(t, float))
 
 
