@@ -26,7 +26,6 @@ from .allocation import (
     allocate_for_accuracy,
     allocate_for_speedup,
     count_name,
-    evaluate_candidates,
     evaluate_cost_candidates,
     format_candidates,
     load_allocation,
@@ -35,17 +34,8 @@ from .allocation import (
     resolve_bounds,
     smallest_budget_reaching,
 )
-from .fit import (
-    DegreeScore,
-    MAPFit,
-    average_duplicates,
-    check_t_kind,
-    fit_map,
-    polynomial_terms,
-    term_name,
-)
+from .fit import DegreeScore, MAPFit, fit_map, polynomial_terms
 from .points import (
-    T_KINDS,
     MAPPoint,
     load_points,
     load_points_and_kind,
@@ -62,16 +52,11 @@ __all__ = [
     'load_points',
     'parse_points',
     'polynomial_terms',
-    'term_name',
-    'T_KINDS',
     'load_points_and_kind',
     'points_t_kind',
-    'check_t_kind',
     'count_name',
-    'average_duplicates',
     'fit_map',
     'resolve_bounds',
-    'evaluate_candidates',
     'format_candidates',
     'allocate',
     'load_allocation',

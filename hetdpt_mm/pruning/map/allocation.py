@@ -4,6 +4,7 @@ maximising the MAP fit, and the latency-aware searches over every count
 pair against a speedup or accuracy target under a cost model
 (:mod:`hetdpt_mm.pruning.cost`)."""
 
+import itertools
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import (
@@ -31,9 +32,8 @@ Bounds = Union[str, Tuple[int, int]]
 
 @dataclass(frozen=True)
 class Candidate:
-    """One split of removed layers with MAP's prediction for it:
-    ``n_act`` counts the removed layers of the kind ``t`` counts (GELUs,
-    or FFN branches where the fit's ``t_kind`` is ``'ffn'``)."""
+    """A split of removed layers with MAP's prediction; ``n_act`` counts
+    the kind the fit's ``t`` counts (GELUs or FFN branches)."""
 
     n_attn: int
     n_act: int
@@ -76,33 +76,22 @@ def resolve_bounds(bounds: Bounds, depth: int) -> Tuple[int, int]:
 def evaluate_candidates(
     fit: MAPFit, depth: int, pairs: Iterable[Tuple[int, int]]
 ) -> List[Candidate]:
-    """MAP's prediction, and whether it extrapolates, for each
-    ``(n_attn, n_act)`` pair of removed counts."""
-    pairs = list(pairs)
-    counts = np.array(pairs, dtype=float).reshape(-1, 2)
+    """MAP's prediction for each ``(n_attn, n_act)`` pair."""
+    counts = np.array(list(pairs), dtype=int).reshape(-1, 2)
     a, t = ((depth - counts) / depth).T
-    predicted = np.atleast_1d(fit.predict(a, t))
-    inside = fit.in_data_hull(a, t)
+    rows = zip(
+        counts.tolist(), a, t, fit.predict(a, t), fit.in_data_hull(a, t)
+    )
     return [
-        Candidate(
-            int(n_attn),
-            int(n_act),
-            float(ai),
-            float(ti),
-            float(p),
-            not bool(ok),
-        )
-        for (n_attn, n_act), ai, ti, p, ok in zip(
-            pairs, a, t, predicted, inside
-        )
+        Candidate(n_attn, n_act, float(ai), float(ti), float(p), not ok)
+        for (n_attn, n_act), ai, ti, p, ok in rows
     ]
 
 
 @dataclass(frozen=True)
 class Allocation:
-    """MAP's split of a budget of removed layers: ``best`` is the argmax of
-    the predicted accuracy over ``candidates`` (first one on ties);
-    ``t_kind`` is the kind of the second count (the fit's)."""
+    """MAP's split of a budget: ``best`` maximises the predicted accuracy
+    over ``candidates`` (the first on ties)."""
 
     budget: int
     depth: int
@@ -120,15 +109,13 @@ class Allocation:
         return self.best.n_act
 
     def format_table(self) -> str:
-        """Every candidate, the argmax marked with ``*``."""
         return format_candidates(
             self.candidates, self.best, t_kind=self.t_kind
         )
 
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable form; :meth:`from_dict` restores it exactly.
-        With FFN branches the second count is ``n_ffn`` and ``t_kind`` is
-        written; without ``t_kind`` it counts GELUs (``n_act``)."""
+        """JSON form for :meth:`from_dict`; with FFN branches the second
+        count is ``n_ffn`` and ``t_kind`` is written."""
         data = dict(
             budget=self.budget,
             depth=self.depth,
@@ -144,8 +131,8 @@ class Allocation:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> 'Allocation':
-        """Rebuild an allocation saved with :meth:`to_dict`; raises
-        ``ValueError`` on anything malformed."""
+        """The allocation :meth:`to_dict` saved; ``ValueError`` if
+        malformed."""
         try:
             lo, hi = data['bounds']
             t_kind = check_t_kind(data.get('t_kind', ACT))
@@ -184,8 +171,8 @@ def load_allocation(path, bounds: str) -> Allocation:
 
 
 def count_name(t_kind: str) -> str:
-    """The name of the second count of a split (``n_act`` or ``n_ffn``)."""
-    return f'n_{check_t_kind(t_kind)}'
+    """The name of a split's second count (``n_act`` or ``n_ffn``)."""
+    return f'n_{t_kind}'
 
 
 def _candidate_dict(candidate: Candidate, t_kind: str) -> Dict[str, Any]:
@@ -213,8 +200,7 @@ def format_candidates(
     extra: Optional[Mapping[str, Sequence[str]]] = None,
     t_kind: str = ACT,
 ) -> str:
-    """Fixed-width table of candidates; ``extra`` adds columns (header ->
-    pre-formatted cells); ``t_kind`` names the second count's column."""
+    """Fixed-width table; ``extra`` adds columns (header -> cells)."""
     extra = dict(extra or {})
     header = (
         f'  {"n_attn":>6} {count_name(t_kind):>5} {"a":>6} {"t":>6} '
@@ -240,14 +226,8 @@ def format_candidates(
 def allocate(
     fit: MAPFit, budget: int, depth: int, bounds: Bounds = 'full'
 ) -> Allocation:
-    """Split ``budget`` removed layers into ``(n_attn, n_act)`` (the
-    second count of the kind the fit's ``t`` counts).
-
-    Searches ``{n_attn + n_act = budget, lo <= n_attn, n_act <= hi}`` (see
-    :func:`resolve_bounds`) and returns the maximiser of the predicted
-    accuracy together with the whole candidate table. Candidates outside the
-    fitted points' convex hull are flagged ``extrapolated`` but still count.
-    """
+    """MAP's split of ``budget`` removed layers, each count in ``bounds``;
+    extrapolated candidates count too (they are flagged)."""
     depth = check_depth(depth)
     budget = as_int(budget, 'budget')
     if budget < 0:
@@ -284,10 +264,8 @@ def rank_across_types(
     scores: Mapping[str, Sequence[float]], budget: int
 ) -> Dict[str, List[int]]:
     """The naive allocation HetDPT argues against (docs/method.md §2): the
-    ``budget`` layers with the lowest raw importance scores, attention and
-    GELU layers ranked together as if their scales were comparable (ties:
-    GELU first, then the lower block).  ``scores`` maps each kind to the
-    scores of its layers by block; returns the removed blocks per kind."""
+    ``budget`` lowest raw scores, attention and GELU ranked together as if
+    comparable (ties: GELU, then the lower block); removed blocks by kind."""
     ranked = sorted(
         (score, kind != ACT, index, kind)
         for kind in (ATTN, ACT)
@@ -310,8 +288,7 @@ class CostCandidate(Candidate):
 
 @dataclass(frozen=True)
 class CostAllocation:
-    """Result of a latency-aware search: ``best`` among ``feasible`` (the
-    candidates meeting the constraint); ``candidates`` holds every pair."""
+    """A latency-aware search: ``best`` among the ``feasible`` candidates."""
 
     objective: str
     best: CostCandidate
@@ -322,20 +299,14 @@ class CostAllocation:
 def evaluate_cost_candidates(
     fit: MAPFit, depth: int, cost: CostModel, bounds: Bounds = 'full'
 ) -> List[CostCandidate]:
-    """Every ``(n_attn, n_act)`` with both counts in ``bounds``, with MAP's
-    prediction and the speedup under ``cost`` (the second count priced as
-    the kind the fit's ``t`` counts)."""
+    """Every ``(n_attn, n_act)`` in ``bounds`` with its speedup."""
     depth = check_depth(depth)
     if cost.depth is not None and cost.depth != depth:
         raise ValueError(
             f'cost model is for depth {cost.depth}, but depth is {depth}'
         )
     lo, hi = resolve_bounds(bounds, depth)
-    pairs = [
-        (n_attn, n_act)
-        for n_attn in range(lo, hi + 1)
-        for n_act in range(lo, hi + 1)
-    ]
+    pairs = itertools.product(range(lo, hi + 1), repeat=2)
     return [
         CostCandidate(
             **vars(c),
@@ -346,8 +317,8 @@ def evaluate_cost_candidates(
 
 
 def pareto_front(candidates: Sequence[CostCandidate]) -> List[CostCandidate]:
-    """Candidates no other beats in both speedup and predicted accuracy,
-    by increasing speedup."""
+    """The candidates no other beats in both speedup and predicted
+    accuracy, by increasing speedup."""
     front: List[CostCandidate] = []
     for c in sorted(
         candidates, key=lambda c: (-c.predicted_accuracy, -c.speedup)
@@ -366,7 +337,11 @@ def allocate_for_speedup(
 ) -> CostAllocation:
     """Maximise predicted accuracy over all count pairs (any total) whose
     speedup is at least ``target_speedup``; ties go to the faster one."""
-    target = _positive(target_speedup, 'target speedup')
+    if not is_finite_number(target_speedup) or target_speedup <= 0:
+        raise ValueError(
+            f'target speedup must be a positive number, got {target_speedup!r}'
+        )
+    target = float(target_speedup)
     return _best_reaching(
         fit,
         depth,
@@ -418,17 +393,17 @@ def _best_reaching(
     goal: str,
     closest: str,
 ) -> CostAllocation:
-    """The pairs whose ``constrained`` value (``'speedup'`` or
-    ``'predicted_accuracy'``) is at least ``threshold``, best by the other
-    value, ties by ``constrained``; none: an error naming the ``goal`` and
-    the ``closest`` pair."""
+    """The best by the other value of the pairs whose ``constrained``
+    value reaches ``threshold``; none: an error naming the closest."""
     maximised = 'predicted_accuracy' if constrained == 'speedup' else 'speedup'
     candidates = evaluate_cost_candidates(fit, depth, cost, bounds)
     feasible = [c for c in candidates if getattr(c, constrained) >= threshold]
     if not feasible:
         top = max(candidates, key=attrgetter(constrained))
+        lo, hi = resolve_bounds(bounds, depth)
         raise ValueError(
-            f'no allocation {goal} under {_bounds_text(bounds, depth)}; '
+            f'no allocation {goal} under bounds {bounds!r} (each count in '
+            f'[{lo}, {hi}]); '
             f'{closest.format(getattr(top, constrained))} at '
             f'n_attn={top.n_attn}, {count_name(fit.t_kind)}={top.n_act}'
         )
@@ -458,14 +433,3 @@ def smallest_budget_reaching(
         ) >= target * (1 - 1e-12):
             return best
     return None
-
-
-def _positive(value: Any, name: str) -> float:
-    if not is_finite_number(value) or value <= 0:
-        raise ValueError(f'{name} must be a positive number, got {value!r}')
-    return float(value)
-
-
-def _bounds_text(bounds: Bounds, depth: int) -> str:
-    lo, hi = resolve_bounds(bounds, depth)
-    return f'bounds {bounds!r} (each count in [{lo}, {hi}])'

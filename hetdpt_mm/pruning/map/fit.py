@@ -32,8 +32,8 @@ FIT_FORMAT_VERSION = 1
 
 
 def polynomial_terms(degree: int) -> List[Tuple[int, int]]:
-    """Exponents ``(i, j)`` of the terms ``a^i t^j`` with ``i + j <= degree``,
-    ordered by total degree, then by decreasing power of ``a``."""
+    """Exponents ``(i, j)`` of ``a^i t^j``, ``i + j <= degree``, by total
+    degree, then by decreasing power of ``a``."""
     return [
         (total - j, j) for total in range(degree + 1) for j in range(total + 1)
     ]
@@ -55,14 +55,15 @@ def _design_matrix(
     return np.stack([a**i * t**j for i, j in terms], axis=-1)
 
 
+def _broadcast(a, t) -> Sequence[np.ndarray]:
+    return np.broadcast_arrays(np.asarray(a, float), np.asarray(t, float))
+
+
 @dataclass(frozen=True)
 class DegreeScore:
-    """Leave-2-out cross-validation result for one polynomial degree.
-
-    ``rank_deficient_folds`` counts training folds whose least-squares
-    problem had no unique solution (numpy then returns the minimum-norm
-    one). A skipped degree has ``skipped`` set and no errors.
-    """
+    """Leave-2-out CV of one degree; ``rank_deficient_folds`` counts folds
+    fitted by numpy's minimum-norm solution, ``skipped`` says why a degree
+    was not fitted."""
 
     degree: int
     n_terms: int
@@ -74,88 +75,63 @@ class DegreeScore:
 
 
 def _leave_two_out(X: np.ndarray, y: np.ndarray) -> Tuple[np.ndarray, int]:
-    """Hold out every unordered pair once; return each point's mean
-    prediction over the ``n - 1`` folds that held it out, and the number
-    of rank-deficient folds.
-
-    In closed form: with the hat matrix ``H`` of the full fit and its
-    residuals ``e``, the errors on a held-out pair ``S`` are
-    ``(I - H_SS)^-1 e_S``.  A fold whose ``I - H_SS`` is (nearly) singular
-    is solved directly; one without a unique least-squares fit gets numpy's
-    minimum-norm solution."""
+    """Each point's mean prediction over the ``n - 1`` folds holding it out
+    with one other point, and the number of rank-deficient folds.  Closed
+    form, from the full fit's hat matrix ``H`` and residuals ``r``: the
+    errors on a held-out pair ``S`` are ``(I - H_SS)^-1 r_S``."""
     n = len(y)
     basis = np.linalg.qr(X)[0]  # X has full column rank (_score_degree)
     hat = basis @ basis.T
     residual = y - hat @ y
-    first, second = np.triu_indices(n, 1)
-    h11 = 1 - hat[first, first]
-    h22 = 1 - hat[second, second]
-    h12 = -hat[first, second]
-    det = h11 * h22 - h12 * h12
-    # det is in [0, 1]; near 0 the closed form loses its precision (a fold
-    # of the paper's points at degree 3 has det 4e-10), so such folds are
-    # solved directly and lstsq's rank says whether they are deficient.
-    direct = np.abs(det) < 1e-6
-    det[direct] = 1.0
-    error_first = (h22 * residual[first] - h12 * residual[second]) / det
-    error_second = (h11 * residual[second] - h12 * residual[first]) / det
+    pairs = np.stack(np.triu_indices(n, 1), axis=1)
+    blocks = np.eye(2) - hat[pairs[:, :, None], pairs[:, None, :]]
+    # Near a singular block the closed form loses its precision (a fold of
+    # the paper's points at degree 3 has det 4e-10): such folds are refitted,
+    # and lstsq's rank says whether they are deficient.
+    direct = np.abs(np.linalg.det(blocks)) < 1e-6
+    blocks[direct] = np.eye(2)
+    errors = np.linalg.solve(blocks, residual[pairs][..., None])[..., 0]
     rank_deficient = 0
     for fold in np.flatnonzero(direct):
-        held_out = [first[fold], second[fold]]
         train = np.ones(n, dtype=bool)
-        train[held_out] = False
+        train[pairs[fold]] = False
         theta, _, rank, _ = np.linalg.lstsq(X[train], y[train], rcond=None)
         rank_deficient += rank < X.shape[1]
-        error_first[fold], error_second[fold] = (
-            y[held_out] - X[held_out] @ theta
-        )
-    prediction_sum = np.zeros(n)
-    np.add.at(prediction_sum, first, y[first] - error_first)
-    np.add.at(prediction_sum, second, y[second] - error_second)
-    return prediction_sum / (n - 1), rank_deficient
+        errors[fold] = y[pairs[fold]] - X[pairs[fold]] @ theta
+    predictions = np.bincount(pairs.ravel(), (y[pairs] - errors).ravel(), n)
+    return predictions / (n - 1), rank_deficient
 
 
-def average_duplicates(
-    points: Sequence[MAPPoint],
-) -> Tuple[Tuple[MAPPoint, ...], int]:
-    """One point per ``(a, t)``, with the mean accuracy of its repeats
-    (repeated runs of one split); and how many rows were merged away.
-    Repeats would otherwise weigh a split several times and make leave-2-out
-    folds hold out a point while training on its twin."""
+def _average_duplicates(points: Iterable[MAPPoint]) -> Tuple[MAPPoint, ...]:
+    """One point per ``(a, t)`` with the mean accuracy of its repeats: they
+    would weigh a split several times, and a leave-2-out fold would train
+    on the twin of a held-out point."""
     groups: Dict[Tuple[float, float], List[float]] = {}
     for point in points:
         groups.setdefault((point.a, point.t), []).append(point.accuracy)
-    averaged = tuple(
+    return tuple(
         MAPPoint(a, t, float(np.mean(accuracies)))
         for (a, t), accuracies in groups.items()
     )
-    return averaged, len(points) - len(averaged)
 
 
 def _score_degree(
     degree: int, a: np.ndarray, t: np.ndarray, y: np.ndarray
 ) -> Tuple[DegreeScore, Optional[np.ndarray]]:
-    terms = polynomial_terms(degree)
-    n = len(y)
+    terms, n = polynomial_terms(degree), len(y)
     if len(terms) > n - 2:
-        return DegreeScore(
-            degree,
-            len(terms),
-            skipped=(f'{len(terms)} terms > {n - 2} points per training fold'),
-        ), None
+        skipped = f'{len(terms)} terms > {n - 2} points per training fold'
+        return DegreeScore(degree, len(terms), skipped=skipped), None
     X = _design_matrix(a, t, terms)
     theta, _, rank, _ = np.linalg.lstsq(X, y, rcond=None)
     # Without full rank the points do not determine the polynomial: the
     # coefficients, and predictions away from the points, would be arbitrary.
     if rank < len(terms):
-        return DegreeScore(
-            degree,
-            len(terms),
-            skipped=(
-                f'rank-deficient: the points determine only {rank} of '
-                f'{len(terms)} coefficients'
-            ),
-        ), None
+        skipped = (
+            f'rank-deficient: the points determine only {rank} of '
+            f'{len(terms)} coefficients'
+        )
+        return DegreeScore(degree, len(terms), skipped=skipped), None
     cv_prediction, rank_deficient_folds = _leave_two_out(X, y)
     cv_error = cv_prediction - y
     score = DegreeScore(
@@ -174,26 +150,14 @@ def fit_map(
     degrees: Iterable[int] = (1, 2, 3, 4),
     t_kind: str = ACT,
 ) -> 'MAPFit':
-    """Fit MAP by least squares, choosing the degree by leave-2-out CV.
-
-    Every degree in ``degrees`` is scored unless it has more terms than a
-    training fold has points (``n - 2``) or the points leave it
-    rank-deficient; the degree with the lowest CV RMSE wins (ties go to the
-    lower degree). ``points`` are :class:`MAPPoint` or ``(a, t, accuracy)``;
-    repeats of one ``(a, t)`` are averaged first (:func:`average_duplicates`).
-    ``t_kind`` is the kind ``t`` counts (:data:`T_KINDS`; what
-    :func:`~hetdpt_mm.pruning.map.points.load_points_and_kind` reads).
-    """
-    t_kind = check_t_kind(t_kind)
-    points = tuple(
+    """Least squares over the checked points (:func:`load_points_and_kind`
+    or ``(a, t, accuracy)`` tuples), at the degree of lowest leave-2-out CV
+    RMSE (ties: the lower); repeats of an ``(a, t)`` are averaged first."""
+    points = _average_duplicates(
         p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
         for p in points
     )
     degrees = _check_degrees(degrees)
-    values = np.array([(p.a, p.t, p.accuracy) for p in points], float)
-    if not np.isfinite(values).all():
-        raise ValueError('MAP points must be finite numbers')
-    points, _ = average_duplicates(points)
     if len(points) > MAX_CV_POINTS:
         raise ValueError(
             f'{len(points)} distinct (a, t) points: leave-2-out CV is capped '
@@ -243,25 +207,20 @@ def check_t_kind(t_kind: Any) -> str:
 
 
 def _check_degrees(degrees: Iterable[int]) -> List[int]:
-    degrees = [as_int(d, 'degree') for d in degrees]
-    if not degrees:
-        raise ValueError('at least one polynomial degree is needed')
-    if any(d < 1 for d in degrees):
-        raise ValueError(f'degrees must be >= 1, got {degrees}')
-    if len(set(degrees)) != len(degrees):
-        raise ValueError(f'degrees must be distinct, got {degrees}')
-    return sorted(degrees)
+    degrees = sorted(as_int(d, 'degree') for d in degrees)
+    if not degrees or degrees[0] < 1 or len(set(degrees)) < len(degrees):
+        raise ValueError(
+            f'degrees must be one or more distinct integers >= 1, got '
+            f'{degrees}'
+        )
+    return degrees
 
 
 @dataclass(frozen=True)
 class MAPFit:
-    """A fitted Model Accuracy Predictor.
-
-    ``coefficients[i]`` multiplies ``terms[i]`` (see :func:`polynomial_terms`);
-    ``scores`` holds the CV table over all tried degrees; ``points`` are the
-    observations it was fitted to (kept to flag extrapolation); ``t``
-    counts GELUs kept (``t_kind='act'``) or FFN branches kept (``'ffn'``).
-    """
+    """A fitted MAP: ``coefficients[i]`` multiplies ``terms[i]``; the
+    ``points`` are kept to flag extrapolation; ``t`` counts GELUs kept
+    (``t_kind='act'``) or FFN branches kept (``'ffn'``)."""
 
     degree: int
     coefficients: Tuple[float, ...]
@@ -290,43 +249,28 @@ class MAPFit:
         return self.chosen.cv_rmse
 
     def predict(self, a, t):
-        """Predicted accuracy at retained ratios ``(a, t)``; broadcasts like
-        numpy, returns a float for scalar inputs."""
-        a_arr, t_arr = np.broadcast_arrays(
-            np.asarray(a, dtype=float), np.asarray(t, dtype=float)
-        )
-        prediction = _design_matrix(a_arr, t_arr, self.terms) @ np.asarray(
-            self.coefficients
-        )
+        """Predicted accuracy at ``(a, t)``; broadcasts, float for scalars."""
+        prediction = _design_matrix(*_broadcast(a, t), self.terms)
+        prediction = prediction @ np.asarray(self.coefficients)
         return float(prediction) if prediction.ndim == 0 else prediction
 
     def in_data_hull(self, a, t) -> np.ndarray:
-        """Whether ``(a, t)`` lies in the convex hull of the fitted points,
-        where the polynomial interpolates rather than extrapolates."""
-        query = np.stack(
-            np.broadcast_arrays(
-                np.asarray(a, dtype=float), np.asarray(t, dtype=float)
-            ),
-            -1,
-        )
+        """Whether ``(a, t)`` lies in the fitted points' convex hull, where
+        the polynomial interpolates."""
         # Rows of `equations` are unit outward normals n and offsets c of
         # the hull's edges: inside <=> n.x + c <= 0 for every edge.
-        distances = (
-            query @ self._hull.equations[:, :2].T + self._hull.equations[:, 2]
-        )
+        normals, offsets = np.split(self._hull.equations, [2], axis=1)
+        distances = np.stack(_broadcast(a, t), -1) @ normals.T + offsets[:, 0]
         return np.all(distances <= HULL_TOLERANCE, axis=-1)
 
     @property
     def hull_vertices(self) -> np.ndarray:
-        """Corners ``(a, t)`` of the fitted points' convex hull, in
-        counter-clockwise order."""
+        """The hull's corners ``(a, t)``, counter-clockwise."""
         return self._hull.points[self._hull.vertices]
 
     @cached_property
     def _hull(self) -> ConvexHull:
-        # A full-rank fit of degree >= 1 needs points spanning an area, so
-        # the hull is a proper polygon.
-        try:
+        try:  # a fit of full rank spans an area; a saved one may not
             return ConvexHull([(p.a, p.t) for p in self.points])
         except QhullError:
             raise ValueError(
@@ -334,9 +278,8 @@ class MAPFit:
             ) from None
 
     def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable form; :meth:`from_dict` restores it exactly.
-        ``t_kind`` is written only for FFN branches: a fit without it
-        counts GELUs."""
+        """JSON form for :meth:`from_dict`; a fit without ``t_kind`` counts
+        GELUs."""
         data = {
             'format': FIT_FORMAT,
             'version': FIT_FORMAT_VERSION,
@@ -359,8 +302,7 @@ class MAPFit:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> 'MAPFit':
-        """Rebuild a fit saved with :meth:`to_dict`; raises ``ValueError`` on
-        anything malformed."""
+        """The fit :meth:`to_dict` saved; ``ValueError`` if malformed."""
         try:
             if data.get('format') != FIT_FORMAT:
                 raise ValueError(

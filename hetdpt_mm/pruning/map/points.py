@@ -8,15 +8,7 @@ import numbers
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import (
-    Any,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Union,
-)
+from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ...fileio import check_input_file, loads_json
 from ...spec import ACT, FFN
@@ -28,6 +20,7 @@ ACCURACY_COLUMNS = ('accuracy', 'acc')
 T_KINDS = (ACT, FFN)
 #: The removed-count columns by the kind ``t`` counts.
 COUNT_COLUMNS = {kind: ('n_attn', f'n_{kind}') for kind in T_KINDS}
+ALL_COUNT_COLUMNS = ('n_attn', *(f'n_{kind}' for kind in T_KINDS))
 RATIO_COLUMNS = ('a', 't')
 # Ratios stored next to counts may be rounded to two decimals, as in the
 # paper's table (11/12 -> 0.92); one layer at depth <= 50 differs by >= 0.02.
@@ -43,18 +36,12 @@ class MAPPoint:
     accuracy: float
 
 
-# ---------------------------------------------------------------- loading --
-
-
 def load_points(
     path: Union[str, Path], depth: Optional[int] = None
 ) -> List[MAPPoint]:
-    """Read MAP points from a CSV file or a JSON file.
-
-    JSON holds a list of objects or ``{"points": [...]}``; a file whose first
-    non-blank character is ``[`` or ``{`` is read as JSON, anything else as
-    CSV with a header row. See :func:`parse_points` for the columns.
-    """
+    """MAP points from a CSV file with a header row, or a JSON file (first
+    character ``[`` or ``{``) of a list of objects or ``{"points": [...]}``;
+    the columns: :func:`parse_points`."""
     return load_points_and_kind(path, depth)[0]
 
 
@@ -63,9 +50,8 @@ def load_points_and_kind(
     depth: Optional[int] = None,
     unrecorded: Optional[str] = ACT,
 ) -> Tuple[List[MAPPoint], Optional[str]]:
-    """:func:`load_points`, and the kind the points' ``t`` counts
-    (:func:`points_t_kind`; ``unrecorded`` for a file whose columns do not
-    say, ratios alone)."""
+    """:func:`load_points`, and the kind their ``t`` counts
+    (:func:`points_t_kind`)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f'MAP points file not found: {path}')
@@ -102,8 +88,6 @@ def _read_json_records(
         raise ValueError(
             f'{path}: expected a list of points, got {type(data).__name__}'
         )
-    if not data:
-        raise ValueError(f'{path}: contains no points')
     for index, record in enumerate(data, start=1):
         if not isinstance(record, dict):
             raise ValueError(
@@ -121,7 +105,7 @@ def _read_csv_records(
     reader = csv.DictReader(io.StringIO(text))
     # DictReader keeps the last of two columns of one name.
     counts = Counter(map(_normalise_key, reader.fieldnames or ()))
-    for name in (*ACCURACY_COLUMNS, *_count_column_names(), *RATIO_COLUMNS):
+    for name in (*ACCURACY_COLUMNS, *ALL_COUNT_COLUMNS, *RATIO_COLUMNS):
         if counts[name] > 1:
             times = 'twice' if counts[name] == 2 else f'{counts[name]} times'
             raise ValueError(
@@ -139,24 +123,14 @@ def _read_csv_records(
     return records, locations
 
 
-def _count_column_names() -> List[str]:
-    return list(
-        dict.fromkeys(
-            name for columns in COUNT_COLUMNS.values() for name in columns
-        )
-    )
-
-
 def points_t_kind(
     records: Sequence[Mapping[str, Any]],
     source: str = 'points',
     unrecorded: Optional[str] = ACT,
 ) -> Optional[str]:
-    """The kind the records' ``t`` counts, from their columns: ``'ffn'``
-    with ``n_ffn`` or ``removed_ffn`` (whole FFN branches, as
-    ``MAPCollectHook`` writes them), ``'act'`` with ``n_act`` or
-    ``removed_act`` (GELUs), else (ratios alone) ``unrecorded``.  Columns
-    of both kinds are refused."""
+    """The kind ``t`` counts by the columns (``n_ffn`` / ``removed_ffn``:
+    FFN branches; ``n_act`` / ``removed_act``: GELUs), ``unrecorded`` for
+    ratios alone."""
     columns = _columns(records)
     kinds = [
         kind for kind in T_KINDS if {f'n_{kind}', f'removed_{kind}'} & columns
@@ -185,20 +159,13 @@ def parse_points(
     source: str = 'points',
     locations: Optional[Sequence[str]] = None,
 ) -> List[MAPPoint]:
-    """Turn records (dicts, e.g. CSV rows) into :class:`MAPPoint` objects.
-
-    Each record gives ``accuracy`` (or ``acc``) and either removed counts
-    ``n_attn, n_act`` (or ``n_attn, n_ffn``, see :func:`points_t_kind`;
-    converted with ``depth``) or retained ratios ``a, t``.
-    With ``depth`` given, counts win and ratios in the same record must
-    agree with them to ``RATIO_TOLERANCE``; without it, ratios are used.
-    Column names are case-insensitive; other columns are ignored. Errors
-    name ``source`` and the record (``locations[i]``, default ``row i``).
-    """
-    if depth is not None:
-        depth = check_depth(depth)
+    """Records (dicts, e.g. CSV rows; names case-insensitive) of ``accuracy``
+    (or ``acc``) and removed counts (with ``depth``; ratios beside them must
+    agree) or retained ratios ``a, t``.  Errors name ``source`` and row."""
     if not records:
         raise ValueError(f'{source}: contains no points')
+    if depth is not None:
+        depth = check_depth(depth)
     if locations is None:
         locations = [
             f'{source}, row {index}' for index in range(1, len(records) + 1)
@@ -242,20 +209,13 @@ def parse_points(
 def _check_accuracy_units(
     points: Sequence[MAPPoint], locations: Sequence[str]
 ) -> None:
-    """Accuracies are all percentages or all fractions: a file mixing 81.8
-    and 0.818 would fit a surface through both."""
-    fractions = [
-        where for point, where in zip(points, locations) if point.accuracy <= 1
-    ]
-    if fractions and len(fractions) < len(points):
-        percent = next(
-            where
-            for point, where in zip(points, locations)
-            if point.accuracy > 1
-        )
+    """A file mixing 81.8 and 0.818 would fit a surface through both."""
+    fractions = [w for p, w in zip(points, locations) if p.accuracy <= 1]
+    percents = [w for p, w in zip(points, locations) if p.accuracy > 1]
+    if fractions and percents:
         raise ValueError(
             f'accuracies mix fractions (<= 1, e.g. {fractions[0]}) and '
-            f'percentages (> 1, e.g. {percent}); give all in one unit'
+            f'percentages (> 1, e.g. {percents[0]}); give all in one unit'
         )
 
 
@@ -291,11 +251,9 @@ def _point_from_record(
             'percentage (0 to 100) or a fraction (0 to 1)'
         )
 
+    columns = RATIO_COLUMNS if depth is None else count_columns
+    a, t = (_retained_ratio(values, name, depth, where) for name in columns)
     if depth is not None:
-        a, t = (
-            _ratio_from_count(values, name, depth, where)
-            for name in count_columns
-        )
         for name, derived in zip(RATIO_COLUMNS, (a, t)):
             given = values.get(name)
             if given is not None and abs(given - derived) > RATIO_TOLERANCE:
@@ -305,8 +263,6 @@ def _point_from_record(
                     f'{count_name}={values[count_name]:g} at depth {depth} '
                     f'(which gives {name}={derived:.4f})'
                 )
-    else:
-        a, t = (_checked_ratio(values, name, where) for name in RATIO_COLUMNS)
     return MAPPoint(a=a, t=t, accuracy=accuracy)
 
 
@@ -329,34 +285,28 @@ def _as_number(value: Any, name: str, where: str) -> float:
         ) from None
 
 
-def _ratio_from_count(
-    values: Mapping[str, float], name: str, depth: int, where: str
+def _retained_ratio(
+    values: Mapping[str, float], name: str, depth: Optional[int], where: str
 ) -> float:
+    """Column ``name`` as a retained ratio: a removed count at ``depth``, or
+    without it a ratio."""
     if name not in values:
         raise ValueError(f'{where}: missing value for "{name}"')
-    count = values[name]
-    if not (math.isfinite(count) and count.is_integer()):
+    value = values[name]
+    if depth is None:
+        if not 0.0 <= value <= 1.0:  # also rejects NaN
+            raise ValueError(
+                f'{where}: ratio {name}={value:g} is outside [0, 1]'
+            )
+        return value
+    if not (math.isfinite(value) and value.is_integer()):
         raise ValueError(
-            f'{where}: {name}={count:g} is not a whole number '
+            f'{where}: {name}={value:g} is not a whole number '
             'of removed layers'
         )
-    if not 0 <= count <= depth:
+    if not 0 <= value <= depth:
         raise ValueError(
-            f'{where}: {name}={count:g} is outside [0, {depth}] '
+            f'{where}: {name}={value:g} is outside [0, {depth}] '
             f'(depth {depth})'
         )
-    return (depth - count) / depth
-
-
-def _checked_ratio(
-    values: Mapping[str, float], name: str, where: str
-) -> float:
-    if name not in values:
-        raise ValueError(f'{where}: missing value for "{name}"')
-    ratio = values[name]
-    if not 0.0 <= ratio <= 1.0:  # also rejects NaN
-        raise ValueError(f'{where}: ratio {name}={ratio:g} is outside [0, 1]')
-    return ratio
-
-
-# ---------------------------------------------------------------- fitting --
+    return (depth - value) / depth
