@@ -130,7 +130,7 @@ def _centre_clamped_bias_tables(state: 'OrderedDict') -> 'OrderedDict':
     """The official code and timm shrink a stage's window (and its bias
     table) to a smaller map; such a table goes to the centre of one for the
     model's window, whose central offsets a shrunk window reads
-    (:func:`~hetdpt_mm.models.swin.layers.relative_position_index`)."""
+    (:meth:`~.layers.WindowAttention.relative_position_bias`)."""
     tables = [k for k in state if k.endswith('relative_position_bias_table')]
     sides = {k: int(round(state[k].shape[0] ** 0.5)) for k in tables}
     side = max(sides.values(), default=0)
