@@ -92,6 +92,12 @@ class WindowAttention(timm_swin.WindowAttention):
         self.pad_small_map = pad_small_map
         self.scale = qk_scale or self.scale
 
+    def reset_parameters(self) -> None:
+        # A zero table, as mmdet's Swin until init_weights: building a
+        # model draws no random numbers for it.
+        nn.init.zeros_(self.relative_position_bias_table)
+        self._init_buffers()
+
     def relative_position_bias(self, window: int) -> torch.Tensor:
         """``(1, heads, window², window²)``; a window shrunk to a small map
         reads the table's central offsets."""
@@ -185,7 +191,9 @@ class WindowBlock:
         self, dim: int, num_heads: int, attn_layer, attn_args, **block_args
     ):
         # timm's Block cannot pass window arguments: a placeholder without
-        # tensors stands in until the attention is set in its place.
+        # tensors stands in for the attention, built first (the order in
+        # which a seeded model draws its weights).
+        attn = attn_layer(dim, num_heads, **attn_args)
         super().__init__(
             dim,
             num_heads,
@@ -193,7 +201,7 @@ class WindowBlock:
             norm_layer=nn.LayerNorm,
             **block_args,
         )
-        self.attn = attn_layer(dim, num_heads, **attn_args)
+        self.attn = attn
 
     def forward(self, x: torch.Tensor, hw_shape: HWShape) -> torch.Tensor:
         x = x + self.drop_path1(self.attn(self.norm1(x), hw_shape))
