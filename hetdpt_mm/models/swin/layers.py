@@ -119,10 +119,11 @@ class WindowAttention(timm_swin.WindowAttention):
         mask: Optional[torch.Tensor],
     ) -> torch.Tensor:
         """Self-attention within each window, ``(B * windows, N, C)``, in
-        one fused ``scaled_dot_product_attention`` call.  With a shift
-        mask, each image's windows are extra heads, so that one ``(1,
-        windows * heads, N, N)`` mask broadcasts over the images without a
-        copy (a 5-D mask would take the unfused path)."""
+        one fused ``scaled_dot_product_attention`` call, as a ViT's timm
+        Attention (timm's ``fused_attn`` flag, off for window attention, is
+        not read).  With a shift mask, each image's windows are extra heads,
+        so that one ``(1, windows * heads, N, N)`` mask broadcasts over the
+        images without a copy (a 5-D mask would take the unfused path)."""
         count, tokens, channels = windows.shape
         groups = 1 if mask is None else mask.shape[0]
         qkv = self.qkv(windows).view(
