@@ -36,7 +36,7 @@ from collections import OrderedDict
 from typing import Dict, List, Mapping, Tuple
 
 import torch
-import torch.nn.functional as F
+from timm.layers.pos_embed_rel import resize_rel_pos_bias_table_simple
 
 from ...checkpoint.safe_load import StateDictMismatch
 from ...spec import PruneSpec
@@ -337,11 +337,9 @@ def resize_relative_position_bias_table(
             f'a relative position bias table of {table.shape[0]} rows is '
             'not a square grid of offsets'
         )
-    new_side = 2 * window - 1
-    if side == new_side:
-        return table
-    grid = table.T.reshape(1, -1, side, side).float()
-    grid = F.interpolate(
-        grid, size=(new_side, new_side), mode='bicubic', align_corners=False
+    resized = resize_rel_pos_bias_table_simple(
+        table.float(),
+        (window, window),
+        ((2 * window - 1) ** 2, table.shape[1]),
     )
-    return grid.reshape(-1, new_side * new_side).T.to(table.dtype)
+    return resized.to(table.dtype)
