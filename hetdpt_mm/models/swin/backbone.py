@@ -8,7 +8,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import torch
 import torch.nn as nn
 from mmengine.logging import print_log
-from timm.layers import trunc_normal_
+from timm.layers import PatchEmbed, trunc_normal_
 from torch.utils.checkpoint import checkpoint
 
 from ...spec import ACT, ATTN, PruneSpec
@@ -19,12 +19,7 @@ from ..layers import WHOLE_BRANCH
 from . import codec as swin_codec
 from . import state_dict as swin_state_dict
 from .codec import SWIN_SEMANTICS
-from .layers import (
-    PatchMerging,
-    SwinPatchEmbed,
-    SwinStage,
-    build_swin_block,
-)
+from .layers import PatchMerging, SwinStage, build_swin_block
 from .stock_args import (
     TOOLBOX_DEFAULTS,
     read_stock_args,
@@ -198,8 +193,13 @@ class HetDPTSwin(HetDPTBackbone):
             dims[min(s + 1, stages - 1)] if out_after_downsample else dims[s]
             for s in range(stages)
         ]
-        self.patch_embed = SwinPatchEmbed(
-            in_channels, dims[0], patch_size, patch_norm
+        self.patch_embed = PatchEmbed(
+            img_size=None,
+            patch_size=patch_size,
+            in_chans=in_channels,
+            embed_dim=dims[0],
+            norm_layer=nn.LayerNorm if patch_norm else None,
+            dynamic_img_pad=True,  # inputs padded (bottom / right)
         )
         self.drop_after_pos = nn.Dropout(drop_rate)
         self.stages = nn.ModuleList(
@@ -214,14 +214,17 @@ class HetDPTSwin(HetDPTBackbone):
         )
         # Stochastic depth grows linearly over all blocks (as mmdet, timm).
         depth = sum(depths)
+        block_drop = drop_rate if block_drop_rate is None else block_drop_rate
         self._block_args = dict(
             mlp_ratio=self.arch_settings['mlp_ratio'],
-            qkv_bias=qkv_bias,
-            qk_scale=qk_scale,
-            attn_drop_rate=attn_drop_rate,
-            drop_rate=drop_rate
-            if block_drop_rate is None
-            else block_drop_rate,
+            proj_drop=block_drop,
+            attn_args=dict(
+                qkv_bias=qkv_bias,
+                qk_scale=qk_scale,
+                attn_drop=attn_drop_rate,
+                proj_drop=block_drop,
+                pad_small_map=pad_small_map,
+            ),
             drop_path=[
                 drop_path_rate * i / max(depth - 1, 1) for i in range(depth)
             ],
@@ -255,7 +258,7 @@ class HetDPTSwin(HetDPTBackbone):
         self.semantics = dict(semantics)
         self._spec = spec  # fixed for pruned/merged; gates own it if gated
         args = dict(self._block_args)
-        drop_path = args.pop('drop_path')
+        drop_path, attn_args = args.pop('drop_path'), args.pop('attn_args')
         depths = self.arch_settings['depths']
         positions = swin_state_dict.block_positions(depths)
         blocks = [[] for _ in depths]
@@ -264,13 +267,15 @@ class HetDPTSwin(HetDPTBackbone):
                 build_swin_block(
                     dim=self.stage_dims[stage],
                     num_heads=self.arch_settings['num_heads'][stage],
-                    window_size=self.window_size,
-                    shift_size=self.window_size // 2 if block % 2 else 0,
+                    attn_args=dict(
+                        attn_args,
+                        window_size=self.window_size,
+                        shift_size=self.window_size // 2 if block % 2 else 0,
+                    ),
                     drop_path=drop_path[index],
                     form=form,
                     attn_removed=spec.is_removed(ATTN, index),
                     act_removed=spec.is_removed(ACT, index),
-                    pad_small_map=self.pad_small_map,
                     **args,
                     **self.semantics,
                 )
@@ -360,7 +365,8 @@ class HetDPTSwin(HetDPTBackbone):
     # -------------------------------------------------------------- forward
     def forward(self, x: torch.Tensor) -> tuple:
         self._check_weights_arrived()
-        x, hw_shape = self.patch_embed(x)
+        hw_shape = self.patch_embed.dynamic_feat_size(x.shape[-2:])
+        x = self.patch_embed(x)
         x = self.drop_after_pos(x)
         outs = []
         for index, stage in enumerate(self.stages):

@@ -19,18 +19,22 @@ Every size works: maps are padded (bottom / right) to whole windows and to
 even sizes before patch merging, and the padding is dropped again.
 """
 
+from itertools import product
 from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from timm.layers import DropPath, Mlp
+from timm.models import swin_transformer as timm_swin
+from timm.models.swin_transformer import get_relative_position_index
 
 from ..gates import GatedResidualBranch
 from ..layers import (
+    AttentionBypass,
+    GatedHetDPTBlock,
+    HetDPTBlock,
     assemble_block,
     choose_block_layers,
-    residual_gelu_applies,
 )
 
 #: What the attention logits of token pairs from different regions of a
@@ -38,40 +42,6 @@ from ..layers import (
 MASKED_LOGIT = -100.0
 
 HWShape = Tuple[int, int]
-
-
-def relative_position_index(window: int, table_window: int) -> torch.Tensor:
-    """``(window², window²)`` indices into a relative-position-bias table
-    made for ``table_window`` (``(2 * table_window - 1)²`` rows), for the
-    token pairs of a ``window`` x ``window`` window (``window <=
-    table_window``: a smaller window uses the table's central offsets)."""
-    coords = torch.stack(
-        torch.meshgrid(
-            torch.arange(window), torch.arange(window), indexing='ij'
-        )
-    ).flatten(1)
-    offsets = coords[:, :, None] - coords[:, None, :] + table_window - 1
-    return offsets[0] * (2 * table_window - 1) + offsets[1]
-
-
-def window_partition(x: torch.Tensor, window: int) -> torch.Tensor:
-    """``(B, H, W, C)`` -> ``(B * windows, window², C)``."""
-    batch, height, width, channels = x.shape
-    x = x.view(
-        batch, height // window, window, width // window, window, channels
-    )
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, window * window, channels)
-
-
-def window_reverse(
-    windows: torch.Tensor, window: int, height: int, width: int
-) -> torch.Tensor:
-    """The inverse of :func:`window_partition`."""
-    channels = windows.shape[-1]
-    x = windows.view(
-        -1, height // window, width // window, window, window, channels
-    )
-    return x.permute(0, 1, 3, 2, 4, 5).reshape(-1, height, width, channels)
 
 
 def shifted_window_mask(
@@ -82,87 +52,65 @@ def shifted_window_mask(
     attend to each other."""
     region = torch.zeros(1, height, width, 1, device=device)
     bounds = (slice(0, -window), slice(-window, -shift), slice(-shift, None))
-    label = 0
-    for rows in bounds:
-        for cols in bounds:
-            region[:, rows, cols, :] = label
-            label += 1
-    labels = window_partition(region, window).squeeze(-1)
+    for label, (rows, cols) in enumerate(product(bounds, bounds)):
+        region[:, rows, cols] = label
+    labels = timm_swin.window_partition(region, (window, window)).flatten(1)
     different = labels[:, None, :] != labels[:, :, None]
     return torch.zeros(different.shape, device=device).masked_fill(
         different, MASKED_LOGIT
     )
 
 
-class WindowAttention(nn.Module):
-    """Multi-head self-attention within (shifted) windows, with a learned
-    relative position bias (Swin's W-MSA / SW-MSA).
+class WindowAttention(timm_swin.WindowAttention):
+    """timm's window attention (Swin's W-MSA / SW-MSA, with its relative
+    position bias table) applied to a whole map, as mmdet's / mmseg's Swin:
+    the map is padded to whole windows, *then* rolled by ``shift_size``
+    (timm's block rolls before padding).
 
     Args:
-        window_size: side of the square windows (and of the bias table).
         shift_size: roll of the map before partitioning (0: W-MSA).
         pad_small_map: a map no larger than a window is padded to whole
             (shifted) windows, as mmdet's / mmseg's Swin; otherwise
             (classification: the official code, timm, mmpretrain) the
             window shrinks to the map and is not shifted.
+        qk_scale: the logit scale (``None``: head width ``**-0.5``).
+        **timm_args: timm's ``window_size`` (side of the square windows and
+            of the bias table), ``qkv_bias``, ``attn_drop``, ``proj_drop``.
     """
 
     def __init__(
         self,
         dim: int,
         num_heads: int,
-        window_size: int,
         shift_size: int = 0,
-        qkv_bias: bool = True,
-        attn_drop: float = 0.0,
-        proj_drop: float = 0.0,
         pad_small_map: bool = False,
         qk_scale: Optional[float] = None,
+        **timm_args,
     ):
-        super().__init__()
-        if not 0 <= shift_size < window_size:
-            raise ValueError(
-                f'shift_size must be in 0..{window_size - 1}, got {shift_size}'
-            )
-        if dim % num_heads:
-            raise ValueError(
-                f'{dim} channels do not split into {num_heads} heads'
-            )
-        self.num_heads = num_heads
-        self.window_size = window_size
+        super().__init__(dim, num_heads, **timm_args)
         self.shift_size = shift_size
         self.pad_small_map = pad_small_map
-        self.scale = qk_scale or (dim // num_heads) ** -0.5
-        self.relative_position_bias_table = nn.Parameter(
-            torch.zeros((2 * window_size - 1) ** 2, num_heads)
-        )
-        self.register_buffer(
-            'relative_position_index',
-            relative_position_index(window_size, window_size),
-            persistent=False,
-        )
-        self.qkv = nn.Linear(dim, dim * 3, bias=qkv_bias)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
+        self.scale = qk_scale or self.scale
 
-    def window_and_shift(self, hw_shape: HWShape) -> Tuple[int, int]:
-        """The window side and shift used on a map of ``hw_shape``."""
-        smallest = min(hw_shape)
-        if smallest <= self.window_size and not self.pad_small_map:
-            return smallest, 0
-        return self.window_size, self.shift_size
+    def reset_parameters(self) -> None:
+        # A zero table, as mmdet's Swin until init_weights: building a
+        # model draws no random numbers for it.
+        nn.init.zeros_(self.relative_position_bias_table)
+        self._init_buffers()
 
     def relative_position_bias(self, window: int) -> torch.Tensor:
-        index = (
-            self.relative_position_index
-            if window == self.window_size
-            else relative_position_index(window, self.window_size).to(
-                self.relative_position_index.device
-            )
-        )
-        bias = self.relative_position_bias_table[index.flatten()]
-        return bias.view(window * window, window * window, -1).permute(2, 0, 1)
+        """``(1, heads, window², window²)``; a window shrunk to a small map
+        reads the table's central offsets."""
+        full = self.window_size[0]
+        if window == full:
+            return self._get_rel_pos_bias()
+        centre = slice(full - window, full + window - 1)
+        table = self.relative_position_bias_table.view(
+            2 * full - 1, 2 * full - 1, -1
+        )[centre, centre].reshape(-1, self.num_heads)
+        index = get_relative_position_index(window, window).flatten()
+        bias = table[index.to(table.device)].view(window**2, window**2, -1)
+        return bias.permute(2, 0, 1)[None]
 
     def attend(
         self,
@@ -170,44 +118,37 @@ class WindowAttention(nn.Module):
         bias: torch.Tensor,
         mask: Optional[torch.Tensor],
     ) -> torch.Tensor:
-        """Self-attention within each window: ``(B * windows, N, C)``.
-
-        One ``scaled_dot_product_attention`` call: PyTorch's fused kernel
-        takes the bias (and shift mask) as an additive mask, 2-2.5x faster
-        on CPU than logits, softmax and product written out.  With a shift
-        mask, each image's windows are treated as extra heads, so that one
-        ``(1, windows * heads, N, N)`` mask broadcasts over the images
-        without a copy (a 5-D mask would take the unfused path).
-        """
+        """Self-attention within each window, ``(B * windows, N, C)``, in
+        one fused ``scaled_dot_product_attention`` call, as a ViT's timm
+        Attention (timm's ``fused_attn`` flag, off for window attention, is
+        not read).  With a shift mask, each image's windows are extra heads,
+        so that one ``(1, windows * heads, N, N)`` mask broadcasts over the
+        images without a copy (a 5-D mask would take the unfused path)."""
         count, tokens, channels = windows.shape
         groups = 1 if mask is None else mask.shape[0]
-        heads = groups * self.num_heads
-        qkv = self.qkv(windows).reshape(
+        qkv = self.qkv(windows).view(
             count // groups, groups, tokens, 3, self.num_heads, -1
         )
-        query, key, value = (
-            qkv.permute(3, 0, 1, 4, 2, 5)
-            .reshape(3, count // groups, heads, tokens, -1)
-            .unbind(0)
-        )
+        query, key, value = qkv.permute(3, 0, 1, 4, 2, 5).flatten(2, 3)
         if mask is not None:
-            bias = (mask[:, None] + bias).flatten(0, 1)
+            bias = (mask[:, None] + bias).flatten(0, 1)[None]
         out = F.scaled_dot_product_attention(
             query,
             key,
             value,
-            attn_mask=bias[None],
+            attn_mask=bias,
             dropout_p=self.attn_drop.p if self.training else 0.0,
             scale=self.scale,
         )
-        out = out.view(count // groups, groups, self.num_heads, tokens, -1)
-        out = out.permute(0, 1, 3, 2, 4).reshape(count, tokens, channels)
-        return self.proj_drop(self.proj(out))
+        out = out.unflatten(1, (groups, self.num_heads)).transpose(2, 3)
+        return self.proj_drop(self.proj(out.reshape(count, tokens, channels)))
 
     def forward(self, x: torch.Tensor, hw_shape: HWShape) -> torch.Tensor:
         batch, _, channels = x.shape
         height, width = hw_shape
-        window, shift = self.window_and_shift(hw_shape)
+        window, shift = self.window_size[0], self.shift_size
+        if min(hw_shape) <= window and not self.pad_small_map:
+            window, shift = min(hw_shape), 0
         x = x.view(batch, height, width, channels)
         padded = bool(height % window or width % window)
         if padded:  # (a copy: skipped where the windows fit, e.g. at 224²)
@@ -220,11 +161,13 @@ class WindowAttention(nn.Module):
                 padded_height, padded_width, window, shift, x.device
             )
         windows = self.attend(
-            window_partition(x, window),
+            timm_swin.window_partition(x, (window, window)).flatten(1, 2),
             self.relative_position_bias(window),
             mask,
         )
-        x = window_reverse(windows, window, padded_height, padded_width)
+        x = timm_swin.window_reverse(
+            windows, (window, window), padded_height, padded_width
+        )
         if shift:
             x = torch.roll(x, (shift, shift), dims=(1, 2))
         if padded:
@@ -240,82 +183,42 @@ class GatedWindowAttention(GatedResidualBranch, WindowAttention):
         self.init_gate()
 
 
-class SwinBlock(nn.Module):
+class WindowBlock:
+    """A timm ``Block`` (norms, FFN, drop paths) whose attention is
+    ``attn_layer(dim, num_heads, **attn_args)`` (:class:`WindowAttention`'s
+    arguments), called with the map's ``(H, W)``."""
+
+    def __init__(
+        self, dim: int, num_heads: int, attn_layer, attn_args, **block_args
+    ):
+        # timm's Block cannot pass window arguments: a placeholder without
+        # tensors stands in for the attention, built first (the order in
+        # which a seeded model draws its weights).
+        attn = attn_layer(dim, num_heads, **attn_args)
+        super().__init__(
+            dim,
+            num_heads,
+            attn_layer=AttentionBypass,
+            norm_layer=nn.LayerNorm,
+            **block_args,
+        )
+        self.attn = attn
+
+    def forward(self, x: torch.Tensor, hw_shape: HWShape) -> torch.Tensor:
+        x = x + self.drop_path1(self.attn(self.norm1(x), hw_shape))
+        x = x + self.drop_path2(self.mlp(self.norm2(x)))
+        return self.residual_activation(x)
+
+
+class SwinBlock(WindowBlock, HetDPTBlock):
     """A pre-norm Swin block; ``residual_gelu`` ends it with a GELU on the
     residual stream (blocks with both layers removed in released HetDPT
     models)."""
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        window_size: int,
-        shift_size: int,
-        mlp_ratio: float,
-        qkv_bias: bool,
-        drop_path: float,
-        drop_rate: float,
-        attn_drop_rate: float,
-        pad_small_map: bool,
-        attn_layer,
-        act_layer,
-        mlp_layer=Mlp,
-        residual_gelu: bool = False,
-        qk_scale: Optional[float] = None,
-    ):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = attn_layer(
-            dim,
-            num_heads,
-            window_size=window_size,
-            shift_size=shift_size,
-            qkv_bias=qkv_bias,
-            attn_drop=attn_drop_rate,
-            proj_drop=drop_rate,
-            pad_small_map=pad_small_map,
-            qk_scale=qk_scale,
-        )
-        self.drop_path1 = (
-            DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        )
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = mlp_layer(
-            in_features=dim,
-            hidden_features=int(dim * mlp_ratio),
-            act_layer=act_layer,
-            drop=drop_rate,
-        )
-        self.drop_path2 = (
-            DropPath(drop_path) if drop_path > 0 else nn.Identity()
-        )
-        self.residual_act = nn.GELU() if residual_gelu else nn.Identity()
 
-    def forward_branches(
-        self, x: torch.Tensor, hw_shape: HWShape
-    ) -> torch.Tensor:
-        x = x + self.drop_path1(self.attn(self.norm1(x), hw_shape))
-        return x + self.drop_path2(self.mlp(self.norm2(x)))
-
-    def forward(self, x: torch.Tensor, hw_shape: HWShape) -> torch.Tensor:
-        return self.residual_act(self.forward_branches(x, hw_shape))
-
-
-class GatedSwinBlock(SwinBlock):
-    """Search-form block: its gates decide at run time whether the residual
-    GELU applies, following ``residual_gelu`` (one of RESIDUAL_GELU_MODES)."""
-
-    def __init__(self, *args, residual_gelu: str = 'both_removed', **kwargs):
-        super().__init__(*args, residual_gelu=True, **kwargs)
-        self.residual_gelu = residual_gelu
-
-    def forward(self, x: torch.Tensor, hw_shape: HWShape) -> torch.Tensor:
-        x = self.forward_branches(x, hw_shape)
-        if residual_gelu_applies(
-            self.residual_gelu, not self.attn.is_open, not self.mlp.act.is_open
-        ):
-            return self.residual_act(x)
-        return x
+class GatedSwinBlock(WindowBlock, GatedHetDPTBlock):
+    """Search-form Swin block: its gates decide at run time whether the
+    residual GELU applies, following ``residual_gelu``."""
 
 
 def build_swin_block(
@@ -350,63 +253,20 @@ def build_swin_block(
     )
 
 
-class SwinPatchEmbed(nn.Module):
-    """Non-overlapping patches (a strided convolution) and a LayerNorm;
-    inputs are padded (bottom / right) to whole patches."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        dim: int,
-        patch_size: int,
-        patch_norm: bool = True,
-    ):
-        super().__init__()
-        self.patch_size = patch_size
-        self.proj = nn.Conv2d(in_channels, dim, patch_size, patch_size)
-        self.norm = nn.LayerNorm(dim) if patch_norm else nn.Identity()
-
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, HWShape]:
-        height, width = x.shape[-2:]
-        x = F.pad(
-            x, (0, -width % self.patch_size, 0, -height % self.patch_size)
-        )
-        x = self.proj(x)
-        hw_shape = tuple(x.shape[-2:])
-        return self.norm(x.flatten(2).transpose(1, 2)), hw_shape
-
-
-class PatchMerging(nn.Module):
-    """Halve the map and double the channels: each 2 x 2 neighbourhood's
-    tokens concatenated (rows, then columns: ``(0,0), (1,0), (0,1),
-    (1,1)``, the official order), normalised (unless ``norm`` is false,
-    mmdet's ``patch_norm=False``) and projected; odd maps are padded
-    (bottom / right)."""
+class PatchMerging(timm_swin.PatchMerging):
+    """timm's patch merging (each 2 x 2 neighbourhood's tokens in the
+    official order ``(0,0), (1,0), (0,1), (1,1)``, normalised unless
+    ``norm`` is false, as mmdet's ``patch_norm=False``, and projected; odd
+    maps padded bottom / right) on a token sequence."""
 
     def __init__(self, dim: int, norm: bool = True):
-        super().__init__()
-        self.norm = nn.LayerNorm(4 * dim) if norm else nn.Identity()
-        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+        super().__init__(dim, norm_layer=nn.LayerNorm if norm else nn.Identity)
 
     def forward(
         self, x: torch.Tensor, hw_shape: HWShape
     ) -> Tuple[torch.Tensor, HWShape]:
-        batch, _, channels = x.shape
-        height, width = hw_shape
-        x = x.view(batch, height, width, channels)
-        x = F.pad(x, (0, 0, 0, width % 2, 0, height % 2))
-        x = torch.cat(
-            [
-                x[:, 0::2, 0::2],
-                x[:, 1::2, 0::2],
-                x[:, 0::2, 1::2],
-                x[:, 1::2, 1::2],
-            ],
-            dim=-1,
-        )
-        hw_shape = tuple(x.shape[1:3])
-        x = x.view(batch, -1, 4 * channels)
-        return self.reduction(self.norm(x)), hw_shape
+        x = super().forward(x.view(x.shape[0], *hw_shape, -1))
+        return x.flatten(1, 2), tuple(x.shape[1:3])
 
 
 class SwinStage(nn.Module):

@@ -36,7 +36,7 @@ from collections import OrderedDict
 from typing import Dict, List, Mapping, Tuple
 
 import torch
-import torch.nn.functional as F
+from timm.layers.pos_embed_rel import resize_rel_pos_bias_table_simple
 
 from ...checkpoint.safe_load import StateDictMismatch
 from ...spec import PruneSpec
@@ -130,7 +130,7 @@ def _centre_clamped_bias_tables(state: 'OrderedDict') -> 'OrderedDict':
     """The official code and timm shrink a stage's window (and its bias
     table) to a smaller map; such a table goes to the centre of one for the
     model's window, whose central offsets a shrunk window reads
-    (:func:`~hetdpt_mm.models.swin.layers.relative_position_index`)."""
+    (:meth:`~.layers.WindowAttention.relative_position_bias`)."""
     tables = [k for k in state if k.endswith('relative_position_bias_table')]
     sides = {k: int(round(state[k].shape[0] ** 0.5)) for k in tables}
     side = max(sides.values(), default=0)
@@ -337,11 +337,9 @@ def resize_relative_position_bias_table(
             f'a relative position bias table of {table.shape[0]} rows is '
             'not a square grid of offsets'
         )
-    new_side = 2 * window - 1
-    if side == new_side:
-        return table
-    grid = table.T.reshape(1, -1, side, side).float()
-    grid = F.interpolate(
-        grid, size=(new_side, new_side), mode='bicubic', align_corners=False
+    resized = resize_rel_pos_bias_table_simple(
+        table.float(),
+        (window, window),
+        ((2 * window - 1) ** 2, table.shape[1]),
     )
-    return grid.reshape(-1, new_side * new_side).T.to(table.dtype)
+    return resized.to(table.dtype)

@@ -85,6 +85,13 @@ def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
             f'of heads per stage, got depths {arch["depths"]} '
             f'and num_heads {arch["num_heads"]}'
         )
+    for stage, heads in enumerate(arch['num_heads']):
+        width = arch['embed_dims'] * 2**stage
+        if width % heads:
+            raise ValueError(
+                f'Swin stage {stage}: {width} channels do not split into '
+                f'{heads} heads'
+            )
     # A float either way, so that a stock dict's ``mlp_ratio=4`` records as
     # the preset's 4.0.
     arch['mlp_ratio'] = float(arch.get('mlp_ratio', 4.0))
