@@ -4,24 +4,22 @@ and applying a spec to dense weights (how the authors start stage 2, and how
 to try a known spec without the search).
 
 :func:`merge_checkpoint` turns a checkpoint holding a HetDPT backbone of any
-family (e.g. HetDPTViT: our gated or
-pruned classification checkpoints, mmdet / mmseg / mmpretrain checkpoints
-with the backbone under a prefix, the authors' stage-2 ``{'model': sd}``
-files, bare state dicts) into one whose backbone is in the merged form:
-removed attention weights and gate parameters dropped, activation-free FFNs
-merged into one linear.  Only the backbone's tensors change; every other
-tensor of the state dict is passed through as the same object
-(bit-identical), and an EMA model (``ema_state_dict``) is merged the same
-way; optimizer and other training state are left out.  Given a
-``spec``, dense (or less pruned) weights are cut to it: the result is the
-network of that spec, in the merged or (``form='pruned'``) the unmerged
-form, classifier heads kept.  The result
-carries the merged backbone's
-:class:`~hetdpt_mm.checkpoint.record.HetDPTRecord` (in the
-backbone's extra state, and in ``meta['hetdpt']`` with its ``prefix``), so
-the backbone rebuilds it from the file alone.  Checkpoint parsing is
-:func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint`'s, all
-surgery the family's ``convert_state_dict``.
+family (e.g. HetDPTViT: our gated or pruned classification checkpoints, mmdet /
+mmseg / mmpretrain checkpoints with the backbone under a prefix, the authors'
+stage-2 ``{'model': sd}`` files, bare state dicts) into one whose backbone is
+in the merged form: removed attention weights and gate parameters dropped,
+activation-free FFNs merged into one linear. Only the backbone's tensors
+change; every other tensor of the state dict is passed through as the same
+object (bit-identical), and an EMA model (``ema_state_dict``) is merged the
+same way; optimizer and other training state are left out. Given a ``spec``,
+dense (or less pruned) weights are cut to it: the result is the network of that
+spec, in the merged or (``form='pruned'``) the unmerged form, classifier heads
+kept. The result carries the merged backbone's
+:class:`~hetdpt_mm.checkpoint.record.HetDPTRecord` (in the backbone's extra
+state, and in ``meta['hetdpt']`` with its ``prefix``), so the backbone rebuilds
+it from the file alone. Checkpoint parsing is
+:func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint`'s, all surgery
+the family's ``convert_state_dict``.
 """
 
 from collections import OrderedDict

@@ -23,11 +23,7 @@ from .checkpoint.safe_load import TRUST_ENV, CheckpointError
 from .cli import ConfigOptionsAction, RunError
 from .fileio import check_input_file
 from .hooks import EpochSeedHook
-from .registry import (
-    FAMILIES,
-    named_arguments,
-    unexpected_keywords_message,
-)
+from .registry import FAMILIES, named_arguments, unexpected_keywords_message
 from .work_dir import config_strings
 
 

@@ -47,9 +47,8 @@ def removable_blocks(spec: PruneSpec, kind: str) -> List[int]:
 
 
 class GatedBackboneError(TypeError, ValueError):
-    """The model has no single gated backbone.  Both a TypeError and a
-    ValueError: the two hooks raised one each before they shared this
-    check, and callers may catch either."""
+    """The model has no single gated backbone (a TypeError and a
+    ValueError, so callers may catch either)."""
 
 
 class MissingGatesError(ValueError):

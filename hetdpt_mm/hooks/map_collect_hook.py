@@ -61,16 +61,8 @@ POINT_COLUMNS = (
 #: Its columns when the schedule removes FFN branches (whole-branch
 #: removal): MAP's ``t`` then counts the FFN branches kept, as
 #: ``HetDPTPruneHook(map_kinds=('attn', 'ffn'))`` reads it.
-BRANCH_POINT_COLUMNS = (
-    'step',
-    'schedule',
-    'n_attn',
-    'n_ffn',
-    'a',
-    't',
-    'accuracy',
-    'removed_attn',
-    'removed_ffn',
+BRANCH_POINT_COLUMNS = tuple(
+    column.replace(f'_{ACT}', f'_{FFN}') for column in POINT_COLUMNS
 )
 #: Key of the hook's state in ``checkpoint['meta']``.
 STATE_KEY = 'hetdpt_map_collect'

@@ -15,18 +15,8 @@ every parameter, so the optimizer, its state and the DDP wrapper stay
 valid; the closed layer is no longer computed.  Training after the last
 removal is the fine-tune.
 
-Schedules (:mod:`hetdpt_mm.pruning.schedules`; positions are "after training
-iteration i", counted from 1 over the whole run, so epoch- and
-iteration-based loops work alike):
-
-* ``'progressive'`` (the authors'): removals interleave the two types, the
-  type with the larger count first, ties to GELU; removal ``k`` ends stage
-  ``k`` and ``stages`` gives the stage lengths (epochs, or iterations with
-  ``by_epoch=False``; default the authors' 3, 5, 7, ... epochs).
-* ``'epoch'``: every removal happens during one prune epoch
-  (``prune_epoch``, counted from 1), spread evenly over its iterations in
-  the same interleaved order, the last one at the end of the epoch, so the
-  scores keep adapting between removals.
+Schedules (``'progressive'``, the authors', or ``'epoch'``) are in
+:mod:`hetdpt_mm.pruning.schedules`.
 
 Multi-process runs: the decision is taken on rank 0, broadcast to every
 rank, so all ranks close the same gate (:class:`~.gate_hook.GateHookBase`).

@@ -301,9 +301,6 @@ class MeasuredCost(CostModel):
 
     @classmethod
     def from_json(cls, path: Union[str, Path]) -> 'MeasuredCost':
-        path = Path(path)
-        if not path.exists():
-            raise FileNotFoundError(f'measured cost file not found: {path}')
         data = read_json_file(path, 'measured cost file')
         if not isinstance(data, dict):
             raise ValueError(f'{path}: expected a JSON object')

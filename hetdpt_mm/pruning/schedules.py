@@ -7,14 +7,12 @@ Two families, one per hook:
   iteration after which each removal happens: ``'progressive'`` (the
   authors') and ``'epoch'``.
 * :class:`CollectSchedule` (``MAPCollectHook``, docs/method.md §2): the kind
-each
-  collection step removes (the hook's ``interval`` says when):
+  each collection step removes (the hook's ``interval`` says when):
   ``'attn'``, ``'act'``, ``'interleaved'``, ``'ffn'``, or any repeating
   pattern (``['attn', 'ffn']`` interleaves whole branches).
 
 The classes are registered in :data:`~hetdpt_mm.registry.REMOVAL_SCHEDULES`;
-the hooks take a schedule as its name (a string, as in configs written before
-schedules were objects) or as a config dict.
+the hooks take a schedule as its name or as a config dict.
 """
 
 import inspect

@@ -34,14 +34,7 @@ docs/user_guides/reproduce.md).
 
 from copy import deepcopy
 from dataclasses import replace
-from typing import (
-    Callable,
-    Iterable,
-    List,
-    Mapping,
-    Optional,
-    Tuple,
-)
+from typing import Callable, Iterable, List, Mapping, Optional, Tuple
 
 import torch
 import torch.nn as nn

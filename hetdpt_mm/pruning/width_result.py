@@ -2,18 +2,12 @@
 parameters of each stage (``tools/prune_width.py``'s report)."""
 
 from dataclasses import dataclass, field
-from typing import (
-    Any,
-    Dict,
-    List,
-)
+from typing import Any, Dict, List
 
 import torch.nn as nn
 
 from ..analysis import macs_convention
-from ..checkpoint.record import (
-    HetDPTRecord,
-)
+from ..checkpoint.record import HetDPTRecord
 from ..spec import ACT, ATTN
 
 
