@@ -1,26 +1,11 @@
 """Checkpoint-level merging (docs/method.md section 4), shared by
 :class:`~hetdpt_mm.hooks.MergeCheckpointHook` and ``tools/merge_ckpt.py``,
-and applying a spec to dense weights (how the authors start stage 2, and how
-to try a known spec without the search).
+and applying a spec to dense weights (how the authors start stage 2).
 
-:func:`merge_checkpoint` turns a checkpoint holding a HetDPT backbone of any
-family (e.g. HetDPTViT: our gated or pruned classification checkpoints, mmdet /
-mmseg / mmpretrain checkpoints with the backbone under a prefix, the authors'
-stage-2 ``{'model': sd}`` files, bare state dicts) into one whose backbone is
-in the merged form: removed attention weights and gate parameters dropped,
-activation-free FFNs merged into one linear. Only the backbone's tensors
-change; every other tensor of the state dict is passed through as the same
-object (bit-identical), and an EMA model (``ema_state_dict``) is merged the
-same way; optimizer and other training state are left out. Given a ``spec``,
-dense (or less pruned) weights are cut to it: the result is the network of that
-spec, in the merged or (``form='pruned'``) the unmerged form, classifier heads
-kept. The result carries the merged backbone's
-:class:`~hetdpt_mm.checkpoint.record.HetDPTRecord` (in the backbone's extra
-state, and in ``meta['hetdpt']`` with its ``prefix``), so the backbone rebuilds
-it from the file alone. Checkpoint parsing is
-:func:`~hetdpt_mm.checkpoint.reader.read_backbone_checkpoint`'s, all surgery
-the family's ``convert_state_dict``.
-"""
+Only the backbone's tensors change (every other tensor passes through as the
+same object), and the result carries the merged backbone's record, so it
+rebuilds from the file alone; what each kind of input gives:
+docs/user_guides/pruning.md, *tools/merge_ckpt.py*."""
 
 from collections import OrderedDict
 from dataclasses import dataclass, field

@@ -1,40 +1,7 @@
-"""Sharded (FSDP) training support for the HetDPT hooks
-(docs/user_guides/dinov2.md, "Sharding").
-
-MMEngine's sharded training is ``FlexibleRunner`` with ``FSDPStrategy``,
-which wraps the model in ``MMFullyShardedDataParallel`` (PyTorch's FSDP1,
-``use_orig_params=True``).  Outside forward/backward each rank then holds
-only its shard of every parameter: the original parameters are views into
-the local shard, empty where another rank owns the values.  What the hooks
-need from that:
-
-* reading gate scores (or any weight) on a rank: :func:`full_params`, a
-  collective that every rank enters (``FSDP.summon_full_params``);
-* the whole model's state dict, e.g. for the merged checkpoint:
-  :func:`full_state_dict`, gathered to rank 0 (a collective as well).
-
-Gates are buffers: FSDP does not shard buffers, so closing one (an in-place
-fill on every rank) needs nothing special.
-
-FSDP (FSDP1 and FSDP2's ``fully_shard`` alike) refuses scalar parameters
-("FSDP doesn't support scalar parameters. Change
-backbone.blocks.0.attn.hetdpt_score to a 1D tensor with numel equal to
-1."), and the gate scores ``m`` are scalars (kept so, for the checkpoint
-layout).  :class:`HetDPTFullyShardedDataParallel` therefore leaves every
-scalar parameter out of the sharding (FSDP's ``ignored_states``): each rank
-keeps a whole replica, and the wrapper averages their gradients over the
-ranks at the end of every backward pass, as DDP would, so the replicas, and
-the decisions read from them, stay identical.
-
-Gradient clipping by norm (``optim_wrapper.clip_grad=dict(max_norm=...)``)
-would be wrong as MMEngine's ``OptimWrapper`` does it,
-``torch.nn.utils.clip_grad_norm_`` over each rank's shards: every rank would
-compute and clip by the norm of its own shard.  :class:`HetDPTFSDPStrategy`
-clips with ``FullyShardedDataParallel.clip_grad_norm_`` instead, a
-collective that sums the shards' norms over the ranks and adds the
-replicated gate scores once.  Clipping by value is elementwise and needs
-nothing.
-"""
+"""Sharded (FSDP) training for the HetDPT hooks: full parameters and state
+dicts gathered on demand, scalar gate scores kept out of the sharding and
+replicated, and gradient clipping over all shards (why each is needed:
+docs/user_guides/dinov2.md, *Sharding (FSDP) for DINOv2-g*)."""
 
 import contextlib
 from typing import Dict, List

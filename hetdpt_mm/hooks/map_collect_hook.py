@@ -1,24 +1,8 @@
-"""Collect MAP points in an ordinary classification run (docs/method.md §2).
-
-:class:`MAPCollectHook` turns a training run of a gated HetDPT backbone
-(any family: HetDPTViT, HetDPTSwin, HetDPTLayerScaleViT) into the
-iterative *prune -> fast fine-tune -> evaluate* loop that produces the
-``(a, t, accuracy)`` points of the Model Accuracy Predictor:
-
-* before training it evaluates the starting network (step 0);
-* at the start of every ``interval``-th epoch it removes one more layer
-  (closing its gate; the weights carry over), picking the kind from the
-  schedule (:mod:`hetdpt_mm.pruning.schedules`) and the block with its
-  selection policy, by default the transfer-entropy score
-  (:class:`~hetdpt_mm.pruning.selection.TransferEntropy`);
-* after the ``interval`` epochs of that step it evaluates on the validation
-  set and writes the point to ``<work_dir>/map_points.csv``;
-* it stops training after ``max_removed`` steps.
-
-:class:`SubsetSampler` (:mod:`hetdpt_mm.datasets.subset`) makes the fast
-fine-tune run on a fixed, seeded subset of the training set.  See
-docs/user_guides/map.md for configs and the resume guarantees.
-"""
+"""Collect MAP points in an ordinary classification run (docs/method.md
+section 2): :class:`MAPCollectHook` makes a training run of a gated backbone
+of any family the iterative *prune -> fast fine-tune -> evaluate* loop whose
+``(a, t, accuracy)`` points the Model Accuracy Predictor fits (configs,
+schedule and resume: docs/user_guides/map.md)."""
 
 import csv
 import io

@@ -1,29 +1,12 @@
 """HetDPTPruneHook: stage 1, step 2 of HetDPT (docs/method.md section 3) inside
 an ordinary MMEngine training run.
 
-The backbone is a ``HetDPTViT(gated=True)``: every attention sublayer and
-every FFN GELU (with whole-branch removal, every FFN branch too) has a
-straight-through gate whose score ``m`` trains with the weights.  The hook
-decides how many layers of each type to remove (given counts, or MAP: a
-points file or a saved fit plus a budget), then closes gates one at a time
-on a schedule, each time the open candidate of that type that its selection
-policy picks: by default the lowest ``m``
-(:class:`~hetdpt_mm.pruning.selection.LowestGateScore`).  Layers are only
-ever compared with layers of their own type (attention with attention,
-GELUs with GELUs, FFN branches with FFN branches).  Closing a gate keeps
-every parameter, so the optimizer, its state and the DDP wrapper stay
-valid; the closed layer is no longer computed.  Training after the last
-removal is the fine-tune.
-
-Schedules (``'progressive'``, the authors', or ``'epoch'``) are in
-:mod:`hetdpt_mm.pruning.schedules`.
-
-Multi-process runs: the decision is taken on rank 0, broadcast to every
-rank, so all ranks close the same gate (:class:`~.gate_hook.GateHookBase`).
-Under DDP the scores are identical anyway (their gradients are
-all-reduced); with a policy that runs on every rank each decision also
-records every rank's own choice to show it.
-"""
+The hook decides how many layers of each type to remove (given counts, or
+MAP), then closes gates one at a time on a schedule
+(:mod:`hetdpt_mm.pruning.schedules`), comparing layers only with layers of
+their own type.  Closing a gate keeps every parameter, so the optimizer, its
+state and the DDP wrapper stay valid.  Rank 0 decides and broadcasts
+(:class:`~.gate_hook.GateHookBase`)."""
 
 import math
 import os.path as osp

@@ -1,29 +1,11 @@
-"""Self-distillation for the HetDPT fine-tune (docs/method.md section 4).
-
-:class:`HetDPTDistillClassifier` is mmpretrain's ``ImageClassifier`` plus a
-frozen teacher and a knowledge-distillation loss, as in DeiT:
-
-* ``mode='hard'``: cross-entropy to the teacher's arg-max class;
-* ``mode='soft'``: ``T^2 * KL(softmax(teacher / T) || softmax(student / T))``.
-
-The loss is ``(1 - alpha) * classification loss + alpha * KD loss``.  With a
-distilled backbone and ``DeiTClsHead`` the classification loss uses the class
-token's logits and the KD loss the distillation token's (DeiT's hard
-distillation); otherwise both use the class head's logits.  Until the
-teacher exists, the labels stand in for its predictions.
-
-The teacher is either loaded from ``teacher_checkpoint`` or, without one, is
-a frozen snapshot of the model itself taken by
-:class:`~hetdpt_mm.hooks.HetDPTPruneHook` just before its first removal (or
-by calling :meth:`snapshot_teacher`).  The teacher is a frozen submodule,
-so it is saved in and resumed from checkpoints like any weights; merged
-checkpoints leave it out (``meta['hetdpt']['teacher_prefix']``).
+"""Self-distillation for the HetDPT fine-tune (docs/method.md section 4):
+mmpretrain's ``ImageClassifier`` plus a frozen teacher and DeiT's
+distillation loss (docs/user_guides/pruning.md, *Self-distillation*).
 
 Importing this module pulls in all of mmpretrain's models, so ``import
 hetdpt_mm`` does not; configs that use the classifier import it::
 
-    custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'])
-"""
+    custom_imports = dict(imports=['hetdpt_mm', 'hetdpt_mm.models.distill'])"""
 
 import copy
 from typing import List, Optional
@@ -120,7 +102,8 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
             default the student's own structure.
         teacher_checkpoint: weights of the teacher (see
             :func:`teacher_init_cfg`); without it the teacher is a snapshot
-            of the student (see the module doc).
+            of the student taken by ``HetDPTPruneHook`` before its first
+            removal.
     """
 
     def __init__(

@@ -1,33 +1,12 @@
 """The family interface: what the hooks, the merge, the cost model and the
 benchmark need from a backbone whose layers HetDPT removes.
 
-A *family* is one :class:`HetDPTBackbone` subclass in its own folder
-(``models/vit/``, ``models/swin/``, ``models/layerscale_vit/``).  It names
-itself with ``family`` and is registered by that name when the class is
-defined, so that a checkpoint's record (``record.family``) finds the class
-that rebuilds it.  Adding a family means writing such a subclass and its
-codec (:class:`FamilyCodec`: the functions that read and convert its
-tensors, apart from the module), and nothing in the hooks or tools:
-
-=======================  ====================================================
-the codec (no model)     ``family.codec``: see :class:`FamilyCodec`
-instance level           ``depth``, ``form``, ``semantics``, ``prune_spec``,
-                         ``gates(kind)``, ``gate_scores(kind)``,
-                         ``class_feature(inputs)``,
-                         ``set_spec(spec)``, ``build_args()``, ``record()``,
-                         ``to_merged()``, ``load_pretrained(source, prefix)``
-family hooks             ``all_blocks()``,
-                         ``_build_structure(spec, form, semantics)``,
-                         ``_frozen_modules()``, ``_adapt_pretrained(state)``
-=======================  ====================================================
-
-The structure travels with the weights: the backbone puts its record into
-every state dict (:class:`~hetdpt_mm.checkpoint.record.RecordInStateDict`), and
-loading such a state dict into a backbone of another structure rebuilds it
-first (through every loading path: ``load_state_dict``, MMEngine's
-``load_checkpoint``, ``load_from``, ``--resume``, the toolboxes' inference
-APIs).
-"""
+A family is one :class:`HetDPTBackbone` subclass and its codec
+(:class:`FamilyCodec`) in their own folder, registered by ``family`` so that
+a checkpoint's record finds the class that rebuilds it; adding one touches
+nothing in the hooks or tools (docs/advanced/adding_a_family.md).  The
+record travels in every state dict, so every loading path rebuilds the
+structure before it loads the tensors."""
 
 from typing import (
     ClassVar,

@@ -1,33 +1,7 @@
 """Transfer-entropy (TE) layer score for MAP data collection (docs/method.md
-§2).
-
-Which layer the MAP collection loop removes next is chosen with the
-transfer-entropy style score of NOSE ("MLP Can Be a Good Transformer
-Learner", CVPR 2024).  Neither that paper nor the HetDPT release pins the
-formula down, so this is exactly what is implemented:
-
-1. Features.  ``F`` is the ``N x C`` matrix of *final normed class features*
-   of ``N`` calibration images, what the classification head reads
-   (``HetDPTBackbone.class_feature``): for a ViT the class token after the
-   final LayerNorm (``out_type='cls_token'``), for a Swin the normed last
-   stage averaged over its positions (the ``GlobalAveragePooling`` neck's
-   output).  The backbone runs in eval mode under ``torch.no_grad``.
-2. Entropy.  Under a per-channel Gaussian assumption the differential entropy
-   of ``F`` is ``sum_c (log(std_c) + log(2 pi e) / 2)``.  The constant does
-   not depend on the network and is dropped::
-
-       H(F) = sum_c log(max(std_c, eps))
-
-   ``std_c`` is the population standard deviation (divisor ``N``) of channel
-   ``c`` over the calibration set, computed in float64; ``eps = 1e-12``
-   keeps a constant channel finite.
-3. Score.  For every layer of the requested kind that is still present,
-   close its gate (nothing else changes: same weights, same other gates),
-   recompute ``H``, and score it ``|H(with the layer removed) - H(current)|``.
-4. Choice.  The candidate with the smallest score is removed (ties: the
-   lowest block index).  The gates are restored to the current structure
-   before returning, so scoring leaves the network untouched.
-"""
+section 2).  Neither NOSE nor the HetDPT release pins the formula down; the
+exact definition implemented here is in docs/user_guides/map.md, *The
+transfer-entropy (TE) score*."""
 
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple

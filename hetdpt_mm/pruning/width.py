@@ -1,36 +1,8 @@
 """Width pruning for HetDPT+ (docs/method.md section 6): Torch-Pruning's
-isomorphic global pruning of a HetDPTViT, with the widths it leaves read
-back into the structure record.
-
-HetDPT+ is the depth-pruned, merged network pruned further in width with
-Isomorphic Pruning (Fang et al. 2024), which ships in Torch-Pruning
-(``MetaPruner(isomorphic=True, global_pruning=True)``) and is used as is:
-the embedding width (every tensor on the residual stream), the attention
-heads and head dimensions, and the FFN hidden widths are ranked by Taylor
-or magnitude importance, globally among structures of the same kind.
-Width pruning of a dense network (no depth step) is the paper's baseline.
-
-What HetDPT adds to the network needs nothing special: a merged FFN is one
-``D x D`` linear, both of whose sides are the residual stream; a removed
-attention (``x + LN1(x)``) and the residual GELU of a block with both layers
-removed have no weights and pass the width through.  After pruning, each
-block's heads are read back from the pruner, its widths from the tensors
-(:func:`read_widths`), and the network is rebuilt from the resulting
-:class:`~hetdpt_mm.spec.PruneSpec` alone (:func:`prune_width`): that rebuilt
-network, not the one Torch-Pruning edited in place, is what is returned and
-saved.
-
-Settings follow Isomorphic Pruning's DeiT recipe (their
-``scripts/pruning/deit_2.6G.sh``): heads and head dimensions pruned too,
-the heads at the channel ratio and the head dimensions at half of it,
-channels rounded to multiples of 2, and the classifier heads' outputs kept.
-Pruning is one-shot, as theirs; a MACs target is met by the smallest ratio
-(found by bisection) whose model's MACs are at or below the target, counted
-as ``tools/benchmark.py`` counts them
-(:func:`hetdpt_mm.analysis.count_macs`), with or without the attention
-products (the paper's HetDPT+ targets leave them out,
-docs/user_guides/reproduce.md).
-"""
+isomorphic global pruning, used as is, with the widths it leaves read back
+into the structure record, and the network rebuilt from that record alone.
+The recipe (Isomorphic Pruning's DeiT settings, a MACs target met by
+bisection): docs/user_guides/hetdpt_plus.md, *Width pruning*."""
 
 from copy import deepcopy
 from dataclasses import replace

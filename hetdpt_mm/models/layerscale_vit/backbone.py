@@ -1,29 +1,9 @@
 """HetDPTLayerScaleViT: LayerScale ViTs (DeiT-III, DINOv2 with and without
 register tokens, DINOv2-g's SwiGLU FFN) whose attention sublayers and FFN
-activations can be removed (HetDPT), for mmpretrain, mmdet and mmseg
-(docs/user_guides/dinov2.md).  Its codec is :mod:`.codec`.
-
-A block is timm's ``Block`` with LayerScale (``init_values``)::
-
-    x = x + ls1(Attn(LN1 x))          ls: x -> gamma * x (per channel)
-    x = x + ls2(FFN(LN2 x))
-
-What the forms leave (with the default ``removed_attn_output='norm'``):
-
-* a removed attention leaves ``x + gamma1 * LN1(x)``: ``gamma1`` scales the
-  residue as it scaled the attention (see ``LAYERSCALE_SEMANTICS``);
-* a removed GELU leaves ``x + gamma2 * fc2(fc1(LN2 x))``, merged into one
-  ``D x D`` linear with ``gamma2`` folded in (``W = diag(gamma2) W2 W1``,
-  ``b = gamma2 * (W2 b1 + b2)``; ``state_dict.merge_ffn_weights``), so a
-  merged FFN has no LayerScale left;
-* a SwiGLU FFN (``fc2(SiLU(x1) * x2)``) without its SiLU still multiplies
-  two linear maps of its input: it is not linear and cannot merge, so its
-  activation cannot be removed (an error names the blocks); its attention
-  can, and under whole-branch removal so can the whole FFN branch;
-* with ``removed_attn_output='identity'`` (whole-branch removal) a removed
-  attention branch or FFN branch (``ffn_removed``) goes with its LayerNorm
-  and LayerScale and leaves ``x`` (DINOv2-g's Table 6 rows).
-"""
+activations can be removed (HetDPT), for mmpretrain, mmdet and mmseg.  Its
+codec is :mod:`.codec`.  What each form leaves, and why ``gamma1`` scales
+the residue of a removed attention: docs/user_guides/dinov2.md, *What a
+removed layer leaves*."""
 
 import math
 from typing import Dict, Mapping, Optional, Tuple, Union

@@ -1,35 +1,9 @@
 """State-dict layouts and surgery for HetDPTSwin, in one place.
 
-HetDPTSwin's own layout (keys relative to the backbone)::
-
-    patch_embed.proj.*, patch_embed.norm.*
-    stages.{s}.blocks.{j}.norm1.*, .attn.{qkv,proj}.*,
-        .attn.relative_position_bias_table, .norm2.*,
-        .mlp.{fc1,fc2}.*          (pruned / gated FFN)
-        .mlp.fc.*                 (merged activation-free FFN)
-        .attn.hetdpt_{score,gate}, .mlp.act.hetdpt_{score,gate} (gated)
-    stages.{s}.downsample.{norm,reduction}.*   (end of stage s, s < last;
-        input channels in the official order of the 2 x 2 neighbourhood)
-    norm{s}.*                     (the norm of output s, mmdet's names)
-
-:func:`canonical_layout` reads the other layouts of Swin weights in it:
-
-* the official Microsoft release (``{'model': ...}``): ``layers.{s}``, the
-  downsample at the end of stage ``s``, one final ``norm`` (-> the norm of
-  the last stage), ``head`` (dropped);
-* timm's ``swin_*``: ``layers.{s}``, the downsample at the *start* of stage
-  ``s`` (-> the end of stage ``s - 1``), ``head.fc`` (dropped);
-* OpenMMLab's (mmpretrain's ``SwinTransformer``, mmdet's and mmseg's, also
-  their converted official weights): ``patch_embed.projection``,
-  ``attn.w_msa.*``, ``ffn.layers.{0.0,1}``, and patch-merging weights in
-  ``nn.Unfold``'s channel order (reordered here).
-
-Relative-position indices and attention masks are buffers computed from the
-window size, never read.  Specs address blocks by their index over all
-stages (Swin-T: 2 + 2 + 6 + 2 = 12 blocks, stage 3 = blocks 4..9): the
-surgery numbers the blocks that way and uses the ViT family's
-(:mod:`hetdpt_mm.models.vit.state_dict`), whose per-block keys are the same.
-"""
+:func:`canonical_layout` reads the official, timm and OpenMMLab layouts into
+the family's own (docs/user_guides/swin.md, *Checkpoints*).  Specs address
+blocks by their index over all stages, so the surgery is the ViT family's
+(:mod:`hetdpt_mm.models.vit.state_dict`), whose per-block keys are the same."""
 
 import re
 from collections import OrderedDict
