@@ -159,6 +159,27 @@ def test_records_verify_against_their_tensors_and_rebuild(family, form):
         assert found.spec == spec
 
 
+def test_a_backbone_rebuilt_by_loading_keeps_its_mode(family):
+    """Blocks built anew for a loaded structure run as the rest of the
+    network: an evaluating network keeps no dropout or drop path."""
+    cls = FAMILIES[family]
+    dense = small(family)
+    merged = cls.from_record(
+        HetDPTRecord(
+            spec=spec_of(dense.depth),
+            form='merged',
+            family=family,
+            arch=dense.build_args(),
+            semantics=dense.semantics,
+        )
+    )
+    for mode in (False, True):
+        network = cls(**cls.SMALL_ARGS).train(mode)
+        network.load_state_dict(merged.state_dict())
+        assert network.form == 'merged'
+        assert {module.training for module in network.modules()} == {mode}
+
+
 def test_a_record_contradicting_the_tensors_is_refused(family):
     """Every family's loading runs the check, non-strict loading too."""
     cls = FAMILIES[family]

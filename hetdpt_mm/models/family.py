@@ -434,3 +434,4 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             logger='current',
         )
         self._build_structure(record.spec, record.form, dict(record.semantics))
+        self.train(self.training)  # new modules start in training mode
