@@ -13,7 +13,7 @@ from hetdpt_mm.pruning import Allocation, AnalyticCost
 from hetdpt_mm.spec import ACT, ATTN
 
 from .results import Claim, CompareRun, DemoResults, RunInfo
-from .tome_claims import tome_comparison
+from .tome_claims import TomeComparison, tome_comparison
 
 #: The compared splits of the budget, in the report's order.
 SPLIT_METHODS = ('MAP', 'attention_only', 'gelu_only', 'naive')
@@ -83,6 +83,7 @@ class Summary:
     splits: List[SplitRow]
     fit_check: FitCheck
     claims: List[Claim]
+    tome: Optional[TomeComparison]  # None: the stage measured nothing
 
     def claim(self, name: str) -> Claim:
         return next(claim for claim in self.claims if claim.name == name)
@@ -323,8 +324,9 @@ def summarise(
     gradients = gradient_stats(results)
     splits = split_rows(results, cost)
     claims = compute_claims(results, gradients, splits)
-    if results.tome is not None:
-        claims += tome_comparison(results.tome).claims
+    tome = None if results.tome is None else tome_comparison(results.tome)
+    if tome is not None:
+        claims += tome.claims
     return Summary(
         run=run,
         results=results,
@@ -340,4 +342,5 @@ def summarise(
         splits=splits,
         fit_check=fit_check(splits),
         claims=claims,
+        tome=tome,
     )

@@ -6,6 +6,10 @@ from typing import Any, Mapping, Sequence
 
 from hetdpt_mm.visualization import image_bytes, new_figure
 
+from .claims import SplitRow
+from .results import CurvePoint, RecoveryRun, TomePoint
+from .tome_claims import Fig8Method
+
 #: Colours of the two layer types in the demo's plots.
 KIND_COLOURS = dict(attn='tab:blue', act='tab:red')
 
@@ -146,7 +150,7 @@ def plot_score_grads(
 
 
 def plot_recovery(
-    recovery: Mapping[str, Mapping[str, Any]], dense_accuracy: float
+    recovery: Mapping[str, RecoveryRun], dense_accuracy: float
 ) -> bytes:
     """Accuracy right after removing one layer (epoch 0) and after each
     fine-tuning epoch, one line per type."""
@@ -154,13 +158,13 @@ def plot_recovery(
     ax = fig.subplots()
     dense_line(ax, dense_accuracy)
     for kind, run in recovery.items():
-        curve = [run['at_once']] + list(run['after_epochs'])
+        curve = [run.at_once] + run.after_epochs
         ax.plot(
             range(len(curve)),
             curve,
             marker='o',
             color=KIND_COLOURS[kind],
-            label=f'{kind} of block {run["block"]} removed',
+            label=f'{kind} of block {run.block} removed',
         )
     return labelled(
         fig,
@@ -172,7 +176,7 @@ def plot_recovery(
 
 
 def plot_split_comparison(
-    splits: Sequence[Mapping[str, Any]], dense_accuracy: float
+    splits: Sequence[SplitRow], dense_accuracy: float
 ) -> bytes:
     """Accuracy (mean over seeds, seeds as small dots) against measured
     speedup of each split of the same budget."""
@@ -181,24 +185,24 @@ def plot_split_comparison(
     dense_line(ax, dense_accuracy, ' at 1x')
     markers = dict(MAP='*', attention_only='v', gelu_only='^', naive='s')
     for split in splits:
-        marker = markers.get(split['method'], 'o')
+        marker = markers.get(split.method, 'o')
         ax.scatter(
-            [split['speedup']] * len(split['accuracies']),
-            split['accuracies'],
+            [split.speedup] * len(split.accuracies),
+            split.accuracies,
             s=12,
             color='0.3',
             zorder=2,
         )
         ax.scatter(
-            [split['speedup']],
-            [split['mean']],
+            [split.speedup],
+            [split.mean],
             marker=marker,
             s=200 if marker == '*' else 80,
             edgecolors='black',
             zorder=3,
-            label=f'{split["method"]} ({split["n_attn"]} '
-            f'attn + {split["n_act"]} GELU): {split["mean"]:.2f} % '
-            f'({len(split["accuracies"])} seed(s))',
+            label=f'{split.method} ({split.n_attn} '
+            f'attn + {split.n_act} GELU): {split.mean:.2f} % '
+            f'({len(split.accuracies)} seed(s))',
         )
     return labelled(
         fig,
@@ -211,7 +215,7 @@ def plot_split_comparison(
     )
 
 
-def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
+def plot_tome(points: Sequence[TomePoint]) -> bytes:
     """Accuracy against measured throughput of each model with token
     merging at each r (the paper's Fig. 8), one line per model."""
     fig = new_figure((6.5, 4.2))
@@ -228,13 +232,13 @@ def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
     )
     for model, (colour, marker, label) in styles.items():
         line = sorted(
-            (p for p in points if p['model'] == model), key=lambda p: p['r']
+            (p for p in points if p.model == model), key=lambda p: p.r
         )
         if not line:
             continue
         ax.plot(
-            [p['throughput'] for p in line],
-            [p['accuracy'] for p in line],
+            [p.throughput for p in line],
+            [p.accuracy for p in line],
             marker=marker,
             color=colour,
             ls='--' if model == 'attn_only_none' else '-',
@@ -242,8 +246,8 @@ def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
         )
         for p in line:
             ax.annotate(
-                f'r={p["r"]}',
-                (p['throughput'], p['accuracy']),
+                f'r={p.r}',
+                (p.throughput, p.accuracy),
                 textcoords='offset points',
                 xytext=(4, 4),
                 fontsize=7,
@@ -261,40 +265,35 @@ def plot_tome(points: Sequence[Mapping[str, Any]]) -> bytes:
 
 
 def plot_fig8(
-    points: Sequence[Mapping[str, Any]],
-    envelopes: Mapping[str, Mapping[str, Sequence[str]]],
+    points: Sequence[CurvePoint], readings: Sequence[Fig8Method]
 ) -> bytes:
     """The paper's Fig. 8: top-1 against measured throughput of dense and
     HetDPT, one panel per method; every point, and each curve's upper
-    envelope (the settings ``envelopes`` names) as its line."""
+    envelope as its line."""
     fig = new_figure((11, 4.2))
-    panels = fig.subplots(1, len(envelopes))
+    panels = fig.subplots(1, len(readings))
     styles = dict(
         dense=('tab:blue', 'o', 'dense'),
         hetdpt=('tab:red', 's', 'HetDPT (MAP split)'),
     )
     titles = dict(tome='ToMe', gtp='GTP-ViT')
-    for ax, (method, curves) in zip(panels, envelopes.items()):
+    for ax, reading in zip(panels, readings):
+        method = reading.method
         for model, (colour, marker, label) in styles.items():
             mine = [
-                p
-                for p in points
-                if p['model'] == model and p['method'] == method
+                p for p in points if p.model == model and p.method == method
             ]
             ax.scatter(
-                [p['throughput'] for p in mine],
-                [p['accuracy'] for p in mine],
+                [p.throughput for p in mine],
+                [p.accuracy for p in mine],
                 marker=marker,
                 color=colour,
                 alpha=0.4,
             )
-            front = sorted(
-                (p for p in mine if p['setting'] in curves[model]),
-                key=lambda p: p['throughput'],
-            )
+            front = reading.envelopes[model]
             ax.plot(
-                [p['throughput'] for p in front],
-                [p['accuracy'] for p in front],
+                [p.throughput for p in front],
+                [p.accuracy for p in front],
                 marker=marker,
                 color=colour,
                 label=f'{label} + {titles[method]} (envelope)',

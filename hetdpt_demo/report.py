@@ -1,12 +1,11 @@
-"""Reading the demo's run outputs, and its report and summary
-(:mod:`hetdpt_demo`).
+"""Reading the demo's run outputs, and its report (:mod:`hetdpt_demo`).
 
 The demo's stages run the project's tools as subprocesses; this module reads
 what they wrote (metrics JSON of ``tools/test.py``, the validations in
-MMEngine's ``vis_data/scalars.json``), and turns the typed
-:class:`~.claims.Summary` of a run into ``report.md``, one function per
-section (the token-merging one in :mod:`.tome_report`), and
-``summary.json`` (:func:`summary_json`).
+MMEngine's ``vis_data/scalars.json``), and puts the typed
+:class:`~.claims.Summary` of a run into words: ``report.md``, one function
+per section (the token-merging one in :mod:`.tome_report`), and the
+statements ``summary.json`` keeps beside the summary (:func:`verdicts`).
 """
 
 import json
@@ -26,8 +25,7 @@ from .report_format import (
     spread,
     table,
 )
-from .results import to_json
-from .tome_report import tome_claims, tome_section, tome_summary_row
+from .tome_report import tome_section, tome_summary_row, tome_verdicts
 
 
 # ------------------------------------------------------------------ reading
@@ -743,7 +741,7 @@ def format_report(summary: Summary) -> str:
                 'UperNet mIoU before -> after',
                 f'{upernet.before["mIoU"]:.1f} -> {upernet.after["mIoU"]:.1f}',
             ],
-            tome_summary_row(results.tome),
+            tome_summary_row(summary.tome),
         ],
         'll',
     )
@@ -754,7 +752,7 @@ def format_report(summary: Summary) -> str:
     lines += dense_prediction_section(summary) + ['']
     lines += plus_section(summary) + ['']
     lines += benchmark_section(summary)
-    lines += tome_section(results.tome) + ['']
+    lines += tome_section(results.tome, summary.tome) + ['']
     lines += ['## Time per stage', '']
     cpu = sum(stage.cpu_seconds for stage in run.stages)
     lines += [
@@ -836,67 +834,13 @@ def headline(summary: Summary) -> str:
     )
 
 
-def summary_json(summary: Summary) -> Dict[str, Any]:
-    """``summary.json``: the run, then every stage's results grouped as
-    the report groups them, with the claims' numbers and verdict."""
-    results = summary.results
-    dense, prune, fit = results.dense, results.prune, results.fit
-    chosen, best = MAPFit.from_dict(fit.fit).chosen, fit.allocation['best']
-    tome = (
-        {'skipped': True}
-        if results.tome is None
-        else dict(to_json(results.tome), claims=tome_claims(results.tome))
-    )
+def verdicts(summary: Summary) -> Dict[str, Any]:
+    """The report's statements, for ``summary.json``."""
     return dict(
-        to_json(summary.run),
-        classification=dict(
-            arch=dense.arch.get('arch'),
-            patch_size=dense.arch['patch_size'],
-            depth=dense.depth,
-            budget=summary.budget,
-            classes=summary.classes,
-            val_images=summary.val_images,
-            dense=dict(accuracy=dense.accuracy, checkpoint=dense.checkpoint),
-            pruned=dict(accuracy=prune.accuracy, checkpoint=prune.checkpoint),
-            merged=dict(
-                accuracy=results.transfer.merged_accuracy,
-                checkpoint=results.merge.merged,
-            ),
-            pruned_equals_merged=summary.claim('merge_exact').holds,
-            hook_output_identical=results.merge.hook_output_identical,
-            spec=prune.spec,
-            decisions=prune.decisions,
-        ),
-        map=dict(
-            points=results.map.points,
-            point_speedups=summary.point_speedups,
-            fit=fit.fit,
-            bounds=fit.bounds,
-            allocation=fit.allocation,
-            interval=results.map.interval,
-            degree=chosen.degree,
-            cv_mae=chosen.cv_mae,
-            cv_rmse=chosen.cv_rmse,
-            n_attn=best['n_attn'],
-            n_act=best['n_act'],
-            predicted=best['predicted_accuracy'],
-        ),
-        detr=to_json(results.transfer.detr),
-        upernet=to_json(results.transfer.upernet),
-        plus=to_json(results.plus),
-        benchmark=to_json(results.benchmark),
-        compare=to_json(results.compare),
-        claims=dict(
-            score_grads=dict(
-                types=to_json(summary.gradients),
-                ratio=summary.claim('gradient_disparity').numbers['ratio'],
-            ),
-            recovery=to_json(results.recovery),
-            splits=to_json(summary.splits),
-            verdict=split_verdict(summary),
-            fit_check=to_json(summary.fit_check),
-        ),
-        tome=tome,
+        split=split_verdict(summary),
+        tome=None
+        if summary.tome is None
+        else tome_verdicts(summary.results.tome, summary.tome),
     )
 
 

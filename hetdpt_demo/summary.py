@@ -14,7 +14,6 @@ from .helpers import machine_description, validation_size
 from .jobs import load_average
 from .results import RunInfo, StageTime, to_json
 from .settings import CLS_CLASSES, DemoError
-from .tome_report import fig8_envelopes
 
 
 class ReportStage:
@@ -22,7 +21,7 @@ class ReportStage:
 
     def stage_report(self) -> None:
         summary = self.summary()
-        data = demo_report.summary_json(summary)
+        data = dict(to_json(summary), verdicts=demo_report.verdicts(summary))
         if not all(map(math.isfinite, demo_report.all_numbers(data))):
             atomic_write_text(
                 self.out('summary.json'), json.dumps(data, indent=1) + '\n'
@@ -72,23 +71,17 @@ class ReportStage:
         )
         write_image(
             self.out('recovery.png'),
-            plots.plot_recovery(to_json(r.recovery), r.dense.accuracy),
+            plots.plot_recovery(r.recovery, r.dense.accuracy),
         )
         write_image(
             self.out('comparison.png'),
-            plots.plot_split_comparison(
-                to_json(summary.splits), r.dense.accuracy
-            ),
+            plots.plot_split_comparison(summary.splits, r.dense.accuracy),
         )
         if r.tome is not None:
-            write_image(
-                self.out('tome.png'), plots.plot_tome(to_json(r.tome.points))
-            )
+            write_image(self.out('tome.png'), plots.plot_tome(r.tome.points))
             write_image(
                 self.out('fig8.png'),
-                plots.plot_fig8(
-                    to_json(r.tome.curves), fig8_envelopes(r.tome)
-                ),
+                plots.plot_fig8(r.tome.curves, summary.tome.fig8),
             )
         write_image(
             self.out('losses.png'),

@@ -1,15 +1,21 @@
 """The token-merging part of the demo report (the paper's Fig. 8 on the
 demo task, ``removed_attn``, DETR and UperNet with ToMe) in words, from
 the comparison computed as data (:mod:`.tome_claims`): the report's
-section (:func:`tome_section`) and the statements as ``summary.json`` keeps
-them (:func:`tome_claims`)."""
+section (:func:`tome_section`) and its statements (:func:`tome_verdicts`),
+which ``summary.json`` keeps too."""
 
 from typing import Any, Dict, List, Optional
 
-from .fig8 import PAPER_DROP, PAPER_FIG8, Fig8Method, envelope, fig8_method
 from .report_format import clock_name
-from .results import CurvePoint, TomePoint, TomeResult, to_json
-from .tome_claims import TomeComparison, by_model, tome_comparison
+from .results import CurvePoint, TomeResult
+from .tome_claims import (
+    PAPER_DROP,
+    PAPER_FIG8,
+    Fig8Method,
+    TomeComparison,
+    by_model,
+    envelope,
+)
 
 #: How the report names the models of the comparison.
 TOME_MODEL_NAMES = dict(
@@ -22,10 +28,6 @@ TRANSFER_NAMES = dict(
     detr=('DETR (toy COCO)', 'bbox mAP', 100),
     upernet=('UperNet (toy ADE20K)', 'mIoU', 1),
 )
-
-
-def point_key(point: TomePoint) -> str:
-    return f'{point.model}-r{point.r}'
 
 
 def comparison_verdict(tome: TomeResult, comparison: TomeComparison) -> str:
@@ -93,26 +95,6 @@ def removed_attn_verdict(comparison: TomeComparison) -> str:
 METHOD_NAMES = dict(tome='ToMe', gtp='GTP-ViT')
 
 
-def fig8_methods(tome: TomeResult) -> List[Fig8Method]:
-    """Dense against HetDPT with each method, read off the curves; the
-    drops are from each model's accuracy without token reduction (r=0)."""
-    rows = by_model(tome.points)
-    base = {model: rows[model][0].accuracy for model in ('dense', 'hetdpt')}
-    return [fig8_method(m, tome.curves, base) for m in METHOD_NAMES]
-
-
-def fig8_envelopes(tome: TomeResult) -> Dict[str, Dict[str, List[str]]]:
-    """The settings on each envelope, by method and model (for the plot
-    and ``summary.json``)."""
-    return {
-        reading.method: {
-            model: [p.setting for p in curve]
-            for model, curve in reading.envelopes.items()
-        }
-        for reading in fig8_methods(tome)
-    }
-
-
 def ratio_range(rows) -> str:
     if not rows:
         return 'not read (the curves share no accuracy)'
@@ -178,7 +160,7 @@ def envelope_name(point: CurvePoint) -> str:
     return TOME_MODEL_NAMES[point.model]
 
 
-def fig8_section(tome: TomeResult) -> List[str]:
+def fig8_section(tome: TomeResult, comparison: TomeComparison) -> List[str]:
     """The Fig. 8 part of the token-merging section: both methods, both
     curves, the ratios at equal accuracy and at equal drop."""
     lines = [
@@ -201,7 +183,7 @@ def fig8_section(tome: TomeResult) -> List[str]:
         '',
         '![Fig. 8](fig8.png)',
     ]
-    for reading in fig8_methods(tome):
+    for reading in comparison.fig8:
         front = [p for curve in reading.envelopes.values() for p in curve]
         points = [
             p
@@ -255,43 +237,28 @@ def fig8_section(tome: TomeResult) -> List[str]:
     )
 
 
-def tome_claims(tome: TomeResult) -> Dict[str, Any]:
-    """The ToMe section's numbers and statements as ``summary.json`` keeps
-    them."""
-    comparison = tome_comparison(tome)
+def tome_verdicts(
+    tome: TomeResult, comparison: TomeComparison
+) -> Dict[str, Any]:
+    """The token-merging section's statements."""
     return dict(
-        equal_r=to_json(comparison.equal_r),
-        front=[point_key(p) for p in comparison.front],
-        verdict=comparison_verdict(tome, comparison),
-        removed_attn=to_json(comparison.removed_attn),
-        removed_attn_front=[
-            point_key(p) for p in comparison.removed_attn_front
-        ],
-        removed_attn_verdict=removed_attn_verdict(comparison),
-        fig8={
-            reading.method: dict(
-                envelopes=fig8_envelopes(tome)[reading.method],
-                equal_accuracy=to_json(reading.equal_accuracy),
-                equal_drop=to_json(reading.equal_drop),
-                at_paper_drop=to_json(reading.at_paper_drop),
-                verdict=fig8_verdict(reading),
-            )
-            for reading in fig8_methods(tome)
-        },
+        equal_r=comparison_verdict(tome, comparison),
+        removed_attn=removed_attn_verdict(comparison),
+        fig8={r.method: fig8_verdict(r) for r in comparison.fig8},
     )
 
 
-def tome_summary_row(tome: Optional[TomeResult]) -> List[str]:
+def tome_summary_row(comparison: Optional[TomeComparison]) -> List[str]:
     """The report summary's row on token merging (``None``: skipped)."""
     what = 'HetDPT + ToMe vs dense + ToMe, measured throughput at equal r'
-    if tome is None:
+    if comparison is None:
         return [what, 'not measured in the --quick demo']
     return [
         what,
         ', '.join(
             f'r={row.r}: {row.speedup:.2f}x ({row.hetdpt_accuracy:.2f} '
             f'vs {row.dense_accuracy:.2f} %)'
-            for row in tome_comparison(tome).equal_r
+            for row in comparison.equal_r
         ),
     ]
 
@@ -323,7 +290,9 @@ def _fig8_table(tome: TomeResult) -> List[str]:
     return lines
 
 
-def tome_section(tome: Optional[TomeResult]) -> List[str]:
+def tome_section(
+    tome: Optional[TomeResult], comparison: Optional[TomeComparison]
+) -> List[str]:
     """The report's token-merging section (``None``: skipped)."""
     lines = ["## Token merging (ToMe): the paper's Fig. 8 on this task", '']
     if tome is None:
@@ -332,7 +301,7 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
             'and times the dense and HetDPT classifiers, DETR '
             'and UperNet with ToMe at several r).'
         ]
-    timing, comparison = tome.timing, tome_comparison(tome)
+    timing = tome.timing
     lines += [
         'The dense classifier and the HetDPT merged classifier (MAP split), '
         'unchanged (no training), with `token_merge=dict(r=R)` in the '
@@ -413,4 +382,4 @@ def tome_section(tome: Optional[TomeResult]) -> List[str]:
         f'{run.macs_convention}.'
         for kind, run in tome.transfer.items()
     ]
-    return lines + [''] + fig8_section(tome)
+    return lines + [''] + fig8_section(tome, comparison)

@@ -27,10 +27,9 @@ from hetdpt_demo.results import (
 from hetdpt_demo.stages_tome import token_merge_options
 from hetdpt_demo.tome_claims import pareto_front, tome_comparison
 from hetdpt_demo.tome_report import (
-    fig8_envelopes,
-    tome_claims,
     tome_section,
     tome_summary_row,
+    tome_verdicts,
 )
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
@@ -115,50 +114,54 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
     numbers = all_numbers(summary)
     assert numbers and all(math.isfinite(n) for n in numbers)
 
-    cls = summary['classification']
+    results = summary['results']
+    accuracy = dict(
+        dense=results['dense']['accuracy'],
+        pruned=results['prune']['accuracy'],
+        merged=results['transfer']['merged_accuracy'],
+    )
     for name in ('dense', 'pruned', 'merged'):
-        assert 0 <= cls[name]['accuracy'] <= 100
+        assert 0 <= accuracy[name] <= 100
     # Merging changes no prediction (at most a near-tie flips: one image).
     assert (
-        abs(cls['pruned']['accuracy'] - cls['merged']['accuracy'])
-        <= 100 / cls['val_images'] + 1e-9
+        abs(accuracy['pruned'] - accuracy['merged'])
+        <= 100 / summary['val_images'] + 1e-9
     )
-    assert cls['hook_output_identical']
-    assert cls['patch_size'] == 8  # the demo's, not the digits configs' 4
+    assert results['merge']['hook_output_identical']
+    # the demo's patch, not the digits configs' 4
+    assert results['dense']['arch']['patch_size'] == 8
     assert (
-        cls['val_images']
+        summary['val_images']
         == len((data_root / 'shapes/meta/val.txt').read_text().split('\n')) - 1
     )
 
     # Exactly the MAP split of the budget was removed, one decision each.
-    spec = cls['spec']
-    assert spec['n_attn'] + spec['n_act'] == cls['budget'] == 2
-    assert (spec['n_attn'], spec['n_act']) == (
-        summary['map']['n_attn'],
-        summary['map']['n_act'],
-    )
-    assert len(cls['decisions']) == cls['budget']
+    spec, decisions = results['prune']['spec'], results['prune']['decisions']
+    assert spec['n_attn'] + spec['n_act'] == summary['budget'] == 2
+    best = results['fit']['allocation']['best']
+    assert (spec['n_attn'], spec['n_act']) == (best['n_attn'], best['n_act'])
+    assert len(decisions) == summary['budget']
     assert (
-        sorted(d['index'] for d in cls['decisions'] if d['kind'] == 'act')
+        sorted(d['index'] for d in decisions if d['kind'] == 'act')
         == spec['act_removed']
     )
 
-    bench = summary['benchmark']['demo']['models']
+    bench = results['benchmark']['demo']['models']
     assert bench['dense']['speedup'] == pytest.approx(1.0)
     assert bench['merged']['params'] < bench['dense']['params']
     assert bench['merged']['macs'] < bench['dense']['macs']
     # --quick: no DeiT-S; one benchmark per other compared split.
-    assert 'context' not in summary['benchmark']
+    assert 'context' not in results['benchmark']
     assert all(
         key == 'demo' or key.startswith('split-attn')
-        for key in summary['benchmark']
+        for key in results['benchmark']
     )
 
     for kind, metric in (('detr', 'coco/bbox_mAP'), ('upernet', 'mIoU')):
-        assert metric in summary[kind]['before']
-        assert metric in summary[kind]['after']
-        assert summary[kind]['iterations'] >= 2
-    assert {s['name'] for s in summary['stages']} == {
+        assert metric in results['transfer'][kind]['before']
+        assert metric in results['transfer'][kind]['after']
+        assert results['transfer'][kind]['iterations'] >= 2
+    assert {s['name'] for s in summary['run']['stages']} == {
         'data',
         'dense',
         'map',
@@ -172,8 +175,10 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
         'benchmark',
         'tome',
     }
-    assert summary['tome'] == dict(skipped=True)  # --quick: no ToMe
-    plus = summary['plus']
+    # --quick: no ToMe
+    assert results['tome_skipped'] and 'tome' not in results
+    assert summary['tome'] is None
+    plus = results['plus']
     assert plus['macs'][1] < plus['macs'][0]
     assert plus['params'][1] < plus['params'][0]
     assert plus['widths']['embed_dims'] < 96  # the demo ViT's width
@@ -185,22 +190,23 @@ def test_quick_demo_numbers_are_finite_and_consistent(quick_run):
 def test_quick_demo_shows_the_claims(quick_run):
     work_dir, _, _ = quick_run
     summary = json.loads((work_dir / 'summary.json').read_text())
-    claims = summary['claims']
-    grads = claims['score_grads']
+    results = summary['results']
+    claims = {claim['name']: claim for claim in summary['claims']}
+    grads = summary['gradients']
     for kind in ('attn', 'act'):
-        assert grads['types'][kind]['count'] > 0
-        assert grads['types'][kind]['mean'] > 0
-    assert grads['ratio'] > 0
+        assert grads[kind]['count'] > 0
+        assert grads[kind]['mean'] > 0
+    assert claims['gradient_disparity']['numbers']['ratio'] > 0
     # One layer removed from the dense model, tested, fine-tuned 2 epochs.
     for kind in ('attn', 'act'):
-        run = claims['recovery'][kind]
-        assert 0 <= run['block'] < summary['classification']['depth']
+        run = results['recovery'][kind]
+        assert 0 <= run['block'] < results['dense']['depth']
         assert len(run['after_epochs']) == 2
         for value in [run['at_once']] + run['after_epochs']:
             assert 0 <= value <= 100
     # The same budget split four ways, each pruned once (quick: 1 seed).
-    budget = summary['classification']['budget']
-    splits = {split['name']: split for split in claims['splits']}
+    budget = summary['budget']
+    splits = {split['name']: split for split in summary['splits']}
     assert list(splits) == ['MAP', 'attention_only', 'gelu_only', 'naive']
     assert (
         splits['attention_only']['n_attn'],
@@ -211,15 +217,15 @@ def test_quick_demo_shows_the_claims(quick_run):
         assert split['seeds'] == [0]
         assert 0 <= split['mean'] <= 100 and split['speedup'] > 0
     assert splits['MAP']['accuracies'] == [
-        summary['classification']['merged']['accuracy']
+        results['transfer']['merged_accuracy']
     ]
-    naive = summary['compare']['naive']['0']
+    naive = results['compare']['naive']['0']
     assert sum(map(len, naive['removed'].values())) == budget
     assert naive['counts'] == [
         splits['naive']['n_attn'],
         splits['naive']['n_act'],
     ]
-    assert "MAP's" in claims['verdict']
+    assert "MAP's" in summary['verdicts']['split']
 
 
 def test_quick_demo_checks_maps_predictions(quick_run):
@@ -228,19 +234,19 @@ def test_quick_demo_checks_maps_predictions(quick_run):
     are those of the predictions against the measured means."""
     work_dir, _, _ = quick_run
     summary = json.loads((work_dir / 'summary.json').read_text())
+    allocation = summary['results']['fit']['allocation']
     candidates = {
-        (c['n_attn'], c['n_act']): c
-        for c in summary['map']['allocation']['candidates']
+        (c['n_attn'], c['n_act']): c for c in allocation['candidates']
     }
-    splits = summary['claims']['splits']
+    splits = summary['splits']
     for split in splits:
         candidate = candidates[split['n_attn'], split['n_act']]
         assert split['predicted'] == candidate['predicted_accuracy']
         assert split['extrapolated'] == candidate['extrapolated']
-    assert splits[0]['predicted'] == summary['map']['predicted']
+    assert splits[0]['predicted'] == (allocation['best']['predicted_accuracy'])
     distinct = list({(s['n_attn'], s['n_act']): s for s in splits}.values())
     errors = [split['predicted'] - split['mean'] for split in distinct]
-    check = summary['claims']['fit_check']
+    check = summary['fit_check']
     assert check['mean_error'] == pytest.approx(sum(errors) / len(errors))
     assert check['mean_abs_error'] == pytest.approx(
         sum(map(abs, errors)) / len(errors)
@@ -611,47 +617,42 @@ def fake_tome():
 
 def test_tome_claims_compare_at_equal_r_and_name_the_front():
     tome = fake_tome()
-    claims = tome_claims(tome)
-    assert [row['speedup'] for row in claims['equal_r']] == [
+    comparison = tome_comparison(tome)
+    verdicts = tome_verdicts(tome, comparison)
+    assert [row.speedup for row in comparison.equal_r] == [
         1500 / 1000,
         1700 / 1200,
         1900 / 1400,
     ]
     assert [
-        (row['dense_accuracy'], row['hetdpt_accuracy'])
-        for row in claims['equal_r']
+        (row.dense_accuracy, row.hetdpt_accuracy) for row in comparison.equal_r
     ] == [(90, 88), (88, 86), (86, 84)]
     # Dense r=1 (88 % at 1200) is beaten by HetDPT r=0 (88 % at 1500).
-    assert claims['front'] == [
+    assert [f'{p.model}-r{p.r}' for p in comparison.front] == [
         'hetdpt-r2',
         'hetdpt-r1',
         'hetdpt-r0',
         'dense-r0',
     ]
-    assert '1.36x to 1.50x' in claims['verdict']
-    faster = tome_comparison(tome).claims[0]
+    assert '1.36x to 1.50x' in verdicts['equal_r']
+    faster = comparison.claims[0]
     assert (faster.name, faster.holds, faster.numbers) == (
         'tome_hetdpt_faster',
         True,
         dict(min_speedup=1900 / 1400, max_speedup=1500 / 1000),
     )
-    assert '**faster**' in claims['verdict']
+    assert '**faster**' in verdicts['equal_r']
     assert (
         'ToMe alone (dense, r=2 against r=0): 1.40x measured, 3.00x '
         'fewer MACs, -4.00 points.'
-    ) in claims['verdict']
+    ) in verdicts['equal_r']
     assert [
-        (
-            row['r'],
-            row['norm_accuracy'],
-            row['none_accuracy'],
-            row['norm_speedup'],
-        )
-        for row in claims['removed_attn']
+        (row.r, row.norm_accuracy, row.none_accuracy, row.norm_speedup)
+        for row in comparison.removed_attn
     ] == [(1, 78, 79, 1800 / 1700), (2, 76, 78, 2000 / 1800)]
-    assert '-1.50 points' in claims['removed_attn_verdict']
+    assert '-1.50 points' in verdicts['removed_attn']
     # Nothing beats none r=1 (79 % at 1700); norm r=1 ties none r=2.
-    assert claims['removed_attn_front'] == [
+    assert [f'{p.model}-r{p.r}' for p in comparison.removed_attn_front] == [
         'attn_only-r2',
         'attn_only-r1',
         'attn_only_none-r2',
@@ -678,7 +679,8 @@ def test_pareto_front_keeps_ties_and_drops_dominated_points():
 
 def test_tome_section_renders_the_tables_and_the_quick_skip():
     tome = fake_tome()
-    text = '\n'.join(tome_section(tome))
+    comparison = tome_comparison(tome)
+    text = '\n'.join(tome_section(tome, comparison))
     assert (
         '| 1 | 88.00 | 1,200 | 5.00 M | 86.00 | 1,700 | 5.00 M | 1.42x |'
         in text
@@ -698,17 +700,18 @@ def test_tome_section_renders_the_tables_and_the_quick_skip():
         '| r | dense + ToMe: top-1 (%) | img/s | MACs/img (with-'
         'attention-products) |' in text
     )
-    assert tome_summary_row(tome)[1].startswith(
+    assert tome_summary_row(comparison)[1].startswith(
         'r=0: 1.50x (88.00 vs 90.00 %), r=1: 1.42x'
     )
-    assert 'Skipped in the `--quick` demo' in tome_section(None)[-1]
+    assert 'Skipped in the `--quick` demo' in tome_section(None, None)[-1]
     assert tome_summary_row(None)[1] == 'not measured in the --quick demo'
-    assert plot_tome(to_json(tome.points)).startswith(b'\x89PNG')
+    assert plot_tome(tome.points).startswith(b'\x89PNG')
 
 
 def test_fig8_section_reads_both_methods_beside_the_papers_figures():
     tome = fake_tome()
-    text = '\n'.join(tome_section(tome))
+    comparison = tome_comparison(tome)
+    text = '\n'.join(tome_section(tome, comparison))
     assert '![Fig. 8](fig8.png)' in text
     assert '#### ToMe' in text and '#### GTP-ViT' in text
     assert (
@@ -731,18 +734,14 @@ def test_fig8_section_reads_both_methods_beside_the_papers_figures():
     assert 'than dense + ToMe at equal r' in text
     assert 'GTP-ViT in blocks whose attention was removed' in text
     assert 'attention removed in blocks 0, 2' in text
-    claims = tome_claims(tome)['fig8']
-    assert claims['gtp']['envelopes']['dense'] == [
+    tome_reading, gtp_reading = comparison.fig8
+    assert [p.setting for p in gtp_reading.envelopes['dense']] == [
         'num_prop=0',
         'num_prop=1',
         'num_prop=2',
     ]
-    assert claims['tome']['at_paper_drop']['ratio'] == pytest.approx(
-        1590 / 1090
-    )
-    assert plot_fig8(to_json(tome.curves), fig8_envelopes(tome)).startswith(
-        b'\x89PNG'
-    )
+    assert tome_reading.at_paper_drop.ratio == pytest.approx(1590 / 1090)
+    assert plot_fig8(tome.curves, comparison.fig8).startswith(b'\x89PNG')
 
 
 def test_tome_options_set_the_backbone_option():

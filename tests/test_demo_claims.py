@@ -217,9 +217,9 @@ def test_a_split_that_differs_between_seeds_gets_a_row_per_split():
         'naive',
         'naive',
     ]
-    assert plot_split_comparison(
-        to_json(list(splits.values())), 97.0
-    ).startswith(b'\x89PNG')
+    assert plot_split_comparison(list(splits.values()), 97.0).startswith(
+        b'\x89PNG'
+    )
 
 
 def test_claims_hold_or_not_with_their_numbers():

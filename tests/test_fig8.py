@@ -1,4 +1,4 @@
-"""The demo's Fig. 8: the reading (hetdpt_demo/fig8.py) on synthetic
+"""The demo's Fig. 8: the reading (hetdpt_demo/tome_claims.py) on synthetic
 curves -- the monotone envelope, and the throughput ratio at equal accuracy
 and at equal accuracy drop by interpolation along each envelope -- and the
 token-merging stage's evaluation and timing of its points on tiny random
@@ -14,10 +14,10 @@ from helpers import DENSE_CONFIG, REPO, load_tool
 from mmengine.config import Config
 
 from hetdpt_demo.data import SHAPES_TASK, make_pairs
-from hetdpt_demo.fig8 import envelope, fig8_method, throughput_at
 from hetdpt_demo.results import CurvePoint
 from hetdpt_demo.settings import CLS_CLASSES, CLS_PATCH_SIZE, FULL
 from hetdpt_demo.stages_tome import TomeStages
+from hetdpt_demo.tome_claims import envelope, fig8_method, throughput_at
 from hetdpt_mm.deploy.networks import build_from_config
 
 
