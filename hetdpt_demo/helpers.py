@@ -1,17 +1,17 @@
 """Small pieces the demo's stages share: command-line options, hook
 configs, reading run outputs, machine facts."""
 
+import json
 import pprint
 import resource
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from mmengine.config import Config
 
 from hetdpt_benchmark.machine import machine_info
 from hetdpt_mm.fileio import atomic_write_text
 
-from . import report as demo_report
 from .results import BenchmarkModel, BenchmarkRun
 from .settings import CLS_DATA, DemoError
 
@@ -100,11 +100,63 @@ def condense_benchmark(result: Dict[str, Any], markdown: str) -> BenchmarkRun:
     )
 
 
+def read_json(path) -> Any:
+    with open(path, encoding='utf-8') as file:
+        return json.load(file)
+
+
+def train_scalars(run_dir) -> List[Dict[str, Any]]:
+    """The scalars MMEngine logged (``<timestamp>/vis_data/scalars.json``)
+    by the training run in ``run_dir``: the run whose records have a
+    ``loss`` (a later ``tools/test.py`` run in the same directory adds its
+    own timestamp directory without one)."""
+    for scalars in sorted(Path(run_dir).glob('*/vis_data/scalars.json')):
+        records = [
+            json.loads(line)
+            for line in scalars.read_text(encoding='utf-8').splitlines()
+            if line.strip()
+        ]
+        if any('loss' in record for record in records):
+            return records
+    raise FileNotFoundError(
+        f'no training scalars (*/vis_data/scalars.json '
+        f'with a loss) under {run_dir}'
+    )
+
+
+def val_records(
+    run_dir, metric: str = 'accuracy/top1'
+) -> List[Dict[str, float]]:
+    """The metrics of every validation of the training run in ``run_dir``
+    (the records with ``metric``), in order, without MMEngine's timing
+    fields."""
+    return [
+        {
+            key: value
+            for key, value in record.items()
+            if key not in ('data_time', 'time', 'step')
+        }
+        for record in train_scalars(run_dir)
+        if metric in record
+    ]
+
+
+def scalar_curve(
+    records: Iterable[Mapping[str, Any]], key: str = 'loss'
+) -> List[List[float]]:
+    """``[[iteration, value], ...]`` of one logged scalar."""
+    return [
+        [int(record['iter']), float(record[key])]
+        for record in records
+        if key in record and 'iter' in record
+    ]
+
+
 def last_accuracy(run_dir: Path) -> float:
     """Top-1 of the last validation of the classifier training run in
     ``run_dir``: its last checkpoint on the test split (the demo's val and
     test sets are one)."""
-    return demo_report.val_records(run_dir)[-1]['accuracy/top1']
+    return val_records(run_dir)[-1]['accuracy/top1']
 
 
 def cpu_seconds() -> float:

@@ -1,17 +1,12 @@
-"""Reading the demo's run outputs, and its report (:mod:`hetdpt_demo`).
-
-The demo's stages run the project's tools as subprocesses; this module reads
-what they wrote (metrics JSON of ``tools/test.py``, the validations in
-MMEngine's ``vis_data/scalars.json``), and puts the typed
-:class:`~.claims.Summary` of a run into words: ``report.md``, one function
-per section (the token-merging one in :mod:`.tome_report`), and the
-statements ``summary.json`` keeps beside the summary (:func:`verdicts`).
+"""The demo's report (:mod:`hetdpt_demo`): the typed
+:class:`~.claims.Summary` of a run in words, ``report.md`` one function per
+section (the token-merging one in :mod:`.tome_report`), and the statements
+``summary.json`` keeps beside the summary (:func:`verdicts`).
 """
 
 import json
 import statistics
-from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping
+from typing import Any, Dict, List, Mapping
 
 from hetdpt_mm.pruning import Allocation, MAPFit
 from hetdpt_mm.spec import ACT, ATTN
@@ -26,60 +21,6 @@ from .report_format import (
     table,
 )
 from .tome_report import tome_section, tome_summary_row, tome_verdicts
-
-
-# ------------------------------------------------------------------ reading
-def read_json(path) -> Any:
-    with open(path, encoding='utf-8') as file:
-        return json.load(file)
-
-
-def train_scalars(run_dir) -> List[Dict[str, Any]]:
-    """The scalars MMEngine logged (``<timestamp>/vis_data/scalars.json``)
-    by the training run in ``run_dir``: the run whose records have a
-    ``loss`` (a later ``tools/test.py`` run in the same directory adds its
-    own timestamp directory without one)."""
-    for scalars in sorted(Path(run_dir).glob('*/vis_data/scalars.json')):
-        records = [
-            json.loads(line)
-            for line in scalars.read_text(encoding='utf-8').splitlines()
-            if line.strip()
-        ]
-        if any('loss' in record for record in records):
-            return records
-    raise FileNotFoundError(
-        f'no training scalars (*/vis_data/scalars.json '
-        f'with a loss) under {run_dir}'
-    )
-
-
-def val_records(
-    run_dir, metric: str = 'accuracy/top1'
-) -> List[Dict[str, float]]:
-    """The metrics of every validation of the training run in ``run_dir``
-    (the records with ``metric``), in order, without MMEngine's timing
-    fields."""
-    return [
-        {
-            key: value
-            for key, value in record.items()
-            if key not in ('data_time', 'time', 'step')
-        }
-        for record in train_scalars(run_dir)
-        if metric in record
-    ]
-
-
-def scalar_curve(
-    records: Iterable[Mapping[str, Any]], key: str = 'loss'
-) -> List[List[float]]:
-    """``[[iteration, value], ...]`` of one logged scalar."""
-    return [
-        [int(record['iter']), float(record[key])]
-        for record in records
-        if key in record and 'iter' in record
-    ]
-
 
 # ---------------------------------------------------------- sections
 #: DETR and UperNet: (result field, title, metric, its name, scale).

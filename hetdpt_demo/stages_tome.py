@@ -20,7 +20,7 @@ from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.deploy.networks import build_from_config
 from hetdpt_mm.runner import load_fitting, take_checkpoint_structure
 
-from . import report as demo_report
+from .helpers import read_json
 from .jobs import Job
 from .results import (
     AttnOnlyRun,
@@ -188,7 +188,7 @@ class TomeStages:
         ]
         transfer = {}
         for kind, metric in TRANSFER_METRICS.items():
-            bench = demo_report.read_json(work / f'benchmark-{kind}.json')
+            bench = read_json(work / f'benchmark-{kind}.json')
             speed = {m['name']: m for m in bench['models']}
             transfer[kind] = TomeTransfer(
                 metric=metric,
@@ -291,9 +291,9 @@ class TomeStages:
             )
         self.jobs.run_lanes(lanes)
         for name, (_, _, metric, _) in runs.items():
-            metrics[name] = demo_report.read_json(
-                work / name / 'test_metrics.json'
-            )[metric]
+            metrics[name] = read_json(work / name / 'test_metrics.json')[
+                metric
+            ]
         return metrics
 
     def run_transfer_benchmarks(self, work: Path) -> None:

@@ -19,13 +19,16 @@ from hetdpt_mm.pruning import MAPFit, load_points, rank_across_types
 from hetdpt_mm.pruning.map import load_allocation
 from hetdpt_mm.spec import ACT, ATTN, PruneSpec
 
-from . import report as demo_report
 from .claims import counts_label
 from .data import make_all
 from .helpers import (
     classifier_schedule_options,
     last_accuracy,
     last_checkpoint,
+    read_json,
+    scalar_curve,
+    train_scalars,
+    val_records,
 )
 from .jobs import Job
 from .results import (
@@ -209,8 +212,7 @@ class TrainingStages:
         self.results.recovery = {}
         for kind, run in runs.items():
             at_once, *after_epochs = [
-                record['accuracy/top1']
-                for record in demo_report.val_records(run['work'])
+                record['accuracy/top1'] for record in val_records(run['work'])
             ]
             self.results.recovery[kind] = RecoveryRun(
                 block=run['block'], at_once=at_once, after_epochs=after_epochs
@@ -248,7 +250,7 @@ class TrainingStages:
                 ]
             ]
         )
-        fit = MAPFit.from_dict(demo_report.read_json(fit_path))
+        fit = MAPFit.from_dict(read_json(fit_path))
         allocation = load_allocation(allocation_path, 'full')
         self.results.fit = MapFitResult(
             fit=fit.to_dict(),
@@ -351,9 +353,7 @@ class TrainingStages:
             spec=dict(spec.to_dict(), n_attn=spec.n_attn, n_act=spec.n_act),
             decisions=loaded['meta'][PRUNE_STATE]['decisions'],
             score_grads={
-                kind: demo_report.scalar_curve(
-                    demo_report.train_scalars(work), f'score_grad_{kind}'
-                )
+                kind: scalar_curve(train_scalars(work), f'score_grad_{kind}')
                 for kind in (ATTN, ACT)
             },
         )

@@ -8,12 +8,15 @@ import torch
 
 from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 
-from . import report as demo_report
 from .claims import split_benchmark_runs
 from .helpers import (
     classifier_schedule_options,
     condense_benchmark,
     last_checkpoint,
+    read_json,
+    scalar_curve,
+    train_scalars,
+    val_records,
 )
 from .jobs import Job
 from .results import (
@@ -127,8 +130,8 @@ class TransferStages:
         runs = {}
         for kind in TRANSFER_CONFIGS:
             work = self.transfer_work_dir(kind)
-            curve = demo_report.scalar_curve(demo_report.train_scalars(work))
-            validations = demo_report.val_records(work, TRANSFER_METRICS[kind])
+            curve = scalar_curve(train_scalars(work))
+            validations = val_records(work, TRANSFER_METRICS[kind])
             runs[kind] = DensePredictionRun(
                 before=validations[0],
                 after=validations[-1],
@@ -139,9 +142,9 @@ class TransferStages:
                 checkpoint=self.rel(last_checkpoint(work)),
             )
         self.results.transfer = TransferResult(
-            merged_accuracy=demo_report.read_json(
-                prune_work / 'test_metrics_merged.json'
-            )['accuracy/top1'],
+            merged_accuracy=read_json(prune_work / 'test_metrics_merged.json')[
+                'accuracy/top1'
+            ],
             **runs,
         )
 
@@ -223,8 +226,8 @@ class TransferStages:
                 for kind, config in TRANSFER_CONFIGS.items()
             ]
         )
-        width = demo_report.read_json(report)
-        validations = demo_report.val_records(work)
+        width = read_json(report)
+        validations = val_records(work)
         self.results.plus = PlusResult(
             checkpoint=trained,
             ratio=width['ratio'],
@@ -235,8 +238,8 @@ class TransferStages:
             params=[width['params_before'], width['params_after']],
             accuracy_before=validations[0]['accuracy/top1'],
             accuracy=validations[-1]['accuracy/top1'],
-            detr=demo_report.read_json(work / 'test_metrics_detr.json'),
-            upernet=demo_report.read_json(work / 'test_metrics_upernet.json'),
+            detr=read_json(work / 'test_metrics_detr.json'),
+            upernet=read_json(work / 'test_metrics_upernet.json'),
         )
 
     def stage_benchmark(self) -> None:
@@ -306,7 +309,7 @@ class TransferStages:
         self.jobs.run_lanes([lane])
         self.results.benchmark = {
             name: condense_benchmark(
-                demo_report.read_json(out / f'{name}.json'),
+                read_json(out / f'{name}.json'),
                 (out / f'{name}.md').read_text(encoding='utf-8'),
             )
             for name in runs
