@@ -116,7 +116,7 @@ class Settings:
     fig8_num_prop: Tuple[int, ...]
 
 
-# Sized for 14 minutes on 2 idle cores: the dense model learns the shapes
+# Sized for 13 minutes on 2 idle cores: the dense model learns the shapes
 # in 20 epochs on all 4,000 training images; a MAP step fine-tunes two
 # epochs on all of them at 2e-4 (one left the 4-attention point on a cliff
 # the fit could not predict: CV RMSE 0.66 of the points' spread, 0.31 with
