@@ -324,8 +324,9 @@ def summarise(
     gradients = gradient_stats(results)
     splits = split_rows(results, cost)
     claims = compute_claims(results, gradients, splits)
-    tome = None if results.tome is None else tome_comparison(results.tome)
-    if tome is not None:
+    tome = None
+    if results.tome is not None:
+        tome = tome_comparison(results.tome)
         claims += tome.claims
     return Summary(
         run=run,

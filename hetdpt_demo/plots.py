@@ -8,7 +8,7 @@ from hetdpt_mm.visualization import image_bytes, new_figure
 
 from .claims import SplitRow
 from .results import CurvePoint, RecoveryRun, TomePoint
-from .tome_claims import Fig8Method
+from .tome_claims import FIG8_METHODS, Fig8Method
 
 #: Colours of the two layer types in the demo's plots.
 KIND_COLOURS = dict(attn='tab:blue', act='tab:red')
@@ -276,7 +276,6 @@ def plot_fig8(
         dense=('tab:blue', 'o', 'dense'),
         hetdpt=('tab:red', 's', 'HetDPT (MAP split)'),
     )
-    titles = dict(tome='ToMe', gtp='GTP-ViT')
     for ax, reading in zip(panels, readings):
         method = reading.method
         for model, (colour, marker, label) in styles.items():
@@ -296,11 +295,11 @@ def plot_fig8(
                 [p.accuracy for p in front],
                 marker=marker,
                 color=colour,
-                label=f'{label} + {titles[method]} (envelope)',
+                label=f'{label} + {FIG8_METHODS[method]} (envelope)',
             )
         ax.set_xlabel('measured throughput of the backbone (img/s)')
         ax.set_ylabel('top-1 accuracy (%)')
-        ax.set_title(f'{titles[method]}: dense vs HetDPT')
+        ax.set_title(f'{FIG8_METHODS[method]}: dense vs HetDPT')
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc='lower left')
     return image_bytes(fig)

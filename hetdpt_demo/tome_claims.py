@@ -22,6 +22,8 @@ PAPER_FIG8 = dict(
 )
 #: The drop (points) at which the paper reads its ToMe ratio.
 PAPER_DROP = 0.9
+#: Fig. 8's token-reduction methods, in the report's order, and their names.
+FIG8_METHODS = dict(tome='ToMe', gtp='GTP-ViT')
 
 
 @dataclass
@@ -225,7 +227,7 @@ def tome_comparison(tome: TomeResult) -> TomeComparison:
                 or (p.model == 'attn_only_none' and p.r)
             ]
         ),
-        fig8=[fig8_method(m, tome.curves, base) for m in ('tome', 'gtp')],
+        fig8=[fig8_method(m, tome.curves, base) for m in FIG8_METHODS],
         claims=[
             Claim(
                 'tome_hetdpt_faster',

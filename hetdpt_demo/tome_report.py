@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 from .report_format import clock_name
 from .results import CurvePoint, TomeResult
 from .tome_claims import (
+    FIG8_METHODS,
     PAPER_DROP,
     PAPER_FIG8,
     Fig8Method,
@@ -91,10 +92,6 @@ def removed_attn_verdict(comparison: TomeComparison) -> str:
     )
 
 
-#: How the Fig. 8 section names the methods.
-METHOD_NAMES = dict(tome='ToMe', gtp='GTP-ViT')
-
-
 def ratio_range(rows) -> str:
     if not rows:
         return 'not read (the curves share no accuracy)'
@@ -104,7 +101,7 @@ def ratio_range(rows) -> str:
 
 def fig8_verdict(reading: Fig8Method) -> str:
     """One method's ratios on the demo beside the paper's, named as such."""
-    name = METHOD_NAMES[reading.method]
+    name = FIG8_METHODS[reading.method]
     hetdpt, dense, where = PAPER_FIG8[reading.method]
     at_drop = reading.at_paper_drop
     return (
@@ -191,7 +188,7 @@ def fig8_section(tome: TomeResult, comparison: TomeComparison) -> List[str]:
             if p.method == reading.method and p.model in ('dense', 'hetdpt')
         ]
         lines += (
-            ['', f'#### {METHOD_NAMES[reading.method]}', '']
+            ['', f'#### {FIG8_METHODS[reading.method]}', '']
             + _curve_table(points, front)
             + ['']
             + _ratio_table('equal top-1', reading.equal_accuracy, ' %')
