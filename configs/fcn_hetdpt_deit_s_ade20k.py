@@ -26,6 +26,7 @@ model = dict(
         out_indices=(7, 11),
         final_norm=True,  # not mmseg's ViT default (False)
         patch_bias=True,  # DeiT's (mmseg's ViT default: False)
+        norm_cfg=dict(type='LN', eps=1e-6),  # DeiT's (mmseg's: 1e-5)
         drop_path_rate=0.1,
         init_cfg=dict(type='Pretrained', checkpoint=hetdpt_checkpoint),
     ),

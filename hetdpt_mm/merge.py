@@ -24,11 +24,11 @@ from .checkpoint.reader import (
 from .checkpoint.record import (
     EXTRA_STATE_KEY,
     HetDPTRecord,
-    plain_data,
     with_record,
 )
 from .checkpoint.safe_load import StateDictMismatch
 from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
+from .structure import build, with_arch
 
 #: Where MMEngine's EMAHook saves the averaged model: an
 #: ``ExponentialMovingAverage`` state dict, ``steps`` and the model's keys
@@ -176,20 +176,6 @@ def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
     return spec
 
 
-def _check_arch_is_records(family, given, record: HetDPTRecord) -> None:
-    """``--arch`` may repeat the record's architecture, never change it."""
-    if isinstance(given, Mapping) and 'arch' in given:
-        given = given['arch']
-    wanted = plain_data(family.codec.arch_settings(given))
-    recorded = plain_data(family.codec.arch_settings(record.arch['arch']))
-    if wanted != recorded:
-        raise ValueError(
-            f'--arch {wanted} is not the architecture of the record '
-            f'({recorded}): the checkpoint says its structure, leave out '
-            '--arch'
-        )
-
-
 def _check_loadable(state: Mapping, network) -> None:
     expected = {
         k: v for k, v in network.state_dict().items() if k != EXTRA_STATE_KEY
@@ -263,28 +249,23 @@ def merge_checkpoint(
         )
 
     family = loaded.family
-    given = parse_arch(arch) if arch is not None else None
     # A record's build arguments (already checked against the tensors) hold
     # what shapes cannot say (heads, qk_scale, a norm's eps, an MLP ratio
     # that is not an integer); without one the tensors and --arch say it.
-    if record.arch is not None:
-        if given is not None:
-            _check_arch_is_records(family, given, record)
-        build_args = record.arch
-    else:
-        build_args = family.codec.build_args_from_tensors(backbone, given)
+    build_args = with_arch(
+        record, backbone, parse_arch(arch) if arch is not None else None
+    ).arch
     merged_record = HetDPTRecord(
         spec=final_spec,
         form=form,
         family=record.family,
         arch=build_args,
         semantics=dict(record.semantics),
-        # A bare classifier goes to the classifier layout; a bare backbone
-        # stays bare (a backbone file, for init_cfg or load_state_dict).
-        prefix=prefix
-        or (CLASSIFIER_PREFIX if classifier_head_prefixes(state) else ''),
+        # One layout for every input: a bare file's backbone (and heads)
+        # go where mmpretrain's classifier has them.
+        prefix=prefix or CLASSIFIER_PREFIX,
     )
-    network = family.from_record(merged_record)
+    network = build(merged_record)
 
     def merge_state(source: BackboneCheckpoint):
         """``source``'s state dict with its backbone converted to the

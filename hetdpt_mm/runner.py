@@ -24,6 +24,7 @@ from .cli import ConfigOptionsAction, RunError
 from .fileio import check_input_file
 from .hooks import EpochSeedHook
 from .registry import FAMILIES, named_arguments, unexpected_keywords_message
+from .structure import is_given, structure_args
 from .work_dir import config_strings
 
 
@@ -233,29 +234,32 @@ def add_epoch_seed_hook(cfg) -> None:
         )
 
 
-def take_checkpoint_structure(cfg) -> None:
+def take_checkpoint_structure(cfg, checkpoint: Optional[str] = None) -> None:
     """The runner builds its optimizer before it loads ``load_from`` (or
     resumes), so a backbone whose structure the config leaves open must
     have the checkpoint's structure (pruned, merged, width-pruned) from the
     start: one rebuilt by the load would leave the optimizer training the
-    parameters it replaced."""
+    parameters it replaced.  ``checkpoint``: the weights a test loads,
+    which replace the backbone's ``init_cfg`` ones (not read, so a test
+    needs no download)."""
     backbone = cfg.get('model', {}).get('backbone')
-    if not isinstance(backbone, dict) or any(
-        backbone.get(key) is not None
-        for key in ('prune_spec', 'gated', 'merged')
+    families = {family.__name__ for family in FAMILIES.values()}
+    if (
+        not isinstance(backbone, dict)
+        or str(backbone.get('type', '')).split('.')[-1] not in families
     ):
         return
-    families = {family.__name__ for family in FAMILIES.values()}
-    if str(backbone.get('type', '')).split('.')[-1] not in families:
+    if checkpoint is not None:
+        backbone.pop('pretrained', None)
+        backbone['init_cfg'] = None
+    if is_given(*(backbone.get(k) for k in ('prune_spec', 'gated', 'merged'))):
         return
     resume = cfg.get('resume')
-    checkpoint = cfg.get('load_from')
+    checkpoint = checkpoint or cfg.get('load_from')
     if resume:
         checkpoint = checkpoint or find_latest_checkpoint(cfg.work_dir)
-    elif checkpoint is not None and not osp.isfile(checkpoint):
+    elif checkpoint is None or not osp.isfile(checkpoint):
         return  # a URL or a missing file: MMEngine's loading reports it
-    if checkpoint is None:
-        return
     try:
         record = read_backbone_checkpoint(
             checkpoint, prefix='backbone.', mmap=True
@@ -264,12 +268,7 @@ def take_checkpoint_structure(cfg) -> None:
         if not resume:
             return  # loading it reports what is wrong
         raise RunError(f'cannot resume from {checkpoint}: {err}') from None
-    backbone.update(
-        prune_spec=record.spec.to_dict(),
-        gated=record.form == 'gated',
-        merged=record.form == 'merged',
-        **record.semantics,
-    )
+    backbone.update(structure_args(record))
 
 
 def _backbone_source(

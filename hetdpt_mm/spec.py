@@ -27,6 +27,19 @@ LAYER_KINDS = (ATTN, ACT, FFN)
 #: The kinds as reports name them.
 KIND_NAMES = {ATTN: 'attention', ACT: 'GELU', FFN: 'FFN branch'}
 
+#: What a removed attention sublayer leaves on its residual branch;
+#: ``'identity'`` removes whole branches (attention and FFN, each with its
+#: LayerNorm and LayerScale) and makes FFN branches removable.
+REMOVED_ATTN_OUTPUTS = ('norm', 'zero', 'identity')
+#: The semantics value of whole-branch removal.
+WHOLE_BRANCH = 'identity'
+#: When the extra GELU is applied to the residual stream after a block.
+RESIDUAL_GELU_MODES = ('both_removed', 'act_removed', 'never')
+#: The semantics options of every family, with their allowed values.
+SEMANTICS_CHOICES = dict(
+    removed_attn_output=REMOVED_ATTN_OUTPUTS, residual_gelu=RESIDUAL_GELU_MODES
+)
+
 #: Forms in which the weights of a pruned network can be stored.
 FORMS = ('gated', 'pruned', 'merged')
 

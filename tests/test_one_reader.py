@@ -156,10 +156,7 @@ def test_settings_no_shape_shows_are_compared(family, saved_with, name):
     network; refused naming the argument."""
     cls = FAMILIES[family]
     state = cls(**cls.SMALL_ARGS, **saved_with).state_dict()
-    with pytest.raises(
-        StateDictMismatch,
-        match=f'saved by a network with {name}=.*configured with {name}=None',
-    ):
+    with pytest.raises(StateDictMismatch, match=name):
         cls(**cls.SMALL_ARGS).load_state_dict(state, strict=False)
 
 
@@ -186,8 +183,7 @@ def test_a_record_the_constructor_refuses_is_a_checkpoint_error(
     state[KEY] = encode_record(record)
     path = tmp_path / 'unbuildable.pth'
     torch.save(dict(state_dict=state), path)
-    message = f"{path}: the HetDPT record's arguments .* do not build"
-    with pytest.raises(RecordError, match=message):
+    with pytest.raises(RecordError, match='builds no network'):
         read_backbone_checkpoint(str(path))
     out = tmp_path / 'merged.pth'
     assert load_tool('merge_ckpt').main([str(path), str(out)]) != 0

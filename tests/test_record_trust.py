@@ -104,14 +104,12 @@ def test_tensors_left_over_or_missing_are_refused():
     for bad, message in (
         (
             missing,
-            r"missing \['blocks.5.mlp.fc2.bias', "
-            r"'blocks.5.mlp.fc2.weight'\]",
+            'missing',
         ),
         (extra, r"not part of it \['spare.weight'\]"),
         (
             wrong,
-            r'norm.weight is \(95,\), the record '
-            r'implies \(96,\)',
+            'norm.weight is \\(95,\\)',
         ),
     ):
         with pytest.raises(StateDictMismatch, match=message):
@@ -172,11 +170,7 @@ def test_a_configured_architecture_must_be_the_records():
         img_size=32,
         patch_size=4,
     )
-    with pytest.raises(
-        StateDictMismatch,
-        match=r"saved by a network with arch=\{.*'num_heads': "
-        r"3.*configured with arch=\{.*'num_heads': 6",
-    ):
+    with pytest.raises(StateDictMismatch, match="'num_heads': 3"):
         six_heads.load_state_dict(state, strict=False)
 
 
@@ -216,10 +210,8 @@ def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path, loopback_server):
     ):
         bad = forged(state, arch={name: value})
         path = saved(tmp_path / f'{name}.pth', bad)
-        message = (
-            f"{path}: the HetDPT record's arch gives \\['{name}'\\], "
-            'which are not structural arguments of a vit backbone'
-        )
+        message = f'{path}: .*{name}.*not structural arguments'
+
         with pytest.raises(RecordError, match=message):
             read_backbone_checkpoint(path)
         with pytest.raises(RecordError, match=message):
@@ -267,9 +259,9 @@ def test_a_corrupt_record_is_an_error_not_a_fallback(data, message, tmp_path):
         ),
         (
             dict(semantics=dict(removed_attn_output='nothing')),
-            r"removed_attn_output='nothing'; removed_attn_output is one of",
+            "removed_attn_output='nothing'",
         ),
-        (dict(semantics=dict(colour='red')), 'semantics are'),
+        (dict(semantics=dict(colour='red')), 'colour'),
         (dict(arch=[1, 2]), 'arch is a list, not a dict'),
         (
             dict(
@@ -279,7 +271,7 @@ def test_a_corrupt_record_is_an_error_not_a_fallback(data, message, tmp_path):
                     )
                 )
             ),
-            'architecture cannot be built .*unknown arch keys',
+            'unknown arch keys',
         ),
         (dict(arch=dict(img_size=10**40)), r'integer beyond \+-2147483648'),
         (dict(spec=dict(depth=10**9)), 'a depth is 1 to 1024 blocks'),

@@ -34,6 +34,7 @@ from hetdpt_mm.runner import (
     load_config,
     load_fitting,
     release_distributed,
+    take_checkpoint_structure,
 )
 from hetdpt_mm.work_dir import check_not_run_file, check_work_dir, input_files
 
@@ -158,6 +159,7 @@ def run_test(args: argparse.Namespace) -> dict:
         enable_visualization(cfg, args)
     cfg.load_from = None  # loaded below, strictly
     follow_backbone_width(cfg, args.checkpoint)
+    take_checkpoint_structure(cfg, args.checkpoint)
     try:
         metrics = _build_and_test(cfg, args)
     finally:

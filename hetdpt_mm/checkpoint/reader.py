@@ -2,8 +2,6 @@
 record checked against its tensors, and its linear classifier heads
 (docs/advanced/checkpoint_record.md)."""
 
-import functools
-import json
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Mapping, Optional, Union
@@ -11,8 +9,9 @@ from typing import Any, Dict, Mapping, Optional, Union
 import torch
 
 from ..registry import FAMILIES, get_family, recognising_family
-from ..spec import LAYER_KINDS, META_KEY
-from .record import HetDPTRecord, RecordError, plain_data, records_in
+from ..spec import META_KEY
+from ..structure import verify
+from .record import HetDPTRecord, RecordError, records_in
 from .safe_load import (
     EXTRA_STATE_KEY,
     CheckpointError,
@@ -168,7 +167,7 @@ def read_backbone_checkpoint(
     heads = (
         tuple(classifier_head_prefixes(state).values()) if not prefix else ()
     )
-    get_family(record.family).verify_record(
+    verify(
         record,
         {
             k: v
@@ -244,137 +243,3 @@ def classifier_head_prefixes(state_dict: Mapping) -> Dict[str, str]:
             if prefix is not None and prefix + 'weight' in state_dict
         }
     return {}
-
-
-def check_tensors_fit(family, record: HetDPTRecord, state: Mapping) -> None:
-    """Every tensor the network of ``record`` (of ``family``) holds is in
-    ``state`` with its shape, and ``state`` holds no other."""
-    expected = _record_shapes(
-        family,
-        json.dumps(record.to_dict(False), sort_keys=True),
-        record.source,
-    )
-    found = {
-        k: tuple(v.shape)
-        for k, v in state.items()
-        if k != EXTRA_STATE_KEY and isinstance(v, torch.Tensor)
-    }
-    problems = [
-        f'{label} {keys[:5]}{"..." if len(keys) > 5 else ""}'
-        for label, keys in (
-            ('missing', sorted(set(expected) - set(found))),
-            ('not part of it', sorted(set(found) - set(expected))),
-        )
-        if keys
-    ]
-    problems += [
-        f'{k} is {found[k]}, the record implies {shape}'
-        for k, shape in expected.items()
-        if k in found and found[k] != shape
-    ][:5]
-    if problems:
-        raise StateDictMismatch(
-            f'{record.source}: the tensors do not fit the HetDPT record '
-            f'({record.describe()}): ' + '; '.join(problems)
-        )
-
-
-#: Build arguments a backbone may take other than its weights': outputs
-#: chosen from the same network, and an image size the position embedding
-#: is resized to.
-ADAPTED_ARGS = frozenset(
-    {
-        'img_size',
-        'out_indices',
-        'out_type',
-        'final_norm',
-        'out_after_downsample',
-    }
-)
-
-
-def check_arch_agrees(build_args: Mapping, record: HetDPTRecord) -> None:
-    """Every build argument the record carries but :data:`ADAPTED_ARGS` is
-    configured alike: shapes do not show them all (a ViT's heads, an eps)."""
-    if record.arch is None:
-        return
-    for name in sorted((set(record.arch) | set(build_args)) - ADAPTED_ARGS):
-        mine = plain_data(build_args.get(name))
-        theirs = plain_data(record.arch.get(name))
-        if mine != theirs:
-            raise StateDictMismatch(
-                f'{record.source}: the loaded weights were saved by a '
-                f'network with {name}={theirs!r}, this backbone is configured '
-                f'with {name}={mine!r}: configure the architecture of the '
-                f'checkpoint (or leave model.backbone.{name} as the '
-                "checkpoint's config has it)"
-            )
-
-
-def rebuilds_given_structure(
-    configured: HetDPTRecord, loaded: HetDPTRecord
-) -> bool:
-    """Whether a backbone configured as ``configured`` rebuilds as ``loaded``
-    to take its weights: no where they load as built (a gated network holds
-    an unmerged one's tensors), yes for its run's merged result."""
-    if {configured.form, loaded.form} == {'gated', 'pruned'} and (
-        configured.form == 'gated' or loaded.spec == configured.spec
-    ):
-        return False
-    if _is_merged_result(configured, loaded):
-        return True
-    raise StateDictMismatch(
-        f'{loaded.source}: the loaded weights are a {loaded.describe()}, but '
-        f'this backbone was built as a {configured.describe()}: leave its '
-        'structure (prune_spec, gated, merged) out of the config to take the '
-        'structure of the weights, or load them through '
-        "init_cfg=dict(type='Pretrained', ...), which converts them"
-    )
-
-
-def _is_merged_result(configured: HetDPTRecord, loaded: HetDPTRecord) -> bool:
-    """The merged network a gated or pruned ``configured`` one becomes (a
-    gated one's gates may close more); widths are the record's."""
-    if (
-        loaded.form != 'merged'
-        or configured.form == 'merged'
-        or dict(loaded.semantics) != dict(configured.semantics)
-    ):
-        return False
-    given, found = configured.spec, loaded.spec
-    if configured.form == 'pruned':
-        return given.with_widths(None) == found.with_widths(None)
-    return all(
-        set(given.removed(kind)) <= set(found.removed(kind))
-        for kind in LAYER_KINDS
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _record_shapes(family, record_json: str, source: str) -> Dict[str, tuple]:
-    """Key -> shape of every tensor of a record's network, built on the meta
-    device."""
-    record = HetDPTRecord.from_dict(json.loads(record_json), source)
-    try:
-        with torch.device('meta'):
-            network = family.from_record(record)
-    # The schema bounds each value; the constructor (timm's layers) refuses
-    # combinations (a width not divisible by the heads, a patch of 0).
-    except (AssertionError, ArithmeticError, ValueError, RuntimeError) as err:
-        raise RecordError(
-            f"{source}: the HetDPT record's arguments {record.arch} do not "
-            f'build a {record.family} network ({type(err).__name__}: '
-            f'{str(err)[:400]})'
-        ) from None
-    shapes = {}
-    for name, module in network.named_modules(remove_duplicate=False):
-        prefix = f'{name}.' if name else ''
-        tensors = list(module._parameters.items()) + [
-            (k, v)
-            for k, v in module._buffers.items()
-            if k not in module._non_persistent_buffers_set
-        ]
-        shapes.update(
-            (prefix + k, tuple(v.shape)) for k, v in tensors if v is not None
-        )
-    return shapes

@@ -22,6 +22,7 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 from mmengine import fileio
+from safetensors import SafetensorError
 from mmengine.dist import get_dist_info
 from mmengine.logging import print_log
 from mmengine.runner import checkpoint as mmengine_checkpoint
@@ -165,6 +166,7 @@ def load_checkpoint_file(
         OSError,
         ValueError,
         LookupError,
+        SafetensorError,  # torch.load reads *.safetensors with it
     ) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         raise CheckpointError(

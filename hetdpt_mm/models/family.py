@@ -24,11 +24,7 @@ import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 
-from ..checkpoint.reader import (
-    check_arch_agrees,
-    check_tensors_fit,
-    rebuilds_given_structure,
-)
+from .. import structure
 from ..checkpoint.record import (
     EXTRA_STATE_KEY,
     HetDPTRecord,
@@ -37,10 +33,10 @@ from ..checkpoint.record import (
     decode_record,
     with_record,
 )
-from ..checkpoint.safe_load import StateDictMismatch, source_of
-from ..registry import FAMILIES, get_family
-from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec
-from .layers import SEMANTICS_CHOICES, gated_ffn
+from ..checkpoint.safe_load import source_of
+from ..registry import FAMILIES, recognising_family
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS, SEMANTICS_CHOICES, PruneSpec
+from .layers import gated_ffn
 from .pretrained import PretrainedLoading
 
 
@@ -140,67 +136,30 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
 
     @classmethod
     def from_record(cls, record: HetDPTRecord, **kwargs) -> 'HetDPTBackbone':
-        """A backbone with the exact structure of ``record``."""
-        family = get_family(record.family)
-        family.validate_record(record)
-        if record.arch is None:
-            raise StateDictMismatch(
-                f'{record.source}: the record does not give the '
-                'architecture; read it with build_args_from_tensors'
-            )
-        try:
-            return family(
-                **dict(record.arch),
-                **dict(record.semantics),
-                prune_spec=record.spec,
-                gated=record.form == 'gated',
-                merged=record.form == 'merged',
-                **kwargs,
-            )
-        except (TypeError, ValueError) as err:
-            raise RecordError(
-                f"{record.source}: the HetDPT record's architecture cannot "
-                f'be built ({err})'
-            ) from None
+        """A backbone with the exact structure of ``record``
+        (:func:`hetdpt_mm.structure.build`)."""
+        return structure.build(record, **kwargs)
 
     # ------------------------------------------------ the record, verified
     @classmethod
     def validate_record(cls, record: HetDPTRecord) -> None:
         """Raise :class:`RecordError` unless the record's ``arch`` and
         semantics are structural arguments of this family."""
-        where = f'{record.source}: the HetDPT record'
-        if record.arch is not None:
-            unknown = sorted(set(record.arch) - cls.RECORD_ARCH_KEYS)
-            if unknown:
-                raise RecordError(
-                    f"{where}'s arch gives {unknown}, which are not "
-                    f'structural arguments of a {cls.family} backbone '
-                    f'(allowed: {sorted(cls.RECORD_ARCH_KEYS)}); a record '
-                    'describes a structure and never configures loading'
-                )
-        for name, value in record.semantics.items():
-            if value not in SEMANTICS_CHOICES.get(name, ()):
-                allowed = SEMANTICS_CHOICES.get(name)
-                raise RecordError(
-                    f'{where} gives {name}={value!r}; '
-                    + (
-                        f'{name} is one of {allowed}'
-                        if allowed
-                        else f'semantics are {sorted(SEMANTICS_CHOICES)}'
-                    )
-                )
+        unknown = sorted(set(record.arch or ()) - cls.RECORD_ARCH_KEYS)
+        unknown += [
+            f'{name}={value!r}'
+            for name, value in record.semantics.items()
+            if value not in SEMANTICS_CHOICES.get(name, ())
+        ]
+        if unknown:
+            raise RecordError(
+                f'{record.source}: the record gives {unknown}, not structural '
+                f'arguments of a {cls.family} backbone'
+            )
 
     @classmethod
     def verify_record(cls, record: HetDPTRecord, state: Mapping) -> None:
-        """The one check of a record against the tensors it travels with,
-        run by every path that adopts one: the schema of its arguments,
-        the family's reading of the tensors (:meth:`check_record`), and,
-        where the record gives the architecture, every tensor it implies
-        present with its shape and none left over."""
-        cls.validate_record(record)
-        cls.codec.check_record(record, state)
-        if record.arch is not None:
-            check_tensors_fit(cls, record, state)
+        structure.verify(record, state)
 
     @staticmethod
     def _freeze(modules) -> None:
@@ -320,7 +279,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
 
     def to_merged(self) -> 'HetDPTBackbone':
         """A new merged-form backbone computing the same function."""
-        merged = self.from_record(self.record('merged'), **self._output_args())
+        merged = structure.build(self.record('merged'), **self._output_args())
         state = self.convert_weights(
             self.state_dict(), self.prune_spec, 'merged', self.semantics
         )
@@ -351,86 +310,64 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         pass
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        key = prefix + EXTRA_STATE_KEY
-        if self._loading_converted:
-            pass  # weights this backbone converted to its own structure
-        elif key not in state_dict:
-            self._follow_tensors(state_dict, prefix)
-        else:
-            # The structure before any tensor: this module's own tensors
-            # (a ViT's tokens) take the width the record gives them.
-            source = source_of(state_dict[key]) or 'the loaded state dict'
-            record = HetDPTRecord.from_dict(
-                decode_record(state_dict[key], source),
-                source,
-                origin='extra_state',
-            )
-            self.verify_record(
-                record,
-                {
-                    k[len(prefix) :]: v
-                    for k, v in state_dict.items()
-                    if k.startswith(prefix)
-                },
-            )
-            self._adopt(record)
-        if any(k.startswith(prefix) for k in state_dict):
-            self.awaited_checkpoint = None
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
-
-    def _follow_tensors(self, state_dict: Mapping, prefix: str) -> None:
-        """A state dict without a record: its tensors say the structure,
-        unless they are gated or cannot say which GELUs are gone."""
-        state = {
+        own = {
             k[len(prefix) :]: v
             for k, v in state_dict.items()
             if k.startswith(prefix)
         }
-        if not self.codec.recognizes(state):
-            return
-        found = self.codec.record_from_tensors(state, 'the loaded state dict')
-        if found.form == 'gated':
-            return  # the gates are buffers: they load with the weights
-        try:
-            self.codec.check_record(self.record(), state)
-            return
-        except StateDictMismatch:
-            pass
-        if found.act_unknown:
-            raise StateDictMismatch(
-                f'the loaded weights lack attention for blocks '
-                f'{list(found.spec.attn_removed)} and carry no HetDPT record, '
-                f'so their removed GELUs are unknown; this backbone is '
-                f'{self.record().describe()}. Give the backbone the spec '
-                '(prune_spec=...) or load the file through init_cfg.'
-            )
-        self._adopt(found)
+        if own and not self._loading_converted:
+            loaded, tensors = self._read_loaded(own)
+            if loaded is not None:
+                target = structure.settle(
+                    self.record(), self.structure_given, loaded, tensors
+                )
+                self._rebuild(target)
+            if tensors is not own:  # another layout: a stock checkpoint
+                for key in own:
+                    del state_dict[prefix + key]
+                state_dict.update(
+                    (prefix + k, v)
+                    for k, v in self._adapt_pretrained(dict(tensors)).items()
+                )
+            self.awaited_checkpoint = None
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def _adopt(self, record: HetDPTRecord) -> None:
-        """Take the structure of loaded weights: rebuild this network when
-        its structure was not given, else check that they fit."""
-        mine = self.record()
-        # Shapes (width, image size, final norm) are torch's to check, as
-        # for any module; the structure is ours.
-        if record.family != self.family:
-            raise StateDictMismatch(
-                f'{record.source}: the loaded weights are a '
-                f'{record.describe()}, this backbone a {mine.describe()}: '
-                'build it with that family'
+    def _read_loaded(
+        self, own: Mapping
+    ) -> Tuple[Optional[HetDPTRecord], Mapping]:
+        """The record of loaded weights (relative to this backbone: written,
+        else inferred from the tensors; ``None`` for tensors of no family)
+        and the tensors, in the family's layout where they were in another
+        one."""
+        if EXTRA_STATE_KEY in own:
+            source = source_of(own[EXTRA_STATE_KEY]) or 'the loaded state dict'
+            record = HetDPTRecord.from_dict(
+                decode_record(own[EXTRA_STATE_KEY], source),
+                source,
+                origin='extra_state',
             )
-        check_arch_agrees(self.build_args(), record)
+            structure.verify(record, own)
+            return record, own
+        family = recognising_family(own)
+        if family is None:
+            return None, own
+        tensors = family.codec.canonical_state(own)
+        if set(tensors) == set(own):
+            tensors = own
+        record = family.codec.record_from_tensors(
+            tensors, 'the loaded state dict'
+        )
+        structure.verify(record, tensors)
+        return record, tensors
+
+    def _rebuild(self, record: HetDPTRecord) -> None:
+        """Rebuild as ``record``'s structure where it is not this one's."""
+        mine = self.record()
         if record.same_structure(mine):
             return
-        if self.structure_given and not rebuilds_given_structure(mine, record):
-            return
         print_log(
-            f'{type(self).__name__}: rebuilding as {record.describe()} '
-            f'to load weights of that structure (was {mine.describe()}'
-            + (
-                ', as configured: the weights are its merged result)'
-                if self.structure_given
-                else ')'
-            ),
+            f'{type(self).__name__}: rebuilding as {record.describe()} to '
+            f'load weights of that structure (was {mine.describe()})',
             logger='current',
         )
         self._build_structure(record.spec, record.form, dict(record.semantics))

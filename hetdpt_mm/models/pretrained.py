@@ -9,13 +9,13 @@ from typing import Dict, Mapping, Optional, Tuple
 
 from mmengine.logging import print_log
 
+from .. import structure
 from ..checkpoint.reader import read_backbone_checkpoint
 from ..checkpoint.record import EXTRA_STATE_KEY, HetDPTRecord
 from ..checkpoint.safe_load import CheckpointError, StateDictMismatch
-from ..registry import get_family
-from ..spec import LAYER_KINDS, PruneSpec
+from ..spec import PruneSpec
 from .gates import GATE_SUFFIXES
-from .layers import SEMANTICS_CHOICES, WHOLE_BRANCH
+from .layers import WHOLE_BRANCH
 
 
 def absent_local_file(source: str) -> bool:
@@ -62,67 +62,29 @@ class PretrainedLoading:
             source, prefix=cfg.get('prefix'), mmap=True
         ).record
 
-    def _resolve_structure(
+    def _initial_structure(
         self,
         depth: int,
         prune_spec,
         gated: bool,
         merged: Optional[bool],
         defaults: Mapping,
-        **given_semantics,
+        **semantics,
     ) -> Tuple[PruneSpec, str, Dict[str, str]]:
-        """The spec, form and semantics to build: the constructor's
-        arguments where given, else the ``init_cfg`` checkpoint's record,
-        else dense, unmerged and the family's ``defaults`` semantics
-        (``given_semantics``: the semantics arguments, ``None`` = not
-        given).  Sets :attr:`structure_given`."""
-        self.structure_given = (
-            gated or prune_spec is not None or merged is not None
+        """The spec, form and semantics to build
+        (:func:`~.structure.initial_structure`); sets
+        :attr:`structure_given`."""
+        self.structure_given = structure.is_given(prune_spec, gated, merged)
+        return structure.initial_structure(
+            self.family,
+            depth,
+            prune_spec,
+            gated,
+            merged,
+            semantics,
+            defaults,
+            self._checkpoint_record(),
         )
-        record = self._checkpoint_record()
-        if prune_spec is None and record is not None and record.act_unknown:
-            raise CheckpointError(
-                f'{record.source} has no attention weights for blocks '
-                f'{list(record.spec.attn_removed)} but no HetDPT record, so '
-                "its removed GELUs are unknown (e.g. an authors' stage-2 "
-                'checkpoint): pass prune_spec=dict(attn_removed=[...], '
-                'act_removed=[...]) to the backbone'
-            )
-        if record is not None and record.family != self.family:
-            raise self._other_family(record.source, record.family)
-        if prune_spec is None:
-            spec = record.spec if record is not None else PruneSpec(depth)
-        else:
-            spec = PruneSpec.coerce(prune_spec, depth)
-        if spec.depth != depth:
-            raise ValueError(
-                f'{record.source if record else "the checkpoint"} has '
-                f'{spec.depth} blocks but arch has {depth}'
-            )
-        if gated and merged:
-            raise ValueError('a gated (search) backbone cannot be merged')
-        if gated:
-            form = 'gated'
-        elif merged is None:
-            form = (
-                'merged'
-                if record is not None and record.form == 'merged'
-                else 'pruned'
-            )
-        else:
-            form = 'merged' if merged else 'pruned'
-        semantics = dict(defaults)
-        if record is not None:
-            semantics.update(record.semantics)
-        for name, value in given_semantics.items():
-            allowed = SEMANTICS_CHOICES[name]
-            if value is not None:
-                semantics[name] = value
-            if semantics[name] not in allowed:
-                raise ValueError(
-                    f'{name} must be one of {allowed}, got {semantics[name]!r}'
-                )
-        return spec, form, semantics
 
     def _init_from_cfg(self) -> bool:
         """``init_weights`` for what ``init_cfg`` asks: load its checkpoint
@@ -162,20 +124,12 @@ class PretrainedLoading:
         finally:
             self._loading_converted = False
 
-    def _other_family(self, source: str, family: str) -> StateDictMismatch:
-        return StateDictMismatch(
-            f'{source} holds a {family} backbone, this is {self.family}: '
-            f"build type='{get_family(family).__name__}'"
-        )
-
     def load_pretrained(self, source: str, prefix: Optional[str] = None):
         """Load backbone weights from any supported checkpoint, converting
         them to this backbone's form and spec; report what was loaded."""
         loaded = read_backbone_checkpoint(source, prefix=prefix)
         record = loaded.record
-        if record.family != self.family:
-            raise self._other_family(source, record.family)
-        self._check_compatible(record.spec, source)
+        structure.settle(self.record(), True, record, convert=True)
         state = loaded.state
         if record.form == 'gated':
             # A search checkpoint's weights are those of its own spec.
@@ -206,27 +160,6 @@ class PretrainedLoading:
     @staticmethod
     def _is_gate_key(key: str) -> bool:
         return key.endswith(GATE_SUFFIXES)
-
-    def _check_compatible(self, source_spec: PruneSpec, source: str):
-        """Weights pruned further than this backbone cannot restore the
-        layers they lost; pruning further than the checkpoint is fine."""
-        if source_spec.depth != self.depth:
-            raise StateDictMismatch(
-                f'{source} has {source_spec.depth} blocks, the backbone '
-                f'{self.depth}'
-            )
-        spec = self.prune_spec
-        for kind in LAYER_KINDS:
-            lost = sorted(
-                set(source_spec.removed(kind)) - set(spec.removed(kind))
-            )
-            if lost:
-                raise StateDictMismatch(
-                    f'{source} was pruned with {kind} layers {lost} removed, '
-                    f'but this backbone keeps them: the spec does not match '
-                    f'the checkpoint (checkpoint {source_spec}, backbone '
-                    f'{spec})'
-                )
 
     def _closed_gate_keys(self) -> set:
         """State-dict keys of layers behind closed gates (never run)."""

@@ -17,6 +17,7 @@ from ..analysis import count_macs, count_params
 from ..checkpoint.record import EXTRA_STATE_KEY, with_record
 from ..cli import require_extra
 from ..spec import PruneSpec, Widths
+from ..structure import build
 from .width_result import StageCost, WidthPruneResult, WidthTrial
 
 #: Importance criteria (Torch-Pruning's group importances).
@@ -227,7 +228,7 @@ def pipeline_stages(
     name = _input_stage(record.spec, record.form)
     if name is None:
         return [StageCost('dense', *cost)]
-    dense = type(backbone).from_record(
+    dense = build(
         replace(record, spec=PruneSpec(record.spec.depth), form='pruned'),
         **backbone._output_args(),
     )
@@ -372,7 +373,7 @@ def prune_width(
     new_record = replace(
         record, spec=record.spec.with_widths(read_widths(backbone))
     )
-    rebuilt = type(backbone).from_record(new_record, **backbone._output_args())
+    rebuilt = build(new_record, **backbone._output_args())
     state = {
         k: v.detach()
         for k, v in backbone.state_dict().items()

@@ -18,6 +18,7 @@ from ..checkpoint.reader import (
 from ..checkpoint.record import EXTRA_STATE_KEY, with_record
 from ..registry import FAMILIES
 from ..spec import META_KEY
+from ..structure import build, with_arch
 from .width import prune_width
 from .width_result import WidthPruneResult
 
@@ -83,12 +84,10 @@ def prune_width_checkpoint(
             f'pruning supports {supported} backbones only '
             '(docs/user_guides/hetdpt_plus.md)'
         )
-    if record.arch is None or arch is not None:
-        build_args = family.codec.build_args_from_tensors(
-            loaded.state, parse_arch(arch) if arch is not None else None
-        )
-        record = replace(record, arch=build_args)
-    backbone = family.from_record(record, out_type='cls_token')
+    record = with_arch(
+        record, loaded.state, parse_arch(arch) if arch is not None else None
+    )
+    backbone = build(record, out_type='cls_token')
     own = backbone.state_dict()
     backbone.load_state_dict(
         with_record(

@@ -29,6 +29,7 @@ model = dict(
         out_indices=(2, 5, 8, 11),
         final_norm=False,  # as mmseg's VisionTransformer in this config
         patch_bias=True,  # DeiT's (mmseg's ViT default: False)
+        norm_cfg=dict(type='LN', eps=1e-6),  # DeiT's (mmseg's: 1e-5)
         drop_path_rate=0.1,
         interpolate_mode='bicubic',
         # A pruned classification checkpoint in any form: merged

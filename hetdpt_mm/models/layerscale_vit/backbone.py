@@ -93,10 +93,10 @@ class HetDPTLayerScaleViT(HetDPTViT):
     # Torch-Pruning does not follow the LayerScale gammas.
     WIDTH_PRUNABLE = False
     #: mmpretrain's ViT resamples positions without antialiasing; mmseg's
-    #: registry keeps timm's resampling and DINOv2's / DeiT-III's patch bias
-    #: (mmseg has no LayerScale ViT).
+    #: registry gives feature maps and keeps timm's resampling, DINOv2's /
+    #: DeiT-III's patch bias and eps (mmseg has no LayerScale ViT).
     TOOLBOX_DEFAULTS = dict(
-        mmseg=dict(HetDPTViT.TOOLBOX_DEFAULTS['mmseg'], patch_bias=True),
+        mmseg=dict(out_type='featmap', final_norm=False),
         mmpretrain=dict(pos_embed_antialias=False),
     )
 

@@ -165,7 +165,7 @@ class HetDPTSwin(HetDPTBackbone):
         self.out_after_downsample = out_after_downsample
         self.with_cp = with_cp
         self.frozen_stages = frozen_stages
-        spec, form, semantics = self._resolve_structure(
+        spec, form, semantics = self._initial_structure(
             sum(depths),
             prune_spec,
             gated,

@@ -100,14 +100,28 @@ def _reference_layout(state: Mapping) -> 'OrderedDict':
     return _centre_clamped_bias_tables(out)
 
 
+#: The window of the official Swins and timm's, where every stage's table
+#: is shrunk and so none shows it.
+DEFAULT_WINDOW = 7
+
+
 def _centre_clamped_bias_tables(state: 'OrderedDict') -> 'OrderedDict':
     """The official code and timm shrink a stage's window (and its bias
     table) to a smaller map; such a table goes to the centre of one for the
     model's window, whose central offsets a shrunk window reads
-    (:meth:`~.layers.WindowAttention.relative_position_bias`)."""
+    (:meth:`~.layers.WindowAttention.relative_position_bias`).  Tables that
+    shrink from every stage to the next were all shrunk: the model's window
+    is the default one."""
     tables = [k for k in state if k.endswith('relative_position_bias_table')]
-    sides = {k: int(round(state[k].shape[0] ** 0.5)) for k in tables}
-    side = max(sides.values(), default=0)
+    sides = {k: table_side(state[k], k) for k in tables}
+    by_stage = [
+        max(v for k, v in sides.items() if k.startswith(f'stages.{s}.'))
+        for s in range(num_stages(state))
+        if any(k.startswith(f'stages.{s}.') for k in sides)
+    ]
+    side = max(by_stage, default=0)
+    if len(by_stage) > 1 and by_stage == sorted(set(by_stage), reverse=True):
+        side = max(side, 2 * DEFAULT_WINDOW - 1)
     for key in tables:
         table, small = state[key], sides[key]
         if small < side:
@@ -117,6 +131,16 @@ def _centre_clamped_bias_tables(state: 'OrderedDict') -> 'OrderedDict':
             grid[centre, centre] = table.reshape(small, small, -1)
             state[key] = grid.reshape(side * side, -1)
     return state
+
+
+def table_side(table: torch.Tensor, key: str) -> int:
+    """The side ``2w - 1`` of a window's relative position bias table."""
+    side = int(round(table.shape[0] ** 0.5))
+    if side * side != table.shape[0] or side % 2 == 0:
+        raise StateDictMismatch(
+            f'{key} has {table.shape[0]} rows, not (2w - 1)^2 for a window w'
+        )
+    return side
 
 
 def unfold_to_official_order(weight: torch.Tensor) -> torch.Tensor:
@@ -156,10 +180,15 @@ def canonical_layout(state: Mapping) -> Mapping:
     """Swin tensors in HetDPTSwin's layout, from any layout read here."""
     _refuse_absolute_pos_embed(state)
     if _has(state, OWN_MARKERS):
-        return state
-    if _has(state, OPENMMLAB_MARKERS):
-        return _openmmlab_layout(state)
-    return _reference_layout(state)
+        out = state
+    elif _has(state, OPENMMLAB_MARKERS):
+        out = _openmmlab_layout(state)
+    else:
+        out = _reference_layout(state)
+    for key, value in out.items():
+        if key.endswith('relative_position_bias_table'):
+            table_side(value, key)
+    return out
 
 
 # ------------------------------------------------ blocks numbered globally
@@ -305,12 +334,6 @@ def resize_relative_position_bias_table(
 ) -> torch.Tensor:
     """A ``((2w' - 1)², heads)`` bias table for window ``w'`` resampled
     (bicubic) to window ``window``."""
-    side = int(round(table.shape[0] ** 0.5))
-    if side * side != table.shape[0]:
-        raise StateDictMismatch(
-            f'a relative position bias table of {table.shape[0]} rows is '
-            'not a square grid of offsets'
-        )
     resized = resize_rel_pos_bias_table_simple(
         table.float(),
         (window, window),

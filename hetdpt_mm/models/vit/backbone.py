@@ -171,7 +171,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.frozen_stages = max(frozen_stages, 0)
         self.norm_eval = norm_eval
 
-        spec, form, semantics = self._resolve_structure(
+        spec, form, semantics = self._initial_structure(
             depth,
             prune_spec,
             gated,

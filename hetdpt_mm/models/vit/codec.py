@@ -208,6 +208,7 @@ def build_args_from_tensors(
         qkv_bias=any(k.endswith('attn.qkv.bias') for k in state),
         final_norm='norm.weight' in state,
         **({'out_type': 'avg_featmap'} if 'fc_norm.weight' in state else {}),
+        **({} if 'patch_embed.proj.bias' in state else {'patch_bias': False}),
         **embedding_norms(state),
     )
 

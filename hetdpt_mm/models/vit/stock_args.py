@@ -86,10 +86,15 @@ UNSUPPORTED_BACKBONES = {
 
 #: The defaults of a toolbox's ``VisionTransformer`` where they differ from
 #: ours, applied when that toolbox's registry builds a ViT family (mmseg's
-#: gives feature maps, without a final norm or patch-embedding bias);
-#: mmpretrain's are ours.
+#: gives feature maps, without a final norm or patch-embedding bias, and
+#: mmcv's LayerNorm eps 1e-5); mmpretrain's are ours.
 TOOLBOX_DEFAULTS = {
-    'mmseg': dict(out_type='featmap', final_norm=False, patch_bias=False)
+    'mmseg': dict(
+        out_type='featmap',
+        final_norm=False,
+        patch_bias=False,
+        norm_cfg=dict(type='LN'),
+    )
 }
 
 #: Logged when mmseg's registry builds a ViT family: the one way a swapped
