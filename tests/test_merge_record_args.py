@@ -102,7 +102,7 @@ def test_merge_keeps_a_vits_norm_eps():
 def test_an_arch_other_than_the_records_is_an_error(tmp_path):
     _, checkpoint = pruned_checkpoint()
     other = dict(ARCH, num_heads=[1, 2, 4, 4])
-    with pytest.raises(ValueError, match='--arch .* the record'):
+    with pytest.raises(ValueError, match='--arch'):
         merge_checkpoint(checkpoint, arch=other)
     source, out = tmp_path / 'pruned.pth', tmp_path / 'merged.pth'
     torch.save(checkpoint, source)

@@ -287,3 +287,36 @@ def test_merge_writes_one_layout_for_every_input():
     )
     keys = [k for k in merged['state_dict'] if not k.endswith(KEY)]
     assert keys and all(k.startswith('backbone.') for k in keys)
+
+
+# ----------------- a test replaces the init_cfg weights: nothing downloaded
+@pytest.mark.parametrize(
+    'weights',
+    [
+        "init_cfg=dict(type='Pretrained', checkpoint=URL)",
+        'pretrained=URL',
+    ],
+)
+def test_testing_a_checkpoint_downloads_no_init_cfg(
+    weights, tmp_path, one_thread
+):
+    """A stock config keeps its backbone's ``init_cfg`` / ``pretrained``
+    URL; ``tools/test.py CONFIG CKPT`` tests offline (port 9 refuses any
+    connection)."""
+    data = tmp_path / 'cls'
+    make_classification(data)
+    config = tmp_path / 'offline.py'
+    config.write_text(
+        f'_base_ = [{str(DENSE_CONFIG)!r}]\n'
+        "URL = 'http://127.0.0.1:9/deit_tiny_patch16_224-a1311bcf.pth'\n"
+        f'data_root = {str(data)!r}\n'
+        f'model = dict(backbone=dict({weights}))\n'
+        'val_dataloader = dict(dataset=dict(data_root=data_root, '
+        'indices=4))\n'
+        'test_dataloader = val_dataloader\n'
+    )
+    cfg = Config.fromfile(DENSE_CONFIG)
+    checkpoint = tmp_path / 'model.pth'
+    torch.save(dict(state_dict=build_model(cfg).state_dict()), checkpoint)
+    args = [str(config), str(checkpoint), '--work-dir', str(tmp_path / 'w')]
+    assert load_tool('test').main(args) == 0

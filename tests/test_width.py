@@ -433,7 +433,9 @@ def test_unmerged_width_pruned_checkpoint_merges():
     assert result.record.spec.widths.ffn_hidden[2] is not None
     merged, _ = merge_checkpoint({'state_dict': result.backbone.state_dict()})
     network = HetDPTViT(arch=TINY, img_size=IMG, patch_size=16)
-    network.load_state_dict(merged['state_dict'])
+    network.load_state_dict(
+        {k[9:]: v for k, v in merged['state_dict'].items()}  # 'backbone.'
+    )
     assert network.form == 'merged'
     images = torch.randn(2, 3, IMG, IMG)
     network.eval(), result.backbone.eval()
