@@ -8,7 +8,7 @@ rebuilds from the file alone; what each kind of input gives:
 docs/user_guides/pruning.md, *tools/merge_ckpt.py*."""
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, Mapping, Optional, Tuple, Union
 
 import torch
@@ -27,8 +27,14 @@ from .checkpoint.record import (
     with_record,
 )
 from .checkpoint.safe_load import StateDictMismatch
-from .spec import FFN, LAYER_KINDS, META_KEY, PruneSpec, read_json_value
-from .structure import build, with_arch
+from .spec import META_KEY, PruneSpec, read_json_value
+from .structure import (
+    build,
+    require_known_gelus,
+    settle,
+    verify,
+    with_arch,
+)
 
 #: Where MMEngine's EMAHook saves the averaged model: an
 #: ``ExponentialMovingAverage`` state dict, ``steps`` and the model's keys
@@ -125,75 +131,19 @@ def parse_arch(value: Union[None, str, Mapping]) -> Union[None, str, Dict]:
 
 
 def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
-    """The spec of the output: the checkpoint's (already checked against
-    its tensors), or the user's ``spec``, which may remove more layers than
-    the weights lack (applying a spec to dense weights) but never fewer."""
-    found = record.spec
-    if spec is not None:
-        spec = PruneSpec.coerce(spec, found.depth)
-    if record.form in ('gated', 'merged'):
-        if spec is not None and spec != found:
-            raise StateDictMismatch(
-                f"the given spec {spec} does not match the checkpoint's "
-                f'{record.form} spec {found} (a spec applies to dense or '
-                'pruned weights only)'
-            )
-        return found
+    """The spec of the output: the checkpoint's, or the user's ``spec``,
+    which may remove more layers than the weights lack (applying a spec to
+    dense or pruned weights; :func:`~hetdpt_mm.structure.settle` refuses
+    fewer)."""
     if spec is None:
-        if record.act_unknown:
-            raise ValueError(
-                f'the checkpoint has no attention weights for blocks '
-                f'{list(found.attn_removed)} and no HetDPT record, so its '
-                "removed GELUs are unknown (an authors' stage-2 checkpoint?):"
-                ' pass the spec with --spec'
-            )
-        if found.is_dense:
-            raise ValueError(
-                'the checkpoint is dense (no layer removed): give the spec '
-                'to apply with --spec'
-            )
-        return found
-    lost = {
-        kind: sorted(set(found.removed(kind)) - set(spec.removed(kind)))
-        for kind in LAYER_KINDS
-    }
-    if lost['attn']:
-        raise StateDictMismatch(
-            f"the spec does not match the checkpoint's tensors: it keeps "
-            f'attention in blocks {lost["attn"]}, but the checkpoint lacks '
-            f'attention weights for blocks {list(found.attn_removed)}'
-        )
-    if lost[FFN]:
-        raise StateDictMismatch(
-            f'the spec keeps the FFN branches of blocks {lost[FFN]}, which '
-            f'the checkpoint lacks ({found})'
-        )
-    if lost['act'] and not record.from_tensors:
-        raise StateDictMismatch(
-            f'the spec keeps the GELU of blocks {lost["act"]}, which the '
-            f"checkpoint's record removes ({found})"
-        )
+        require_known_gelus(record)
+        if record.spec.is_dense:
+            raise ValueError('the checkpoint is dense: give --spec to apply')
+        return record.spec
+    spec = PruneSpec.coerce(spec, record.spec.depth)
+    if record.form in ('gated', 'merged') and spec != record.spec:
+        raise StateDictMismatch(f'a {record.form} file keeps its own spec')
     return spec
-
-
-def _check_loadable(state: Mapping, network) -> None:
-    expected = {
-        k: v for k, v in network.state_dict().items() if k != EXTRA_STATE_KEY
-    }
-    missing = [k for k in expected if k not in state]
-    unexpected = [k for k in state if k not in expected]
-    shapes = [
-        f'{k}: {tuple(state[k].shape)} vs {tuple(v.shape)}'
-        for k, v in expected.items()
-        if k in state and state[k].shape != v.shape
-    ]
-    if missing or unexpected or shapes:
-        raise StateDictMismatch(
-            f'the converted weights do not fit a {network.form} '
-            f'{type(network).__name__}'
-            f' with {network.prune_spec}: missing {missing[:5]}, unexpected '
-            f'{unexpected[:5]}, shape mismatches {shapes[:5]}'
-        )
 
 
 def merge_checkpoint(
@@ -227,14 +177,9 @@ def merge_checkpoint(
     loaded = read_backbone_checkpoint(checkpoint, source, prefix)
     record, backbone, state = loaded.record, loaded.state, loaded.state_dict
     prefix = record.prefix
-    if form not in ('merged', 'pruned'):
-        raise ValueError(f'form must be merged or pruned, got {form!r}')
     final_spec = _resolve_spec(record, spec)
     if record.form == 'merged' and form == 'pruned':
-        raise StateDictMismatch(
-            'the checkpoint is merged; merging is '
-            'one-way, it cannot be written pruned'
-        )
+        raise StateDictMismatch('a merged file cannot be unmerged')
     if record.form == 'merged':
         size = _numel(backbone)
         return dict(checkpoint), MergeSummary(
@@ -264,7 +209,9 @@ def merge_checkpoint(
         # One layout for every input: a bare file's backbone (and heads)
         # go where mmpretrain's classifier has them.
         prefix=prefix or CLASSIFIER_PREFIX,
+        source=record.source,
     )
+    settle(merged_record, True, replace(record, arch=build_args), convert=True)
     network = build(merged_record)
 
     def merge_state(source: BackboneCheckpoint):
@@ -359,7 +306,7 @@ def _assemble_state(
         }
     )
     merged_backbone = {k: v for k, v in converted.items() if k not in foreign}
-    _check_loadable(merged_backbone, network)
+    verify(merged_record, merged_backbone)
     # The merged backbone takes the place of the first backbone key, so the
     # key order of the input is kept.
     out_state, dropped, backbone_written = OrderedDict(), {}, False

@@ -73,9 +73,7 @@ def load_config(args: argparse.Namespace) -> Config:
         TypeError,
         OSError,
     ) as err:
-        raise RunError(
-            f'config {args.config} cannot be read: {str(err).strip()}'
-        ) from None
+        raise RunError(f'config {args.config}: {str(err).strip()}') from None
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
@@ -132,11 +130,7 @@ def apply_resume(cfg, resume: Optional[str]) -> None:
         return
     latest = find_latest_checkpoint(cfg.work_dir)
     if latest is not None and not osp.isfile(latest):
-        raise RunError(
-            f'--resume: {cfg.work_dir}/last_checkpoint names '
-            f'{latest!r}, which is not a file; give the checkpoint '
-            'to resume from: --resume PATH'
-        )
+        raise RunError(f'--resume: no file {latest!r}; give --resume PATH')
     if latest is None:
         print_log(
             f'--resume: no checkpoint in {cfg.work_dir} yet; starting '
@@ -172,10 +166,8 @@ def check_pretrained_exist(cfg) -> None:
             and not osp.exists(value)
         ):
             raise RunError(
-                f'{key} = {value!r}: no such file. Make it first (a config '
-                'that starts from a pruned classifier needs its merged '
-                'checkpoint: docs/user_guides/transfer.md) or give yours: '
-                f'--cfg-options {key}=PATH'
+                f'{key}: no file {value!r}; make it (docs/user_guides/'
+                f'transfer.md) or give --cfg-options {key}=PATH'
             )
 
 
@@ -194,23 +186,14 @@ def checked_load_or_resume(runner: Runner) -> None:
             load_or_resume()
         except KeyError as err:
             raise RunError(
-                f'cannot {action} {source}: it has no {err} entry (resume '
-                'needs a checkpoint saved by an MMEngine training run)'
+                f"cannot {action} {source}: no {err} (not a training run's)"
             ) from None
         except (CheckpointError, OSError) as err:
             raise RunError(f'cannot {action} {source}: {err}') from None
         except (ValueError, RuntimeError) as err:
             if isinstance(err, RunError):
                 raise
-            hint = (
-                ' (was it saved by another config? --resume needs the '
-                'same model and optimizer)'
-                if runner._resume
-                else ''
-            )
-            raise RunError(
-                f'cannot {action} {source}: {str(err).strip()}{hint}'
-            ) from None
+            raise RunError(f'cannot {action} {source}: {err}') from None
 
     runner.load_or_resume = load_or_resume_checked
 
@@ -369,8 +352,7 @@ def load_fitting(
         if summary is None:
             raise
         raise CheckpointError(
-            f'checkpoint {checkpoint} does not fit the '
-            f'model of {where} ({summary}){fix}'
+            f'{checkpoint} does not fit {where} ({summary}){fix}'
         ) from None
 
 

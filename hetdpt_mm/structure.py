@@ -80,20 +80,14 @@ def initial_structure(
     checkpoint's record ``loaded``, else dense, unmerged and ``defaults``."""
     if loaded is not None:
         check_family(family, loaded)
-    if prune_spec is None and loaded is not None and loaded.act_unknown:
-        raise StateDictMismatch(
-            f'{loaded.source} lacks attention in blocks '
-            f'{list(loaded.spec.attn_removed)} and has no HetDPT record, so '
-            'its removed GELUs are unknown: give the backbone prune_spec'
-        )
+    if prune_spec is None and loaded is not None:
+        require_known_gelus(loaded)
     if prune_spec is not None or loaded is None:
         spec = PruneSpec.coerce(prune_spec, depth)
     else:
         spec = loaded.spec
     if spec.depth != depth:
-        raise StateDictMismatch(
-            f'{loaded.source} has {spec.depth} blocks, the arch {depth}'
-        )
+        raise StateDictMismatch(f'{loaded.source}: not {depth} blocks')
     if gated and merged:
         raise ValueError('a gated (search) backbone cannot be merged')
     if merged is None:
@@ -103,10 +97,7 @@ def initial_structure(
     chosen.update({k: v for k, v in semantics.items() if v is not None})
     for name, value in chosen.items():
         if value not in SEMANTICS_CHOICES[name]:
-            raise ValueError(
-                f'{name} must be one of {SEMANTICS_CHOICES[name]}, '
-                f'got {value!r}'
-            )
+            raise ValueError(f'{name}={value!r}: not a semantics choice')
     return spec, form, chosen
 
 
@@ -123,17 +114,26 @@ def check_settings(
             continue  # a converted file's patch bias is dropped, as mmseg's
         if mine.get(name) != theirs.get(name):
             raise StateDictMismatch(
-                f'{loaded.source} was saved with {name}={theirs.get(name)!r}'
-                f', the config builds {name}={mine.get(name)!r}: set '
-                f'model.backbone.{name} as the checkpoint has it'
+                f'{loaded.source} has {name}={theirs.get(name)!r}, the config '
+                f'{mine.get(name)!r}: set model.backbone.{name} as the file'
             )
+
+
+def require_known_gelus(loaded: HetDPTRecord) -> None:
+    """Unmerged FFNs look alike with or without their GELU: tensors with
+    attention removed and no record cannot say which GELUs are gone."""
+    if loaded.act_unknown:
+        raise StateDictMismatch(
+            f'{loaded.source}: no record says which GELUs are gone: '
+            'give prune_spec'
+        )
 
 
 def check_family(family: str, loaded: HetDPTRecord) -> None:
     if loaded.family != family:
         raise StateDictMismatch(
-            f'{loaded.source} holds a {loaded.family} backbone, this is '
-            f"{family}: build type='{get_family(loaded.family).__name__}'"
+            f'{loaded.source} holds a {loaded.family}: build type='
+            f"'{get_family(loaded.family).__name__}'"
         )
 
 
@@ -162,8 +162,7 @@ def settle(
         }
         if theirs.depth != mine.depth or any(lost.values()):
             raise StateDictMismatch(
-                f'{source} is a {loaded.describe()}; it cannot become this '
-                f'{configured.describe()} (it lacks layers the config keeps)'
+                f'{source} lacks layers the config keeps: {loaded.describe()}'
             )
         return configured
     if loaded.same_structure(configured):
@@ -179,13 +178,7 @@ def settle(
             )
             return configured
         except StateDictMismatch:
-            if loaded.act_unknown:
-                raise StateDictMismatch(
-                    f'{source} lacks attention in blocks '
-                    f'{list(theirs.attn_removed)} and has no HetDPT record, '
-                    'so its removed GELUs are unknown: give the backbone '
-                    'prune_spec, or load the file through init_cfg'
-                ) from None
+            require_known_gelus(loaded)
     if not given:
         return replace(loaded, arch=configured.arch)
     forms = {configured.form, loaded.form}
@@ -196,10 +189,8 @@ def settle(
     if _is_merged_result(configured, loaded):
         return replace(loaded, arch=configured.arch)
     raise StateDictMismatch(
-        f'{source} holds a {loaded.describe()}, the config builds a '
-        f'{configured.describe()}: leave prune_spec / gated / merged out of '
-        "the config to take the file's structure, or load it through "
-        "init_cfg=dict(type='Pretrained'), which converts it"
+        f'{source} is a {loaded.describe()}, the config '
+        f'{configured.describe()}: leave prune_spec / merged out of the config'
     )
 
 
@@ -233,10 +224,7 @@ def with_arch(record: HetDPTRecord, state: Mapping, hint=None) -> HetDPTRecord:
     if hint is not None and plain_data(codec.arch_settings(hint)) != (
         plain_data(codec.arch_settings(record.arch['arch']))
     ):
-        raise ValueError(
-            f'--arch {hint} is not the architecture {record.arch["arch"]} '
-            'that the checkpoint records: leave --arch out'
-        )
+        raise ValueError(f'--arch {hint}: the file records another')
     return record
 
 
@@ -275,10 +263,7 @@ def verify(record: HetDPTRecord, state: Mapping) -> None:
             if k in found and tuple(found[k].shape) != shape
         ][:5]
     if problems:
-        raise StateDictMismatch(
-            f'{record.source}: the tensors do not fit the record '
-            f'({record.describe()}): ' + '; '.join(problems)
-        )
+        raise StateDictMismatch(f'{record.source}: {"; ".join(problems)}')
 
 
 @functools.lru_cache(maxsize=64)
@@ -293,15 +278,9 @@ def _record_shapes(record_json: str, source: str) -> Dict[str, tuple]:
     # The schema bounds each value; the constructor (timm's layers) refuses
     # combinations (a width not divisible by the heads, a patch of 0).
     except (AssertionError, ArithmeticError, ValueError, RuntimeError) as err:
-        raise RecordError(
-            f'{source}: the record builds no network '
-            f'({type(err).__name__}: {str(err)[:200]})'
-        ) from None
+        raise RecordError(f'{source}: {type(err).__name__}: {err}') from None
     if plain_data(network.build_args()) != plain_data(record.arch):
-        raise RecordError(
-            f'{source}: the record {record.arch} is not what it builds '
-            f'({plain_data(network.build_args())})'
-        )
+        raise RecordError(f'{source}: the record is not what it builds')
     shapes = {}
     for name, module in network.named_modules(remove_duplicate=False):
         prefix = f'{name}.' if name else ''

@@ -11,7 +11,7 @@ import torch
 from ..registry import FAMILIES, get_family, recognising_family
 from ..spec import META_KEY
 from ..structure import verify
-from .record import HetDPTRecord, RecordError, records_in
+from .record import HetDPTRecord, records_in
 from .safe_load import (
     EXTRA_STATE_KEY,
     CheckpointError,
@@ -95,16 +95,10 @@ def read_backbone_checkpoint(
     }
     meta = checkpoint.get('meta')
     meta = meta.get(META_KEY) if isinstance(meta, Mapping) else None
-    teacher_prefix = (
-        meta.get('teacher_prefix') if isinstance(meta, Mapping) else None
+    meta_record = (
+        HetDPTRecord.from_dict(meta, source) if meta is not None else None
     )
-    if teacher_prefix is not None and not isinstance(teacher_prefix, str):
-        raise RecordError(
-            f'{source}: meta["{META_KEY}"]["teacher_prefix"] '
-            f'is a {type(teacher_prefix).__name__}, not a '
-            'string'
-        )
-    teacher_prefix = teacher_prefix or next(
+    teacher_prefix = (meta_record and meta_record.teacher_prefix) or next(
         (
             prefix + record['teacher_prefix']
             for prefix, record in records.items()
@@ -121,44 +115,28 @@ def read_backbone_checkpoint(
         for k, v in state_dict.items()
         if k.startswith(prefix) and k != prefix + EXTRA_STATE_KEY
     }
-    if prefix and not raw:
-        raise CheckpointError(
-            f'{source} has no keys with prefix {prefix!r} (first keys: '
-            f'{list(state_dict)[:5]})'
-        )
     # Other layouts of a family's weights (mmpretrain's, mmseg's ViT) are
     # read in the family's own.
     family = recognising_family(raw)
     state = family.codec.canonical_state(raw) if family is not None else raw
-    meta_record = (
-        HetDPTRecord.from_dict(meta, source, origin='meta')
-        if isinstance(meta, Mapping) and meta.get('prefix', prefix) == prefix
-        else None
-    )
+    if meta_record is not None and meta.get('prefix', prefix) != prefix:
+        meta_record = None  # another backbone's
     record = extra.get(prefix, meta_record)
     if (
-        meta_record is not None
+        meta_record
         and prefix in extra
-        and (
-            (meta_record.spec, meta_record.form) != (record.spec, record.form)
-        )
+        and not meta_record.same_structure(record)
     ):
         raise StateDictMismatch(
-            f'{source}: meta["{META_KEY}"] says {meta_record.describe()} but '
-            f"the backbone's weights carry {record.describe()}"
+            f'{source}: meta["{META_KEY}"] says {meta_record.describe()}, '
+            f'the weights {record.describe()}'
         )
-    if record is None:
-        if family is None:
-            expected = '; '.join(
-                f.codec.describe_keys() for f in FAMILIES.values()
-            )
-            raise CheckpointError(
-                f'{source} does not hold the weights of a known backbone '
-                f'family: expected {expected}'
-                f'{" after prefix " + repr(prefix) if prefix else ""}, found '
-                f'{list(state)[:5]}'
-            )
-        record = family.codec.record_from_tensors(state, source)
+    if record is None and family is None:
+        raise CheckpointError(
+            f'{source}: no backbone of {sorted(FAMILIES)} under prefix '
+            f'{prefix!r} (keys {list(state_dict)[:4]})'
+        )
+    record = record or family.codec.record_from_tensors(state, source)
     record = replace(
         record, prefix=prefix, source=source, teacher_prefix=teacher_prefix
     )
@@ -220,13 +198,7 @@ def read_classifier_heads(
             }
             for name, prefix in prefixes.items()
         }
-    expected = ', '.join(
-        f'{head}weight ({name})' for name, head, _ in HEAD_LAYOUTS
-    )
-    raise CheckpointError(
-        f'{source} holds no classifier head: expected one of {expected}; '
-        f'found {list(state_dict)[:5]}...'
-    )
+    raise CheckpointError(f'{source} holds no classifier head (head.*)')
 
 
 def classifier_head_prefixes(state_dict: Mapping) -> Dict[str, str]:

@@ -8,8 +8,6 @@ it against the tensors (docs/advanced/checkpoint_record.md).
 """
 
 import json
-import math
-import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Mapping, Optional
@@ -20,91 +18,40 @@ from ..fileio import loads_json
 from ..spec import FORMS, PruneSpec
 from .safe_load import EXTRA_STATE_KEY, CheckpointError, source_of
 
-#: The fields of a record; anything else in one is refused.
-RECORD_FIELDS = frozenset(
-    {
-        'version',
-        'family',
-        'spec',
-        'form',
-        'arch',
-        'semantics',
-        'prefix',
-        'teacher_prefix',
-        'backbones',
-    }
+#: The fields of a record and their types; anything else is refused.
+RECORD_FIELDS = dict(
+    version=int,
+    family=str,
+    spec=Mapping,
+    form=str,
+    arch=Mapping,
+    semantics=Mapping,
+    prefix=str,
+    teacher_prefix=str,
+    backbones=Mapping,
 )
-#: Bounds of what a record may hold (ours are a few hundred bytes, nested
-#: up to six deep in a meta record listing several backbones): a hostile
-#: file must not make a loader parse without limit.
+#: Bounds of a record (ours are a few hundred bytes, nested up to six deep
+#: in a meta record listing several backbones): a hostile file must not make
+#: a loader parse or build without limit.
 MAX_RECORD_BYTES = 1 << 20
 MAX_RECORD_NESTING = 8
-MAX_RECORD_ITEMS = 1 << 16
-MAX_RECORD_STRING = 256
-MAX_RECORD_INT = 1 << 31
 MAX_DEPTH = 1024
+#: Version of the record layout written into checkpoints.
+RECORD_VERSION = 2
+_FAMILY_NAME = re.compile(r'[a-z][a-z0-9_]{0,63}')
 
 
 class RecordError(CheckpointError):
     """A HetDPT record that is corrupt or outside the record's schema."""
 
 
-def check_plain(value: Any, where: str) -> None:
-    """Raise :class:`RecordError` unless ``value`` is JSON-like data within
-    the record's bounds (without recursion: nesting is one of them)."""
-    stack, items = [(value, 0, where)], 0
-    while stack:
-        value, depth, path = stack.pop()
-        items += 1
-        if depth > MAX_RECORD_NESTING:
-            raise RecordError(
-                f'{where}: the HetDPT record is nested deeper than '
-                f'{MAX_RECORD_NESTING} (at {path})'
-            )
-        if items > MAX_RECORD_ITEMS:
-            raise RecordError(
-                f'{where}: the HetDPT record has more items than '
-                f'{MAX_RECORD_ITEMS} (at {path})'
-            )
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                if not isinstance(key, str) or len(key) > MAX_RECORD_STRING:
-                    raise RecordError(
-                        f'{where}: the HetDPT record has a key '
-                        f'{str(key)[:40]!r} at {path}'
-                    )
-                stack.append((item, depth + 1, f'{path}.{key}'))
-        elif isinstance(value, (list, tuple)):
-            stack.extend(
-                (item, depth + 1, f'{path}[{index}]')
-                for index, item in enumerate(value)
-            )
-        elif isinstance(value, str) and len(value) > MAX_RECORD_STRING:
-            raise RecordError(
-                f'{where}: {path} of the HetDPT record is '
-                f'a string of {len(value)} characters'
-            )
-        elif (
-            isinstance(value, numbers.Integral) and abs(value) > MAX_RECORD_INT
-        ):
-            raise RecordError(
-                f'{where}: {path} of the HetDPT record is '
-                f'an integer beyond +-{MAX_RECORD_INT}'
-            )
-        elif isinstance(value, numbers.Real) and not math.isfinite(value):
-            raise RecordError(
-                f'{where}: {path} of the HetDPT record is {value}'
-            )
-        elif not isinstance(value, (str, numbers.Real, type(None))):
-            raise RecordError(
-                f'{where}: {path} of the HetDPT record is a '
-                f'{type(value).__name__}, not plain data'
-            )
-
-
-#: Version of the record layout written into checkpoints.
-RECORD_VERSION = 2
-_FAMILY_NAME = re.compile(r'[a-z][a-z0-9_]{0,63}')
+def parse_record_text(text: str, where: str) -> Any:
+    """A record's JSON, read by the one strict reader (a record given as a
+    dict in ``meta`` goes through it too: plain data only)."""
+    try:
+        return loads_json(text, where, max_depth=MAX_RECORD_NESTING)
+    except ValueError as err:
+        raise RecordError(f'{where}: corrupt HetDPT record ({err})') from None
 
 
 @dataclass(frozen=True)
@@ -157,77 +104,54 @@ class HetDPTRecord:
     ) -> 'HetDPTRecord':
         """The one parse of a record: fields, types and bounds; the family
         checks what its arguments mean (``verify_record``)."""
+        if origin == 'meta':
+            try:
+                text = json.dumps(data, allow_nan=False)
+            except (TypeError, ValueError) as err:
+                raise RecordError(f'{source}: HetDPT record: {err}') from None
+            data = parse_record_text(text, source)
         if not isinstance(data, Mapping):
-            raise RecordError(
-                f'{source}: the HetDPT record is a '
-                f'{type(data).__name__}, not a dict'
+            raise RecordError(f'{source}: HetDPT record is not a dict')
+        version, family = data.get('version', 1), data.get('family', 'vit')
+        spec, semantics = data.get('spec'), data.get('semantics') or {}
+        invalid = [
+            name
+            for name, value in data.items()
+            if not isinstance(value, (RECORD_FIELDS.get(name, ()), type(None)))
+        ] + [
+            name
+            for name, valid in (
+                ('version', type(version) is int and version in (1, 2)),
+                ('family', _FAMILY_NAME.fullmatch(str(family))),
+                ('form', data.get('form') in FORMS),
+                (
+                    'spec.depth',
+                    isinstance(spec, Mapping)
+                    and type(spec.get('depth')) is int
+                    and 0 < spec['depth'] <= MAX_DEPTH,
+                ),
+                (
+                    'semantics',
+                    all(isinstance(v, str) for v in dict(semantics).values()),
+                ),
             )
-        check_plain(data, source)
-        unknown = set(data) - RECORD_FIELDS
-        if unknown:
+            if not valid
+        ]
+        if invalid:
             raise RecordError(
-                f'{source}: the HetDPT record has unknown '
-                f'fields {sorted(unknown)} (a record has '
-                f'{sorted(RECORD_FIELDS)})'
-            )
-        version = data.get('version', 1)
-        if version not in (1, RECORD_VERSION) or isinstance(version, bool):
-            raise RecordError(
-                f'{source}: HetDPT record version {version!r} is not known '
-                f'to this hetdpt_mm (reads 1..{RECORD_VERSION})'
-            )
-        family = data.get('family', 'vit')
-        if not isinstance(family, str) or not _FAMILY_NAME.fullmatch(family):
-            raise RecordError(
-                f"{source}: the HetDPT record's family "
-                f'{family!r} is not a family name'
-            )
-        form = data.get('form')
-        if form not in FORMS:
-            raise RecordError(
-                f'{source}: unknown form {form!r} in the '
-                f'HetDPT record; expected one of {FORMS}'
-            )
-        spec = data.get('spec')
-        if isinstance(spec, Mapping) and not (
-            isinstance(spec.get('depth'), numbers.Integral)
-            and 0 < spec['depth'] <= MAX_DEPTH
-        ):
-            raise RecordError(
-                f"{source}: the HetDPT record's spec has depth "
-                f'{spec.get("depth")!r}; a depth is 1 to {MAX_DEPTH} blocks'
+                f'{source}: HetDPT record with invalid {sorted(set(invalid))}'
+                ' (docs/advanced/checkpoint_record.md)'
             )
         try:
             spec = PruneSpec.from_dict(spec)
         except (TypeError, ValueError) as err:
-            raise RecordError(
-                f'{source}: invalid HetDPT record spec ({err})'
-            ) from None
-        for name, kind in (
-            ('arch', Mapping),
-            ('semantics', Mapping),
-            ('prefix', str),
-            ('teacher_prefix', str),
-        ):
-            if data.get(name) is not None and not isinstance(data[name], kind):
-                raise RecordError(
-                    f"{source}: the HetDPT record's {name} is a "
-                    f'{type(data[name]).__name__}, not a '
-                    f'{"dict" if kind is Mapping else "string"}'
-                )
-        semantics = dict(data.get('semantics') or {})
-        wrong = {k: v for k, v in semantics.items() if not isinstance(v, str)}
-        if wrong:
-            raise RecordError(
-                f"{source}: the HetDPT record's semantics must "
-                f'be names, got {wrong}'
-            )
+            raise RecordError(f'{source}: HetDPT record spec: {err}') from None
         return cls(
             spec=spec,
-            form=form,
+            form=data['form'],
             family=family,
             arch=data.get('arch'),
-            semantics=semantics,
+            semantics=dict(semantics),
             prefix=data.get('prefix') or '',
             teacher_prefix=data.get('teacher_prefix'),
             source=source,
@@ -264,34 +188,20 @@ def decode_record(
     its dict), for every reader of ``*_extra_state``: anything else is a
     :class:`RecordError` naming ``where``, never taken for no record."""
     if isinstance(value, torch.Tensor):
-        if value.dtype != torch.uint8 or value.dim() != 1:
+        if (
+            value.dtype != torch.uint8
+            or value.dim() != 1
+            or (value.numel() > MAX_RECORD_BYTES)
+        ):
             raise RecordError(
-                f'{where} holds a corrupt HetDPT record (a '
-                f'{value.dim()}-D {value.dtype} tensor, not 1-D uint8 '
-                'bytes of JSON): save the record the loader wrote'
+                f'{where}: corrupt HetDPT record (a {tuple(value.shape)} '
+                f'{value.dtype} tensor, not at most 1 MiB of uint8 JSON)'
             )
-        if value.numel() > MAX_RECORD_BYTES:
-            raise RecordError(
-                f'{where}: a HetDPT record of {value.numel()} '
-                f'bytes (at most {MAX_RECORD_BYTES})'
-            )
-        corrupt = f'{where} holds a corrupt HetDPT record'
-        try:
-            value = loads_json(
-                value.numpy().tobytes().decode('utf-8'),
-                corrupt,
-                max_depth=MAX_RECORD_NESTING,
-                constants=True,  # check_plain names the field
-            )
-        except UnicodeDecodeError as err:
-            raise RecordError(f'{corrupt}: not UTF-8 ({err.reason})') from None
-        except ValueError as err:
-            raise RecordError(str(err)) from None
-    if not isinstance(value, Mapping):
-        raise RecordError(
-            f'{where} holds a corrupt HetDPT record (a '
-            f'{type(value).__name__}, not a dict)'
+        value = parse_record_text(
+            value.numpy().tobytes().decode('utf-8', 'replace'), where
         )
+    if not isinstance(value, Mapping):
+        raise RecordError(f'{where}: corrupt HetDPT record (not a dict)')
     return dict(value)
 
 

@@ -22,10 +22,10 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 from mmengine import fileio
-from safetensors import SafetensorError
 from mmengine.dist import get_dist_info
 from mmengine.logging import print_log
 from mmengine.runner import checkpoint as mmengine_checkpoint
+from safetensors import SafetensorError
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..fileio import check_input_file
@@ -79,9 +79,7 @@ def _history_buffer_getattr(obj, name):
     )
     if obj is HistoryBuffer and name in allowed:
         return getattr(obj, name)
-    raise pickle.UnpicklingError(
-        f'getattr({obj!r}, {name!r}) is not allowed in a checkpoint'
-    )
+    raise pickle.UnpicklingError(f'getattr({obj!r}, {name!r}) is refused')
 
 
 def mmengine_safe_globals():
@@ -143,20 +141,15 @@ def load_checkpoint_file(
             # Not every tool has --trust-checkpoint (tools/merge_ckpt.py
             # does not); the variable works everywhere.
             raise CheckpointError(
-                f'checkpoint {name} contains objects that are not safe to '
-                f'load with weights_only=True ({detail[:300]}). Only load it '
-                f'if you trust its source: set {TRUST_ENV}=1 '
-                '(tools/train.py, tools/test.py: --trust-checkpoint).'
+                f'{name} holds objects weights_only=True refuses '
+                f'({detail[:200]}); if you trust it, set {TRUST_ENV}=1'
             ) from None
         noise = ('documentation', 'file an issue', 'WeightsUnpickler error:')
         reason = next(
             (x for x in lines[1:] if x and not any(n in x for n in noise)),
             lines[0],
         )
-        raise CheckpointError(
-            f'{name} is not a PyTorch checkpoint (unreadable pickle: '
-            f'{reason[:200]})'
-        ) from None
+        raise CheckpointError(f'{name}: unreadable ({reason[:200]})') from None
     # Random bytes also reach the weights-only unpickler's stack and memo
     # lookups (IndexError, KeyError in about 6% of 4 KiB noise files).
     except (
@@ -170,14 +163,10 @@ def load_checkpoint_file(
     ) as error:
         lines = str(error).strip().splitlines() or [type(error).__name__]
         raise CheckpointError(
-            f'{name} is not a readable PyTorch checkpoint (truncated or '
-            f'corrupt: {lines[-1][:200]})'
+            f'{name}: truncated or corrupt ({lines[-1]})'
         ) from None
     if not isinstance(checkpoint, Mapping):
-        raise CheckpointError(
-            f'{name} holds a {type(checkpoint).__name__}, '
-            'not a checkpoint dict or state dict'
-        )
+        raise CheckpointError(f'{name} holds no dict of tensors')
     _check_tensor_claims(checkpoint, name)
     _tag_extra_states(checkpoint, name)
     return checkpoint
@@ -199,11 +188,7 @@ def _check_zip_claims(path, name: str) -> None:
     else:
         size = os.path.getsize(path)
     if claimed > ZIP_EXPANSION * size + (1 << 20):
-        raise CheckpointError(
-            f'{name} is not a checkpoint torch.save writes: its zip entries '
-            f'unpack to {claimed} bytes from a {size}-byte file (torch.save '
-            'stores them uncompressed)'
-        )
+        raise CheckpointError(f'{name}: zip entries unpack to {claimed} B')
 
 
 def _check_tensor_claims(checkpoint: Mapping, name: str) -> None:
@@ -224,12 +209,7 @@ def _check_tensor_claims(checkpoint: Mapping, name: str) -> None:
             and value.numel() * value.element_size()
             > value.untyped_storage().nbytes()
         ):
-            raise CheckpointError(
-                f'{name} is not a checkpoint torch.save writes: {where} '
-                f'claims {value.numel()} elements on '
-                f'{value.untyped_storage().nbytes()} bytes (a stride-0 or '
-                'overlapping view)'
-            )
+            raise CheckpointError(f'{name}: {where} overlaps its storage')
 
 
 def _tag_extra_states(checkpoint: Mapping, name: str) -> None:
@@ -334,12 +314,8 @@ def load_from_mmcls(filename, map_location=None):
 
 
 def load_from_pavi(filename, map_location=None):
-    try:
-        from pavi import modelcloud
-    except ImportError:
-        raise ImportError(
-            'Please install pavi to load checkpoint from modelcloud.'
-        ) from None
+    from pavi import modelcloud
+
     model = modelcloud.get(filename.split('://', 1)[1])
     with TemporaryDirectory() as tmp_dir:
         downloaded = osp.join(tmp_dir, model.name)

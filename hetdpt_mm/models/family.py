@@ -152,10 +152,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             if value not in SEMANTICS_CHOICES.get(name, ())
         ]
         if unknown:
-            raise RecordError(
-                f'{record.source}: the record gives {unknown}, not structural '
-                f'arguments of a {cls.family} backbone'
-            )
+            raise RecordError(f'{record.source}: {unknown} not structural')
 
     @classmethod
     def verify_record(cls, record: HetDPTRecord, state: Mapping) -> None:
@@ -188,10 +185,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """The gated layers of one of :attr:`REMOVABLE_KINDS` by block
         index (gated form only; none where the network gates none)."""
         if self.form != 'gated':
-            raise RuntimeError(
-                f'a {self.form} backbone has no gates; build '
-                'it with gated=True'
-            )
+            raise RuntimeError(f'a {self.form} backbone has no gates')
         if kind not in self.REMOVABLE_KINDS:
             raise ValueError(f'unknown layer kind {kind!r}')
         blocks = self.all_blocks()

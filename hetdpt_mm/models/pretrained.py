@@ -110,10 +110,8 @@ class PretrainedLoading:
         the network would compute with random ones."""
         if self.awaited_checkpoint is not None:
             raise CheckpointError(
-                f'{type(self).__name__}: init_cfg checkpoint '
-                f'{self.awaited_checkpoint} does not exist and no weights '
-                'were loaded since; make it (docs/user_guides/transfer.md) or '
-                'load a whole model checkpoint'
+                f'init_cfg checkpoint {self.awaited_checkpoint} does not '
+                'exist, no weights loaded (docs/user_guides/transfer.md)'
             )
 
     @contextmanager

@@ -201,10 +201,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
             self.token_merge.per_block(depth)  # a list r names every block
         self.graph_propagation = GraphPropagation.coerce(graph_propagation)
         if self.graph_propagation is not None and self.token_merge is not None:
-            raise ValueError(
-                'graph_propagation and token_merge both reduce the tokens: '
-                'give one of them'
-            )
+            raise ValueError('give graph_propagation or token_merge, not both')
         self._build_args = dict(
             arch=dict(self.arch_settings),
             img_size=self.img_size,

@@ -24,10 +24,7 @@ RELEASED_SEMANTICS = dict(
 def resolve_arch(arch: Union[str, Mapping]) -> Dict:
     if isinstance(arch, str):
         if arch not in ARCH_PRESETS:
-            raise ValueError(
-                f'unknown arch {arch!r}; choose one of '
-                f'{sorted(ARCH_PRESETS)} or pass a dict'
-            )
+            raise ValueError(f'unknown arch {arch!r}: {sorted(ARCH_PRESETS)}')
         return dict(ARCH_PRESETS[arch])
     arch = dict(arch)
     missing = {'embed_dims', 'num_layers', 'num_heads'} - set(arch)
@@ -144,10 +141,7 @@ def check_record(record: HetDPTRecord, state: Mapping) -> None:
                 f'{list(spec.ffn_removed)}'
             )
     if problems:
-        raise StateDictMismatch(
-            f'{record.source}: the HetDPT record ({record.describe()}) '
-            f'does not match the tensors: ' + '; '.join(problems)
-        )
+        raise StateDictMismatch(f'{record.source}: ' + '; '.join(problems))
 
 
 def build_args_from_tensors(
@@ -182,19 +176,11 @@ def build_args_from_tensors(
             and mlp_ratio in (None, p['mlp_ratio'])
         ]
         if not matches:
-            raise ValueError(
-                f'the checkpoint has no HetDPT record and its shape '
-                f'(width {dim}, {depth} blocks) matches no preset in '
-                f'{sorted(ARCH_PRESETS)}: give the architecture (number '
-                'of heads) with --arch'
-            )
+            raise ValueError(f'width {dim}, {depth} blocks: give --arch')
         arch = matches[0]
     arch = resolve_arch(arch)
     if arch['embed_dims'] != dim or arch['num_layers'] != depth:
-        raise StateDictMismatch(
-            f'arch {arch} does not match the checkpoint (width {dim}, '
-            f'{depth} blocks)'
-        )
+        raise StateDictMismatch(f'arch {arch}: not {dim} wide, {depth} deep')
     if mlp_ratio is not None:
         arch['mlp_ratio'] = mlp_ratio
     patch = int(proj.shape[-1])

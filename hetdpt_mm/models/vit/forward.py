@@ -37,19 +37,13 @@ class ViTForward:
         # a mask; their backbones' configs otherwise build a ViT family.
         if mask is not None:
             raise TypeError(
-                f'{type(self).__name__} takes no mask: masked-image '
-                "pretraining (mmpretrain's BEiTPretrainViT, MAEViT) has no "
-                "counterpart here; pretrain with the stock backbone (MAE's "
-                "weights then load into type='HetDPTViT'; BEiT's relative "
-                'position biases have no counterpart either)'
+                f'{type(self).__name__} takes no mask: pretrain with the '
+                'stock backbone (docs/advanced/backbone.md)'
             )
         self._check_weights_arrived()
         height, width = x.shape[-2:]
         if height < self.patch_size or width < self.patch_size:
-            raise ValueError(
-                f'input of {height}x{width} pixels is smaller than one '
-                f'{self.patch_size}x{self.patch_size} patch'
-            )
+            raise ValueError(f'a {height}x{width} input is under one patch')
         x, grid = self._embed_tokens(x)
         x = self.norm_pre(x)
         merging = self._merge_schedule()

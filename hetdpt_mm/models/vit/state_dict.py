@@ -340,20 +340,14 @@ def convert_state_dict(
             if bias is not None:
                 out[f'{prefix}fc.bias'] = bias
         elif form != 'merged' and has_merged:
-            raise StateDictMismatch(
-                f'{prefix}fc.weight is a merged FFN; it cannot be loaded into '
-                f'a {form} network (merging is one-way). Build the backbone '
-                'with merged=True.'
-            )
+            raise StateDictMismatch(f'{prefix}fc is merged: build merged=True')
     for index in range(spec.depth):
         if (
             index not in spec.act_removed
             and f'blocks.{index}.mlp.fc.weight' in out
         ):
             raise StateDictMismatch(
-                f'blocks.{index}.mlp.fc.weight is a merged FFN but the spec '
-                f'keeps the GELU of block {index}: the spec does not match '
-                'the checkpoint'
+                f'block {index} is merged, the spec keeps it'
             )
     return out
 
@@ -373,9 +367,7 @@ def resize_pos_embed(
 
     if dst_prefix > src_prefix:
         raise StateDictMismatch(
-            f'pos_embed has {src_prefix} prefix token position(s) but the '
-            f'backbone needs {dst_prefix}: set distilled/with_cls_token to '
-            'match the checkpoint'
+            'pos_embed lacks prefix tokens: set distilled as the file'
         )
     pos_embed = torch.cat(
         [pos_embed[:, :dst_prefix], pos_embed[:, src_prefix:]], dim=1
@@ -385,9 +377,7 @@ def resize_pos_embed(
     if side * side != num_patches and num_patches == math.prod(dst_grid):
         return pos_embed  # a non-square grid: the configured one
     if side * side != num_patches:
-        raise StateDictMismatch(
-            f'pos_embed has {num_patches} patch positions, not a square grid'
-        )
+        raise StateDictMismatch(f'pos_embed: {num_patches} is no square')
     if (side, side) == tuple(dst_grid):
         return pos_embed
     return resample_abs_pos_embed(
