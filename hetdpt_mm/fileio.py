@@ -74,14 +74,15 @@ MAX_JSON_DEPTH = 32
 #: and Python refuses more than 4300 with a message naming no input.
 MAX_JSON_INT_DIGITS = 100
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_JSON_BRACKET = re.compile(r'[\[\]{}]')
+_BRACKET = re.compile(r'[\[\](){}]')
 
 
-def _json_depth(text: str) -> int:
-    """How deep the brackets of ``text`` nest (strings left out)."""
+def nesting_depth(text: str) -> int:
+    """How deep the brackets of ``text`` nest (double-quoted strings left
+    out): parsers recurse once per level."""
     depth = deepest = 0
-    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('', text)):
-        depth += 1 if match.group() in '[{' else -1
+    for match in _BRACKET.finditer(_JSON_STRING.sub('', text)):
+        depth += 1 if match.group() in '[({' else -1
         deepest = max(deepest, depth)
     return deepest
 
@@ -97,7 +98,7 @@ def loads_json(
     :data:`MAX_JSON_INT_DIGITS` digits, ``NaN`` / ``Infinity`` (unless
     ``constants``: a record's schema names them) and invalid JSON raise
     ``ValueError`` naming ``source``."""
-    if _json_depth(text) > max_depth:
+    if nesting_depth(text) > max_depth:
         raise ValueError(
             f'{source}: JSON nested deeper than {max_depth} levels; '
             'no input here nests more than a few'

@@ -22,7 +22,8 @@ from hetdpt_mm.checkpoint.safe_load import (
     CheckpointError,
     load_checkpoint_file,
 )
-from hetdpt_mm.cli import run_reporting_errors
+from hetdpt_benchmark.options import parse_cfg_options
+from hetdpt_mm.cli import UsageError, run_reporting_errors
 from hetdpt_mm.fileio import (
     MAX_JSON_DEPTH,
     NotARegularFileError,
@@ -713,3 +714,32 @@ def test_what_a_file_claims_is_bounded_by_its_size(
         code, err = run_tool(tools, capsys, *args)
         assert code == 2 and re.match(f'error: .*{message}', err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ['claims.pth']
+
+
+@pytest.mark.parametrize(
+    'value, word',
+    [('NaN', 'finite'), ('[1, inf]', 'finite'), (DEEP, 'nests deeper')],
+)
+def test_benchmark_cfg_options_are_read_as_train_reads_them(
+    tools, tmp_path, capsys, value, word
+):
+    """Issue 59 item 7: only ``{...}`` values went through the strict
+    parser; ``alpha=NaN`` was taken and deep nesting was a RecursionError."""
+    with pytest.raises(UsageError, match=word):
+        parse_cfg_options([f'model.backbone.alpha={value}'], ['dense'])
+    out = tmp_path / 'bench.json'
+    config = REPO / 'configs/detr_deit_b_dense.py'
+    code, err = run_tool(
+        tools,
+        capsys,
+        'benchmark',
+        'detr',
+        '--config',
+        f'dense={config}',
+        '--cfg-options',
+        f'model.backbone.alpha={value}',
+        '--json',
+        out,
+    )
+    assert code == 2 and word in err and 'Recursion' not in err, err
+    assert list(tmp_path.iterdir()) == []
