@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Type, TypeVar
 
 from mmengine.config import DictAction
 
-from .fileio import MAX_JSON_DEPTH, nesting_depth
+from .fileio import MAX_JSON_DEPTH, nesting_depth, output_file
 
 T = TypeVar('T')
 
@@ -67,6 +67,11 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f'must be a positive number, got {text!r}')
     return value
+
+
+#: The ``type`` of an output file's argument (``Path`` drops a trailing
+#: ``/``, which names a folder).
+output_path = argument_type(output_file)
 
 
 #: JSON's spellings of the constants, in a dict typed on the command line.

@@ -18,11 +18,11 @@ import pytest
 import torch
 from helpers import REPO, load_tool
 
+from hetdpt_benchmark.options import parse_cfg_options
 from hetdpt_mm.checkpoint.safe_load import (
     CheckpointError,
     load_checkpoint_file,
 )
-from hetdpt_benchmark.options import parse_cfg_options
 from hetdpt_mm.cli import UsageError, run_reporting_errors
 from hetdpt_mm.fileio import (
     MAX_JSON_DEPTH,
@@ -639,19 +639,29 @@ def test_tools_give_only_fixes_that_help(tools, tmp_path, capsys):
     assert code == 2 and err.startswith(f'error: {damaged}: '), err
 
 
-def test_a_dangling_link_is_not_replaced_without_force(
+def test_a_dangling_link_is_never_replaced(
     tools, tmp_path, capsys, checkpoint
 ):
     link = tmp_path / 'dangling.onnx'
     link.symlink_to(tmp_path / 'missing.onnx')
     config = tmp_path / 'config.py'
     config.write_text('model = dict()\n')
-    assert run_tool(
-        tools, capsys, 'export', 'backbone', config, checkpoint, '--out', link
-    ) == (
-        2,
-        f'error: output {link} already exists; pass --force to replace it\n',
-    )
+    for force in ((), ('--force',)):
+        assert run_tool(
+            tools,
+            capsys,
+            'export',
+            'backbone',
+            config,
+            checkpoint,
+            '--out',
+            link,
+            *force,
+        ) == (
+            2,
+            f'error: output {link} is not a regular file (a symbolic link); '
+            'it is never replaced, even with --force: choose a file path\n',
+        )
     assert link.is_symlink() and os.readlink(link) == str(
         tmp_path / 'missing.onnx'
     )

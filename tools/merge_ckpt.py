@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hetdpt_mm.apis.merge_ckpt import run_merge
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
+from hetdpt_mm.cli import ArgumentParser, output_path, run_reporting_errors
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -45,7 +45,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         'removed attention layers and gates, merge activation-free FFNs.'
     )
     parser.add_argument('input', type=Path, help='checkpoint to convert')
-    parser.add_argument('output', type=Path, help='merged checkpoint to write')
+    parser.add_argument(
+        'output', type=output_path, help='merged checkpoint to write'
+    )
     parser.add_argument(
         '--spec',
         help='prune spec as JSON or a JSON file: {"attn_removed": '

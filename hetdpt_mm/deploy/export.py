@@ -153,7 +153,9 @@ def verify(
             else:
                 # np.max, not max(): a NaN in any output is the maximum.
                 diff = float(
-                    np.max([np.abs(g - e).max() for g, e in zip(got, expected)])
+                    np.max(
+                        [np.abs(g - e).max() for g, e in zip(got, expected)]
+                    )
                 )
             rows.append(
                 dict(

@@ -85,7 +85,7 @@ class GraphPropagation:
             )
         if self.graph == 'semantic' and self.num_neighbours == 0:
             raise ValueError(
-                "graph_propagation num_neighbours must be >= 1 with graph="
+                'graph_propagation num_neighbours must be >= 1 with graph='
                 "'semantic' (a graph without edges)"
             )
         check_flag('graph_propagation', 'token_scale', self.token_scale)
