@@ -20,10 +20,9 @@ Exit status: 0 verified and written, 1 a difference above --tolerance
 import sys
 from typing import List, Optional, Sequence
 
-from mmengine.config import DictAction
-
 from hetdpt_mm.cli import (
     ArgumentParser,
+    ConfigOptionsAction,
     output_path,
     positive_float,
     run_reporting_errors,
@@ -114,7 +113,7 @@ def parse_args(argv: List[str]) -> ExportOptions:
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        action=DictAction,
+        action=ConfigOptionsAction,
         help='override config settings, key=value',
     )
     parser.add_argument(
