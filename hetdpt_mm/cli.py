@@ -107,8 +107,8 @@ def _literal(node: ast.AST, text: str) -> Any:
         ) from None
 
 
-#: Whitespace between two characters that are not separators is part of a
-#: value (a path), which MMEngine's ``DictAction`` would drop.
+#: Whitespace between two characters of a list that are not separators is
+#: part of an item, which MMEngine's ``DictAction`` would drop.
 _INNER_SPACE = re.compile(r'[^\s,\[\]()]\s+[^\s,\[\]()]')
 
 
@@ -123,14 +123,15 @@ def _finite(value: Any) -> bool:
 def config_option_value(key: str, value: str, option: str) -> Any:
     """One ``--cfg-options KEY=VALUE`` value, read alike by every tool: a
     dict (``{"a": [1]}``, ``dict(a=[1])``), a quoted string or a value
-    holding one as a Python / JSON literal; a value whose spaces are its
-    own (a path) as it is; anything else as MMEngine's ``DictAction``."""
+    holding one as a Python / JSON literal; a value with spaces that is no
+    list (a path) as it is; anything else as MMEngine's ``DictAction``."""
     text = value.strip()
     if nesting_depth(text) > MAX_JSON_DEPTH:
         raise UsageError(
             f'{option} {key}: the value nests deeper than '
             f'{MAX_JSON_DEPTH} levels'
         )
+    is_list = text.startswith(('[', '(')) or ',' in text
     if text.startswith(('{', '[', '(', 'dict(', "'", '"')) and any(
         mark in text for mark in ('{', 'dict(', "'", '"')
     ):
@@ -148,13 +149,13 @@ def config_option_value(key: str, value: str, option: str) -> Any:
                 f"""'{key}={{"name": [1, 2]}}', as dict(name=[1, 2]), """
                 f'or one entry: {key}.name=[1,2]'
             ) from None
-    elif _INNER_SPACE.search(text):
-        if any(mark in text for mark in ',[]()'):
-            raise UsageError(
-                f'{option} {key}={value}: the spaces inside its items '
-                f"would be dropped; quote them: {key}=['a b', 'c']"
-            )
-        parsed = text
+    elif not is_list and re.search(r'\s', text):
+        parsed = text  # a path with spaces: DictAction drops them
+    elif is_list and _INNER_SPACE.search(text):
+        raise UsageError(
+            f'{option} {key}={value}: the spaces inside its items would be '
+            f"dropped; quote them: {key}=['a b', 'c']"
+        )
     else:
         parsed = DictAction._parse_iterable(value)
     if not _finite(parsed):

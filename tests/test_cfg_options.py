@@ -192,10 +192,12 @@ def test_a_value_with_spaces_is_kept_or_refused(train, capsys, tmp_path):
                 f'test_dataloader.dataset.data_root={root}',
                 f"work_dir='{tmp_path}/a, b'",
                 'model.backbone.out_indices=[0, 1]',
+                f'model.backbone.init_cfg.checkpoint={root} (1)/x.pth',
             ]
         )
     )
     assert cfg.test_dataloader.dataset.data_root == str(root)
+    assert cfg.model.backbone.init_cfg.checkpoint == f'{root} (1)/x.pth'
     assert cfg.work_dir == f'{tmp_path}/a, b'
     assert cfg.model.backbone.out_indices == [0, 1]
     before = sorted(tmp_path.iterdir())
