@@ -1,18 +1,17 @@
 """The options of ``tools/benchmark.py`` (:class:`BenchmarkOptions`) and
 their checks (:func:`resolve_options`), all before anything is built."""
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence, Union
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 
 from hetdpt_mm.analysis import MACS_CONVENTIONS
-from hetdpt_mm.cli import UsageError
+from hetdpt_mm.cli import UsageError, config_option_value
 from hetdpt_mm.deploy.runtimes import RUNTIME_DTYPES
-from hetdpt_mm.fileio import check_input_file, check_output_paths, loads_json
+from hetdpt_mm.fileio import check_input_file, check_output_paths
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec, read_json_value
 
@@ -405,14 +404,9 @@ def parse_cfg_options(
             key = rest
         else:
             name = None
-        if value.lstrip().startswith('{'):  # DictAction cannot read it
-            parsed_value = loads_json(value, f'--cfg-options {key}')
-        else:
-            try:
-                parsed_value = json.loads(value)
-            except json.JSONDecodeError:
-                parsed_value = DictAction._parse_iterable(value)
-        parsed.setdefault(name, {})[key] = parsed_value
+        parsed.setdefault(name, {})[key] = config_option_value(
+            key, value, '--cfg-options'
+        )
     return parsed
 
 

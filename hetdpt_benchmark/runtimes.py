@@ -82,9 +82,14 @@ def checked_diff(
 ) -> float:
     """The largest absolute difference, or ``ValueError`` above
     ``TOLERANCES[dtype]``: a wrong graph's speed means nothing."""
-    diff = max(
-        float((g.float() - e.float()).abs().max())
-        for g, e in zip(got, expected)
+    # np.max, not max(): a NaN in any output is the maximum.
+    diff = float(
+        np.max(
+            [
+                float((g.float() - e.float()).abs().max())
+                for g, e in zip(got, expected)
+            ]
+        )
     )
     if not diff <= TOLERANCES[dtype]:
         raise ValueError(

@@ -6,6 +6,7 @@ import ast
 import importlib
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -14,6 +15,8 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Type, TypeVar
 
 from mmengine.config import DictAction
+
+from .fileio import MAX_JSON_DEPTH, nesting_depth, output_file
 
 T = TypeVar('T')
 
@@ -66,6 +69,11 @@ def positive_float(text: str) -> float:
     return value
 
 
+#: The ``type`` of an output file's argument (``Path`` drops a trailing
+#: ``/``, which names a folder).
+output_path = argument_type(output_file)
+
+
 #: JSON's spellings of the constants, in a dict typed on the command line.
 _JSON_NAMES = {'true': True, 'false': False, 'null': None}
 
@@ -73,10 +81,10 @@ _JSON_NAMES = {'true': True, 'false': False, 'null': None}
 def _literal(node: ast.AST, text: str) -> Any:
     """A literal of Python or JSON, ``dict(key=...)`` calls included."""
     if isinstance(node, ast.Dict) and None not in node.keys:
-        return {
-            _literal(k, text): _literal(v, text)
-            for k, v in zip(node.keys, node.values)
-        }
+        keys = [_literal(k, text) for k in node.keys]
+        if len(set(keys)) < len(keys):
+            raise ValueError('a key is given twice')
+        return dict(zip(keys, (_literal(v, text) for v in node.values)))
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
@@ -99,13 +107,68 @@ def _literal(node: ast.AST, text: str) -> Any:
         ) from None
 
 
+#: Whitespace between two characters of a list that are not separators is
+#: part of an item, which MMEngine's ``DictAction`` would drop.
+_INNER_SPACE = re.compile(r'[^\s,\[\]()]\s+[^\s,\[\]()]')
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        value = list(value.values())
+    return not isinstance(value, (list, tuple)) or all(map(_finite, value))
+
+
+def config_option_value(key: str, value: str, option: str) -> Any:
+    """One ``--cfg-options KEY=VALUE`` value, read alike by every tool: a
+    dict (``{"a": [1]}``, ``dict(a=[1])``), a quoted string or a value
+    holding one as a Python / JSON literal; a value with spaces that is no
+    list (a path) as it is; anything else as MMEngine's ``DictAction``."""
+    text = value.strip()
+    if nesting_depth(text) > MAX_JSON_DEPTH:
+        raise UsageError(
+            f'{option} {key}: the value nests deeper than '
+            f'{MAX_JSON_DEPTH} levels'
+        )
+    is_list = text.startswith(('[', '(')) or ',' in text
+    if text.startswith(('{', '[', '(', 'dict(', "'", '"')) and any(
+        mark in text for mark in ('{', 'dict(', "'", '"')
+    ):
+        try:
+            parsed = _literal(ast.parse(text, mode='eval').body, text)
+        except (SyntaxError, ValueError, TypeError) as err:
+            reason = (
+                f'{err.msg} at column {err.offset}'
+                if isinstance(err, SyntaxError)
+                else err
+            )
+            raise UsageError(
+                f'{option} {key}={value}: the value is not a literal '
+                f'({reason}); quote strings, and write a dict as JSON, '
+                f"""'{key}={{"name": [1, 2]}}', as dict(name=[1, 2]), """
+                f'or one entry: {key}.name=[1,2]'
+            ) from None
+    elif not is_list and re.search(r'\s', text):
+        parsed = text  # a path with spaces: DictAction drops them
+    elif is_list and _INNER_SPACE.search(text):
+        raise UsageError(
+            f'{option} {key}={value}: the spaces inside its items would be '
+            f"dropped; quote them: {key}=['a b', 'c']"
+        )
+    else:
+        parsed = DictAction._parse_iterable(value)
+    if not _finite(parsed):
+        raise UsageError(f'{option} {key}={value}: not a finite number')
+    return parsed
+
+
 class ConfigOptionsAction(DictAction):
-    """MMEngine's ``DictAction``, and values holding a dict, which it cannot
-    split: ``KEY={"a": [1, 2]}``, ``KEY=dict(a=[1, 2])``,
-    ``KEY=[dict(type='T')]``."""
+    """MMEngine's ``DictAction`` with every value read by
+    :func:`config_option_value`: dicts, which it cannot split, and spaces,
+    which it drops."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        plain = []
         options = dict(getattr(namespace, self.dest, None) or {})
         for item in values:
             key, sep, value = item.partition('=')
@@ -113,31 +176,8 @@ class ConfigOptionsAction(DictAction):
                 raise UsageError(
                     f'{option_string} takes KEY=VALUE, got {item!r}'
                 )
-            text = value.strip()
-            if not (
-                text.startswith(('{', '[', '(', 'dict('))
-                and ('{' in text or 'dict(' in text)
-            ):
-                plain.append(item)
-                continue
-            try:
-                options[key] = _literal(
-                    ast.parse(text, mode='eval').body, text
-                )
-            except (SyntaxError, ValueError, TypeError) as err:
-                reason = (
-                    f'{err.msg} at column {err.offset}'
-                    if isinstance(err, SyntaxError)
-                    else err
-                )
-                raise UsageError(
-                    f'{option_string} {item!r}: the value is not a dict of '
-                    f'literals ({reason}); write it as JSON, '
-                    f"""'{key}={{"name": [1, 2]}}', as """
-                    f'dict(name=[1, 2]), or one entry: {key}.name=[1,2]'
-                ) from None
+            options[key] = config_option_value(key, value, option_string)
         setattr(namespace, self.dest, options)
-        super().__call__(parser, namespace, plain, option_string)
 
 
 def require_extra(module: str, extra: str):

@@ -3,6 +3,7 @@ reading of user-given JSON, shared by every tool and hook."""
 
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Union
 
+import torch
 from mmengine.fileio import LocalBackend, register_backend
 from mmengine.logging import print_log
 
@@ -74,14 +76,15 @@ MAX_JSON_DEPTH = 32
 #: and Python refuses more than 4300 with a message naming no input.
 MAX_JSON_INT_DIGITS = 100
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_JSON_BRACKET = re.compile(r'[\[\]{}]')
+_BRACKET = re.compile(r'[\[\](){}]')
 
 
-def _json_depth(text: str) -> int:
-    """How deep the brackets of ``text`` nest (strings left out)."""
+def nesting_depth(text: str) -> int:
+    """How deep the brackets of ``text`` nest (double-quoted strings left
+    out): parsers recurse once per level."""
     depth = deepest = 0
-    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('', text)):
-        depth += 1 if match.group() in '[{' else -1
+    for match in _BRACKET.finditer(_JSON_STRING.sub('', text)):
+        depth += 1 if match.group() in '[({' else -1
         deepest = max(deepest, depth)
     return deepest
 
@@ -97,7 +100,7 @@ def loads_json(
     :data:`MAX_JSON_INT_DIGITS` digits, ``NaN`` / ``Infinity`` (unless
     ``constants``: a record's schema names them) and invalid JSON raise
     ``ValueError`` naming ``source``."""
-    if _json_depth(text) > max_depth:
+    if nesting_depth(text) > max_depth:
         raise ValueError(
             f'{source}: JSON nested deeper than {max_depth} levels; '
             'no input here nests more than a few'
@@ -150,8 +153,11 @@ def read_json_file(path: PathLike, what: str) -> Any:
 
 def _check_replaceable(out: Path) -> None:
     """Only regular files are replaced (as root, replacing /dev/null would
-    break the system)."""
-    kind = _special_kind(out)
+    break the system), and never through a link (renaming over it replaces
+    the link, not the file it names; /dev/stdout is one)."""
+    kind = _special_kind(out) or (
+        'a symbolic link' if out.is_symlink() else None
+    )
     if kind is not None:
         raise NotARegularFileError(
             f'output {out} is not a regular file ({kind}); it is never '
@@ -159,13 +165,24 @@ def _check_replaceable(out: Path) -> None:
         )
 
 
+def output_file(text: str) -> Path:
+    """An output's path as typed (an argparse ``type``: ``Path`` drops a
+    trailing ``/``), which names a file."""
+    if text.endswith(('/', os.sep)):
+        raise ValueError(
+            f'output {text} ends with "/", so it names a folder; give a file'
+        )
+    return Path(text)
+
+
 def check_output_path(
     out: PathLike, inputs: Iterable[PathLike] = (), force: bool = False
 ) -> Path:
     """``out`` if it may be written, checked before anything is computed:
-    never an input (even with ``force``), a special file or a folder it
-    cannot go into, and an existing file only with ``force``."""
-    out = Path(out)
+    never an input (even with ``force``), a special file, a link, a folder
+    or in a folder it cannot go into, and an existing file only with
+    ``force``."""
+    out = output_file(out) if isinstance(out, str) else Path(out)
     for inp in map(Path, inputs):
         if same_file(out, inp):
             raise ValueError(
@@ -363,6 +380,24 @@ def write_outputs(
     finally:
         for tmp in temps.values():
             _remove(tmp)
+
+
+def checkpoint_writer(
+    checkpoint: Mapping, out: PathLike
+) -> Callable[[Path], None]:
+    """What writes ``checkpoint`` for ``out`` (a :data:`Content`): under a
+    ``.safetensors`` name its state dict in that format (its record in the
+    extra state; ``torch.load`` reads it back by that name; meta and an
+    EMA's copy are left out), else ``torch.save``."""
+    if Path(out).suffix != '.safetensors':
+        return functools.partial(torch.save, checkpoint)
+    from safetensors.torch import save_file
+
+    tensors = {
+        key: value.contiguous().clone()  # safetensors refuses shared memory
+        for key, value in checkpoint.get('state_dict', checkpoint).items()
+    }
+    return functools.partial(save_file, tensors)
 
 
 def atomic_write_text(

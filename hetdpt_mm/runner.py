@@ -14,7 +14,7 @@ import torch
 from mmengine.config import Config
 from mmengine.dist import master_only
 from mmengine.logging import print_log
-from mmengine.registry import HOOKS, RUNNERS
+from mmengine.registry import RUNNERS
 from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
@@ -23,9 +23,9 @@ from .checkpoint.safe_load import TRUST_ENV, CheckpointError
 from .cli import ConfigOptionsAction, RunError
 from .fileio import check_input_file
 from .hooks import EpochSeedHook
-from .registry import FAMILIES, named_arguments, unexpected_keywords_message
+from .registry import FAMILIES
 from .structure import is_given, structure_args
-from .work_dir import config_strings
+from .work_dir import check_custom_hooks, config_strings
 
 
 def trust_checkpoints() -> None:
@@ -394,22 +394,6 @@ def experiment_name(cfg, number: int) -> Optional[str]:
     return f'{stem}_{number}'
 
 
-def check_hook_keys(cfg) -> None:
-    """A custom hook's unknown key is named with the hook and its closest
-    key before anything is built (Python's own error names neither the
-    config entry nor the keys the hook takes)."""
-    for index, hook in enumerate(cfg.get('custom_hooks') or []):
-        kind = hook.get('type')
-        cls = HOOKS.get(kind) if isinstance(kind, str) else kind
-        valid = named_arguments(cls) if isinstance(cls, type) else None
-        unknown = set(hook) - {'type', 'priority'} - (valid or set(hook))
-        if unknown:
-            raise TypeError(
-                f'custom_hooks.{index}: '
-                + unexpected_keywords_message(cls.__name__, unknown, valid)
-            )
-
-
 class _ConfigDumpInLogDir:
     """A runner that dumps its config into its own log folder
     (``<work_dir>/<timestamp>/``), not to ``<work_dir>/<config name>``,
@@ -430,7 +414,7 @@ def build_runner(cfg, test: bool = False) -> Runner:
         cfg.experiment_name = name
     prepare_cpu_distributed(cfg)
     add_epoch_seed_hook(cfg)
-    check_hook_keys(cfg)
+    check_custom_hooks(cfg)
     take_checkpoint_structure(cfg)
     follow_backbone_width(cfg)
     if not test:

@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 from typing import Iterator, List, Optional, Tuple
 
+from mmengine.registry import HOOKS
+
 from .cli import RunError
-from .fileio import same_file
+from .fileio import check_output_paths, same_file
+from .registry import named_arguments, unexpected_keywords_message
 
 #: Files a run writes into its work dir besides the config dump and the
 #: timestamped log folder (MMEngine's CheckpointHook, our merge hook).
@@ -48,11 +51,57 @@ def input_files(cfg, config_path: str) -> List[str]:
     return [config_path] + named
 
 
+def _custom_hooks(cfg) -> Iterator[Tuple[int, dict, Optional[type]]]:
+    """Each custom hook's index, config and class (``None``: unknown)."""
+    for index, hook in enumerate(cfg.get('custom_hooks') or []):
+        kind = hook.get('type')
+        yield index, hook, HOOKS.get(kind) if isinstance(kind, str) else kind
+
+
+def check_custom_hooks(cfg) -> None:
+    """Before anything is built: a custom hook's unknown key, named with
+    the hook and its closest key (Python's own error names neither), and
+    two hooks that would keep one state in the checkpoints."""
+    states = {}
+    for index, hook, cls in _custom_hooks(cfg):
+        valid = named_arguments(cls) if isinstance(cls, type) else None
+        unknown = set(hook) - {'type', 'priority'} - (valid or set(hook))
+        if unknown:
+            raise TypeError(
+                f'custom_hooks.{index}: '
+                + unexpected_keywords_message(cls.__name__, unknown, valid)
+            )
+        state = getattr(cls, 'STATE_KEY', None)
+        if state is not None and states.setdefault(state, index) != index:
+            raise ValueError(
+                f'custom_hooks.{index} is a second {cls.__name__}; two would '
+                f"keep one state in the checkpoints (meta['{state}']): "
+                'give one'
+            )
+
+
+def hook_outputs(cfg, config_path: str) -> List[str]:
+    """The files the config's custom hooks write (their
+    ``output_files``)."""
+    outputs = []
+    for _, hook, cls in _custom_hooks(cfg):
+        if hasattr(cls, 'output_files'):
+            args = {
+                k: v for k, v in hook.items() if k not in ('type', 'priority')
+            }
+            outputs += cls(**args).output_files(cfg.work_dir, config_path)
+    return outputs
+
+
 def check_work_dir(
-    cfg, config_path: str, resume_from: Optional[str] = None
+    cfg,
+    config_path: str,
+    resume_from: Optional[str] = None,
+    training: bool = False,
 ) -> None:
     """Refuse a work dir where the run's config dump or checkpoints would
-    replace an input (but the checkpoint it resumes)."""
+    replace an input (but the checkpoint it resumes); ``training``: also
+    where its custom hooks' outputs would (a test runs none)."""
     work_dir = Path(cfg.work_dir)
     if work_dir.exists() and not work_dir.is_dir():
         raise RunError(f'work dir {work_dir} is a file, not a directory')
@@ -73,6 +122,13 @@ def check_work_dir(
                 f'of that name into its work dir {work_dir}; move the file or '
                 'choose another --work-dir'
             )
+    if training:
+        check_custom_hooks(cfg)
+        check_output_paths(
+            hook_outputs(cfg, config_path),
+            input_files(cfg, config_path),
+            force=True,
+        )
 
 
 def check_not_run_file(path) -> None:

@@ -177,3 +177,33 @@ def test_an_unknown_key_names_its_component_and_the_closest_key(
     assert train.main([*args, option]) == 2
     err = capsys.readouterr().err
     assert err.startswith('error: ') and message in err, err
+
+
+def test_a_value_with_spaces_is_kept_or_refused(train, capsys, tmp_path):
+    """Issue 59 item 1: MMEngine's DictAction dropped the spaces of a
+    path (``my data`` became ``mydata``); a list whose items hold spaces
+    cannot be read that way and is refused before anything runs."""
+    root = tmp_path / 'my data'
+    cfg = load_config(
+        train.parse_args(
+            [
+                str(DENSE_CONFIG),
+                '--cfg-options',
+                f'test_dataloader.dataset.data_root={root}',
+                f"work_dir='{tmp_path}/a, b'",
+                'model.backbone.out_indices=[0, 1]',
+                f'model.backbone.init_cfg.checkpoint={root} (1)/x.pth',
+            ]
+        )
+    )
+    assert cfg.test_dataloader.dataset.data_root == str(root)
+    assert cfg.model.backbone.init_cfg.checkpoint == f'{root} (1)/x.pth'
+    assert cfg.work_dir == f'{tmp_path}/a, b'
+    assert cfg.model.backbone.out_indices == [0, 1]
+    before = sorted(tmp_path.iterdir())
+    option = f'test_dataloader.dataset.data_root=[{root}, b]'
+    args = [str(DENSE_CONFIG), '--work-dir', str(tmp_path / 'w')]
+    assert train.main([*args, '--cfg-options', option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: ') and 'spaces' in err, err
+    assert sorted(tmp_path.iterdir()) == before

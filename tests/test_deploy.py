@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -18,7 +19,7 @@ from mmengine.config import Config
 
 from hetdpt_benchmark.runtimes import TOLERANCES, checked_diff
 from hetdpt_mm import META_KEY
-from hetdpt_mm.deploy import networks
+from hetdpt_mm.deploy import export, networks
 from hetdpt_mm.deploy.networks import (
     AdaptiveAvgPool2dExport,
     build_from_config,
@@ -652,3 +653,24 @@ def test_benchmark_times_a_token_merging_backbone_in_the_runtimes(
 def test_benchmark_runtime_usage_errors(args, message, capsys):
     assert load_tool('benchmark').main(args) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('bad', [float('nan'), float('inf')])
+def test_a_nan_in_any_output_fails_verification(monkeypatch, bad):
+    """Issue 59 item 7: Python's ``max`` over the outputs' differences
+    skipped a NaN in the second output, and the graph passed."""
+    expected = [np.zeros((1, 3), np.float32), np.zeros((1, 4), np.float32)]
+    got = [expected[0].copy(), expected[1].copy()]
+    got[1][0, 2] = bad
+    monkeypatch.setattr(
+        'hetdpt_mm.deploy.export.make_session',
+        lambda path, runtime: lambda inputs: got,
+    )
+    cases = [dict(inputs=np.zeros((1, 3, 8, 8), np.float32), outputs=expected)]
+    (row,) = export.verify(Path('x.onnx'), cases, ['onnxruntime'], 1e-4)
+    assert not row['ok']
+    tensors = [torch.from_numpy(e) for e in expected]
+    with pytest.raises(ValueError, match='differs'):
+        checked_diff(
+            [torch.from_numpy(g) for g in got], tensors, 'ort', 'm', 'fp32'
+        )

@@ -159,3 +159,29 @@ def test_prefix_tokens_are_never_propagated():
 def test_bad_options_are_named(value, kwargs, message):
     with pytest.raises(ValueError, match=message):
         build(value, **kwargs)
+
+
+@pytest.mark.parametrize(
+    'value, sizes',
+    [
+        (dict(num_prop=2), dict(img_size=16, patch_size=8)),
+        (dict(num_prop=2, num_neighbours=64), {}),
+        (dict(num_prop=2, num_neighbours=0, graph='semantic'), {}),
+        (dict(num_prop=2, alpha=float('nan')), {}),
+        (dict(num_prop=2, alpha=float('inf')), {}),
+    ],
+)
+def test_options_that_cannot_work_are_refused_at_build(value, sizes):
+    """Issue 59 item 5: fewer patches than neighbours failed in topk at
+    forward time; a NaN / infinite alpha and a semantic graph without
+    neighbours gave NaN outputs."""
+    args = dict(arch=dict(embed_dims=48, num_layers=2, num_heads=3))
+    args.update(dict(img_size=32, patch_size=4), **sizes)
+    word = 'alpha' if 'alpha' in value else 'num_neighbours'
+    with pytest.raises(ValueError, match=word):
+        HetDPTViT(**args, graph_propagation=value)
+    fixed = dict(value, alpha=0.1, graph='spatial')
+    (out,) = HetDPTViT(**args, graph_propagation=fixed).eval()(
+        torch.randn(1, 3, args['img_size'], args['img_size'])
+    )
+    assert torch.isfinite(out).all()

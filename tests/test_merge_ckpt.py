@@ -4,6 +4,7 @@ EMA) and the catalogue of bad inputs."""
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from collections import OrderedDict
@@ -25,6 +26,7 @@ from helpers import (
 from mmengine.config import Config
 from mmengine.hooks import EMAHook
 from mmengine.model import ExponentialMovingAverage
+from safetensors.torch import load_file
 
 import hetdpt_mm  # noqa: F401  registers modules
 from hetdpt_demo.data import make_classification
@@ -37,6 +39,7 @@ from hetdpt_mm.checkpoint.safe_load import (
     StateDictMismatch,
     load_checkpoint_file,
 )
+from hetdpt_mm.fileio import NotARegularFileError, atomic_path
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.spec import META_KEY, PruneSpec
@@ -202,11 +205,15 @@ def test_gated_checkpoint_spec_from_the_gates_and_merged_input(
     record = load_checkpoint_file(first)['meta'][META_KEY]
     assert record['spec'] == PruneSpec(4, **SPEC).to_dict()
 
-    # Merging a merged checkpoint copies it unchanged.
+    # Merging a merged checkpoint writes it unchanged.
     second = tmp_path / 'merged_again.pth'
     code, stdout, _ = run_tool(tool, capsys, first, second)
     assert code == 0 and 'already merged: written unchanged' in stdout
-    assert digest(first) == digest(second)
+    before, after = load_checkpoint_file(first), load_checkpoint_file(second)
+    assert before['meta'] == after['meta']
+    assert before['state_dict'].keys() == after['state_dict'].keys()
+    for key, value in before['state_dict'].items():
+        assert torch.equal(value, after['state_dict'][key]), key
 
 
 def test_a_record_that_contradicts_the_tensors_is_refused(
@@ -617,3 +624,73 @@ def test_merge_hook_writes_the_ema_layout_of_the_checkpoints(ema_run):
         assert list(written[entry]) == list(merged[entry])
         for key, value in merged[entry].items():
             assert torch.equal(written[entry][key], value), (entry, key)
+
+
+def folder_state(folder: Path) -> dict:
+    """Every entry of ``folder``: a link's target, a file's bytes."""
+    return {
+        path.name: os.readlink(path)
+        if path.is_symlink()
+        else path.read_bytes()
+        for path in folder.iterdir()
+    }
+
+
+def test_a_link_or_a_folder_is_never_written_as_an_output(
+    tool, tmp_path, capsys
+):
+    """Issue 59 item 3: ``--force`` replaced a link (whose target it had
+    checked), and ``newdir/`` was written as the file ``newdir``."""
+    source = tmp_path / 'upernet.pth'
+    torch.save(mmseg_checkpoint(tiny_backbone()), source)
+    (tmp_path / 'real.pth').write_bytes(b'old')
+    link = tmp_path / 'latest.pth'
+    link.symlink_to('real.pth')
+    before = folder_state(tmp_path)
+    for out, word in ((link, 'symbolic link'), (f'{tmp_path}/new/', 'folder')):
+        code, _, err = run_tool(tool, capsys, source, out, '--force')
+        assert code == 2 and word in err, err
+    assert folder_state(tmp_path) == before
+    with (
+        pytest.raises(NotARegularFileError, match='symbolic link'),
+        atomic_path(link) as tmp,
+    ):  # hooks' and MMEngine's saves
+        tmp.write_bytes(b'new')
+    assert folder_state(tmp_path) == before
+
+
+def test_safetensors_out_is_safetensors_and_converts_back(
+    tool, tmp_path, capsys
+):
+    """Issue 59 item 4: OUT.safetensors held a torch zip, and a merged
+    .safetensors input was copied byte for byte to OUT.pth; neither
+    loaded."""
+    backbone = tiny_backbone(**FEATMAP)
+    source = tmp_path / 'upernet.pth'
+    torch.save(mmseg_checkpoint(backbone), source)
+    out = tmp_path / 'merged.safetensors'
+    assert run_tool(tool, capsys, source, out)[0] == 0
+    tensors = load_file(out)
+    assert f'backbone.{EXTRA_STATE_KEY}' in tensors  # the record
+    rebuilt = HetDPTViT(
+        arch=ARCH,
+        img_size=32,
+        patch_size=4,
+        **FEATMAP,
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(out), prefix='backbone.'
+        ),
+    )
+    rebuilt.init_weights()
+    assert rebuilt.form == 'merged'
+    assert rebuilt.prune_spec == PruneSpec(4, **SPEC)
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        for got, want in zip(rebuilt.eval()(x), backbone(x)):
+            assert (got - want).abs().max() <= 1e-5
+    again = tmp_path / 'again.pth'
+    code, stdout, _ = run_tool(tool, capsys, out, again)
+    assert code == 0 and 'already merged' in stdout
+    loaded = torch.load(again, weights_only=True)
+    assert loaded.keys() == tensors.keys()
+    assert all(torch.equal(loaded[key], tensors[key]) for key in tensors)

@@ -18,11 +18,12 @@ import pytest
 import torch
 from helpers import REPO, load_tool
 
+from hetdpt_benchmark.options import parse_cfg_options
 from hetdpt_mm.checkpoint.safe_load import (
     CheckpointError,
     load_checkpoint_file,
 )
-from hetdpt_mm.cli import run_reporting_errors
+from hetdpt_mm.cli import UsageError, run_reporting_errors
 from hetdpt_mm.fileio import (
     MAX_JSON_DEPTH,
     NotARegularFileError,
@@ -638,19 +639,29 @@ def test_tools_give_only_fixes_that_help(tools, tmp_path, capsys):
     assert code == 2 and err.startswith(f'error: {damaged}: '), err
 
 
-def test_a_dangling_link_is_not_replaced_without_force(
+def test_a_dangling_link_is_never_replaced(
     tools, tmp_path, capsys, checkpoint
 ):
     link = tmp_path / 'dangling.onnx'
     link.symlink_to(tmp_path / 'missing.onnx')
     config = tmp_path / 'config.py'
     config.write_text('model = dict()\n')
-    assert run_tool(
-        tools, capsys, 'export', 'backbone', config, checkpoint, '--out', link
-    ) == (
-        2,
-        f'error: output {link} already exists; pass --force to replace it\n',
-    )
+    for force in ((), ('--force',)):
+        assert run_tool(
+            tools,
+            capsys,
+            'export',
+            'backbone',
+            config,
+            checkpoint,
+            '--out',
+            link,
+            *force,
+        ) == (
+            2,
+            f'error: output {link} is not a regular file (a symbolic link); '
+            'it is never replaced, even with --force: choose a file path\n',
+        )
     assert link.is_symlink() and os.readlink(link) == str(
         tmp_path / 'missing.onnx'
     )
@@ -713,3 +724,32 @@ def test_what_a_file_claims_is_bounded_by_its_size(
         code, err = run_tool(tools, capsys, *args)
         assert code == 2 and re.match(f'error: .*{message}', err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ['claims.pth']
+
+
+@pytest.mark.parametrize(
+    'value, word',
+    [('NaN', 'finite'), ('[1, inf]', 'finite'), (DEEP, 'nests deeper')],
+)
+def test_benchmark_cfg_options_are_read_as_train_reads_them(
+    tools, tmp_path, capsys, value, word
+):
+    """Issue 59 item 7: only ``{...}`` values went through the strict
+    parser; ``alpha=NaN`` was taken and deep nesting was a RecursionError."""
+    with pytest.raises(UsageError, match=word):
+        parse_cfg_options([f'model.backbone.alpha={value}'], ['dense'])
+    out = tmp_path / 'bench.json'
+    config = REPO / 'configs/detr_deit_b_dense.py'
+    code, err = run_tool(
+        tools,
+        capsys,
+        'benchmark',
+        'detr',
+        '--config',
+        f'dense={config}',
+        '--cfg-options',
+        f'model.backbone.alpha={value}',
+        '--json',
+        out,
+    )
+    assert code == 2 and word in err and 'Recursion' not in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -479,3 +479,37 @@ def test_benchmark_refuses_a_config_without_a_merging_backbone(
         match='--config merged .* builds a mmseg.VisionTransformer backbone',
     ):
         resolve_options(options)
+
+
+@pytest.mark.parametrize('family', [HetDPTViT, HetDPTLayerScaleViT])
+@pytest.mark.parametrize(
+    'reduction',
+    [
+        dict(token_merge=dict(r=2)),
+        dict(token_merge=dict(r=2, removed_attn='none')),
+        dict(graph_propagation=dict(num_prop=2)),
+    ],
+)
+def test_whole_branch_removal_with_token_reduction(family, reduction):
+    """Issue 59 item 6: a removed whole branch (``RemovedBranch``) has no
+    ``qkv`` and no LN1; every form merges on the block's input and agrees
+    with the gated one."""
+    args = dict(
+        arch=dict(embed_dims=48, num_layers=4, num_heads=3),
+        img_size=32,
+        patch_size=8,
+        prune_spec=dict(attn_removed=[1]),
+        removed_attn_output='identity',
+        out_type='featmap',
+        **reduction,
+    )
+    gated = randomize_(family(gated=True, **args)).eval()
+    pruned = family(**args).eval()
+    pruned.load_state_dict(gated.state_dict(), strict=False)
+    merged = pruned.to_merged().eval()
+    x = images(seed=3)
+    with torch.no_grad():
+        (expected,) = gated(x)
+        for model in (pruned, merged):
+            (got,) = model(x)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)

@@ -204,3 +204,68 @@ def test_a_test_run_writes_nothing_over_the_training_run(tmp_path, capsys):
             f'{work}; choose another path\n',
         )
     assert (work / 'dense.py').read_bytes() == before[work / 'dense.py']
+
+
+PRUNE_CONFIG = REPO / 'configs/demo/vit-demo_digits_prune.py'
+POINTS = REPO / 'tests/data/map_points_paper.csv'
+
+
+def folder_state(folder):
+    """Every file under ``folder`` with its bytes."""
+    return {
+        path: path.read_bytes() for path in folder.rglob('*') if path.is_file()
+    }
+
+
+def hooks_config(path, load_from, hooks):
+    path.write_text(
+        f'_base_ = [{str(PRUNE_CONFIG)!r}]\n'
+        f'load_from = {str(load_from)!r}\n'
+        f'custom_hooks = {hooks!r}\n'
+    )
+    return path
+
+
+@pytest.mark.parametrize('hook', ['spec_file', 'merge', 'map_collect'])
+def test_hook_outputs_never_replace_the_runs_inputs(tmp_path, capsys, hook):
+    """Issue 59 item 2: a HetDPTPruneHook's spec_file over its MAP points
+    and a MergeCheckpointHook's file over load_from ran and replaced both;
+    MAPCollectHook's out_file is built the same way."""
+    points = tmp_path / 'points.csv'
+    points.write_bytes(POINTS.read_bytes())
+    start = tmp_path / 'start_merged.pth'
+    start.write_bytes(b'weights')
+    prune = dict(
+        type='HetDPTPruneHook', map_points=str(points), budget=1, stages=[1]
+    )
+    hooks = dict(
+        spec_file=[dict(prune, spec_file=str(points))],
+        merge=[
+            prune,
+            dict(
+                type='MergeCheckpointHook', out_dir=str(tmp_path), name='start'
+            ),
+        ],
+        map_collect=[dict(type='MAPCollectHook', out_file=str(start))],
+    )[hook]
+    config = hooks_config(tmp_path / 'run.py', start, hooks)
+    before = folder_state(tmp_path)
+    code, err = train(capsys, config, '--work-dir', tmp_path / 'work')
+    assert code == 2 and 'same file as input' in err, err
+    assert folder_state(tmp_path) == before
+    assert not (tmp_path / 'work').exists()
+
+
+def test_two_prune_hooks_are_refused_before_the_run(tmp_path, capsys):
+    """Issue 59 item 9: two HetDPTPruneHooks kept one schedule state, and
+    --resume was refused as if the settings had changed."""
+    prune = dict(
+        type='HetDPTPruneHook', map_points=str(POINTS), budget=1, stages=[1]
+    )
+    config = hooks_config(
+        tmp_path / 'run.py', POINTS, [prune, dict(prune, budget=2)]
+    )
+    before = folder_state(tmp_path)
+    code, err = train(capsys, config, '--work-dir', tmp_path / 'work')
+    assert code == 2 and 'second HetDPTPruneHook' in err, err
+    assert folder_state(tmp_path) == before

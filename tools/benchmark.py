@@ -50,7 +50,11 @@ from hetdpt_benchmark.options import (  # noqa: E402
 )
 from hetdpt_benchmark.run import run_and_write  # noqa: E402
 from hetdpt_mm.analysis import MACS_CONVENTIONS  # noqa: E402
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors  # noqa: E402
+from hetdpt_mm.cli import (  # noqa: E402
+    ArgumentParser,
+    output_path,
+    run_reporting_errors,
+)
 from hetdpt_mm.registry import FAMILIES  # noqa: E402
 
 
@@ -242,14 +246,14 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
         '--json',
         dest='json_path',
         metavar='JSON',
-        type=Path,
+        type=output_path,
         help='write the results as JSON',
     )
     out.add_argument(
         '--md',
         dest='md_path',
         metavar='MD',
-        type=Path,
+        type=output_path,
         help='write the markdown tables',
     )
     out.add_argument(

@@ -18,12 +18,15 @@ Exit status: 0 verified and written, 1 a difference above --tolerance
 """
 
 import sys
-from pathlib import Path
 from typing import List, Optional, Sequence
 
-from mmengine.config import DictAction
-
-from hetdpt_mm.cli import ArgumentParser, positive_float, run_reporting_errors
+from hetdpt_mm.cli import (
+    ArgumentParser,
+    ConfigOptionsAction,
+    output_path,
+    positive_float,
+    run_reporting_errors,
+)
 from hetdpt_mm.deploy.export import (
     ExportOptions,
     VerificationError,
@@ -52,7 +55,10 @@ def parse_args(argv: List[str]) -> ExportOptions:
         "record in it gives the backbone's structure)",
     )
     parser.add_argument(
-        '--out', type=Path, required=True, help='the .onnx file to write'
+        '--out',
+        type=output_path,
+        required=True,
+        help='the .onnx file to write',
     )
     parser.add_argument(
         '--img-size',
@@ -107,7 +113,7 @@ def parse_args(argv: List[str]) -> ExportOptions:
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        action=DictAction,
+        action=ConfigOptionsAction,
         help='override config settings, key=value',
     )
     parser.add_argument(

@@ -27,7 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
+from hetdpt_mm.cli import (
+    ArgumentParser,
+    UsageError,
+    output_path,
+    run_reporting_errors,
+)
 from hetdpt_mm.fileio import check_output_paths, write_outputs
 from hetdpt_mm.pruning import (
     ARCH_PRESETS,
@@ -400,17 +405,17 @@ def parse_args(argv: Optional[Sequence[str]]) -> FitMapOptions:
     )
     parser.add_argument(
         '--plot',
-        type=Path,
+        type=output_path,
         help='write the fitted surface here (e.g. map.png)',
     )
     parser.add_argument(
         '--save-fit',
-        type=Path,
+        type=output_path,
         help='write the fit as JSON (MAPFit.from_dict)',
     )
     parser.add_argument(
         '--save-allocation',
-        type=Path,
+        type=output_path,
         help='write the allocation of --budget for each '
         '--bounds choice as JSON (Allocation.from_dict, by '
         'bounds name)',

@@ -12,7 +12,7 @@ Accepts our classification checkpoints (gated or pruned; the spec comes from
 authors' stage-2 checkpoints (``{'model': state_dict}`` in timm layout: give
 the spec with ``--spec``, e.g. ``'{"attn_removed": [0, 3, 7, 8, 11],
 "act_removed": [2, 7, 8, 10, 11]}'``) and bare state dicts.  A checkpoint that
-is already merged is copied unchanged.
+is already merged is written unchanged, in OUT's format.
 
 Given ``--spec``, dense weights (an official DeiT file, mmpretrain's, ours)
 are cut to that spec, heads kept: ``--form merged`` (default) for the
@@ -24,9 +24,11 @@ layout, ``backbone.`` and ``head.layers.head``; an EMAHook's
 ``ema_state_dict`` merged the same way; optimizer, schedulers and message
 hub dropped, named in the summary) and loads with
 ``HetDPTViT(init_cfg=dict(type='Pretrained', checkpoint=OUT,
-prefix='backbone.'))`` without further arguments.  Everything is validated
-before anything is written; OUT is written atomically, never over IN, and an
-existing OUT is kept unless ``--force``.  Errors print ``error: <message>``
+prefix='backbone.'))`` without further arguments; ``OUT.safetensors`` holds
+its state dict as safetensors (the record in the backbone's extra state).
+Everything is validated before anything is written; OUT is written
+atomically, never over IN, never through a link, and an existing OUT is kept
+unless ``--force``.  Errors print ``error: <message>``
 and exit with status 2.
 """
 
@@ -36,7 +38,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from hetdpt_mm.apis.merge_ckpt import run_merge
-from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
+from hetdpt_mm.cli import ArgumentParser, output_path, run_reporting_errors
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -45,7 +47,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         'removed attention layers and gates, merge activation-free FFNs.'
     )
     parser.add_argument('input', type=Path, help='checkpoint to convert')
-    parser.add_argument('output', type=Path, help='merged checkpoint to write')
+    parser.add_argument(
+        'output', type=output_path, help='merged checkpoint to write'
+    )
     parser.add_argument(
         '--spec',
         help='prune spec as JSON or a JSON file: {"attn_removed": '

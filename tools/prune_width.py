@@ -44,7 +44,12 @@ from hetdpt_mm.apis.prune_width import (
     parse_macs,
     run_prune_width,
 )
-from hetdpt_mm.cli import ArgumentParser, argument_type, run_reporting_errors
+from hetdpt_mm.cli import (
+    ArgumentParser,
+    argument_type,
+    output_path,
+    run_reporting_errors,
+)
 from hetdpt_mm.pruning.width import IMPORTANCES
 
 
@@ -54,7 +59,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> PruneWidthOptions:
         'Pruning isomorphic pruning) to a MACs target or by a ratio.'
     )
     parser.add_argument('input', type=Path, help='checkpoint to prune')
-    parser.add_argument('output', type=Path, help='checkpoint to write')
+    parser.add_argument('output', type=output_path, help='checkpoint to write')
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument(
         '--target-macs',
@@ -117,12 +122,14 @@ def parse_args(argv: Optional[Sequence[str]]) -> PruneWidthOptions:
     )
     parser.add_argument(
         '--report',
-        type=Path,
+        type=output_path,
         help='write the MACs / params per stage, the search '
         'trials and the widths as JSON',
     )
     parser.add_argument(
-        '--plot', type=Path, help='draw the per-block widths (e.g. widths.png)'
+        '--plot',
+        type=output_path,
+        help='draw the per-block widths (e.g. widths.png)',
     )
     parser.add_argument(
         '--force',

@@ -4,13 +4,10 @@ atomically (the conversion itself: :func:`hetdpt_mm.merge.merge_checkpoint`).
 """
 
 import argparse
-import shutil
 from typing import Optional
 
-import torch
-
 from ..checkpoint.safe_load import load_checkpoint_file
-from ..fileio import atomic_path, check_output_path
+from ..fileio import check_output_path, checkpoint_writer, write_outputs
 from ..merge import merge_checkpoint
 from ..spec import read_json_value
 
@@ -29,7 +26,8 @@ def read_spec(value: Optional[str]):
 
 def run_merge(args: argparse.Namespace) -> None:
     """Write ``args.output`` from ``args.input`` with the options of
-    ``tools/merge_ckpt.py``; an input that is already merged is copied."""
+    ``tools/merge_ckpt.py``; an input that is already merged is written
+    unchanged, in OUT's format."""
     inputs = [args.input]
     if args.spec is not None and not args.spec.lstrip().startswith('{'):
         inputs.append(args.spec)  # a spec file
@@ -44,9 +42,8 @@ def run_merge(args: argparse.Namespace) -> None:
         form=args.form,
         source=str(args.input),
     )
-    with atomic_path(args.output, exclusive=not args.force) as tmp:
-        if summary.unchanged:
-            shutil.copyfile(args.input, tmp)
-        else:
-            torch.save(merged, tmp)
+    write_outputs(
+        {args.output: checkpoint_writer(merged, args.output)},
+        exclusive=not args.force,
+    )
     print(f'{args.input} -> {args.output}\n{summary.format()}')

@@ -14,7 +14,7 @@ from mmengine.logging import print_log
 
 from ..analysis import MACS_CONVENTIONS
 from ..checkpoint.safe_load import load_checkpoint_file
-from ..fileio import check_output_paths, write_outputs
+from ..fileio import check_output_paths, checkpoint_writer, write_outputs
 from ..merge import parse_arch
 from ..pruning.width_checkpoint import prune_width_checkpoint
 from ..visualization import figure_formats, plot_widths
@@ -152,7 +152,7 @@ def run_prune_width(options: PruneWidthOptions) -> None:
         attention_products=MACS_CONVENTIONS[options.macs_convention],
         logger=lambda line: print_log(line, logger='current'),
     )
-    outputs = {options.output: lambda tmp: torch.save(pruned, tmp)}
+    outputs = {options.output: checkpoint_writer(pruned, options.output)}
     if options.report is not None:
         outputs[options.report] = json.dumps(
             dict(

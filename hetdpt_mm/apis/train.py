@@ -41,6 +41,7 @@ def run_train(args: argparse.Namespace) -> None:
         cfg,
         args.config,
         resume_from=cfg.load_from if cfg.get('resume') else None,
+        training=True,
     )
     if not cfg.get('load_from') and not cfg.get('resume'):
         check_pretrained_exist(cfg)  # loaded weights replace init_cfg's

@@ -151,8 +151,11 @@ def verify(
             ):
                 diff = float('inf')
             else:
-                diff = max(
-                    float(np.abs(g - e).max()) for g, e in zip(got, expected)
+                # np.max, not max(): a NaN in any output is the maximum.
+                diff = float(
+                    np.max(
+                        [np.abs(g - e).max() for g, e in zip(got, expected)]
+                    )
                 )
             rows.append(
                 dict(

@@ -7,7 +7,7 @@ schedule and resume: docs/user_guides/map.md)."""
 import csv
 import io
 import os.path as osp
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, List, Mapping, Optional, Union
 
 import torch
 from mmengine.dist import is_main_process
@@ -140,8 +140,15 @@ class MAPCollectHook(GateHookBase):
         self._state: Optional[Dict] = None
 
     # ------------------------------------------------------------ helpers
+    def output_files(
+        self, work_dir: str, config_path: Optional[str]
+    ) -> List[str]:
+        """The files this hook writes (see
+        :meth:`~.merge_hook.MergeCheckpointHook.output_files`)."""
+        return [osp.join(work_dir, self.out_file)]
+
     def points_path(self, runner) -> str:
-        return osp.join(runner.work_dir, self.out_file)
+        return self.output_files(runner.work_dir, None)[0]
 
     @property
     def finished(self) -> bool:

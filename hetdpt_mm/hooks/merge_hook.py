@@ -3,7 +3,7 @@
 
 import os.path as osp
 from collections import OrderedDict
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from mmengine.dist import is_main_process
@@ -74,18 +74,26 @@ class MergeCheckpointHook(Hook):
             )
         follow_structure_in_ema(runner)  # loading may have rebuilt it
 
-    def output_path(self, runner) -> str:
+    def output_files(
+        self, work_dir: str, config_path: Optional[str]
+    ) -> List[str]:
+        """The files this hook writes (checked against the run's inputs
+        before it starts: :func:`hetdpt_mm.work_dir.check_work_dir`)."""
         name = self.name
         if name is None:
-            filename = getattr(runner.cfg, 'filename', None)
             name = (
-                osp.splitext(osp.basename(filename))[0]
-                if filename
+                osp.splitext(osp.basename(config_path))[0]
+                if config_path
                 else 'model'
             )
-        return osp.join(
-            self.out_dir or runner.work_dir, f'{name}_{self.suffix}.pth'
-        )
+        return [
+            osp.join(self.out_dir or work_dir, f'{name}_{self.suffix}.pth')
+        ]
+
+    def output_path(self, runner) -> str:
+        return self.output_files(
+            runner.work_dir, getattr(runner.cfg, 'filename', None)
+        )[0]
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         # Runner.save_checkpoint calls this on the main process only;

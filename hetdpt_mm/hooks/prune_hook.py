@@ -323,6 +323,15 @@ class HetDPTPruneHook(GateHookBase):
             f'{len(self.order)} removals done'
         )
 
+    def output_files(
+        self, work_dir: str, config_path: Optional[str]
+    ) -> List[str]:
+        """The files this hook writes (see
+        :meth:`~.merge_hook.MergeCheckpointHook.output_files`)."""
+        if self.spec_file is None:
+            return []
+        return [osp.join(work_dir, self.spec_file)]
+
     def upgrade_state(self, state: Dict, version: int) -> Dict:
         # 1 -> 2, the only step: version 1 predates selection policies, its
         # decisions are the lowest gate scores.
@@ -418,6 +427,6 @@ class HetDPTPruneHook(GateHookBase):
             f'removals done, final {backbone.prune_spec}'
         )
         if self.spec_file is not None and is_main_process():
-            path = osp.join(runner.work_dir, self.spec_file)
+            (path,) = self.output_files(runner.work_dir, None)
             atomic_write_text(path, backbone.prune_spec.to_json() + '\n')
             runner.logger.info(f'HetDPT spec written to {path}')

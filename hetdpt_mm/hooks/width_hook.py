@@ -88,6 +88,13 @@ class WidthPruneHook(MergeCheckpointHook):
             images += len(labels)
             yield [data['inputs'].cpu(), labels.cpu()]
 
+    def output_files(
+        self, work_dir: str, config_path: Optional[str]
+    ) -> List[str]:
+        (path,) = super().output_files(work_dir, config_path)
+        plot = [osp.splitext(path)[0] + '_widths.png'] if self.plot else []
+        return [path] + plot
+
     def _convert(self, runner, merged: dict) -> Tuple[dict, str]:
         calibration = (
             self._calibration(runner) if self.importance == 'taylor' else None
@@ -103,7 +110,9 @@ class WidthPruneHook(MergeCheckpointHook):
         if self.plot:
             from ..visualization import plot_widths, write_image
 
-            path = osp.splitext(self.output_path(runner))[0] + '_widths.png'
+            path = self.output_files(
+                runner.work_dir, getattr(runner.cfg, 'filename', None)
+            )[1]
             write_image(path, plot_widths(result.record.spec))
             report += f'\nper-block widths drawn in {path}'
         return pruned, report

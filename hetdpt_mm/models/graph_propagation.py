@@ -14,6 +14,7 @@ token that stands for it, so featmap outputs are unmerged onto the full
 grid as with token merging.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -61,11 +62,14 @@ class GraphPropagation:
                     f'graph_propagation {name} must be a non-negative '
                     f'integer, got {value!r}'
                 )
-        if isinstance(self.alpha, bool) or not isinstance(
-            self.alpha, (int, float)
+        if (
+            isinstance(self.alpha, bool)
+            or not isinstance(self.alpha, (int, float))
+            or not math.isfinite(self.alpha)
         ):
             raise ValueError(
-                f'graph_propagation alpha must be a number, got {self.alpha!r}'
+                'graph_propagation alpha must be a finite number, got '
+                f'{self.alpha!r}'
             )
         if isinstance(self.sparsity, bool) or not (
             isinstance(self.sparsity, (int, float)) and 0 < self.sparsity <= 1
@@ -79,7 +83,22 @@ class GraphPropagation:
                 f'graph_propagation graph must be one of {GRAPHS}, got '
                 f'{self.graph!r}'
             )
+        if self.graph == 'semantic' and self.num_neighbours == 0:
+            raise ValueError(
+                'graph_propagation num_neighbours must be >= 1 with graph='
+                "'semantic' (a graph without edges)"
+            )
         check_flag('graph_propagation', 'token_scale', self.token_scale)
+
+    def check_patches(self, patches: int) -> None:
+        """Whether images of ``patches`` patches have ``num_neighbours``
+        neighbours for each (a semantic or mixed graph)."""
+        if self.graph != 'spatial' and self.num_neighbours >= patches:
+            raise ValueError(
+                f'graph_propagation num_neighbours={self.num_neighbours} '
+                f'needs more patches than the {patches} of img_size: lower '
+                "it or use graph='spatial'"
+            )
 
     @classmethod
     def coerce(cls, value) -> Optional['GraphPropagation']:

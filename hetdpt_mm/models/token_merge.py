@@ -24,11 +24,12 @@ import torch.nn.functional as F
 from timm.layers import Attention
 
 from .gates import GatedResidualBranch
-from .layers import AttentionBypass
+from .layers import AttentionBypass, RemovedBranch
 
 #: What a block whose attention was removed merges on: ``'norm'`` (its
-#: LN1-normalised tokens, the features its residual branch carries) or
-#: ``'none'`` (such blocks merge nothing).
+#: LN1-normalised tokens, the features its residual branch carries; with
+#: whole-branch removal, which leaves no LN1, its input) or ``'none'``
+#: (such blocks merge nothing).
 REMOVED_ATTN_METRICS = ('norm', 'none')
 #: The named schedules, as ToMe's inflection: ``r`` in every block, or
 #: ToMe's "decreasing schedule" (``2r`` in the first block down to 0).
@@ -158,7 +159,7 @@ class TokenMerge:
 def attention_removed(attn: nn.Module) -> bool:
     """Whether a block's attention sublayer is removed (pruned / merged
     forms) or gated shut (gated form)."""
-    if isinstance(attn, AttentionBypass):
+    if isinstance(attn, (AttentionBypass, RemovedBranch)):
         return True
     return isinstance(attn, GatedResidualBranch) and not attn.is_open
 
@@ -339,16 +340,22 @@ def merging_block_forward(
     num_prefix: int,
     removed_attn: str,
     prop_attn: bool,
+    whole_branch: bool,
 ) -> Tuple[torch.Tensor, ...]:
     """One HetDPT block (timm ``Block`` layout, any form) with up to ``r``
     tokens merged between its attention and its FFN (``prop_attn``:
-    attention weighted by token size); a pure function of its tensors, so
-    that it can be checkpointed."""
+    attention weighted by token size; ``whole_branch``: removed attention
+    takes its LN1 along); a pure function of its tensors, so that it can
+    be checkpointed."""
     attn = block.attn
     normed = block.norm1(x)
     if attention_removed(attn):
         out = attn(normed)
-        metric = normed if removed_attn == 'norm' else None
+        # Whole-branch removal leaves no LN1 in the pruned and merged
+        # forms: every form merges on the block's input.
+        metric = (
+            (x if whole_branch else normed) if removed_attn == 'norm' else None
+        )
     else:
         out, metric = sized_attention(
             attn, normed, size if prop_attn else None

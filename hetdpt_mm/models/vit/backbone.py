@@ -221,6 +221,10 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
         self.num_prefix_tokens = int(with_cls_token) + int(distilled)
         self.embed_dims = None
         self._build_embedding(spec.widths.embed_dims if spec.widths else dim)
+        if self.graph_propagation is not None:
+            self.graph_propagation.check_patches(
+                self.patch_grid[0] * self.patch_grid[1]
+            )
         self.pos_drop = nn.Dropout(drop_rate)
 
         # Stochastic depth grows linearly with the block index (as timm).

@@ -11,6 +11,7 @@ from timm.layers import is_exporting, resample_abs_pos_embed
 from torch.utils.checkpoint import checkpoint
 
 from ..graph_propagation import patch_graph, propagating_block_forward
+from ..layers import WHOLE_BRANCH
 from ..token_merge import merging_block_forward, unmerge_tokens
 
 
@@ -68,6 +69,9 @@ class ViTForward:
                     num_prefix=self.num_prefix_tokens,
                     removed_attn=self.token_merge.removed_attn,
                     prop_attn=self.token_merge.prop_attn,
+                    whole_branch=(
+                        self.semantics['removed_attn_output'] == WHOLE_BRANCH
+                    ),
                 )
                 args = (x, size, source)
             elif propagating:
