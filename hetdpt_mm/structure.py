@@ -124,8 +124,8 @@ def require_known_gelus(loaded: HetDPTRecord) -> None:
     attention removed and no record cannot say which GELUs are gone."""
     if loaded.act_unknown:
         raise StateDictMismatch(
-            f'{loaded.source}: no record says which GELUs are gone: '
-            'give prune_spec'
+            f'{loaded.source}: its removed GELUs are unknown without a '
+            'record: give prune_spec'
         )
 
 
@@ -277,10 +277,23 @@ def _record_shapes(record_json: str, source: str) -> Dict[str, tuple]:
             network = build(record)
     # The schema bounds each value; the constructor (timm's layers) refuses
     # combinations (a width not divisible by the heads, a patch of 0).
-    except (AssertionError, ArithmeticError, ValueError, RuntimeError) as err:
+    except (
+        AssertionError,
+        ArithmeticError,
+        LookupError,
+        TypeError,
+        ValueError,
+        RuntimeError,
+    ) as err:
         raise RecordError(f'{source}: {type(err).__name__}: {err}') from None
-    if plain_data(network.build_args()) != plain_data(record.arch):
-        raise RecordError(f'{source}: the record is not what it builds')
+    built, given = plain_data(network.build_args()), plain_data(record.arch)
+    if built != given:
+        differ = sorted(
+            k for k in {**built, **given} if built.get(k) != given.get(k)
+        )
+        raise RecordError(
+            f"{source}: the record's {differ} are not what it builds"
+        )
     shapes = {}
     for name, module in network.named_modules(remove_duplicate=False):
         prefix = f'{name}.' if name else ''

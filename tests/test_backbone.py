@@ -214,9 +214,7 @@ def test_dense_outputs_any_input_size(shape, grid):
 
 
 def test_input_smaller_than_a_patch_is_rejected():
-    with pytest.raises(
-        ValueError, match='8x20 pixels is smaller than one 16x16 patch'
-    ):
+    with pytest.raises(ValueError, match='8x20 input is under one patch'):
         build('deit-tiny')(torch.randn(1, 3, 8, 20))
 
 
@@ -365,21 +363,21 @@ def test_mismatched_checkpoints_are_named(tmp_path):
         merged=False,
         init_cfg=dict(type='Pretrained', checkpoint=str(path)),
     )
-    with pytest.raises(StateDictMismatch, match='merging is one-way'):
+    with pytest.raises(StateDictMismatch, match='merged=True'):
         model.init_weights()
     model = HetDPTViT(
         'deit-tiny',
         prune_spec=dict(attn_removed=[0]),
         init_cfg=dict(type='Pretrained', checkpoint=str(path)),
     )
-    with pytest.raises(StateDictMismatch, match='spec does not match'):
+    with pytest.raises(StateDictMismatch, match='lacks layers'):
         model.init_weights()
 
     resnet = {'conv1.weight': torch.zeros(64, 3, 7, 7)}
     path = tmp_path / 'resnet.pth'
     torch.save({'state_dict': resnet}, path)
     with pytest.raises(
-        ValueError, match='does not hold the weights of a known backbone'
+        ValueError, match='no backbone of'
     ):
         HetDPTViT(
             'deit-tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path))
@@ -412,16 +410,12 @@ def test_loaded_weights_bring_their_structure():
     other = build('deit-small', prune_spec=dict(attn_removed=[1]))
     with pytest.raises(
         StateDictMismatch,
-        match=r'vit merged PruneSpec.*'
-        r'built as a vit pruned PruneSpec\(depth=12, '
-        r'attn_removed=\[1\]',
+        match=r'vit merged PruneSpec.*the config vit pruned',
     ):
         other.load_state_dict(state)
     wider = HetDPTViT('deit-base')
     with pytest.raises(
         StateDictMismatch,
-        match=r'saved by a network with '
-        r"arch=\{'embed_dims': 384.*configured with "
-        r"arch=\{'embed_dims': 768",
+        match=r"arch=\{'embed_dims': 384.*the config \{'embed_dims': 768",
     ):
         wider.load_state_dict(state)

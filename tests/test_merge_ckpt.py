@@ -358,7 +358,7 @@ BAD_SPECS = [
     ('{"attn_removed": [0, 2, 2]}', r'attn_removed has duplicated indices'),
     ('{"attn_removed": [0, -2]}', 'attn_removed index -2 is out of range'),
     ('{"attn_removed": [0, 2.0]}', 'attn_removed must hold integers'),
-    ('{"attn_removed": [1]}', "does not match the checkpoint's tensors"),
+    ('{"attn_removed": [1]}', 'lacks layers'),
     (
         '{"attn_removed": [0, 2], "act_removed": [1], "depth": 6}',
         'prune spec is for depth 6 but the network has 4 blocks',
@@ -406,14 +406,14 @@ def test_bad_input_files_are_rejected(tool, tmp_path, capsys):
         (tmp_path / 'absent.pth', spec, 'does not exist'),
         (random_bytes, spec, 'is not a PyTorch checkpoint'),
         (truncated, spec, 'truncated or corrupt'),
-        (resnet, spec, 'does not hold the weights of a known backbone'),
-        (dense, [], 'dense (no layer removed): give the spec to apply'),
+        (resnet, spec, 'no backbone of'),
+        (dense, [], 'dense: give --spec'),
         (
             valid,
-            ['--spec', '{"attn_removed": [0]}'],
-            'it keeps attention in blocks [2]',
+            ['--spec', '{"attn_removed": [0]}', '--arch', json.dumps(ARCH)],
+            'lacks layers',
         ),
-        (valid, spec[:2], 'matches no preset'),
+        (valid, spec[:2], 'give --arch'),
     ]
     inputs = sorted(p.name for p in tmp_path.iterdir())
     for source, args, message in cases:

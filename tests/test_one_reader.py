@@ -50,15 +50,9 @@ def forn(record: torch.Tensor) -> torch.Tensor:
 
 
 DAMAGES = {
-    'forn': (forn, r"unknown fields \['forn'\]"),
-    'int8': (
-        lambda record: record.to(torch.int8),
-        r'corrupt HetDPT record \(a 1-D torch.int8 tensor',
-    ),
-    '2-D': (
-        lambda record: record[None],
-        r'corrupt HetDPT record \(a 2-D torch.uint8 tensor',
-    ),
+    'forn': (forn, 'forn'),
+    'int8': (lambda record: record.to(torch.int8), 'corrupt.*torch.int8'),
+    '2-D': (lambda record: record[None], r'corrupt.*\(1, \d+\)'),
 }
 
 
@@ -183,7 +177,7 @@ def test_a_record_the_constructor_refuses_is_a_checkpoint_error(
     state[KEY] = encode_record(record)
     path = tmp_path / 'unbuildable.pth'
     torch.save(dict(state_dict=state), path)
-    with pytest.raises(RecordError, match='builds no network'):
+    with pytest.raises(RecordError, match=reason):
         read_backbone_checkpoint(str(path))
     out = tmp_path / 'merged.pth'
     assert load_tool('merge_ckpt').main([str(path), str(out)]) != 0

@@ -390,8 +390,8 @@ def test_zero_and_nan_targets_are_argument_errors(tools, tmp_path, capsys):
             f'--target-macs={value}',
         ) == (
             2,
-            f"error: argument --target-macs: the MACs target '{value}' "
-            'is not a positive count (e.g. 2.4G, 2400M)\n',
+            f"error: argument --target-macs: MACs target '{value}'"
+            ': give e.g. 2.4G, 2400M\n',
         )
     assert run_tool(
         tools,
@@ -698,11 +698,8 @@ def deflated_file(path: Path) -> Path:
 @pytest.mark.parametrize(
     'make, claim',
     [
-        (stride_zero_file, r'state_dict\.\S+ claims \d+ elements on 4 bytes'),
-        (
-            deflated_file,
-            r'its zip entries unpack to \d+ bytes from a \d+-byte',
-        ),
+        (stride_zero_file, r'state_dict\.\S+ overlaps its storage'),
+        (deflated_file, r'zip entries unpack to \d+'),
     ],
 )
 def test_what_a_file_claims_is_bounded_by_its_size(
@@ -713,7 +710,7 @@ def test_what_a_file_claims_is_bounded_by_its_size(
     read, before any tensor is materialised."""
     path = make(tmp_path / 'claims.pth')
     assert path.stat().st_size < 64 << 10
-    message = f'{path} is not a checkpoint torch.save writes: {claim}'
+    message = f'{path}: {claim}'
     with pytest.raises(CheckpointError, match=message):
         load_checkpoint_file(path)
     for args in (

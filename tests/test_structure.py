@@ -38,7 +38,9 @@ KEY = '_extra_state'
 
 
 def saved(path: Path, state, prefix: str = 'backbone.') -> str:
-    torch.save(dict(state_dict={prefix + k: v for k, v in state.items()}), path)
+    torch.save(
+        dict(state_dict={prefix + k: v for k, v in state.items()}), path
+    )
     return str(path)
 
 
@@ -154,7 +156,7 @@ def stock_and_swapped(toolbox: str, root: Path):
             'dataset=dict(data_root=data_root, indices=4))\n'
             'test_dataloader = val_dataloader\n'
             + (
-                "val_evaluator = dict(ann_file=data_root + "
+                'val_evaluator = dict(ann_file=data_root + '
                 "'annotations/instances_val2017.json')\n"
                 'test_evaluator = val_evaluator\n'
                 if toolbox == 'mmdet'

@@ -79,7 +79,7 @@ def _history_buffer_getattr(obj, name):
     )
     if obj is HistoryBuffer and name in allowed:
         return getattr(obj, name)
-    raise pickle.UnpicklingError(f'getattr({obj!r}, {name!r}) is refused')
+    raise pickle.UnpicklingError(f'getattr({obj!r}, {name!r}) not allowed')
 
 
 def mmengine_safe_globals():
@@ -141,15 +141,17 @@ def load_checkpoint_file(
             # Not every tool has --trust-checkpoint (tools/merge_ckpt.py
             # does not); the variable works everywhere.
             raise CheckpointError(
-                f'{name} holds objects weights_only=True refuses '
-                f'({detail[:200]}); if you trust it, set {TRUST_ENV}=1'
+                f'{name}: objects not safe to load ({detail[:200]}); if '
+                f'you trust it, set {TRUST_ENV}=1'
             ) from None
         noise = ('documentation', 'file an issue', 'WeightsUnpickler error:')
         reason = next(
             (x for x in lines[1:] if x and not any(n in x for n in noise)),
             lines[0],
         )
-        raise CheckpointError(f'{name}: unreadable ({reason[:200]})') from None
+        raise CheckpointError(
+            f'{name} is not a PyTorch checkpoint ({reason[:200]})'
+        ) from None
     # Random bytes also reach the weights-only unpickler's stack and memo
     # lookups (IndexError, KeyError in about 6% of 4 KiB noise files).
     except (
@@ -166,7 +168,7 @@ def load_checkpoint_file(
             f'{name}: truncated or corrupt ({lines[-1]})'
         ) from None
     if not isinstance(checkpoint, Mapping):
-        raise CheckpointError(f'{name} holds no dict of tensors')
+        raise CheckpointError(f'{name} is not a checkpoint dict')
     _check_tensor_claims(checkpoint, name)
     _tag_extra_states(checkpoint, name)
     return checkpoint
@@ -314,8 +316,12 @@ def load_from_mmcls(filename, map_location=None):
 
 
 def load_from_pavi(filename, map_location=None):
-    from pavi import modelcloud
-
+    try:
+        from pavi import modelcloud
+    except ImportError:  # MMEngine's own message
+        raise ImportError(
+            'Please install pavi to load checkpoint from modelcloud.'
+        ) from None
     model = modelcloud.get(filename.split('://', 1)[1])
     with TemporaryDirectory() as tmp_dir:
         downloaded = osp.join(tmp_dir, model.name)

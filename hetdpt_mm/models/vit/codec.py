@@ -141,7 +141,10 @@ def check_record(record: HetDPTRecord, state: Mapping) -> None:
                 f'{list(spec.ffn_removed)}'
             )
     if problems:
-        raise StateDictMismatch(f'{record.source}: ' + '; '.join(problems))
+        raise StateDictMismatch(
+            f'{record.source}: the record does not match the tensors: '
+            + '; '.join(problems)
+        )
 
 
 def build_args_from_tensors(
