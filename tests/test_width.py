@@ -349,12 +349,8 @@ def test_families_without_width_pruning_are_named(family, tmp_path, capsys):
             'magnitude',
         ]
     )
-    assert (code, capsys.readouterr().err) == (
-        2,
-        f'error: {source} holds a {family} backbone; HetDPT+ width '
-        "pruning supports ['vit'] backbones only "
-        '(docs/user_guides/hetdpt_plus.md)\n',
-    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f'error: {source}: no width pruning')
     assert sorted(p.name for p in tmp_path.iterdir()) == ['merged.pth']
 
 
