@@ -178,9 +178,7 @@ class PruneSpec:
             object.__setattr__(self, name, indices)
         both = sorted(set(self.act_removed) & set(self.ffn_removed))
         if both:
-            raise ValueError(
-                f'blocks {both} in act_removed and in ffn_removed'
-            )
+            raise ValueError(f'{both} in act_removed and in ffn_removed')
         if self.widths is not None:
             self._check_widths()
 
@@ -189,7 +187,7 @@ class PruneSpec:
         least 1; only a removed GELU leaves no FFN hidden width."""
         if self.ffn_removed or len(self.widths.num_heads) != self.depth:
             raise ValueError(
-                f'widths need {self.depth} blocks and no ffn_removed'
+                f'widths need {self.depth} blocks, no ffn_removed'
             )
         wrong = []
         for index in range(self.depth):
