@@ -273,8 +273,9 @@ class PruneSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> 'PruneSpec':
-        """A spec's dict; Python names a missing or unknown field."""
-        data = dict(data)
+        """A spec's dict; Python refuses another type, a missing or an
+        unknown field."""
+        data = {**data}
         if data.get('widths') is not None:
             data['widths'] = Widths.from_dict(data['widths'])
         return cls(**data)
@@ -297,10 +298,7 @@ class PruneSpec:
         elif value is None:
             spec = cls(depth)
         else:
-            data = dict(value)
-            if depth is not None:
-                data.setdefault('depth', depth)
-            spec = cls.from_dict(data)
+            spec = cls.from_dict({'depth': depth, **value})
         if depth is not None and spec.depth != depth:
             raise ValueError(
                 f'prune spec is for depth {spec.depth}, not {depth}'
