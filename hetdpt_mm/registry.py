@@ -20,10 +20,7 @@ TOOLBOX_MODULES: Dict[str, Dict[str, Callable]] = {}
 
 def get_family(name: str) -> Type:
     if name not in FAMILIES:
-        raise StateDictMismatch(
-            f'unknown backbone family {name!r}; this hetdpt_mm knows '
-            f'{sorted(FAMILIES)}'
-        )
+        raise StateDictMismatch(f'unknown backbone family {name!r}')
     return FAMILIES[name]
 
 

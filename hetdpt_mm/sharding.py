@@ -117,11 +117,7 @@ if MMFullyShardedDataParallel is not None:
                     'ignored_parameters' in kwargs
                     or 'ignored_modules' in kwargs
                 ):
-                    raise ValueError(
-                        'HetDPTFullyShardedDataParallel sets ignored_states '
-                        '(the scalar gate scores) itself; give extra ones '
-                        'as ignored_states=[...] parameters'
-                    )
+                    raise ValueError('give ignored_states instead')
                 kwargs['ignored_states'] = (
                     list(kwargs.get('ignored_states') or []) + replicated
                 )
@@ -199,9 +195,8 @@ if FSDPStrategy is not None:
             unsupported = set(kwargs) - {'max_norm', 'norm_type'}
             if unsupported:
                 raise ValueError(
-                    f'clip_grad {sorted(unsupported)}: under FSDP the norm '
-                    'is clipped by FullyShardedDataParallel.clip_grad_norm_'
-                    ', which takes max_norm and norm_type only'
+                    f'clip_grad {sorted(unsupported)}: FSDP takes max_norm '
+                    'and norm_type only'
                 )
 
         def _clip_grad_norm(self, params, max_norm, norm_type=2.0):

@@ -4,11 +4,12 @@ pruning the :class:`Widths` of every block), validated once where it is
 made and carried in a :class:`~hetdpt_mm.checkpoint.record.HetDPTRecord`.
 """
 
+import itertools
 import json
 import numbers
 import os
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from .fileio import loads_json, read_json_file
@@ -44,47 +45,42 @@ SEMANTICS_CHOICES = dict(
 FORMS = ('gated', 'pruned', 'merged')
 
 
-def read_json_value(
-    value: str, what: str, file: bool = False, hint: str = ''
-) -> Any:
-    """An option's inline JSON, else with ``file`` a JSON file's (``hint``
-    says who writes it), else the name given."""
+def read_json_value(value: str, what: str, file: bool = False) -> Any:
+    """An option's inline JSON, else with ``file`` a JSON file's, else the
+    name given."""
     if value.lstrip().startswith(('{', '[')):
         return loads_json(value, what)
     if not file:
         return value
     path = os.path.expanduser(value)
     if not os.path.exists(path):
-        raise FileNotFoundError(f'{what} file {path} does not exist{hint}')
+        raise FileNotFoundError(f'{what} file {path} does not exist')
     return read_json_file(path, f'{what} file')
 
 
-def _integers(
-    values: Any, name: str, listing: str, optional: bool = False
-) -> Tuple:
+def _integers(values: Any, name: str, optional: bool = False) -> Tuple:
     """``values`` as a tuple of ints (or ``None`` if ``optional``), refusing
     bools and 2.0: almost always a mistake in a hand-written spec."""
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise TypeError(f'{name} must be a list {listing}, got {values!r}')
-    values = tuple(values)
-    for value in values:
-        if not (value is None and optional) and (
-            isinstance(value, bool) or not isinstance(value, numbers.Integral)
-        ):
-            raise TypeError(
-                f'{name} must hold integers, got {value!r} '
-                f'({type(value).__name__})'
-            )
+    listed = isinstance(values, Iterable) and not isinstance(
+        values, (str, bytes)
+    )
+    bad = [
+        v
+        for v in (values if listed else [values])
+        if not (v is None and optional)
+        and (isinstance(v, bool) or not isinstance(v, numbers.Integral))
+    ]
+    if bad or not listed:
+        raise TypeError(f'{name} must hold integers, got {bad[:1] or values}')
     return tuple(None if v is None else int(v) for v in values)
 
 
 def _as_indices(values: Iterable, depth: int, name: str) -> Tuple[int, ...]:
-    indices = _integers(values, name, 'of block indices')
+    indices = _integers(values, name)
     for value in indices:
         if not 0 <= value < depth:
             raise ValueError(
-                f'{name} index {value} is out of range for '
-                f'depth {depth} (valid: 0..{depth - 1})'
+                f'{name} index {value} is out of range for depth {depth}'
             )
     duplicates = sorted(i for i, n in Counter(indices).items() if n > 1)
     if duplicates:
@@ -122,27 +118,15 @@ class Widths:
             'embed_dims',
             positive_int(self.embed_dims, 'widths.embed_dims'),
         )
-        lengths = set()
         for name in self.FIELDS[1:]:
             values = _integers(
-                getattr(self, name),
-                f'widths.{name}',
-                'with one entry per block',
-                optional=name == 'ffn_hidden',
+                getattr(self, name), f'widths.{name}', name == 'ffn_hidden'
             )
-            negative = [v for v in values if v is not None and v < 0]
-            if negative:
-                raise ValueError(
-                    f'widths.{name} must hold non-negative integers, got '
-                    f'{negative[0]!r}'
-                )
             object.__setattr__(self, name, values)
-            lengths.add(len(values))
-        if len(lengths) != 1:
-            raise ValueError(
-                'widths.num_heads, head_dims and ffn_hidden '
-                'must have one entry per block each'
-            )
+        blocks = self.num_heads, self.head_dims, self.ffn_hidden
+        counts = [v for v in itertools.chain(*blocks) if v is not None]
+        if len(set(map(len, blocks))) != 1 or min(counts, default=0) < 0:
+            raise ValueError('widths need one count >= 0 per block')
 
     def block(self, index: int) -> Tuple[int, int, Optional[int]]:
         """``(num_heads, head_dim, ffn_hidden)`` of block ``index``."""
@@ -155,23 +139,17 @@ class Widths:
     def check_pruned_from(self, dim: int, num_heads: int, hidden: int):
         """Width pruning only removes, and the tensors show only heads x
         head_dim: a head split beyond the architecture's is a lying record."""
-        head_dim = dim // num_heads
-        if self.embed_dims > dim:
+        most = (num_heads, dim // num_heads, hidden)
+        beyond = [
+            i
+            for i in range(len(self.num_heads))
+            if any((n or 0) > m for n, m in zip(self.block(i), most))
+        ]
+        if self.embed_dims > dim or beyond:
             raise ValueError(
-                f'widths.embed_dims {self.embed_dims} exceeds the '
-                f"architecture's {dim}"
+                f'widths of blocks {beyond} exceed the architecture; use '
+                'the record tools/prune_width.py wrote'
             )
-        for index, (heads, dims, ffn) in enumerate(
-            zip(self.num_heads, self.head_dims, self.ffn_hidden)
-        ):
-            if heads > num_heads or dims > head_dim or (ffn or 0) > hidden:
-                raise ValueError(
-                    f'widths of block {index}: {heads} heads of dimension '
-                    f"{dims}, FFN {ffn}, beyond the architecture's "
-                    f'{num_heads} heads of {head_dim}, FFN {hidden}; width '
-                    'pruning only removes, so these widths are not the '
-                    "weights': use the record tools/prune_width.py wrote"
-                )
 
     def to_dict(self) -> Dict[str, Any]:
         lists = {name: list(getattr(self, name)) for name in self.FIELDS[1:]}
@@ -179,13 +157,6 @@ class Widths:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> 'Widths':
-        if not isinstance(data, Mapping):
-            raise TypeError(f'widths must be a dict, got {data!r}')
-        if set(data) != set(cls.FIELDS):
-            raise ValueError(
-                f'widths need exactly the fields {cls.FIELDS}, '
-                f'got {sorted(data)}'
-            )
         return cls(**data)
 
 
@@ -207,46 +178,29 @@ class PruneSpec:
             object.__setattr__(self, name, indices)
         both = sorted(set(self.act_removed) & set(self.ffn_removed))
         if both:
-            raise ValueError(
-                f'blocks {both} are in act_removed and in '
-                'ffn_removed: a removed FFN branch has no GELU '
-                'left to remove'
-            )
+            raise ValueError(f'{both} in act_removed and in ffn_removed')
         if self.widths is not None:
             self._check_widths()
 
     def _check_widths(self) -> None:
-        widths = self.widths
-        if self.ffn_removed:
+        """Removed attention has 0 heads of dimension 0, a kept one at
+        least 1; only a removed GELU leaves no FFN hidden width."""
+        if self.ffn_removed or len(self.widths.num_heads) != self.depth:
             raise ValueError(
-                'HetDPT+ width pruning is for networks without '
-                'removed FFN branches (ffn_removed)'
+                f'widths need {self.depth} blocks, no ffn_removed'
             )
-        if len(widths.num_heads) != self.depth:
-            raise ValueError(
-                f'widths are given for {len(widths.num_heads)} '
-                f'blocks, the spec has {self.depth}'
-            )
+        wrong = []
         for index in range(self.depth):
-            heads, head_dim, hidden = widths.block(index)
+            heads, head_dim, hidden = self.widths.block(index)
             removed = index in self.attn_removed
-            if removed != (heads == 0) or removed != (head_dim == 0):
-                raise ValueError(
-                    f'widths of block {index}: {heads} heads of dimension '
-                    f'{head_dim}, but its attention is '
-                    f'{"removed" if removed else "kept"} (removed attention '
-                    'has 0 heads of dimension 0, kept attention at least '
-                    'one)'
-                )
-            if hidden is None and index not in self.act_removed:
-                raise ValueError(
-                    f'widths of block {index}: no FFN hidden '
-                    'width, but its GELU is kept'
-                )
-            if hidden == 0:
-                raise ValueError(
-                    f'widths of block {index}: FFN hidden width 0'
-                )
+            if (
+                (heads == 0, head_dim == 0) != (removed, removed)
+                or hidden == 0
+                or (hidden is None and index not in self.act_removed)
+            ):
+                wrong.append(index)
+        if wrong:
+            raise ValueError(f'widths of blocks {wrong} contradict the spec')
 
     @property
     def n_attn(self) -> int:
@@ -274,9 +228,7 @@ class PruneSpec:
 
     def removed(self, kind: str) -> Tuple[int, ...]:
         if kind not in LAYER_KINDS:
-            raise ValueError(
-                f'unknown layer kind {kind!r}; use one of {LAYER_KINDS}'
-            )
+            raise ValueError(f'unknown layer kind {kind!r}, not {LAYER_KINDS}')
         return getattr(self, f'{kind}_removed')
 
     def is_removed(self, kind: str, index: int) -> bool:
@@ -288,13 +240,8 @@ class PruneSpec:
 
     def with_removed(self, kind: str, index: int) -> 'PruneSpec':
         """A new spec with one more layer of ``kind`` removed."""
-        if self.is_removed(kind, index):
-            raise ValueError(f'{kind} layer {index} is already removed')
         if self.widths is not None:
-            raise ValueError(
-                'layers are removed before width pruning, not '
-                'from a width-pruned network'
-            )
+            raise ValueError('layers are removed before width pruning')
         removed = {kind: self.removed(kind) for kind in LAYER_KINDS}
         removed[kind] = removed[kind] + (index,)
         return PruneSpec(
@@ -326,25 +273,12 @@ class PruneSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping) -> 'PruneSpec':
-        if not isinstance(data, Mapping):
-            raise TypeError(f'a prune spec must be a dict, got {data!r}')
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(
-                f'unknown prune spec fields {sorted(unknown)}; '
-                'expected depth, attn_removed, act_removed '
-                '(and ffn_removed, widths)'
-            )
-        if 'depth' not in data:
-            raise ValueError('a prune spec needs `depth`')
-        widths = data.get('widths')
-        return cls(
-            data['depth'],
-            data.get('attn_removed', ()),
-            data.get('act_removed', ()),
-            None if widths is None else Widths.from_dict(widths),
-            data.get('ffn_removed', ()),
-        )
+        """A spec's dict; Python refuses another type, a missing or an
+        unknown field."""
+        data = {**data}
+        if data.get('widths') is not None:
+            data['widths'] = Widths.from_dict(data['widths'])
+        return cls(**data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -358,27 +292,16 @@ class PruneSpec:
         """A PruneSpec, a dict, JSON, a JSON file's path or ``None``
         (dense)."""
         if isinstance(value, str):
-            value = read_json_value(
-                value,
-                'prune spec',
-                file=True,
-                hint=" (a search run writes it: HetDPTPruneHook's spec_file)",
-            )
+            value = read_json_value(value, 'prune spec', file=True)
         if isinstance(value, cls):
             spec = value
         elif value is None:
-            if depth is None:
-                raise ValueError('a dense spec needs a depth')
             spec = cls(depth)
         else:
-            data = dict(value)
-            if depth is not None:
-                data.setdefault('depth', depth)
-            spec = cls.from_dict(data)
+            spec = cls.from_dict({'depth': depth, **value})
         if depth is not None and spec.depth != depth:
             raise ValueError(
-                f'prune spec is for depth {spec.depth} but the '
-                f'network has {depth} blocks'
+                f'prune spec is for depth {spec.depth}, not {depth}'
             )
         return spec
 

@@ -329,10 +329,7 @@ def test_paper_allocations(paper_fit, budget, bounds, expected, best):
         (dict(budget=23, bounds='paper'), 'between 2 and 22'),
         (dict(budget=4, bounds=(3, 2)), r'bounds \(3, 2\) must satisfy'),
         (dict(budget=4, bounds='wide'), 'bounds must be "full", "paper"'),
-        (
-            dict(budget=4, depth=0),
-            'depth must be a number of blocks from 1 to 1024',
-        ),
+        (dict(budget=4, depth=0), 'depth must be 1..1024'),
     ],
 )
 def test_allocate_rejects_bad_requests(paper_fit, kwargs, message):
@@ -699,10 +696,7 @@ def test_cli_keeps_existing_output_without_force(
             'huge accuracy',
             'row 17 (line 18): accuracy is 1e+308; it must be a percentage',
         ),
-        (
-            'huge depth',
-            'depth must be a number of blocks from 1 to 1024, got 1000000000',
-        ),
+        ('huge depth', 'depth must be 1..1024, got 1000000000'),
     ],
 )
 def test_cli_writes_nothing_on_bad_input(

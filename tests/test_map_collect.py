@@ -69,7 +69,7 @@ def test_gaussian_entropy_is_sum_of_log_stds():
 def test_gaussian_entropy_rejects_bad_shapes():
     with pytest.raises(ValueError, match='N x C'):
         gaussian_entropy(torch.zeros(4, 3, 2))
-    with pytest.raises(ValueError, match='at least 2 samples'):
+    with pytest.raises(ValueError, match='N >= 2'):
         gaussian_entropy(torch.zeros(1, 3))
 
 
@@ -134,14 +134,14 @@ def test_te_select_errors():
     batches = calibration_batches()
     with pytest.raises(ValueError, match='unknown layer kind'):
         te_select(backbone, batches, 'mlp')
-    with pytest.raises(ValueError, match=r'\[2\] are not present'):
+    with pytest.raises(ValueError, match=r'\[1, 2\] are not open'):
         backbone.set_spec(dict(attn_removed=[2]))
         te_select(backbone, batches, 'attn', candidates=[1, 2])
     backbone.set_spec(dict(attn_removed=list(range(DEPTH))))
-    with pytest.raises(ValueError, match='no attn layer left'):
+    with pytest.raises(ValueError, match='attn candidates'):
         te_select(backbone, batches, 'attn')
     dense = HetDPTViT(TINY_ARCH, img_size=32, patch_size=8)
-    with pytest.raises(ValueError, match='gated HetDPTViT'):
+    with pytest.raises(ValueError, match='gated=True'):
         te_select(dense, batches, 'act')
 
 
@@ -463,7 +463,7 @@ def test_hook_arguments_are_validated():
             2,
             {},
             ValueError,
-            r'calib_images=5000 but the calibration dataset has 1438 images',
+            'calib_images=5000',
         ),
     ],
 )

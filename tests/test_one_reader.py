@@ -216,7 +216,7 @@ def test_a_head_split_that_lies_is_refused(tmp_path, capsys, one_thread):
     state[KEY] = encode_record(record)
     path = tmp_path / 'plus_lie.pth'
     torch.save(dict(state_dict=state, meta=dict()), path)
-    message = f'{path}.*block 0: 4 heads of dimension 13.*prune_width'
+    message = f'{path}.*widths of blocks.*prune_width'
     with pytest.raises(RecordError, match=message):
         plus_classifier([2, 2], [26, 28]).load_state_dict(
             load_checkpoint_file(path)['state_dict']

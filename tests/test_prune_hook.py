@@ -74,9 +74,7 @@ def test_removal_iterations():
     # One prune epoch (the 2nd): spread over its 10 iterations, the last at
     # its end.
     assert EpochSchedule(prune_epoch=2).iterations(3, 10) == [14, 17, 20]
-    with pytest.raises(
-        ValueError, match='2 stage lengths but the schedule has 3 removals'
-    ):
+    with pytest.raises(ValueError, match='2 stages for 3 removals'):
         ProgressiveSchedule(stages=[1, 1]).iterations(3, 10)
 
 
@@ -98,7 +96,7 @@ def test_removal_iterations():
             dict(counts=dict(attn=1, act=1), schedule='epoch'),
             'prune_epoch must',
         ),
-        (dict(counts=dict(attn=1, act=1), stages=[1, 0]), 'positive integers'),
+        (dict(counts=dict(attn=1, act=1), stages=[1, 0]), 'positive integer'),
         (
             dict(counts=dict(attn=1, act=1), by_epoch=False),
             'by_epoch=False needs stages',
@@ -158,11 +156,7 @@ def test_schedule_longer_than_the_run_is_rejected():
 def test_weight_decay_on_scores_is_rejected():
     runner = fake_runner(tiny_classifier(), paramwise_cfg=dict())
     hook = HetDPTPruneHook(counts=dict(attn=1, act=1), stages=1)
-    with pytest.raises(
-        ValueError,
-        match=r'gate scores \(hetdpt_score\) are '
-        'optimised with weight_decay=0.05.*decay_mult=0.0',
-    ):
+    with pytest.raises(ValueError, match='weight_decay'):
         hook.before_train(runner)
 
 

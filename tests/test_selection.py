@@ -183,10 +183,7 @@ def test_transfer_entropy_scores_its_seeded_calibration_subset(calib_dataset):
 def test_transfer_entropy_checks_its_calibration_set(calib_dataset):
     model = tiny_classifier()
     policy = TransferEntropy(calib_images=100, calib_dataset=calib_dataset)
-    with pytest.raises(
-        ValueError,
-        match='calib_images=100 but the calibration dataset has 16 images',
-    ):
+    with pytest.raises(ValueError, match='calib_images=100'):
         policy.setup(fake_runner(model), model.backbone)
     with pytest.raises(ValueError, match='cannot derive the calibration'):
         TransferEntropy().setup(fake_runner(model), model.backbone)
@@ -223,13 +220,9 @@ def test_prune_schedules_from_names_dicts_and_objects():
     assert (epoch.name, epoch.by_epoch) == ('epoch', True)
     assert epoch.iterations(4, 6) == [14, 15, 17, 18]
     assert build_prune_schedule(epoch) is epoch
-    with pytest.raises(
-        ValueError,
-        match=r"\['stages'\] do not belong to "
-        r"schedule='epoch', which takes \['prune_epoch'\]",
-    ):
+    with pytest.raises(ValueError, match=r"not \['stages'\]"):
         build_prune_schedule('epoch', stages=2, prune_epoch=1)
-    with pytest.raises(ValueError, match=r"give \['stages'\] inside it"):
+    with pytest.raises(ValueError, match=r"give \['stages'\] inside"):
         build_prune_schedule(dict(type='progressive'), stages=2)
     with pytest.raises(ValueError, match='needs a PruneSchedule'):
         build_prune_schedule(dict(type='cyclic', kinds=['act']))
@@ -251,7 +244,7 @@ def test_collect_schedules():
         ['act', 'act', 'attn', 'act'],
     )
     assert CyclicSchedule(['attn', 'act']).name == 'interleaved'
-    with pytest.raises(ValueError, match='non-empty list'):
+    with pytest.raises(ValueError, match='kinds must be'):
         CyclicSchedule(['mlp'])
     with pytest.raises(ValueError, match='needs a CollectSchedule'):
         build_collect_schedule(dict(type='epoch', prune_epoch=1))

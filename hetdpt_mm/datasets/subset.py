@@ -22,23 +22,13 @@ def select_subset(
     the same items, on every rank and after a resume.
     """
     if isinstance(subset, bool) or not isinstance(subset, numbers.Real):
-        raise TypeError(
-            f'subset must be an image count (int) or a fraction '
-            f'(float), got {subset!r}'
-        )
+        raise TypeError(f'subset must be a count or a fraction: {subset!r}')
     if isinstance(subset, numbers.Integral):
         count = int(subset)
-        if not 1 <= count <= length:
-            raise ValueError(
-                f'subset count {count} is out of range: the '
-                f'dataset has {length} items'
-            )
     else:
-        if not 0 < subset <= 1:
-            raise ValueError(
-                f'subset fraction must be in (0, 1], got {subset}'
-            )
-        count = max(1, int(round(subset * length)))
+        count = max(1, round(subset * length)) if 0 < subset <= 1 else 0
+    if not 1 <= count <= length:
+        raise ValueError(f'subset {subset} is not 1..{length} or in (0, 1]')
     order = np.random.default_rng(seed).permutation(length)[:count]
     return sorted(int(i) for i in order)
 

@@ -22,6 +22,6 @@ def check_frozen_stages(frozen_stages: int, stages: int, unit: str) -> None:
     Swin); -1 freezes nothing."""
     if not -1 <= frozen_stages <= stages:
         raise ValueError(
-            f'frozen_stages must be in -1..{stages} (the '
-            f'number of {unit}), got {frozen_stages}'
+            f'frozen_stages must be in -1..{stages} ({unit}), '
+            f'got {frozen_stages}'
         )

@@ -240,16 +240,10 @@ def check_branch_removal(
         return
     if removed_attn_output != WHOLE_BRANCH:
         raise ValueError(
-            'the spec removes FFN branches (ffn_removed), which needs '
-            f"whole-branch removal: removed_attn_output='{WHOLE_BRANCH}' "
-            f'(got {removed_attn_output!r})'
+            f"ffn_removed needs removed_attn_output='{WHOLE_BRANCH}'"
         )
     if attn_removed:
-        raise ValueError(
-            'the spec removes both branches of a block (attn_removed and '
-            'ffn_removed): whole-branch removal keeps at least one branch '
-            'of every block'
-        )
+        raise ValueError('both branches of a block removed: keep one')
 
 
 def assemble_block(
@@ -331,10 +325,7 @@ def build_block(
     ``block_args``: further timm ``Block`` arguments (LayerScale's
     ``init_values``)."""
     if widths is not None and form == 'gated':
-        raise ValueError(
-            'a width-pruned network has no gated form: layers '
-            'are removed before width pruning'
-        )
+        raise ValueError('a width-pruned network has no gated form')
     common = dict(
         dim=dim,
         num_heads=num_heads,
@@ -450,11 +441,7 @@ def _set_widths(
         )
     if isinstance(block.mlp, Mlp):
         if ffn_hidden is None:
-            raise ValueError(
-                'the widths give no FFN hidden width for an '
-                'unmerged FFN (it was width-pruned merged): '
-                'build the merged form'
-            )
+            raise ValueError('a width-pruned merged FFN needs merged=True')
         block.mlp = Mlp(
             dim,
             hidden_features=ffn_hidden,

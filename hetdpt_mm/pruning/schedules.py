@@ -20,7 +20,7 @@ import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from ..registry import REMOVAL_SCHEDULES
-from ..spec import ACT, ATTN, FFN, LAYER_KINDS
+from ..spec import ACT, ATTN, FFN, LAYER_KINDS, positive_int
 
 __all__ = [
     'authors_stages',
@@ -57,14 +57,6 @@ def removal_order(counts: Mapping[str, int]) -> List[str]:
     for step in range(max((counts[kind] for kind in kinds), default=0)):
         order += [kind for kind in kinds if step < counts[kind]]
     return order
-
-
-def _check_positive_ints(values, name: str) -> None:
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(
-                f'{name} must hold positive integers, got {value!r}'
-            )
 
 
 class PruneSchedule:
@@ -104,15 +96,11 @@ class ProgressiveSchedule(PruneSchedule):
     ):
         if stages is None and not by_epoch:
             raise ValueError('by_epoch=False needs stages in iterations')
-        if stages is not None:
-            _check_positive_ints(
-                [stages] if isinstance(stages, int) else stages, 'stages'
-            )
-        self.stages = (
-            stages
-            if stages is None or isinstance(stages, int)
-            else list(stages)
-        )
+        if isinstance(stages, int):
+            stages = positive_int(stages, 'stages')
+        elif stages is not None:
+            stages = [positive_int(length, 'stages') for length in stages]
+        self.stages = stages
         self.by_epoch = by_epoch
 
     def iterations(self, num_removals: int, iters_per_epoch: int) -> List[int]:
@@ -123,8 +111,7 @@ class ProgressiveSchedule(PruneSchedule):
         else:
             if len(self.stages) < num_removals:
                 raise ValueError(
-                    f'stages gives {len(self.stages)} stage lengths but the '
-                    f'schedule has {num_removals} removals (one per stage)'
+                    f'{len(self.stages)} stages for {num_removals} removals'
                 )
             lengths = self.stages[:num_removals]
         unit = iters_per_epoch if self.by_epoch else 1
@@ -153,8 +140,7 @@ class EpochSchedule(PruneSchedule):
     name = 'epoch'
 
     def __init__(self, prune_epoch: Optional[int] = None):
-        _check_positive_ints([prune_epoch], 'prune_epoch')
-        self.prune_epoch = prune_epoch
+        self.prune_epoch = positive_int(prune_epoch, 'prune_epoch')
 
     def iterations(self, num_removals: int, iters_per_epoch: int) -> List[int]:
         start = (self.prune_epoch - 1) * iters_per_epoch
@@ -200,10 +186,7 @@ class CyclicSchedule(CollectSchedule):
     def __init__(self, kinds: Sequence[str]):
         kinds = tuple(kinds)
         if not kinds or any(kind not in LAYER_KINDS for kind in kinds):
-            raise ValueError(
-                f'kinds must be a non-empty list of '
-                f'{LAYER_KINDS}, got {list(kinds)}'
-            )
+            raise ValueError(f'kinds must be a list of {LAYER_KINDS}')
         self.pattern = kinds
 
     @property
@@ -230,10 +213,7 @@ REMOVAL_SCHEDULES.register_module(name='cyclic', module=CyclicSchedule)
 def _built(cfg: Mapping, family: Type) -> object:
     schedule = REMOVAL_SCHEDULES.build(cfg)
     if not isinstance(schedule, family):
-        raise ValueError(
-            f'{cfg} is a {type(schedule).__name__}; this hook '
-            f'needs a {family.__name__}'
-        )
+        raise ValueError(f'this hook needs a {family.__name__}, not {cfg}')
     return schedule
 
 
@@ -253,24 +233,16 @@ def build_prune_schedule(
             if issubclass(module, PruneSchedule)
         ]
         if schedule not in names:
-            raise ValueError(
-                f'schedule must be one of {names} or a config '
-                f'dict, got {schedule!r}'
-            )
-        accepted = inspect.signature(REMOVAL_SCHEDULES.get(schedule))
-        foreign = sorted(set(options) - set(accepted.parameters))
+            raise ValueError(f'schedule must be in {names}, not {schedule!r}')
+        accepted = list(
+            inspect.signature(REMOVAL_SCHEDULES.get(schedule)).parameters
+        )
+        foreign = sorted(set(options) - set(accepted))
         if foreign:
-            raise ValueError(
-                f'{foreign} do not belong to schedule='
-                f'{schedule!r}, which takes '
-                f'{list(accepted.parameters)}'
-            )
+            raise ValueError(f'{schedule!r} takes {accepted}, not {foreign}')
         return _built(dict(type=schedule, **options), PruneSchedule)
     if options:
-        raise ValueError(
-            f'with a schedule object or config dict, give '
-            f'{sorted(options)} inside it'
-        )
+        raise ValueError(f'give {sorted(options)} inside the schedule config')
     if isinstance(schedule, PruneSchedule):
         return schedule
     return _built(schedule, PruneSchedule)
@@ -286,8 +258,7 @@ def build_collect_schedule(
     if isinstance(schedule, str):
         if schedule not in COLLECT_PRESETS:
             raise ValueError(
-                f'unknown schedule {schedule!r}; use one of '
-                f'{tuple(COLLECT_PRESETS)} or a config dict'
+                f'unknown schedule {schedule!r}, not in {[*COLLECT_PRESETS]}'
             )
         return CyclicSchedule(COLLECT_PRESETS[schedule])
     return _built(schedule, CollectSchedule)

@@ -32,8 +32,5 @@ def check_depth(depth: Any) -> int:
     """A network depth: a positive number of blocks, at most MAX_DEPTH."""
     depth = as_int(depth, 'depth')
     if not 1 <= depth <= MAX_DEPTH:
-        raise ValueError(
-            f'depth must be a number of blocks from 1 to '
-            f'{MAX_DEPTH}, got {depth}'
-        )
+        raise ValueError(f'depth must be 1..{MAX_DEPTH}, got {depth}')
     return depth

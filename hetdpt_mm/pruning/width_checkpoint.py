@@ -16,7 +16,6 @@ from ..checkpoint.reader import (
     read_classifier_heads,
 )
 from ..checkpoint.record import EXTRA_STATE_KEY, with_record
-from ..registry import FAMILIES
 from ..spec import META_KEY
 from ..structure import build, with_arch
 from .width import prune_width
@@ -64,24 +63,13 @@ def prune_width_checkpoint(
     loaded = read_backbone_checkpoint(checkpoint, source, prefix)
     record, state_dict = loaded.record, loaded.state_dict
     if record.form == 'gated':
-        raise ValueError(
-            f'{source} holds a gated (search) network: merge it '
-            'first (tools/merge_ckpt.py), then prune its width'
-        )
+        raise ValueError(f'{source} is gated: merge it (tools/merge_ckpt.py)')
     if record.act_unknown:
-        raise ValueError(
-            f'{source} lacks attention weights but has no HetDPT '
-            'record, so its removed GELUs are unknown: merge it '
-            'with --spec first (tools/merge_ckpt.py)'
-        )
+        raise ValueError(f'{source}: removed GELUs unknown; merge with --spec')
     family = loaded.family
     if not family.WIDTH_PRUNABLE:
-        supported = sorted(
-            name for name, cls in FAMILIES.items() if cls.WIDTH_PRUNABLE
-        )
         raise ValueError(
-            f'{source} holds a {record.family} backbone; HetDPT+ width '
-            f'pruning supports {supported} backbones only '
+            f'{source}: no width pruning for {record.family} backbones '
             '(docs/user_guides/hetdpt_plus.md)'
         )
     record = with_arch(

@@ -139,15 +139,9 @@ class HetDPTLayerScaleViT(HetDPTViT):
             if ffn_type == 'swiglu_fused' and shape['ffn'] == 'mlp':
                 shape = mmpretrain_swiglu(shape)
             elif ffn_type == 'origin' and shape['ffn'] == 'swiglu':
-                raise ValueError(
-                    f"layer_cfgs=dict(ffn_type='origin') asks for a GELU FFN,"
-                    f' arch {arch!r} has a SwiGLU one'
-                )
+                raise ValueError(f"ffn_type='origin' for SwiGLU arch {arch!r}")
         if kwargs.get('distilled'):
-            raise ValueError(
-                'LayerScale ViTs (DeiT-III, DINOv2) have no '
-                'distillation token: distilled must be False'
-            )
+            raise ValueError('LayerScale ViTs have no distillation token')
 
         def given(value, name):
             return defaults[name] if value is None else value
@@ -161,10 +155,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
             layer_scale_init_value, 'layer_scale_init_value'
         )
         if not self.layer_scale_init_value:
-            raise ValueError(
-                'layer_scale_init_value must be non-zero (a '
-                'LayerScale ViT has a gamma per branch)'
-            )
+            raise ValueError('layer_scale_init_value must be non-zero')
         super().__init__(
             arch=shape,
             img_size=given(img_size, 'img_size'),
@@ -210,12 +201,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
         if self.ffn == 'swiglu' and spec.act_removed:
             blocks = list(spec.act_removed)
             raise ValueError(
-                f'cannot remove the activation of block(s) {blocks}: their '
-                'FFN is SwiGLU, fc2(SiLU(x1) * x2), and without the SiLU it '
-                'computes fc2(x1 * x2), a product of two linear maps of its '
-                'input: not linear, so it cannot merge into one linear layer '
-                'and removing it saves nothing. Remove attention layers only '
-                '(act_removed=[]) in this network'
+                f'block(s) {blocks}: a SwiGLU activation cannot be removed '
+                '(docs/user_guides/dinov2.md)'
             )
 
     def _build_structure(
@@ -251,11 +238,8 @@ class HetDPTLayerScaleViT(HetDPTViT):
             positioned = ls_state_dict.positioned_prefix_tokens(state)
             if positioned != self.num_positioned_tokens:
                 raise StateDictMismatch(
-                    f'pos_embed has positions for {positioned} prefix '
-                    f'token(s), this backbone for {self.num_positioned_tokens}'
-                    ': set no_embed_class / reg_tokens as the checkpoint '
-                    "(or use the matching preset; mmpretrain's DeiT3 is "
-                    "type='HetDPTDeiT3')"
+                    f'pos_embed holds {positioned} prefix tokens: set '
+                    "no_embed_class / reg_tokens (DeiT3: type='HetDPTDeiT3')"
                 )
             state['pos_embed'] = vit_state_dict.resize_pos_embed(
                 state['pos_embed'],

@@ -93,9 +93,7 @@ def resolve_layerscale_arch(arch: Union[str, Mapping]) -> Dict:
     if isinstance(arch, str):
         if arch not in LAYERSCALE_ARCH_PRESETS:
             raise ValueError(
-                f'unknown LayerScale ViT arch {arch!r}; choose '
-                f'one of {sorted(LAYERSCALE_ARCH_PRESETS)} or '
-                'pass a dict'
+                f'unknown arch {arch!r}: {sorted(LAYERSCALE_ARCH_PRESETS)}'
             )
         arch = LAYERSCALE_ARCH_PRESETS[arch]['arch']
     arch = dict(arch)
@@ -175,17 +173,13 @@ def build_args_from_tensors(
         ]
         if not matches:
             raise ValueError(
-                f'the checkpoint has no HetDPT record and its shape '
-                f'(width {dim}, {depth} blocks) matches no preset in '
-                f'{sorted(LAYERSCALE_ARCH_PRESETS)}: give the '
-                'architecture (number of heads) with --arch'
+                f'no preset has width {dim}, depth {depth}: give --arch'
             )
         arch = matches[0]
     arch = dict(resolve_layerscale_arch(arch), **found)
     if arch['embed_dims'] != dim or arch['num_layers'] != depth:
         raise StateDictMismatch(
-            f'arch {arch} does not match the checkpoint (width {dim}, '
-            f'{depth} blocks)'
+            f'arch does not fit width {dim}, depth {depth}'
         )
     positioned = ls_state_dict.positioned_prefix_tokens(state)
     side = math.isqrt(state['pos_embed'].shape[1] - positioned)

@@ -81,7 +81,6 @@ def positioned_prefix_tokens(state_dict: Mapping) -> int:
     side = math.isqrt(length - prefix)
     if side * side != length - prefix:
         raise StateDictMismatch(
-            f'pos_embed has {length} positions: neither a square grid nor '
-            f'{prefix} prefix token(s) and a square grid'
+            f'pos_embed: {length} positions, no square grid'
         )
     return prefix

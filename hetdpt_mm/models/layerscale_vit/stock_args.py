@@ -31,8 +31,7 @@ def deit3_arch(arch: Union[str, Mapping]) -> dict:
     if isinstance(arch, str):
         if arch.lower() not in DeiT3.arch_zoo:
             raise ValueError(
-                f'unknown DeiT3 arch {arch!r}; choose one of '
-                f'{sorted(DeiT3.arch_zoo)} or pass a dict'
+                f'unknown arch {arch!r}: {sorted(DeiT3.arch_zoo)}'
             )
         arch = DeiT3.arch_zoo[arch.lower()]
     arch = dict(arch)
@@ -55,24 +54,11 @@ def build_deit3(
     """A :class:`HetDPTLayerScaleViT` of mmpretrain's ``DeiT3`` arguments
     (the others, ``out_type``, ``prune_spec``, ...: the family's)."""
     if not use_layer_scale:
-        raise ValueError(
-            'use_layer_scale=False: a DeiT3 without LayerScale is not a '
-            "LayerScale ViT; use mmpretrain's VisionTransformer and "
-            "type='HetDPTViT', or keep use_layer_scale=True"
-        )
+        raise ValueError("use_layer_scale=False: use type='HetDPTViT'")
     if layer_cfgs:
-        raise ValueError(
-            "layer_cfgs must be {} here: DeiT3's blocks are configured by "
-            "the backbone's own arguments (drop_rate, drop_path_rate, "
-            'qkv_bias, norm_cfg)'
-        )
+        raise ValueError('layer_cfgs: give qkv_bias etc. to DeiT3 itself')
     if kwargs.get('out_type') == 'avg_featmap':
-        raise ValueError(
-            "out_type='avg_featmap': DeiT3 has no norm of the averaged "
-            "tokens (its forward fails); use out_type='featmap' and a "
-            "pooling neck, or mmpretrain's VisionTransformer and "
-            "type='HetDPTLayerScaleViT'"
-        )
+        raise ValueError("DeiT3 has no avg_featmap: use out_type='featmap'")
     print_log(FFN_NORM_DIFFERENCE, logger='current', level=logging.WARNING)
     kwargs.setdefault('layer_scale_init_value', DEIT3_LAYER_SCALE_INIT)
     # DeiT3 resamples its positions without antialiasing, as mmpretrain's ViT.

@@ -129,12 +129,7 @@ class HetDPTSwin(HetDPTBackbone):
         **stock_args,
     ):
         if token_merge is not None or graph_propagation is not None:
-            raise ValueError(
-                'token_merge, graph_propagation: Swin attends within fixed '
-                'windows of the token grid and shifts them between blocks; '
-                'merged or propagated tokens leave no grid to partition, so '
-                'ToMe and GTP-ViT do not apply to Swin (use a ViT family)'
-            )
+            raise ValueError('token merging needs a ViT, not Swin windows')
         super().__init__(
             init_cfg=init_cfg_with_pretrained(pretrained, init_cfg)
         )
@@ -146,19 +141,14 @@ class HetDPTSwin(HetDPTBackbone):
         depths = self.arch_settings['depths']
         stages = len(depths)
         if window_size < 1:
-            raise ValueError(
-                f'window_size must be positive, got {window_size}'
-            )
+            raise ValueError(f'window_size must be >= 1, got {window_size}')
         if isinstance(out_indices, int):
             out_indices = [out_indices]
         self.out_indices = sorted(
             {i + stages if i < 0 else i for i in out_indices}
         )
         if any(not 0 <= i < stages for i in self.out_indices):
-            raise ValueError(
-                f'out_indices {list(out_indices)} must name '
-                f'stages of 0..{stages - 1}'
-            )
+            raise ValueError(f'out_indices must be stages 0..{stages - 1}')
         check_frozen_stages(frozen_stages, stages, 'stages')
         self.window_size = window_size
         self.pad_small_map = pad_small_map
@@ -249,11 +239,7 @@ class HetDPTSwin(HetDPTBackbone):
             semantics['removed_attn_output'] == WHOLE_BRANCH
             or spec.ffn_removed
         ):
-            raise ValueError(
-                'whole-branch removal (removed_attn_output='
-                f"'{WHOLE_BRANCH}', ffn_removed) is for ViTs; a Swin block "
-                "removes its attention with 'norm' or 'zero'"
-            )
+            raise ValueError('whole-branch removal is for ViTs, not Swin')
         self.form = form
         self.semantics = dict(semantics)
         self._spec = spec  # fixed for pruned/merged; gates own it if gated
@@ -355,11 +341,7 @@ class HetDPTSwin(HetDPTBackbone):
         classifier's head."""
         last = len(self.stages) - 1
         if self.out_indices[-1] != last:
-            raise ValueError(
-                f"the class feature is the last stage's ({last}) output; "
-                f'this HetDPTSwin returns stages {self.out_indices}: build '
-                f'it with out_indices=({last}, )'
-            )
+            raise ValueError(f'the class feature needs out_indices=({last}, )')
         return self(inputs)[-1].mean(dim=(2, 3))
 
     # -------------------------------------------------------------- forward

@@ -69,11 +69,7 @@ def _drop_buffers_and_heads(key: str) -> bool:
 
 def _refuse_absolute_pos_embed(state: Mapping) -> None:
     if 'absolute_pos_embed' in state:
-        raise StateDictMismatch(
-            'the Swin weights have an absolute position embedding '
-            '(use_abs_pos_embed / ape); HetDPTSwin has relative position '
-            'biases only, like every released Swin'
-        )
+        raise StateDictMismatch('HetDPTSwin has no absolute_pos_embed')
 
 
 def _reference_layout(state: Mapping) -> 'OrderedDict':
@@ -240,9 +236,7 @@ def build_args_from_tensors(state: Mapping, arch=None) -> Dict:
         )
         if known is None:
             raise ValueError(
-                f'the Swin weights have no attention in a stage and '
-                f'match no preset (width {dim}, depths {depths}): give '
-                'the architecture (number of heads) with --arch'
+                'a stage without attention, no preset: give --arch'
             )
         heads = [
             h if h is not None else known['num_heads'][s]
@@ -321,8 +315,7 @@ def convert_state_dict(
     flat, depths = to_global_blocks(state)
     if sum(depths) != spec.depth:
         raise StateDictMismatch(
-            f'the Swin weights have {sum(depths)} blocks ({depths} per '
-            f'stage), the spec {spec.depth}'
+            f'the Swin weights have {sum(depths)} blocks, spec {spec.depth}'
         )
     return from_global_blocks(
         vit_state_dict.convert_state_dict(flat, spec, form), depths

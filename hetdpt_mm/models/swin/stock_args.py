@@ -60,38 +60,32 @@ _PATCH_DEFAULTS = dict(
 
 def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
     if isinstance(arch, str):
-        arch = _PRESET_ALIASES.get(arch.lower(), arch.lower())
-        if arch not in SWIN_ARCH_PRESETS:
+        name = _PRESET_ALIASES.get(arch.lower(), arch.lower())
+        if name not in SWIN_ARCH_PRESETS:
             raise ValueError(
-                f'unknown Swin arch {arch!r}; choose one of '
-                f'{sorted(SWIN_ARCH_PRESETS)} or pass a dict'
+                f'unknown Swin arch {arch!r} (docs/user_guides/swin.md)'
             )
-        arch = SWIN_ARCH_PRESETS[arch]
+        arch = SWIN_ARCH_PRESETS[name]
     arch = dict(arch)
-    missing = {'embed_dims', 'depths', 'num_heads'} - set(arch)
-    if missing:
-        raise ValueError(f'Swin arch dict is missing {sorted(missing)}')
-    unknown = set(arch) - set(ARCH_KEYS)
-    if unknown:
-        raise ValueError(f'unknown Swin arch keys {sorted(unknown)}')
-    arch['depths'] = [int(d) for d in arch['depths']]
-    arch['num_heads'] = [int(h) for h in arch['num_heads']]
     if (
-        len(arch['depths']) != len(arch['num_heads'])
-        or min(arch['depths'], default=0) < 1
+        not {'embed_dims', 'depths', 'num_heads'}
+        <= set(arch)
+        <= set(ARCH_KEYS)
     ):
         raise ValueError(
-            f'Swin arch needs one positive depth and one number '
-            f'of heads per stage, got depths {arch["depths"]} '
-            f'and num_heads {arch["num_heads"]}'
+            f'a Swin arch dict takes {ARCH_KEYS}, got {sorted(arch)}'
         )
-    for stage, heads in enumerate(arch['num_heads']):
-        width = arch['embed_dims'] * 2**stage
-        if width % heads:
-            raise ValueError(
-                f'Swin stage {stage}: {width} channels do not split into '
-                f'{heads} heads'
-            )
+    depths = arch['depths'] = [int(d) for d in arch['depths']]
+    heads = arch['num_heads'] = [int(h) for h in arch['num_heads']]
+    widths = [arch['embed_dims'] * 2**stage for stage in range(len(heads))]
+    if (
+        len(depths) != len(heads)
+        or min(depths, default=0) < 1
+        or any(h < 1 or w % h for h, w in zip(heads, widths))
+    ):
+        raise ValueError(
+            f'Swin stages need >= 1 block and heads dividing the width: {arch}'
+        )
     # A float either way, so that a stock dict's ``mlp_ratio=4`` records as
     # the preset's 4.0.
     arch['mlp_ratio'] = float(arch.get('mlp_ratio', 4.0))
@@ -116,8 +110,7 @@ def _check_layer_cfg(name: str, cfg, layer_type: str, aliases) -> None:
         _refuse(
             name,
             cfg,
-            f'dict(type={layer_type!r}) only (the Swin '
-            'layers whose removal and merging HetDPT defines)',
+            f'dict(type={layer_type!r}) only',
         )
 
 
@@ -128,7 +121,6 @@ def _uniform(name: str, values: Sequence, given):
         _refuse(
             name,
             values,
-            f'one {name} for every stage and block; pass '
             'the same value everywhere',
         )
     return next(iter(distinct.values()), given)
@@ -158,22 +150,19 @@ def _stage_cfgs(stage_cfgs, stages: int, window_size: int, mlp_ratio: float):
                 _refuse(
                     'stage_cfgs.block_cfgs',
                     block,
-                    'blocks configured by window_size and ffn_ratio '
-                    '(mlp_ratio), attention and FFN otherwise stock',
+                    'window_size and ffn_ratio only',
                 )
         if stage_cfg.pop('downsample_cfg', {}):
             _refuse(
                 'stage_cfgs.downsample_cfg',
                 stage_cfg,
-                'the stock patch merging (2 x 2, LN) only',
+                'the stock patch merging only',
             )
         if stage_cfg:
             _refuse(
                 'stage_cfgs',
                 stage_cfg,
-                'stages configured by '
-                'window_size and block_cfgs only; pass depths, heads '
-                'and widths in arch',
+                'window_size and block_cfgs only (the rest in arch)',
             )
     return (
         _uniform('window_size', windows, window_size),
@@ -193,8 +182,7 @@ def _patch_cfg(
         _refuse(
             'patch_cfg',
             patch_cfg,
-            'non-overlapping patches only '
-            '(kernel_size equal to stride; pass patch_size)',
+            'non-overlapping patches: pass patch_size',
         )
     patch_size = sizes.pop() if sizes else patch_size
     fixed = dict(
@@ -205,8 +193,7 @@ def _patch_cfg(
             _refuse(
                 f'patch_cfg.{key}',
                 value,
-                'the stock patch embedding (a strided Conv2d with a LN; '
-                'pass patch_size, in_channels, arch.embed_dims)',
+                'the stock patch embedding only',
             )
     return patch_size
 
@@ -224,13 +211,11 @@ def read_stock_args(
     apply; an unknown name is a ``TypeError`` naming ``owner`` and the
     closest argument it takes)."""
     stock_names = set(ARCH_KEYS) | set(_NO_EFFECT) | _READ_ARGS
-    if set(stock) - stock_names:
+    unknown = set(stock) - stock_names
+    if unknown:
+        valid = constructor_keywords(owner) | stock_names
         raise TypeError(
-            unexpected_keywords_message(
-                owner.__name__,
-                set(stock) - stock_names,
-                constructor_keywords(owner) | stock_names,
-            )
+            unexpected_keywords_message(owner.__name__, unknown, valid)
         )
     arch = resolve_swin_arch(arch)
     arch.update({key: stock[key] for key in ARCH_KEYS if key in stock})
@@ -239,8 +224,7 @@ def read_stock_args(
         _refuse(
             'use_abs_pos_embed',
             True,
-            'relative position biases only, '
-            'as every released Swin: use_abs_pos_embed=False',
+            'use_abs_pos_embed=False only',
         )
     _check_layer_cfg(
         'act_cfg', stock.get('act_cfg', dict(type='GELU')), 'GELU', ('GELU',)
@@ -265,8 +249,7 @@ def read_stock_args(
         _refuse(
             'strides',
             strides,
-            f'patches of patch_size ({patch_size}) '
-            'and patch merging by 2: strides=(patch_size, 2, 2, ...)',
+            'strides=(patch_size, 2, 2, ...)',
         )
     return dict(arch=arch, window_size=window_size, patch_size=patch_size)
 
@@ -290,8 +273,7 @@ def toolbox_args(toolbox: str, args: Dict) -> Dict:
         stages = len(resolve_swin_arch(out.get('arch', 'tiny'))['depths'])
         if frozen >= stages:
             raise ValueError(
-                f"mmpretrain's frozen_stages must be in -1..{stages - 1} "
-                f'(it freezes stages 0..N), got {frozen}'
+                f"mmpretrain's frozen_stages must be in -1..{stages - 1}"
             )
         out['frozen_stages'] = frozen + 1
     return out
