@@ -376,9 +376,7 @@ def test_mismatched_checkpoints_are_named(tmp_path):
     resnet = {'conv1.weight': torch.zeros(64, 3, 7, 7)}
     path = tmp_path / 'resnet.pth'
     torch.save({'state_dict': resnet}, path)
-    with pytest.raises(
-        ValueError, match='no backbone of'
-    ):
+    with pytest.raises(ValueError, match='no backbone of'):
         HetDPTViT(
             'deit-tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path))
         )
