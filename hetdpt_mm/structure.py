@@ -19,7 +19,7 @@ import torch
 
 from .checkpoint.record import HetDPTRecord, RecordError, plain_data
 from .checkpoint.safe_load import EXTRA_STATE_KEY, StateDictMismatch
-from .registry import get_family
+from .registry import get_family, recognising_family
 from .spec import LAYER_KINDS, SEMANTICS_CHOICES, PruneSpec
 
 #: Build arguments a loaded network may differ in: outputs chosen from the
@@ -117,6 +117,19 @@ def check_settings(
                 f'{loaded.source} has {name}={theirs.get(name)!r}, the config '
                 f'{mine.get(name)!r}: set model.backbone.{name} as the file'
             )
+
+
+def read_tensors(
+    state: Mapping, source: str
+) -> Tuple[Optional[HetDPTRecord], Mapping]:
+    """The record that tensors without one imply, and the tensors in their
+    family's own layout (a stock OpenMMLab or timm file read as the
+    family's); ``(None, state)`` for tensors of no family."""
+    family = recognising_family(state)
+    if family is None:
+        return None, state
+    tensors = family.codec.canonical_state(state)
+    return family.codec.record_from_tensors(tensors, source), tensors
 
 
 def require_known_gelus(loaded: HetDPTRecord) -> None:

@@ -10,7 +10,7 @@ import torch
 
 from ..registry import FAMILIES, get_family, recognising_family
 from ..spec import META_KEY
-from ..structure import verify
+from ..structure import read_tensors, verify
 from .record import HetDPTRecord, records_in
 from .safe_load import (
     EXTRA_STATE_KEY,
@@ -117,8 +117,7 @@ def read_backbone_checkpoint(
     }
     # Other layouts of a family's weights (mmpretrain's, mmseg's ViT) are
     # read in the family's own.
-    family = recognising_family(raw)
-    state = family.codec.canonical_state(raw) if family is not None else raw
+    inferred, state = read_tensors(raw, source)
     if meta_record is not None and meta.get('prefix', prefix) != prefix:
         meta_record = None  # another backbone's
     record = extra.get(prefix, meta_record)
@@ -131,12 +130,12 @@ def read_backbone_checkpoint(
             f'{source}: meta["{META_KEY}"] says {meta_record.describe()}, '
             f'the weights {record.describe()}'
         )
-    if record is None and family is None:
+    record = record or inferred
+    if record is None:
         raise CheckpointError(
             f'{source}: no backbone of {sorted(FAMILIES)} under prefix '
             f'{prefix!r} (keys {list(state_dict)[:4]})'
         )
-    record = record or family.codec.record_from_tensors(state, source)
     record = replace(
         record, prefix=prefix, source=source, teacher_prefix=teacher_prefix
     )

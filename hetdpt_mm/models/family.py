@@ -34,7 +34,7 @@ from ..checkpoint.record import (
     with_record,
 )
 from ..checkpoint.safe_load import source_of
-from ..registry import FAMILIES, recognising_family
+from ..registry import FAMILIES
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, SEMANTICS_CHOICES, PruneSpec
 from .layers import gated_ffn
 from .pretrained import PretrainedLoading
@@ -342,17 +342,10 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             )
             structure.verify(record, own)
             return record, own
-        family = recognising_family(own)
-        if family is None:
-            return None, own
-        tensors = family.codec.canonical_state(own)
-        if set(tensors) == set(own):
-            tensors = own
-        record = family.codec.record_from_tensors(
-            tensors, 'the loaded state dict'
-        )
-        structure.verify(record, tensors)
-        return record, tensors
+        record, tensors = structure.read_tensors(own, 'the loaded state dict')
+        if record is not None:
+            structure.verify(record, tensors)
+        return record, own if set(tensors) == set(own) else tensors
 
     def _rebuild(self, record: HetDPTRecord) -> None:
         """Rebuild as ``record``'s structure where it is not this one's."""
