@@ -17,7 +17,7 @@ from hetdpt_mm.spec import PruneSpec, read_json_value
 
 from .builders import AUTHORS_SPEC, BACKBONE_VARIANTS
 from .machine import glibc_malloc
-from .runtimes import BENCHMARK_RUNTIMES
+from .runtimes import BENCHMARK_RUNTIMES, INT8
 from .timing import CLOCKS
 
 TASKS = ('backbone', 'detr', 'upernet')
@@ -306,13 +306,15 @@ def check_runtimes(options: BenchmarkOptions) -> None:
             '--runtime other than torch is for the backbone '
             'task (detr/upernet time post-processing too)'
         )
-    exported = [r for r in runtimes if r in RUNTIME_DTYPES]
+    exported = [r for r in runtimes if r.removesuffix(INT8) in RUNTIME_DTYPES]
     for runtime in exported:
-        if options.dtype not in RUNTIME_DTYPES[runtime]:
+        dtypes = (
+            ('fp32',) if runtime.endswith(INT8) else RUNTIME_DTYPES[runtime]
+        )
+        if options.dtype not in dtypes:
             raise UsageError(
                 f'{runtime} runs the exported graph in '
-                f'{" or ".join(RUNTIME_DTYPES[runtime])} '
-                f'here, not --dtype {options.dtype}'
+                f'{" or ".join(dtypes)} here, not --dtype {options.dtype}'
             )
     if exported and torch.device(options.device).type != 'cpu':
         raise UsageError(

@@ -85,6 +85,35 @@ def format_markdown(result: Dict[str, Any]) -> str:
                 f'{"-" if eager is None else paired_text(eager)} | '
                 f'{row["max_abs_diff"]:.2g} |'
             )
+    if 'int8' in result:
+        lines += [
+            '',
+            "INT8 (each runtime's INT8 graph: tools/export.py --int8 "
+            'defaults; paired speedups, median [min-max] over repeats):',
+            '',
+            '| runtime | model | FP32 ms | INT8 ms | INT8 vs FP32 | '
+            f'vs {result["int8"][0]["baseline"]} INT8 | % of MACs ratio | '
+            f'vs {result["int8"][0]["baseline"]} FP32 |',
+            '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |',
+        ]
+        for row in result['int8']:
+            gain = row.get('vs_baseline_int8')
+            of_macs = (
+                f'{100 * gain["of_macs"]:.1f} %'
+                if gain and 'of_macs' in gain
+                else '-'
+            )
+            lines.append(
+                f'| {row["runtime"]} | {row["model"]} | '
+                f'{row["fp32_ms"]:.1f} | {row["int8_ms"]:.1f} | '
+                f'{paired_text(row["vs_fp32"])} | '
+                f'{paired_text(gain) if gain else "-"} | {of_macs} | '
+                + (
+                    f'{paired_text(row["vs_baseline_fp32"])} |'
+                    if gain
+                    else '- |'
+                )
+            )
     analytic = [m for m in result['models'] if 'backbone_analytic_macs' in m]
     if analytic:
         lines += [

@@ -56,7 +56,7 @@ from .options import (
     token_reduction,
 )
 from .report import format_markdown
-from .runtimes import runtime_name
+from .runtimes import INT8, runtime_name
 from .timing import (
     TimingStats,
     amdahl_bound,
@@ -241,7 +241,47 @@ def run_benchmark(options: BenchmarkOptions) -> Dict[str, Any]:
         result['amdahl'] = amdahl_section(timings, entries)
     if list(options.runtimes) != ['torch']:
         result['runtimes'] = runtime_section(timings, entries, options)
+    int8 = int8_section(timings, counts, options)
+    if int8:
+        result['int8'] = int8
     return result
+
+
+def int8_section(
+    timings, counts: Dict[str, Dict[str, Any]], options: BenchmarkOptions
+) -> List[Dict[str, Any]]:
+    """Per runtime timed in FP32 and INT8, per model: INT8 over FP32, and
+    INT8 over the first (baseline) model in INT8 and in FP32 (paired)."""
+    base = options.models[0]
+    rows = []
+    for runtime in options.runtimes:
+        if runtime + INT8 not in options.runtimes:
+            continue
+        int8 = runtime + INT8
+        for variant in options.models:
+            name = runtime_name(variant, int8)
+            row = dict(
+                runtime=runtime,
+                model=variant,
+                baseline=base,
+                fp32_ms=1e3 * timings[runtime_name(variant, runtime)].median,
+                int8_ms=1e3 * timings[name].median,
+                vs_fp32=speedup(
+                    timings[runtime_name(variant, runtime)], timings[name]
+                ),
+            )
+            if variant != base:
+                row['vs_baseline_int8'] = speedup(
+                    timings[runtime_name(base, int8)],
+                    timings[name],
+                    counts[runtime_name(base, int8)].get('macs'),
+                    counts[name].get('macs'),
+                )
+                row['vs_baseline_fp32'] = speedup(
+                    timings[runtime_name(base, runtime)], timings[name]
+                )
+            rows.append(row)
+    return rows
 
 
 def runtime_section(

@@ -1,6 +1,7 @@
 """A backbone run in each runtime the benchmark compares: PyTorch eager,
-``torch.compile`` and the ONNX runtimes of :mod:`hetdpt_mm.deploy`, its
-outputs checked against PyTorch eager in fp32 before it is timed."""
+``torch.compile`` and the ONNX runtimes of :mod:`hetdpt_mm.deploy`, FP32 or
+INT8, its outputs checked against PyTorch eager in fp32 before it is
+timed."""
 
 from pathlib import Path
 from typing import Any, Callable, Sequence, Tuple, Union
@@ -9,6 +10,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from hetdpt_mm.deploy.quantize import INT8_SUFFIXES, QUANTIZERS, fp32_nodes
 from hetdpt_mm.deploy.runtimes import RUNTIMES, export_onnx, make_session
 
 from .timing import autocast
@@ -17,9 +19,18 @@ from .timing import autocast
 #: precision: fp32 runtimes differ by rounding (~1e-6 on DeiT-B), bf16
 #: (8-bit mantissa) by ~3e-2 there.
 TOLERANCES = {'fp32': 1e-4, 'bf16': 1e-1, 'fp16': 1e-1}
+#: INT8 graphs are checked by their relative error instead, |got - expected|
+#: / |expected| over all outputs: a graph with wrong weights or wiring is
+#: near 1 or above; INT8 rounding gave at most 0.054 on DeiT-B with random
+#: weights.
+INT8_RELATIVE_TOLERANCE = 0.3
+#: A runtime's INT8 graph (hetdpt_mm.deploy.quantize): ``onnxruntime-int8``.
+INT8 = '-int8'
 #: What ``tools/benchmark.py --runtime`` runs a backbone in: PyTorch eager,
-#: ``torch.compile`` (inductor), and the ONNX runtimes.
-BENCHMARK_RUNTIMES = ('torch', 'compile') + RUNTIMES
+#: ``torch.compile`` (inductor), and the ONNX runtimes, FP32 and INT8.
+BENCHMARK_RUNTIMES = (
+    ('torch', 'compile') + RUNTIMES + tuple(r + INT8 for r in RUNTIMES)
+)
 
 
 def runtime_name(variant: str, runtime: str) -> str:
@@ -41,7 +52,10 @@ def benchmark_runner(
     of its outputs from PyTorch eager's in fp32, checked against
     ``TOLERANCES[dtype]``. The ONNX runtimes get a graph exported at
     exactly this input shape (static shapes: the most their graph
-    optimisers can do), with PyTorch's number of threads."""
+    optimisers can do), with PyTorch's number of threads; their INT8
+    forms (``onnxruntime-int8``) that graph quantized with the defaults of
+    ``tools/export.py --int8``, calibrated on ``images`` (speed does not
+    depend on the ranges), its other operations in fp32."""
     if runtime == 'torch' and dtype == 'fp32':  # the reference itself
         return (lambda: model(images)), 0.0
     with torch.inference_mode():
@@ -65,8 +79,20 @@ def benchmark_runner(
             dynamic_batch=False,
             dynamic_hw=False,
         )
-    run = make_session(path, runtime, torch.get_num_threads(), dtype)
     array = images.cpu().numpy()
+    if runtime.endswith(INT8):
+        runtime = runtime[: -len(INT8)]
+        int8 = path.with_name(f'{name}.int8{INT8_SUFFIXES[runtime]}')
+        import onnx
+
+        QUANTIZERS[runtime](path, int8, [array], fp32_nodes(onnx.load(path)))
+        path, dtype = int8, 'int8'
+    run = make_session(
+        path,
+        runtime,
+        torch.get_num_threads(),
+        'fp32' if dtype == 'int8' else dtype,
+    )
     got = [torch.from_numpy(np.asarray(out)) for out in run(array)]
     return (lambda: run(array)), checked_diff(
         got, expected, runtime, name, dtype
@@ -81,7 +107,8 @@ def checked_diff(
     dtype: str,
 ) -> float:
     """The largest absolute difference, or ``ValueError`` above
-    ``TOLERANCES[dtype]``: a wrong graph's speed means nothing."""
+    ``TOLERANCES[dtype]`` (for ``'int8'``: a relative error above
+    ``INT8_RELATIVE_TOLERANCE``): a wrong graph's speed means nothing."""
     # np.max, not max(): a NaN in any output is the maximum.
     diff = float(
         np.max(
@@ -91,6 +118,15 @@ def checked_diff(
             ]
         )
     )
+    if dtype == 'int8':
+        error = relative_error(got, expected)
+        if not error <= INT8_RELATIVE_TOLERANCE:
+            raise ValueError(
+                f'{name} in {runtime} (int8) differs from PyTorch eager in '
+                f'fp32 by {error:.3g} of its outputs, more than '
+                f'{INT8_RELATIVE_TOLERANCE:g}'
+            )
+        return diff
     if not diff <= TOLERANCES[dtype]:
         raise ValueError(
             f'{name} in {runtime} ({dtype}) differs from '
@@ -98,3 +134,16 @@ def checked_diff(
             f'{TOLERANCES[dtype]:g}'
         )
     return diff
+
+
+def relative_error(
+    got: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]
+) -> float:
+    """``|got - expected| / |expected|`` (L2 norms over all outputs)."""
+    return float(
+        sum(
+            (g.float() - e.float()).square().sum()
+            for g, e in zip(got, expected)
+        ).sqrt()
+        / sum(e.float().square().sum() for e in expected).sqrt()
+    )

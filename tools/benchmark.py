@@ -17,6 +17,8 @@ Examples (from the repository root)::
         --batch-size 16 --json bench/deit-b.json --md bench/deit-b.md
     python tools/benchmark.py backbone --arch deit-base --batch-size 1 \\
         --models dense merged --runtime torch onnxruntime openvino
+    python tools/benchmark.py backbone --batch-size 16 --models dense merged \\
+        --runtime onnxruntime onnxruntime-int8 openvino openvino-int8
     python tools/benchmark.py backbone --family swin --arch base \\
         --spec '{"attn_removed": [10, 12, 14, 16, 18, 20],
                  "act_removed": [8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18,
@@ -162,7 +164,8 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
         help='backbone: run every model in each of torch '
         '(eager, default), compile (torch.compile), onnxruntime,'
         ' openvino (exported to ONNX first; needs the deploy '
-        'extra)',
+        'extra), onnxruntime-int8, openvino-int8 (that graph '
+        'quantized as by tools/export.py --int8)',
     )
     run.add_argument('--device', help='cpu, cuda, cuda:1 ...')
     run.add_argument(

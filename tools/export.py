@@ -12,9 +12,12 @@ Examples (from the repository root)::
     python tools/export.py detr configs/demo/detr_hetdpt_demo.py CKPT \\
         --out detr.onnx --img-size 48 48 --verify-sizes 64 80 \\
         --runtimes onnxruntime openvino
+    python tools/export.py classifier CONFIG CKPT --out cls.onnx \\
+        --runtimes onnxruntime openvino --int8 --calib-images 256
 
-Exit status: 0 verified and written, 1 a difference above --tolerance
-(nothing written), 2 bad input (``error: ...``, nothing written).
+Exit status: 0 verified and written, 1 a difference above --tolerance or
+an INT8 metric drop above --max-drop (nothing written), 2 bad input
+(``error: ...``, nothing written).
 """
 
 import sys
@@ -27,12 +30,19 @@ from hetdpt_mm.cli import (
     positive_float,
     run_reporting_errors,
 )
+from hetdpt_mm.deploy.evaluate import CALIB_SPLITS
 from hetdpt_mm.deploy.export import (
     ExportOptions,
     VerificationError,
     run_export,
 )
 from hetdpt_mm.deploy.networks import TASKS
+from hetdpt_mm.deploy.quantize import (
+    CALIBRATION_METHODS,
+    DEFAULT_KEEP_FP32,
+    FP32_GROUPS,
+    SCOPES,
+)
 from hetdpt_mm.deploy.runtimes import OPSET, RUNTIMES
 
 
@@ -118,6 +128,53 @@ def parse_args(argv: List[str]) -> ExportOptions:
     )
     parser.add_argument(
         '--force', action='store_true', help='replace an existing --out'
+    )
+    int8 = parser.add_argument_group('INT8 (docs/user_guides/deploy.md#int8)')
+    int8.add_argument(
+        '--int8',
+        action='store_true',
+        help='also quantize for each of --runtimes (NAME.int8.onnx: ONNX '
+        'Runtime QDQ; NAME.int8.xml/.bin: OpenVINO NNCF) and evaluate FP32 '
+        "vs INT8 on the config's test split",
+    )
+    int8.add_argument(
+        '--calib-images',
+        type=int,
+        default=256,
+        help='calibration images (default 256)',
+    )
+    int8.add_argument(
+        '--calib-split',
+        choices=CALIB_SPLITS,
+        help="where they come from (default: the config's calib_dataloader "
+        'if it has one, else train, through the test pipeline)',
+    )
+    int8.add_argument(
+        '--calib-method',
+        choices=CALIBRATION_METHODS,
+        default='minmax',
+        help="ONNX Runtime's activation ranges (default minmax)",
+    )
+    int8.add_argument(
+        '--keep-fp32',
+        nargs='*',
+        choices=list(FP32_GROUPS),
+        default=list(DEFAULT_KEEP_FP32),
+        help='products left FP32 (default: %s; none: quantize all)'
+        % ' '.join(DEFAULT_KEEP_FP32),
+    )
+    int8.add_argument(
+        '--int8-scope',
+        choices=SCOPES,
+        default='network',
+        help='quantize the whole network (default) or its backbone only',
+    )
+    int8.add_argument(
+        '--max-drop',
+        type=float,
+        default=1.0,
+        help='largest loss of the metric (top-1, mAP x 100, mIoU) in points '
+        'allowed (default 1.0)',
     )
     args = parser.parse_args(argv)
     return ExportOptions(**vars(args))

@@ -4,6 +4,11 @@
         [--show-dir DIR] [--out-metrics FILE.json] [--tta] [--non-strict]
         [--cfg-options k=v ...] [--launcher pytorch]
 
+CHECKPOINT may also be a network exported by ``tools/export.py`` (``.onnx``,
+FP32 or INT8, run in ONNX Runtime or ``--runtime openvino``; an OpenVINO
+IR ``.xml``): the config's data preprocessor and post-processing run around
+it in PyTorch (docs/user_guides/deploy.md#int8).
+
 The checkpoint is loaded strictly: weights that do not fit the model are an
 error unless ``--non-strict``.  ``--out`` is a pickle of raw predictions
 (mmdet, mmpretrain) or, for segmentation configs, a directory of predicted
@@ -21,6 +26,7 @@ from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
 
 from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
+from hetdpt_mm.deploy.runtimes import RUNTIMES
 from hetdpt_mm.fileio import (
     atomic_write_text,
     check_input_file,
@@ -40,6 +46,9 @@ from hetdpt_mm.work_dir import check_not_run_file, check_work_dir, input_files
 
 #: mmdet's and mmpretrain's ``--out``: a pickle of raw predictions.
 PICKLE_SUFFIXES = ('.pkl', '.pickle')
+#: Exported networks (tools/export.py), by the runtime that runs them
+#: unless --runtime says.
+EXPORTED_SUFFIXES = {'.onnx': 'onnxruntime', '.xml': 'openvino'}
 
 
 def enable_visualization(cfg, args: argparse.Namespace) -> None:
@@ -130,9 +139,34 @@ def load_for_test(runner: Runner, checkpoint: str, strict: bool) -> None:
     )
 
 
-def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:
+def exported_runtime(args: argparse.Namespace):
+    """The runtime of an exported CHECKPOINT, or None for a checkpoint."""
+    default = EXPORTED_SUFFIXES.get(osp.splitext(args.checkpoint)[1])
+    if default is None:
+        if args.runtime:
+            raise UsageError('--runtime is for an exported .onnx or .xml')
+        return None
+    if args.tta or args.launcher != 'none':
+        raise UsageError(
+            'an exported network is tested in one process without --tta'
+        )
+    if default == 'openvino' and args.runtime == 'onnxruntime':
+        raise UsageError('an OpenVINO IR (.xml) runs in openvino only')
+    return args.runtime or default
+
+
+def _build_and_test(
+    cfg: Config, args: argparse.Namespace, runtime=None
+) -> dict:
     runner = build_runner(cfg, test=True)
-    load_for_test(runner, args.checkpoint, strict=not args.non_strict)
+    if runtime:
+        from hetdpt_mm.deploy.evaluate import deployed_model
+
+        runner.model = deployed_model(
+            cfg, runner.model, args.checkpoint, runtime
+        )
+    else:
+        load_for_test(runner, args.checkpoint, strict=not args.non_strict)
     if args.out and args.out.endswith(PICKLE_SUFFIXES):
         from mmengine.evaluator import DumpResults
 
@@ -145,6 +179,7 @@ def _build_and_test(cfg: Config, args: argparse.Namespace) -> dict:
 def run_test(args: argparse.Namespace) -> dict:
     if '://' not in args.checkpoint:
         check_input_file(args.checkpoint, 'checkpoint')
+    runtime = exported_runtime(args)
     cfg = load_config(args)
     inputs = input_files(cfg, args.config) + [args.checkpoint]
     if args.out_metrics:  # results are replaced, inputs and runs' files never
@@ -158,10 +193,11 @@ def run_test(args: argparse.Namespace) -> dict:
     if args.show or args.show_dir:
         enable_visualization(cfg, args)
     cfg.load_from = None  # loaded below, strictly
-    follow_backbone_width(cfg, args.checkpoint)
-    take_checkpoint_structure(cfg, args.checkpoint)
+    if not runtime:
+        follow_backbone_width(cfg, args.checkpoint)
+        take_checkpoint_structure(cfg, args.checkpoint)
     try:
-        metrics = _build_and_test(cfg, args)
+        metrics = _build_and_test(cfg, args, runtime)
     finally:
         release_distributed()  # after the runner is gone: see its docstring
     if args.out_metrics:
@@ -204,6 +240,12 @@ def parse_args(argv=None):
         action='store_true',
         help="test-time augmentation (the config's "
         'tta_model and tta_pipeline)',
+    )
+    parser.add_argument(
+        '--runtime',
+        choices=RUNTIMES,
+        help='what runs an exported CHECKPOINT (default: onnxruntime for '
+        '.onnx, openvino for .xml)',
     )
     parser.add_argument(
         '--non-strict',

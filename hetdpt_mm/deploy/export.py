@@ -13,8 +13,17 @@ is reported before anything is written); the graph is then exported to a
 temporary file, run in each verification runtime on the same random inputs
 at every size and batch size, and kept only if the largest absolute
 difference to PyTorch is within the tolerance.
+
+With ``int8``, the verified graph is then quantized for each runtime
+(:mod:`.quantize`), calibrated on images of the config's own data, and the
+FP32 and INT8 graphs are evaluated with the config's test dataloader and
+metric (:mod:`.evaluate`); every file is kept only if no INT8 graph loses
+more than ``max_drop`` points of that metric.
 """
 
+import functools
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -23,7 +32,13 @@ import numpy as np
 import torch
 
 from ..cli import UsageError
-from ..fileio import atomic_path, check_input_file, check_output_path
+from ..fileio import check_input_file, check_output_paths, write_outputs
+from .evaluate import (
+    METRICS,
+    DeployedModel,
+    calibration_images,
+    evaluate,
+)
 from .networks import (
     TASKS,
     build_network,
@@ -31,6 +46,7 @@ from .networks import (
     load_model,
     output_names,
 )
+from .quantize import DEFAULT_KEEP_FP32, INT8_SUFFIXES, QUANTIZERS, fp32_nodes
 from .runtimes import OPSET, RUNTIMES, export_onnx, make_session
 
 __all__ = ['ExportOptions', 'VerificationError', 'run_export']
@@ -61,6 +77,24 @@ class ExportOptions:
     cfg_options: Optional[Dict[str, Any]] = None
     seed: int = 0
     force: bool = False
+    int8: bool = False  # also quantize for each runtime
+    calib_images: int = 256
+    #: evaluate.CALIB_SPLITS; None: calib if the config has one, else train
+    calib_split: Optional[str] = None
+    calib_method: str = 'minmax'  # ONNX Runtime's, CALIBRATION_METHODS
+    keep_fp32: Sequence[str] = DEFAULT_KEEP_FP32  # quantize.FP32_GROUPS
+    int8_scope: str = 'network'  # or 'backbone'
+    max_drop: float = 1.0  # points of the task's metric (evaluate.METRICS)
+
+
+def int8_paths(out: Path, runtime: str) -> List[Path]:
+    """The files of the INT8 graph of ``runtime`` beside the FP32 ``out``:
+    ``NAME.int8.onnx``, or the IR ``NAME.int8.xml`` and ``NAME.int8.bin``."""
+    stem = out.with_suffix('')
+    path = Path(f'{stem}.int8{INT8_SUFFIXES[runtime]}')
+    return [path] + (
+        [path.with_suffix('.bin')] if runtime == 'openvino' else []
+    )
 
 
 def check_options(options: ExportOptions) -> None:
@@ -84,8 +118,23 @@ def check_options(options: ExportOptions) -> None:
         raise UsageError('--verify-batch-sizes must be >= 1')
     if options.tolerance <= 0:
         raise UsageError('--tolerance must be > 0')
-    check_output_path(
-        options.out, [options.config, options.checkpoint], options.force
+    outputs = [options.out]
+    if options.int8:
+        if options.task not in METRICS:
+            raise UsageError(
+                'the backbone alone has no metric to verify INT8 with; '
+                'quantize its classifier, detr or upernet network '
+                '(--int8-scope backbone keeps the rest FP32)'
+            )
+        if options.calib_images < 1:
+            raise UsageError('--calib-images must be >= 1')
+        outputs += [
+            path
+            for r in options.runtimes
+            for path in int8_paths(options.out, r)
+        ]
+    check_output_paths(
+        outputs, [options.config, options.checkpoint], options.force
     )
 
 
@@ -192,9 +241,12 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
     :class:`VerificationError` when a difference exceeds the tolerance
     (nothing written either)."""
     check_options(options)
-    model, scope = load_model(
+    model, cfg = load_model(
         options.config, options.checkpoint, options.cfg_options
     )
+    scope = cfg.get('default_scope')
+    if options.int8:
+        calib_split(options, cfg)  # before the export
     reducing = [
         (option, verb)
         for option, verb in TOKEN_REDUCTIONS.items()
@@ -233,15 +285,16 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
         f'{axes}',
         flush=True,
     )
-    with atomic_path(options.out) as tmp:
+    with tempfile.TemporaryDirectory() as work:
+        fp32 = Path(work) / 'model.onnx'
         export_onnx(
             exportable(net),
             example,
-            tmp,
+            fp32,
             names,
             dynamic_hw=not options.static_hw,
         )
-        rows = verify(tmp, cases, options.runtimes, options.tolerance)
+        rows = verify(fp32, cases, options.runtimes, options.tolerance)
         print(format_rows(rows, options.tolerance))
         bad = [row for row in rows if not row['ok']]
         if bad:
@@ -253,8 +306,108 @@ def run_export(options: ExportOptions) -> List[Dict[str, Any]]:
                 f'{"x".join(map(str, worst["input"]))}); {options.out} was '
                 'not written'
             )
-    print(f'wrote {options.out}')
+        files = {options.out: fp32}
+        if options.int8:
+            files.update(quantize_and_verify(options, model, cfg, fp32))
+        write_outputs(
+            {
+                out: functools.partial(shutil.move, src)
+                for out, src in files.items()
+            }
+        )
+    print('wrote ' + ', '.join(map(str, files)))
     return rows
+
+
+def calib_split(options: ExportOptions, cfg) -> str:
+    """``--calib-split``, by default the config's calib split if it has
+    one, else train."""
+    split = options.calib_split or (
+        'calib' if 'calib_dataloader' in cfg else 'train'
+    )
+    if f'{split}_dataloader' not in cfg:
+        raise UsageError(
+            f'--calib-split {split}: the config has no {split}_dataloader'
+        )
+    return split
+
+
+def quantize_and_verify(
+    options: ExportOptions, model, cfg, fp32: Path
+) -> Dict[Path, Path]:
+    """The INT8 graph of every runtime, calibrated and evaluated against
+    the FP32 graph; returns ``{output: its file}`` or raises
+    :class:`VerificationError`."""
+    import onnx
+
+    split = calib_split(options, cfg)
+    images = calibration_images(
+        options.task, model, cfg, split, options.calib_images, options.seed
+    )
+    kept = fp32_nodes(onnx.load(fp32), options.keep_fp32, options.int8_scope)
+    print(
+        f'INT8: calibrating on {len(images)} {split} images; FP32: '
+        f'{", ".join(options.keep_fp32) or "-"} ({len(kept)} products), '
+        f'scope {options.int8_scope}',
+        flush=True,
+    )
+    metric = METRICS[options.task][0]
+    first = options.runtimes[0]
+    rows = [
+        dict(
+            runtime=first,
+            precision='fp32',
+            file=options.out,
+            value=metric_points(options.task, model, cfg, fp32, first),
+        )
+    ]
+    files = {}
+    for runtime in options.runtimes:
+        paths = int8_paths(options.out, runtime)
+        int8 = fp32.with_name('model.int8' + INT8_SUFFIXES[runtime])
+        QUANTIZERS[runtime](fp32, int8, images, kept, options.calib_method)
+        files.update(zip(paths, [int8, int8.with_suffix('.bin')]))
+        rows.append(
+            dict(
+                runtime=runtime,
+                precision='int8',
+                file=paths[0],
+                value=metric_points(options.task, model, cfg, int8, runtime),
+            )
+        )
+    reference = rows[0]['value']
+    print(f'| runtime | precision | file | {metric} | vs FP32 |')
+    print('| --- | --- | --- | ---: | ---: |')
+    for row in rows:
+        row['drop'] = reference - row['value']
+        change = f'{-row["drop"]:+.2f}' if row['precision'] == 'int8' else '-'
+        print(
+            f'| {row["runtime"]} | {row["precision"]} | {row["file"]} | '
+            f'{row["value"]:.2f} | {change} |'
+        )
+    worst = max(rows, key=lambda row: row['drop'])
+    if worst['drop'] > options.max_drop:
+        raise VerificationError(
+            f'INT8 in {worst["runtime"]} loses {worst["drop"]:.2f} points of '
+            f'{metric}, more than --max-drop {options.max_drop:g}; nothing '
+            'was written (docs/user_guides/deploy.md#int8)'
+        )
+    return files
+
+
+def metric_points(task: str, model, cfg, graph: Path, runtime: str) -> float:
+    """The task's metric (:data:`METRICS`) of ``graph`` in ``runtime`` on
+    the config's test split, in points."""
+    metric, points = METRICS[task]
+    values = evaluate(
+        DeployedModel(task, model, make_session(graph, runtime)), cfg
+    )
+    if metric not in values:
+        raise ValueError(
+            f"the config's test evaluator gives {list(values)}; INT8 is "
+            f'verified with {metric}'
+        )
+    return points * values[metric]
 
 
 def describe_backbone(model) -> str:

@@ -147,30 +147,49 @@ def exportable(net: nn.Module) -> nn.Module:
 def build_from_config(cfg: Config) -> nn.Module:
     """Build ``cfg.model`` in its config's registry scope, eval mode, with
     SyncBN turned into BN (no process group in one inference process); the
-    weights stay at their initialisation (``init_weights`` is not run)."""
+    weights stay at their initialisation (``init_weights`` is not run). A
+    top-level ``data_preprocessor`` (mmpretrain's configs) is the model's
+    unless it has its own, as the Runner does."""
     scope = cfg.get('default_scope', 'mmengine')
     if cfg.get('custom_imports'):
         from mmengine.utils import import_modules_from_strings
 
         import_modules_from_strings(**cfg['custom_imports'])
+    model_cfg = copy.deepcopy(cfg.model)
+    if cfg.get('data_preprocessor') is not None:
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
     with DefaultScope.overwrite_default_scope(scope):
-        model = MODELS.build(cfg.model)
+        model = MODELS.build(model_cfg)
     return revert_sync_batchnorm(model).eval()
 
 
 def load_model(
     config: str, checkpoint: str, cfg_options: Optional[dict] = None
-) -> Tuple[nn.Module, Optional[str]]:
+) -> Tuple[nn.Module, Config]:
     """The model of ``config`` with the weights of ``checkpoint``, eval
-    mode (the backbone's structure is the checkpoint's), and the config's
-    registry scope."""
+    mode (the backbone's structure is the checkpoint's), and the config."""
     cfg = Config.fromfile(config)
     if cfg_options:
         cfg.merge_from_dict(cfg_options)
     follow_backbone_width(cfg, checkpoint)
     model = build_from_config(cfg)
     load_fitting(model, checkpoint, config, logger='silent')
-    return model, cfg.get('default_scope')
+    return model, cfg
+
+
+def check_task(task: str, model: nn.Module, scope: Optional[str]) -> None:
+    """Raise ``ValueError`` unless ``model``, of the toolbox ``scope``,
+    has the network of ``task``."""
+    if task != 'backbone' and scope != TASK_SCOPES[task]:
+        raise ValueError(
+            f'task {task} needs a {TASK_SCOPES[task]} config; '
+            f'this one is {scope}'
+        )
+    if task == 'detr' and not hasattr(model, 'forward_transformer'):
+        raise ValueError(
+            f'task detr needs a DETR-like detector; the '
+            f'config builds a {type(model).__name__}'
+        )
 
 
 def build_network(
@@ -178,21 +197,12 @@ def build_network(
 ) -> nn.Module:
     """The tensor network of ``task`` around a loaded ``model`` of the
     toolbox ``scope``."""
-    if task != 'backbone' and scope != TASK_SCOPES[task]:
-        raise ValueError(
-            f'task {task} needs a {TASK_SCOPES[task]} config; '
-            f'this one is {scope}'
-        )
+    check_task(task, model, scope)
     if task == 'classifier':
         return ClassifierNet(model).eval()
     if task == 'backbone':
         return BackboneNet(model.backbone).eval()
     if task == 'detr':
-        if not hasattr(model, 'forward_transformer'):
-            raise ValueError(
-                f'task detr needs a DETR-like detector; the '
-                f'config builds a {type(model).__name__}'
-            )
         return DETRNet(model).eval()
     return SegmentorNet(model).eval()
 
