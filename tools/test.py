@@ -195,7 +195,7 @@ def run_test(args: argparse.Namespace) -> dict:
     cfg.load_from = None  # loaded below, strictly
     if not runtime:
         follow_backbone_width(cfg, args.checkpoint)
-        take_checkpoint_structure(cfg, args.checkpoint)
+    take_checkpoint_structure(cfg, args.checkpoint)
     try:
         metrics = _build_and_test(cfg, args, runtime)
     finally:
