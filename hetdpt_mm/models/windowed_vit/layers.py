@@ -1,0 +1,135 @@
+"""Building blocks of HetDPTWindowedViT: SAM's / ViTDet's attention (timm's
+``vision_transformer_sam``) in windows or over the whole map, and its
+HetDPT variants.
+
+A block is pre-norm like a ViT block, on an NHWC map::
+
+    x = x + Attn(LN1(x))      # within windows of window_size, or global
+    x = x + fc2(GELU(fc1(LN2(x))))
+
+Which attention, activation and FFN a block is built with follows the one
+decision of :func:`~hetdpt_mm.models.layers.choose_block_layers`, exactly as
+for ViT blocks; the block itself is the ViT's
+(:class:`~hetdpt_mm.models.layers.HetDPTBlock`): its norms, FFN, drop paths
+and residual GELU act on the last dimension, so they take the map as it is.
+"""
+
+from typing import Tuple
+
+import torch
+import torch.nn as nn
+from timm.models import vision_transformer_sam as timm_sam
+
+from ..gates import GatedResidualBranch
+from ..layers import (
+    AttentionBypass,
+    GatedHetDPTBlock,
+    HetDPTBlock,
+    assemble_block,
+    choose_block_layers,
+)
+
+
+class WindowedAttention(timm_sam.Attention):
+    """timm's SAM attention with decomposed relative positions
+    (``rel_pos_h``, ``rel_pos_w``) on an NHWC map: within non-overlapping
+    windows of ``window_size`` (the map padded with zeros at the bottom and
+    right, as SAM, ViTDet and mmpretrain pad it) or, with ``window_size=0``,
+    over the whole map.
+
+    Args:
+        window_size: side of the windows; 0: global attention.
+        input_size: ``(H, W)`` of the map the tables of a global attention
+            are made for (a window's: the window); other maps read them
+            interpolated, as the references do.
+        **timm_args: ``num_heads``, ``qkv_bias``, ``attn_drop``,
+            ``proj_drop``, ``use_rel_pos``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        window_size: int = 0,
+        input_size: Tuple[int, int] = (14, 14),
+        **timm_args,
+    ):
+        size = (window_size, window_size) if window_size else input_size
+        super().__init__(dim, num_heads, input_size=size, **timm_args)
+        self.window_size = window_size
+
+    def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        if not self.window_size:
+            return super().forward(x)
+        height, width = x.shape[1:3]
+        windows, padded = timm_sam.window_partition(x, self.window_size)
+        return timm_sam.window_unpartition(
+            super().forward(windows), self.window_size, (height, width), padded
+        )
+
+
+class GatedWindowedAttention(GatedResidualBranch, WindowedAttention):
+    """Windowed or global attention behind a straight-through gate."""
+
+    def __init__(self, *args, **kwargs):
+        WindowedAttention.__init__(self, *args, **kwargs)
+        self.init_gate()
+
+
+class AttentionFirst:
+    """A timm ``Block`` whose attention is ``attn_layer(dim, num_heads,
+    **attn_args)``: timm's Block cannot pass window arguments, so a
+    placeholder without tensors stands in while it builds the rest."""
+
+    def __init__(
+        self, dim: int, num_heads: int, attn_layer, attn_args, **block_args
+    ):
+        attn = attn_layer(dim, num_heads, **attn_args)
+        super().__init__(
+            dim, num_heads, attn_layer=AttentionBypass, **block_args
+        )
+        self.attn = attn
+
+
+class WindowedBlock(AttentionFirst, HetDPTBlock):
+    """A pre-norm block on an NHWC map; ``residual_gelu`` ends it with a
+    GELU on the residual stream (blocks with both layers removed in released
+    HetDPT models)."""
+
+
+class GatedWindowedBlock(AttentionFirst, GatedHetDPTBlock):
+    """Search-form block: its gates decide at run time whether the residual
+    GELU applies, following ``residual_gelu``."""
+
+
+def build_windowed_block(
+    form: str,
+    attn_removed: bool,
+    act_removed: bool,
+    removed_attn_output: str,
+    residual_gelu: str,
+    **block_args,
+) -> nn.Module:
+    """Build one block of the given form (layer types from
+    :func:`~hetdpt_mm.models.layers.choose_block_layers`; ``block_args``:
+    :class:`WindowedBlock`'s, ``attn_args`` those of
+    :class:`WindowedAttention`)."""
+    layers = choose_block_layers(
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        residual_gelu,
+        WindowedAttention,
+        GatedWindowedAttention,
+    )
+    return assemble_block(
+        layers,
+        form,
+        attn_removed,
+        act_removed,
+        removed_attn_output,
+        block_type=WindowedBlock,
+        gated_block_type=GatedWindowedBlock,
+        **block_args,
+    )
