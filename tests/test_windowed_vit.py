@@ -7,6 +7,7 @@ pruned and merged; every checkpoint layout loads whole; the family's own
 rules (refusals, layer-wise decay, MACs).  The family contract:
 test_family_contract.py."""
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -17,6 +18,8 @@ from mmengine.registry import DefaultScope
 from hetdpt_mm.analysis import count_macs
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.record import with_record
+from hetdpt_mm.deploy.networks import BackboneNet, output_names
+from hetdpt_mm.deploy.runtimes import export_onnx, make_session
 from hetdpt_mm.models import HetDPTWindowedViT
 from hetdpt_mm.models.windowed_vit.stock_args import build_vitdet
 from hetdpt_mm.spec import PruneSpec
@@ -356,3 +359,36 @@ def test_layer_macs_are_the_traced_matmuls(spec):
     )
     traced = count_macs(network, torch.randn(1, 3, 64, 64)).matmul
     assert analytic == pytest.approx(traced, abs=4)
+
+
+def test_exports_to_onnx_runtime_and_openvino(tmp_path):
+    """The merged network's graph, at a size whose windows are padded and
+    whose global tables are resampled (dynamic batch; a dynamic size exports
+    too, in minutes: docs/user_guides/sam_vitdet.md), in both runtimes.
+    OpenVINO resamples antialiased bicubic otherwise than PyTorch: the
+    position embedding as mmpretrain's and ViTDet's."""
+    network = HetDPTWindowedViT(
+        **HetDPTWindowedViT.SMALL_ARGS,
+        prune_spec=dict(attn_removed=[1, 5], act_removed=[0, 5]),
+        merged=True,
+        out_indices=(2, 5),
+        pos_embed_antialias=False,
+    )
+    net = BackboneNet(randomize(network)).eval()
+    path = tmp_path / 'windowed.onnx'
+    size = (40, 48)
+    export_onnx(
+        net,
+        torch.randn(2, 3, *size),
+        path,
+        output_names('backbone', 2),
+        dynamic_hw=False,
+    )
+    for runtime in ('onnxruntime', 'openvino'):
+        run = make_session(path, runtime)
+        for batch in (1, 3):
+            image = torch.randn(batch, 3, *size)
+            with torch.no_grad():
+                want = net(image)
+            for got, expected in zip(run(image.numpy()), want, strict=True):
+                np.testing.assert_allclose(got, expected, atol=1e-4)

@@ -264,6 +264,16 @@ class HetDPTWindowedViT(HetDPTBackbone):
         windowed = set(self.window_blocks)
         return [i for i in range(self.depth) if i not in windowed]
 
+    def layer_types(self) -> Dict[str, Tuple[str, List[int]]]:
+        """The kinds, and the attention split by where it attends:
+        ``attn_window`` and ``attn_global`` (MAP's three layer types with
+        ``act``; docs/user_guides/sam_vitdet.md)."""
+        return dict(
+            super().layer_types(),
+            attn_window=(ATTN, self.window_blocks),
+            attn_global=(ATTN, self.global_blocks),
+        )
+
     def _build_structure(
         self, spec: PruneSpec, form: str, semantics: Mapping
     ) -> None:

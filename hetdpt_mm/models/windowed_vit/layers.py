@@ -18,6 +18,8 @@ from typing import Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
+from timm.layers import is_exporting
 from timm.models import vision_transformer_sam as timm_sam
 
 from ..gates import GatedResidualBranch
@@ -30,18 +32,54 @@ from ..layers import (
 )
 
 
+def relative_positions(size: int, table: torch.Tensor) -> torch.Tensor:
+    """``(size, size, head_dim)``: the table's row for each query-key
+    offset of a ``size``-long axis, the ``(2L - 1)``-row table linearly
+    resampled to ``2 * size - 1`` rows where they differ (as timm's and
+    SAM's ``get_rel_pos`` for equal query and key sizes; always in an
+    exported graph, whose sizes are dynamic)."""
+    length = 2 * size - 1
+    if is_exporting() or table.shape[0] != length:
+        table = F.interpolate(table.T[None], size=length, mode='linear')[0].T
+    offsets = torch.arange(size, device=table.device)
+    return table[offsets[:, None] - offsets[None, :] + size - 1]
+
+
+def decomposed_bias(
+    query: torch.Tensor,
+    rel_pos_h: torch.Tensor,
+    rel_pos_w: torch.Tensor,
+    size: Tuple[int, int],
+) -> torch.Tensor:
+    """MViTv2's decomposed relative positions as an additive attention
+    bias ``(B, heads, N, N)`` for queries ``(B, heads, N, head_dim)`` of an
+    ``(H, W)`` map: ``q . R_h[dh] + q . R_w[dw]``."""
+    height, width = size
+    grid = query.unflatten(2, (height, width))
+    rel_h = torch.einsum(
+        'bnhwc,hkc->bnhwk', grid, relative_positions(height, rel_pos_h)
+    )
+    rel_w = torch.einsum(
+        'bnhwc,wkc->bnhwk', grid, relative_positions(width, rel_pos_w)
+    )
+    bias = rel_h[..., :, None] + rel_w[..., None, :]
+    return bias.flatten(4).flatten(2, 3)
+
+
 class WindowedAttention(timm_sam.Attention):
-    """timm's SAM attention with decomposed relative positions
-    (``rel_pos_h``, ``rel_pos_w``) on an NHWC map: within non-overlapping
-    windows of ``window_size`` (the map padded with zeros at the bottom and
-    right, as SAM, ViTDet and mmpretrain pad it) or, with ``window_size=0``,
-    over the whole map.
+    """timm's SAM attention (its parameters: ``qkv``, ``proj``, the
+    decomposed relative position tables ``rel_pos_h``, ``rel_pos_w``) on an
+    NHWC map: within non-overlapping windows of ``window_size`` (the map
+    padded with zeros at the bottom and right, as SAM, ViTDet and
+    mmpretrain pad it) or, with ``window_size=0``, over the whole map; one
+    fused ``scaled_dot_product_attention`` on 4-D queries, which ONNX
+    exports.
 
     Args:
         window_size: side of the windows; 0: global attention.
         input_size: ``(H, W)`` of the map the tables of a global attention
             are made for (a window's: the window); other maps read them
-            interpolated, as the references do.
+            resampled, as the references do.
         **timm_args: ``num_heads``, ``qkv_bias``, ``attn_drop``,
             ``proj_drop``, ``use_rel_pos``.
     """
@@ -60,12 +98,34 @@ class WindowedAttention(timm_sam.Attention):
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         if not self.window_size:
-            return super().forward(x)
+            return self.attend(x)
         height, width = x.shape[1:3]
         windows, padded = timm_sam.window_partition(x, self.window_size)
         return timm_sam.window_unpartition(
-            super().forward(windows), self.window_size, (height, width), padded
+            self.attend(windows), self.window_size, (height, width), padded
         )
+
+    def attend(self, x: torch.Tensor) -> torch.Tensor:
+        """Self-attention over each ``(B, H, W, C)`` map."""
+        batch, height, width, _ = x.shape
+        qkv = self.qkv(x).reshape(batch, height * width, 3, self.num_heads, -1)
+        query, key, value = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        bias = (
+            decomposed_bias(
+                query, self.rel_pos_h, self.rel_pos_w, (height, width)
+            )
+            if self.use_rel_pos
+            else None
+        )
+        out = F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=bias,
+            dropout_p=self.attn_drop.p if self.training else 0.0,
+        )
+        out = out.transpose(1, 2).reshape(batch, height, width, -1)
+        return self.proj_drop(self.proj(out))
 
 
 class GatedWindowedAttention(GatedResidualBranch, WindowedAttention):
