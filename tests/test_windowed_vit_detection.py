@@ -3,15 +3,24 @@ demo config (configs/demo/mask-rcnn_hetdpt-vitdet_demo.py, built on the full
 ViTDet config with mmdet's projects/ViTDet arguments) starts from a merged
 backbone checkpoint, trains two iterations and tests on the toy COCO set;
 mmdet's ``init_detector`` rebuilds the pruned backbone from the trained
-checkpoint alone, with the config's dense backbone and no backbone file."""
+checkpoint alone, with the config's dense backbone and no backbone file.
+The full configs (ViTDet's Mask R-CNN, the SAM encoder's UperNet) take one
+training step."""
 
 import os
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import randomize_
+from helpers import (
+    build_model,
+    detection_batch,
+    randomize_,
+    segmentation_batch,
+    with_masks,
+)
 from mmengine.config import Config
+from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
 from hetdpt_demo.data import make_detection
@@ -101,3 +110,46 @@ def test_init_detector_rebuilds_the_pruned_backbone(trained, tmp_path):
     want = inference_detector(runner.model, image).pred_instances
     torch.testing.assert_close(got.scores, want.scores)
     torch.testing.assert_close(got.bboxes, want.bboxes)
+
+
+FULL_SPEC = PruneSpec(12, attn_removed=[2, 4, 11], act_removed=[0, 4, 9])
+
+
+@pytest.mark.parametrize(
+    'config, batch',
+    [
+        (
+            'mask-rcnn_hetdpt_vitdet-b_simplefpn_lsj-100e_coco.py',
+            lambda: with_masks(detection_batch([(64, 64)] * 2, 80)),
+        ),
+        (
+            'upernet_hetdpt_sam-b_ade20k.py',
+            lambda: segmentation_batch([(64, 64)] * 2, 150),
+        ),
+    ],
+)
+def test_full_configs_train_one_step(config, batch, one_thread):
+    """The full ViT-B configs, merged with a spec removing global and
+    windowed attention, at 64x64: one optimizer step (layer-wise decay for
+    the detector), then a prediction."""
+    cfg = Config.fromfile(ROOT / 'configs' / config)
+    cfg.model.backbone.update(
+        init_cfg=None, prune_spec=FULL_SPEC.to_dict(), merged=True
+    )
+    preprocessor = cfg.model.data_preprocessor
+    if 'batch_augments' in preprocessor:
+        preprocessor.batch_augments[0].size = (64, 64)
+    if 'size' in preprocessor:
+        preprocessor.size = (64, 64)
+    model = build_model(cfg)
+    model.init_weights()
+    assert (model.backbone.form, model.backbone.prune_spec) == (
+        'merged',
+        FULL_SPEC,
+    )
+    with DefaultScope.overwrite_default_scope(cfg.default_scope):
+        optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    log_vars = model.train().train_step(batch(), optim_wrapper)
+    assert torch.isfinite(log_vars['loss'])
+    with torch.no_grad():
+        assert len(model.eval().test_step(batch())) == 2
