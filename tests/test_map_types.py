@@ -240,3 +240,21 @@ def test_fit_map_tool_over_three_types(tmp_path, capsys):
     assert 'speedup >= 1.2x: remove' in out
     best = json.loads(saved.read_text())['full']['best']
     assert best['counts'] == [4, 0, 0]
+
+
+def test_collected_points_count_each_type(tmp_path):
+    """A points row of a windowed ViT also counts its attention by type,
+    which the three-type reader takes."""
+    model = tiny_classifier()
+    model.backbone.set_spec(PruneSpec(6, attn_removed=[0, 2], act_removed=[1]))
+    runner = fake_runner(model)
+    runner.work_dir = str(tmp_path)
+    hook = MAPCollectHook(schedule='attn', selection='LowestGateScore')
+    hook._state = dict(rows=[], removed=[], max_removed=2)
+    hook._evaluate = lambda runner: 50.0
+    hook._record_point(runner)
+    points = load_type_points(tmp_path / 'map_points.csv', TYPES, 6)
+    assert points[0].counts == (1, 1, 1) and points[0].accuracy == 50.0
+    text = (tmp_path / 'map_points.csv').read_text().splitlines()
+    row = next(csv.DictReader(text))
+    assert (row['n_attn'], row['n_act']) == ('2', '1')
