@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 from helpers import REPO, fake_runner, load_tool
+from mmengine.registry import DefaultScope
 from mmpretrain.registry import MODELS
 
 from hetdpt_mm.hooks import HetDPTPruneHook
@@ -148,18 +149,19 @@ def test_cost_aware_budget_prices_global_attention_at_1024(tmp_path):
 
 
 def tiny_classifier():
-    return MODELS.build(
-        dict(
-            type='ImageClassifier',
-            backbone=dict(
-                type='HetDPTWindowedViT',
-                **HetDPTWindowedViT.SMALL_ARGS,
-                gated=True,
-            ),
-            neck=dict(type='GlobalAveragePooling'),
-            head=dict(type='LinearClsHead', num_classes=10, in_channels=32),
-        )
+    """A classifier on the contract's small windowed ViT, gated."""
+    model = dict(
+        type='ImageClassifier',
+        backbone=dict(
+            type='HetDPTWindowedViT',
+            **HetDPTWindowedViT.SMALL_ARGS,
+            gated=True,
+        ),
+        neck=dict(type='GlobalAveragePooling'),
+        head=dict(type='LinearClsHead', num_classes=10, in_channels=32),
     )
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        return MODELS.build(model)
 
 
 def run_hook(hook, runner):
