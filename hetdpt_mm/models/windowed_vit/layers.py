@@ -55,15 +55,22 @@ def decomposed_bias(
     bias ``(B, heads, N, N)`` for queries ``(B, heads, N, head_dim)`` of an
     ``(H, W)`` map: ``q . R_h[dh] + q . R_w[dw]``."""
     height, width = size
-    grid = query.unflatten(2, (height, width))
-    rel_h = torch.einsum(
-        'bnhwc,hkc->bnhwk', grid, relative_positions(height, rel_pos_h)
+    batch = query.shape[0] * query.shape[1]
+    grid = query.reshape(batch, height, width, -1)
+    # Batched over the rows (then the columns): q . R[offset] for every key
+    # row (column), as matrix products.
+    by_row = grid.transpose(0, 1).flatten(1, 2)
+    rel_h = torch.matmul(
+        by_row, relative_positions(height, rel_pos_h).transpose(1, 2)
     )
-    rel_w = torch.einsum(
-        'bnhwc,wkc->bnhwk', grid, relative_positions(width, rel_pos_w)
+    rel_h = rel_h.unflatten(1, (batch, width)).transpose(0, 1)
+    by_column = grid.permute(2, 0, 1, 3).flatten(1, 2)
+    rel_w = torch.matmul(
+        by_column, relative_positions(width, rel_pos_w).transpose(1, 2)
     )
+    rel_w = rel_w.unflatten(1, (batch, height)).permute(1, 2, 0, 3)
     bias = rel_h[..., :, None] + rel_w[..., None, :]
-    return bias.flatten(4).flatten(2, 3)
+    return bias.reshape(*query.shape[:2], height * width, height * width)
 
 
 class WindowedAttention(timm_sam.Attention):
