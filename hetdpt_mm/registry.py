@@ -16,6 +16,9 @@ from .checkpoint.safe_load import StateDictMismatch
 FAMILIES: Dict[str, Type] = {}
 #: Toolbox -> {name: builder}: modules registered in that toolbox only.
 TOOLBOX_MODULES: Dict[str, Dict[str, Callable]] = {}
+#: Toolbox -> {name: builder}: registered only where that toolbox has no
+#: module of the name (mmdet's ViTDet parts, which its wheel lacks).
+TOOLBOX_FALLBACKS: Dict[str, Dict[str, Callable]] = {}
 
 
 def get_family(name: str) -> Type:
@@ -118,8 +121,8 @@ def toolbox_model_registries():
 
 
 def register_all_modules():
-    """Register every family and :data:`TOOLBOX_MODULES` in the installed
-    toolboxes."""
+    """Register every family, :data:`TOOLBOX_MODULES` and the missing
+    :data:`TOOLBOX_FALLBACKS` in the installed toolboxes."""
     registries = toolbox_model_registries()
     for registry in registries.values():
         for backbone in FAMILIES.values():
@@ -130,3 +133,8 @@ def register_all_modules():
                 registries[toolbox].register_module(
                     name=name, force=True, module=builder
                 )
+    for toolbox, modules in TOOLBOX_FALLBACKS.items():
+        registry = registries.get(toolbox)
+        for name, builder in modules.items():
+            if registry is not None and name not in registry.module_dict:
+                registry.register_module(name=name, module=builder)

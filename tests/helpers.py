@@ -175,6 +175,20 @@ def build_model(cfg):
         return MODELS.build(cfg.model)
 
 
+def with_masks(data):
+    """Box-filling instance masks, for Mask R-CNN."""
+    from mmdet.structures.mask import BitmapMasks
+
+    for sample in data['data_samples']:
+        h, w = sample.img_shape
+        boxes = sample.gt_instances.bboxes.round().long()
+        masks = torch.zeros(len(boxes), h, w, dtype=torch.uint8)
+        for mask, (x1, y1, x2, y2) in zip(masks, boxes.tolist()):
+            mask[y1:y2, x1:x2] = 1
+        sample.gt_instances.masks = BitmapMasks(masks.numpy(), h, w)
+    return data
+
+
 def detection_batch(shapes, num_classes):
     generator = torch.Generator().manual_seed(0)
     inputs, samples = [], []

@@ -25,6 +25,7 @@ from helpers import (
     detection_batch,
     randomize_,
     segmentation_batch,
+    with_masks,
 )
 from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
@@ -461,20 +462,6 @@ def recipe_config(recipe, checkpoint, tmp_path):
     config = tmp_path / 'recipe.py'
     config.write_text(as_deit_tiny(recipe, checkpoint))
     return Config.fromfile(config)
-
-
-def with_masks(data):
-    """Box-filling instance masks, for Mask R-CNN."""
-    from mmdet.structures.mask import BitmapMasks
-
-    for sample in data['data_samples']:
-        h, w = sample.img_shape
-        boxes = sample.gt_instances.bboxes.round().long()
-        masks = torch.zeros(len(boxes), h, w, dtype=torch.uint8)
-        for mask, (x1, y1, x2, y2) in zip(masks, boxes.tolist()):
-            mask[y1:y2, x1:x2] = 1
-        sample.gt_instances.masks = BitmapMasks(masks.numpy(), h, w)
-    return data
 
 
 def train_one_step(cfg, data):

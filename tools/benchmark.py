@@ -73,8 +73,9 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
         '--family',
         choices=sorted(FAMILIES),
         help='backbone: HetDPTViT (default), HetDPTSwin '
-        '(specs index the blocks of all stages) or '
-        'HetDPTLayerScaleViT (DeiT-III, DINOv2)',
+        '(specs index the blocks of all stages), '
+        'HetDPTLayerScaleViT (DeiT-III, DINOv2) or HetDPTWindowedViT '
+        '(windowed_vit: SAM, ViTDet)',
     )
     model.add_argument(
         '--arch',
@@ -84,7 +85,9 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
         '(default base) or a JSON dict (embed_dims, depths, '
         'num_heads[, mlp_ratio]); layerscale_vit: '
         'deit3-*, dinov2-* (default dinov2-base) or a JSON '
-        'dict (the vit keys[, ffn])',
+        'dict (the vit keys[, ffn]); windowed_vit: base/large/huge '
+        '(default base) or a JSON dict (the vit keys, '
+        'global_attn_indexes)',
     )
     model.add_argument(
         '--spec',

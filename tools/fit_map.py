@@ -15,6 +15,10 @@ Examples (from the repository root)::
         --cost analytic --arch deit-base --img-size 800 1216 --speedup 1.3 1.5
     python tools/fit_map.py points.csv --depth 12 --cost measured.json \
         --speedup 1.5          # see hetdpt_mm.pruning.cost.MeasuredCost
+    # three layer types of SAM ViT-B: windowed, global attention, GELUs
+    python tools/fit_map.py points.csv --depth 12 --budget 6 \
+        --types attn_window attn_global act --family windowed_vit \
+        --arch base --cost analytic --img-size 1024 1024 --speedup 1.3
 
 Outputs are written atomically, only after every input has been validated,
 never over an input, and an existing output is kept unless ``--force``.
@@ -42,16 +46,22 @@ from hetdpt_mm.pruning import (
     CostModel,
     MAPFit,
     MeasuredCost,
+    TypeCost,
     allocate,
     allocate_for_accuracy,
     allocate_for_speedup,
+    allocate_types,
+    allocate_types_for_speedup,
     count_name,
     fit_map,
+    fit_types,
     format_candidates,
     load_points_and_kind,
+    load_type_points,
     resolve_bounds,
     smallest_budget_reaching,
 )
+from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import ACT, FFN, KIND_NAMES
 from hetdpt_mm.visualization import figure_formats, plot_map_fit
 
@@ -80,9 +90,19 @@ class FitMapOptions:
     save_fit: Optional[Path] = None
     save_allocation: Optional[Path] = None
     force: bool = False
+    types: Sequence[str] = ()
+    family: Optional[str] = None
 
     def __post_init__(self):
+        if self.types or self.family:
+            return self._check_types()
         analytic = self.cost == 'analytic'
+        if self.arch is not None and self.arch not in ARCH_PRESETS:
+            raise UsageError(
+                f'--arch {self.arch!r}: one of '
+                f"{', '.join(sorted(ARCH_PRESETS))} (a family's arch with "
+                '--types and --family)'
+            )
         if analytic and self.arch is None:
             raise UsageError(
                 '--cost analytic needs --arch '
@@ -96,6 +116,27 @@ class FitMapOptions:
             raise UsageError('--speedup and --min-accuracy need --cost')
         if self.save_allocation is not None and self.budget is None:
             raise UsageError('--save-allocation needs --budget')
+
+    def _check_types(self) -> None:
+        if len(self.types) < 3 or self.family not in FAMILIES:
+            raise UsageError(
+                '--types names three or more layer types and needs --family '
+                f'(one of {", ".join(sorted(FAMILIES))}), whose blocks they '
+                'count'
+            )
+        given = [
+            name
+            for name, value in (
+                ('--min-accuracy', self.min_accuracy),
+                ('--plot', self.plot),
+                ('--save-fit', self.save_fit),
+            )
+            if value
+        ]
+        if given:
+            raise UsageError(f'{", ".join(given)}: for two types only')
+        if self.speedup and self.cost is None:
+            raise UsageError('--speedup needs --cost')
 
     @property
     def bound_choices(self) -> List[str]:
@@ -264,8 +305,85 @@ def cost_section(
 # -------------------------------------------------------------------- run --
 
 
+def run_type_map(options: FitMapOptions) -> None:
+    """MAP over ``--types`` of a ``--family`` network: fit, the budget's
+    split, the speedup targets under the family's analytic MACs at
+    ``--img-size`` (or a measured per-type cost), then the outputs."""
+    import torch
+
+    check_outputs(options)
+    family = FAMILIES[options.family]
+    with torch.device('meta'):
+        network = family(arch=options.arch or family.DEFAULT_ARCH)
+    types = network.layer_types()
+    unknown = sorted(set(options.types) - set(types))
+    if unknown:
+        raise UsageError(
+            f'--types {unknown}: {family.__name__} counts {sorted(types)}'
+        )
+    types = {name: types[name] for name in options.types}
+    cost = None
+    if options.cost == 'analytic':
+        size = options.img_size or network.build_args()['img_size']
+        macs = family.codec.layer_macs(network.build_args(), tuple(size))
+        cost = TypeCost.from_layer_macs(macs, types)
+    elif options.cost is not None:
+        cost = TypeCost.from_json(options.cost)
+    points = load_type_points(options.points, options.types, options.depth)
+    fit = fit_types(points, options.types, options.depth, options.degrees)
+    sizes = {name: len(blocks) for name, (_, blocks) in types.items()}
+    sections = [
+        f'MAP of {", ".join(options.types)} ({sizes} layers) on '
+        f'{len(points)} points from {options.points} (depth '
+        f'{options.depth}), {len(fit.points)} distinct; the polynomial '
+        f'takes the types some point removes: {", ".join(fit.fitted)}',
+        fit.format_table(),
+        fit.format_polynomial(),
+    ]
+    allocations = {}
+    for bounds in options.bound_choices if options.budget is not None else ():
+        allocations[bounds] = allocate_types(
+            fit, options.budget, sizes, bounds, cost
+        )
+        sections.append(
+            f'budget {options.budget}, bounds {bounds}:\n'
+            + allocations[bounds].format_table()
+        )
+    if cost is not None:
+        lines = [f'cost: {cost.describe()}']
+        for target in options.speedup:
+            best = allocate_types_for_speedup(
+                fit, sizes, cost, target, options.bounds
+            ).best
+            lines.append(
+                f'speedup >= {target:g}x: remove '
+                f'{dict(zip(options.types, best.counts))}, '
+                f'{best.speedup:.3f}x, predicted {best.predicted_accuracy:.3f}'
+                + (' (extrapolated)' if best.extrapolated else '')
+            )
+        sections.append('\n'.join(lines))
+    contents = {}
+    if options.save_allocation is not None:
+        contents[options.save_allocation] = (
+            json.dumps(
+                {
+                    bounds: json.loads(allocation.to_json())
+                    for bounds, allocation in allocations.items()
+                },
+                indent=2,
+            )
+            + '\n'
+        )
+    print('\n\n'.join(sections))
+    write_outputs(contents, exclusive=not options.force)
+    for name, path in options.outputs.items():
+        print(f'wrote {path} ({name})')
+
+
 def run_fit_map(options: FitMapOptions) -> None:
     """Fit, allocate, print the report, then write the requested outputs."""
+    if options.types:
+        return run_type_map(options)
     check_outputs(options)
     cost = build_cost(options)
     points, t_kind = load_points_and_kind(options.points, depth=options.depth)
@@ -379,8 +497,20 @@ def parse_args(argv: Optional[Sequence[str]]) -> FitMapOptions:
     )
     parser.add_argument(
         '--arch',
-        choices=sorted(ARCH_PRESETS),
-        help='architecture for --cost analytic',
+        help='architecture for --cost analytic: '
+        f'{", ".join(sorted(ARCH_PRESETS))}; with --family, a preset of '
+        'that family',
+    )
+    parser.add_argument(
+        '--types',
+        nargs='+',
+        help='MAP over three or more layer types of --family (columns '
+        'n_<type>), e.g. attn_window attn_global act',
+    )
+    parser.add_argument(
+        '--family',
+        choices=sorted(FAMILIES),
+        help='with --types: the network whose blocks the types count',
     )
     parser.add_argument(
         '--img-size',

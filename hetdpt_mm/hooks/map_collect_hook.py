@@ -162,12 +162,13 @@ class MAPCollectHook(GateHookBase):
         """Validate the schedule against the network and the epochs."""
         max_epochs = runner.train_loop.max_epochs
         name = self.schedule.name
+        types = self.backbone(runner).layer_types()
         if self.max_removed is None:
             # As many steps as the epochs allow, until a kind runs out.
             kinds = self.schedule.kinds(max_epochs // self.interval)
             steps = 0
             while steps < len(kinds) and not self._too_many(
-                start, kinds[: steps + 1]
+                start, kinds[: steps + 1], types
             ):
                 steps += 1
             if steps == 0:
@@ -177,7 +178,9 @@ class MAPCollectHook(GateHookBase):
                     f'schedule {name!r} on {start}'
                 )
             return steps
-        too_many = self._too_many(start, self.schedule.kinds(self.max_removed))
+        too_many = self._too_many(
+            start, self.schedule.kinds(self.max_removed), types
+        )
         if too_many:
             raise ValueError(
                 f'MAPCollectHook: schedule {name!r} with max_removed='
@@ -193,14 +196,25 @@ class MAPCollectHook(GateHookBase):
         return self.max_removed
 
     @staticmethod
-    def _too_many(start: PruneSpec, kinds) -> str:
-        """What ``kinds`` removes beyond what ``start`` has left, else ''."""
-        for kind in LAYER_KINDS:
-            present = len(removable_blocks(start, kind))
-            if kinds.count(kind) > present:
+    def _too_many(start: PruneSpec, kinds, types) -> str:
+        """What ``kinds`` (kinds or layer types of ``types``) removes beyond
+        what ``start`` has left, else ''."""
+        for name in dict.fromkeys([*LAYER_KINDS, *kinds]):
+            kind, blocks = types.get(name, (name, range(start.depth)))
+            present = len(
+                [i for i in removable_blocks(start, kind) if i in blocks]
+            )
+            # A kind counts the removals of its layer types too.
+            wanted = (
+                sum(types.get(k, (k,))[0] == kind for k in kinds)
+                if name == kind
+                else kinds.count(name)
+            )
+            if wanted > present:
+                of = '' if name == kind else f' ({name})'
                 return (
-                    f'removes {kinds.count(kind)} {KIND_NAMES[kind]} '
-                    f'layers, but only {present} are present'
+                    f'removes {wanted} {KIND_NAMES[kind]} layers{of}, but '
+                    f'only {present} are present'
                 )
         # Whole-branch removal keeps one branch of every block.
         branches = kinds.count(ATTN) + kinds.count(FFN)
@@ -217,7 +231,20 @@ class MAPCollectHook(GateHookBase):
     ) -> None:
         """The kinds removed must be gated, and MAP's ``t`` counts GELUs or
         FFN branches, not both."""
-        kinds = set(self.schedule.kinds(max_removed))
+        types = backbone.layer_types()
+        kinds = {
+            types.get(name, (name,))[0]
+            for name in self.schedule.kinds(max_removed)
+        }
+        unknown = sorted(
+            set(self.schedule.kinds(max_removed)) - set(types) - set(kinds)
+        )
+        if unknown:
+            raise ValueError(
+                f'MAPCollectHook: schedule {self.schedule.name!r} names '
+                f'{unknown}, not layer types of {type(backbone).__name__} '
+                f'({sorted(types)})'
+            )
         self.check_gates(
             backbone, sorted(kinds), f'schedule {self.schedule.name!r}'
         )
@@ -379,8 +406,13 @@ class MAPCollectHook(GateHookBase):
     def _remove_next_layer(self, runner) -> None:
         backbone = self.backbone(runner)
         step = len(self._state['removed']) + 1
-        kind = self.schedule.kinds(step)[-1]
-        present = removable_blocks(backbone.prune_spec, kind)
+        name = self.schedule.kinds(step)[-1]
+        kind, blocks = backbone.layer_types()[name]
+        present = [
+            i
+            for i in removable_blocks(backbone.prune_spec, kind)
+            if i in blocks
+        ]
         decision, _ = self.select_and_close(backbone, kind, present)
         runner.logger.info(f'MAPCollectHook step {step}: {decision.table}')
         self._state['removed'].append([kind, decision.index])
@@ -414,7 +446,8 @@ class MAPCollectHook(GateHookBase):
 
     def _record_point(self, runner) -> None:
         accuracy = self._evaluate(runner)
-        spec = self.backbone(runner).prune_spec
+        backbone = self.backbone(runner)
+        spec = backbone.prune_spec
         kind = self.t_kind
         a = (spec.depth - spec.n_attn) / spec.depth
         t = (spec.depth - len(spec.removed(kind))) / spec.depth
@@ -429,6 +462,11 @@ class MAPCollectHook(GateHookBase):
             'removed_attn': ' '.join(map(str, spec.attn_removed)),
             f'removed_{kind}': ' '.join(map(str, spec.removed(kind))),
         }
+        # A family's layer types (a windowed ViT's attention split by where
+        # it attends): MAP over them reads these columns.
+        for name, (of_kind, blocks) in backbone.layer_types().items():
+            if name not in LAYER_KINDS:
+                row[f'n_{name}'] = len(set(spec.removed(of_kind)) & {*blocks})
         self._state['rows'].append(row)
         self._write_points(runner)
         runner.logger.info(
@@ -441,9 +479,17 @@ class MAPCollectHook(GateHookBase):
         if not is_main_process():
             return
         text = io.StringIO()
+        rows = self._state['rows']
+        types = (
+            [k for k in rows[:1][0] if k not in self.point_columns]
+            if rows
+            else []
+        )
         writer = csv.DictWriter(
-            text, fieldnames=self.point_columns, lineterminator='\n'
+            text,
+            fieldnames=[*self.point_columns, *types],
+            lineterminator='\n',
         )
         writer.writeheader()
-        writer.writerows(self._state['rows'])
+        writer.writerows(rows)
         atomic_write_text(self.points_path(runner), text.getvalue())

@@ -10,12 +10,23 @@ the hook's ``map_kinds`` is refused then with :class:`MAPKindsError`.
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from ..fileio import read_json_file
-from ..pruning import MAPFit, allocate, fit_map, load_points_and_kind
+from ..pruning import (
+    MAPFit,
+    allocate,
+    allocate_types,
+    fit_map,
+    fit_types,
+    load_points_and_kind,
+    load_type_points,
+)
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS
 
 __all__ = ['MAPKindsError', 'check_count_sources', 'resolve_counts']
 
-#: The kind pairs MAP's retained ratios ``(a, t)`` can count.
+#: The kind pairs MAP's retained ratios ``(a, t)`` can count; three or
+#: more names are layer types (``backbone.layer_types()``, e.g. a windowed
+#: ViT's ``('attn_window', 'attn_global', 'act')``), fitted by
+#: :func:`~hetdpt_mm.pruning.fit_types`.
 MAP_KINDS = ((ATTN, ACT), (ATTN, FFN))
 #: What ``t`` counts, by the kind of its layers.
 T_COUNTS = {ACT: 'GELUs', FFN: 'FFN branches'}
@@ -53,10 +64,12 @@ def check_count_sources(
         )
     if counts is not None:
         counts = dict(counts)
-        if not {ATTN, ACT} <= set(counts) <= set(LAYER_KINDS):
+        attention = [name for name in counts if name.startswith(ATTN)]
+        if ACT not in counts or not attention:
             raise ValueError(
-                f'counts must be dict(attn=..., act=...) '
-                f'(and ffn=...), got {counts}'
+                'counts must be dict(attn=..., act=...) (and ffn=...; a '
+                "windowed ViT's attention also as attn_window=..., "
+                f'attn_global=...), got {counts}'
             )
         if budget is not None:
             raise ValueError(
@@ -67,10 +80,15 @@ def check_count_sources(
             f'{sources[0]} needs a budget (total number of layers to remove)'
         )
     map_kinds = tuple(map_kinds)
-    if map_kinds not in MAP_KINDS:
+    if map_kinds not in MAP_KINDS and len(map_kinds) < 3:
         raise ValueError(
-            f"map_kinds must be ('attn', 'act') or "
-            f"('attn', 'ffn'), got {map_kinds}"
+            f"map_kinds must be ('attn', 'act'), ('attn', 'ffn') or three "
+            f"or more layer types ('attn_window', 'attn_global', 'act'), "
+            f'got {map_kinds}'
+        )
+    if len(map_kinds) > 2 and map_points is None:
+        raise ValueError(
+            f'map_kinds {map_kinds}: MAP over layer types fits map_points'
         )
     return counts, map_kinds
 
@@ -86,17 +104,34 @@ def resolve_counts(
     map_kinds: Tuple[str, str],
     bounds,
     degrees: Sequence[int],
+    types: Mapping[str, Tuple[str, Sequence[int]]],
 ) -> Dict[str, int]:
-    """The layers to remove per kind at ``depth``: the given counts, or
-    MAP's allocation of ``budget`` (logged with the fit)."""
+    """The layers to remove per kind (or layer type of ``types``, the
+    backbone's) at ``depth``: the given counts, or MAP's allocation of
+    ``budget`` (logged with the fit)."""
     if counts is not None:
-        counts = {kind: counts[kind] for kind in LAYER_KINDS if kind in counts}
+        counts = {
+            name: counts[name]
+            for name in (*LAYER_KINDS, *types)
+            if name in counts
+        }
         _check_count_values(counts, depth)
         logger.info(
             'HetDPT prune counts (given): '
             + ' '.join(f'{kind}={value}' for kind, value in counts.items())
         )
         return counts
+    if len(map_kinds) > 2:
+        return _type_counts(
+            depth,
+            logger,
+            map_points,
+            budget,
+            map_kinds,
+            bounds,
+            degrees,
+            types,
+        )
     t_kind = map_kinds[1]
     if map_points is not None:
         points, recorded = load_points_and_kind(
@@ -133,6 +168,39 @@ def resolve_counts(
     resolved = {ATTN: allocation.n_attn, ACT: 0}
     resolved[t_kind] = allocation.n_act
     return resolved
+
+
+def _type_counts(
+    depth: int,
+    logger,
+    map_points: str,
+    budget: int,
+    map_kinds: Tuple[str, ...],
+    bounds,
+    degrees: Sequence[int],
+    types: Mapping[str, Tuple[str, Sequence[int]]],
+) -> Dict[str, int]:
+    """MAP's split of ``budget`` over three or more layer types (the names
+    of ``map_kinds``, ``types`` the backbone's)."""
+    unknown = sorted(set(map_kinds) - set(types))
+    if unknown:
+        raise MAPKindsError(
+            f'HetDPTPruneHook: map_kinds names {unknown}, which are not '
+            f'layer types of this backbone ({sorted(types)})'
+        )
+    points = load_type_points(map_points, map_kinds, depth)
+    fit = fit_types(points, map_kinds, depth, degrees)
+    sizes = {name: len(types[name][1]) for name in map_kinds}
+    allocation = allocate_types(fit, budget, sizes, bounds)
+    logger.info(
+        f'HetDPT MAP of {map_kinds} from points {map_points} '
+        f'({len(fit.points)} points), degree by leave-2-out CV:\n'
+        f'{fit.format_table()}\n{fit.format_polynomial()}\n'
+        f'allocation of budget {budget} at depth {depth}:\n'
+        f'{allocation.format_table()}\n'
+        f'HetDPT prune counts (MAP): {allocation.counts()}'
+    )
+    return allocation.counts()
 
 
 def _check_recorded_kind(

@@ -34,7 +34,10 @@ class HetDPTPruneHook(GateHookBase):
 
     Args:
         counts: layers to remove per kind: ``dict(attn=n_attn,
-            act=n_act)``, with whole-branch removal also ``ffn=n_ffn``.
+            act=n_act)``, with whole-branch removal also ``ffn=n_ffn``; a
+            family's layer types (``backbone.layer_types()``) count apart:
+            a windowed ViT's ``attn_window=..., attn_global=..., act=...``,
+            each chosen within its own blocks.
         map_points: a MAP points file (CSV/JSON, see
             :func:`hetdpt_mm.pruning.load_points`); the counts are MAP's
             allocation of ``budget``.
@@ -44,7 +47,10 @@ class HetDPTPruneHook(GateHookBase):
             ``map_fit``).
         map_kinds: the two kinds MAP's retained ratios ``(a, t)`` count:
             ``('attn', 'act')`` (the paper's) or ``('attn', 'ffn')``
-            (whole-branch removal: ``t`` counts the FFN branches kept).
+            (whole-branch removal: ``t`` counts the FFN branches kept); or
+            three or more layer types, e.g. ``('attn_window',
+            'attn_global', 'act')``, whose points file has an
+            ``n_<type>`` column each (:func:`~hetdpt_mm.pruning.fit_types`).
             A points file whose columns count the other pair (``n_ffn`` /
             ``n_act``), or a fit whose ``t_kind`` does, is refused before
             training (:class:`~.prune_counts.MAPKindsError`); ratios alone
@@ -133,13 +139,17 @@ class HetDPTPruneHook(GateHookBase):
         self.order: List[str] = []
         self.positions: List[int] = []
         self.candidates: Dict[str, List[int]] = {}
+        self.types: Dict[str, tuple] = {}
         self.decisions: List[Dict] = []
 
     # ------------------------------------------------------------ helpers
-    def _resolve_counts(self, depth: int, logger) -> Dict[str, int]:
+    def _resolve_counts(
+        self, depth: int, logger, types: Optional[Mapping] = None
+    ) -> Dict[str, int]:
         return resolve_counts(
             depth,
             logger,
+            types=types or {},
             counts=self.counts_cfg,
             map_points=self.map_points,
             map_fit=self.map_fit,
@@ -149,12 +159,15 @@ class HetDPTPruneHook(GateHookBase):
             degrees=self.degrees,
         )
 
-    def _resolve_candidates(self, depth: int) -> Dict[str, List[int]]:
+    def _resolve_candidates(
+        self, depth: int, types: Mapping
+    ) -> Dict[str, List[int]]:
         resolved = {}
-        for kind in LAYER_KINDS:
+        for name in (*LAYER_KINDS, *self.counts):
+            kind, blocks = types.get(name, (name, range(depth)))
             given = (self.candidates_cfg or {}).get(kind)
             if given is None:
-                resolved[kind] = list(range(depth))
+                resolved[name] = list(blocks)
                 continue
             # A spec removing exactly the candidates validates them as
             # block indices of this depth.
@@ -166,12 +179,12 @@ class HetDPTPruneHook(GateHookBase):
                 )
             except (TypeError, ValueError) as error:
                 raise type(error)(f'candidates[{kind!r}]: {error}') from error
-            resolved[kind] = list(spec.removed(kind))
-            if len(resolved[kind]) < self.counts.get(kind, 0):
+            resolved[name] = [i for i in spec.removed(kind) if i in blocks]
+            if len(resolved[name]) < self.counts.get(name, 0):
                 raise ValueError(
-                    f'{self.counts[kind]} {kind} layers are to be removed '
+                    f'{self.counts[name]} {name} layers are to be removed '
                     f'but candidates[{kind!r}] lists only '
-                    f'{len(resolved[kind])}: {resolved[kind]}'
+                    f'{len(resolved[name])} of them: {resolved[name]}'
                 )
         return resolved
 
@@ -192,20 +205,38 @@ class HetDPTPruneHook(GateHookBase):
         if self.log_score_grads:
             self._watch_score_grads(runner, backbone)
         depth = backbone.depth
-        self.counts = self._resolve_counts(depth, runner.logger)
+        types = backbone.layer_types()
+        self.counts = self._resolve_counts(depth, runner.logger, types)
+        unknown = sorted(set(self.counts) - set(types) - set(LAYER_KINDS))
+        if unknown:
+            raise ValueError(
+                f'HetDPTPruneHook: counts name {unknown}, which are not layer '
+                f'types of {type(backbone).__name__} ({sorted(types)})'
+            )
+        self.types = {
+            name: types.get(name, (name, range(depth))) for name in self.counts
+        }
+        removed = {
+            kind: sum(
+                count
+                for name, count in self.counts.items()
+                if self.types[name][0] == kind
+            )
+            for kind in LAYER_KINDS
+        }
         self.check_gates(
             backbone,
-            [kind for kind, count in self.counts.items() if count],
+            [kind for kind, count in removed.items() if count],
             f'counts={self.counts}',
         )
-        branches = self.counts[ATTN] + self.counts.get(FFN, 0)
+        branches = removed[ATTN] + removed[FFN]
         if self.counts.get(FFN) and branches > depth:
             raise ValueError(
                 f'counts={self.counts} remove {branches} branches of '
                 f'{depth} blocks, but whole-branch removal keeps one branch '
                 f'of every block: attn + ffn must be at most {depth}'
             )
-        self.candidates = self._resolve_candidates(depth)
+        self.candidates = self._resolve_candidates(depth, types)
         self.order = self.schedule.order(self.counts)
         iters_per_epoch = len(runner.train_dataloader)
         self.positions = (
@@ -361,14 +392,15 @@ class HetDPTPruneHook(GateHookBase):
 
     def _remove_next(self, runner, step: int) -> None:
         number = len(self.decisions)
-        kind = self.order[number]
+        name = self.order[number]
+        kind = self.types[name][0]
         backbone = self.backbone(runner)
         if number == 0:
             self._snapshot_teacher(runner)
         spec = backbone.prune_spec
         closed_before = list(spec.removed(kind))
         removable = removable_blocks(spec, kind)
-        open_candidates = [i for i in self.candidates[kind] if i in removable]
+        open_candidates = [i for i in self.candidates[name] if i in removable]
         decision, rank_choices = self.select_and_close(
             backbone, kind, open_candidates
         )
@@ -391,6 +423,8 @@ class HetDPTPruneHook(GateHookBase):
                 if backbone.gates(k)
             },
         )
+        if name != kind:  # a layer type of the family (attn_global, ...)
+            record['type'] = name
         self.decisions.append(record)
         epoch = f' (epoch {record["epoch"]})' if self.schedule.by_epoch else ''
         ranks = (

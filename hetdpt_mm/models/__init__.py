@@ -1,5 +1,12 @@
+from timm.layers import LayerNorm2d
+
 from ..presets import ARCH_PRESETS
-from ..registry import FAMILIES, TOOLBOX_MODULES, get_family
+from ..registry import (
+    FAMILIES,
+    TOOLBOX_FALLBACKS,
+    TOOLBOX_MODULES,
+    get_family,
+)
 from . import heads  # noqa: F401  registers PretrainedHeads
 from .family import HetDPTBackbone
 from .layerscale_vit.backbone import HetDPTLayerScaleViT
@@ -9,6 +16,9 @@ from .swin.backbone import HetDPTSwin
 from .swin.stock_args import SWIN_ARCH_PRESETS
 from .vit.backbone import HetDPTViT
 from .vit.state_dict import convert_state_dict, merge_ffn_weights
+from .windowed_vit.backbone import HetDPTWindowedViT
+from .windowed_vit.codec import WINDOWED_ARCH_PRESETS
+from .windowed_vit.stock_args import build_vitdet
 
 __all__ = [
     'ARCH_PRESETS',
@@ -17,8 +27,10 @@ __all__ = [
     'HetDPTLayerScaleViT',
     'HetDPTSwin',
     'HetDPTViT',
+    'HetDPTWindowedViT',
     'LAYERSCALE_ARCH_PRESETS',
     'SWIN_ARCH_PRESETS',
+    'WINDOWED_ARCH_PRESETS',
     'convert_state_dict',
     'get_family',
     'merge_ffn_weights',
@@ -38,6 +50,21 @@ TOOLBOX_MODULES.setdefault('mmdet', {})['FusedAttentionDETR'] = (
 )
 # mmpretrain's DeiT3 (mmdet / mmseg configs reach it as mmpretrain's).
 TOOLBOX_MODULES.setdefault('mmpretrain', {})['HetDPTDeiT3'] = build_deit3
+# mmdet's ViTDet backbone (projects/ViTDet, not in mmdet's wheel).
+TOOLBOX_MODULES['mmdet']['HetDPTViTDet'] = build_vitdet
+
+
+def build_simple_fpn(**kwargs):
+    """Builds :class:`~hetdpt_mm.models.simple_fpn.SimpleFPN`, importing
+    mmcv's conv modules only when a config asks for one."""
+    from .simple_fpn import SimpleFPN
+
+    return SimpleFPN(**kwargs)
+
+
+# ViTDet's neck and its norm, where mmdet lacks them (its projects/ViTDet
+# registers its own when imported first).
+TOOLBOX_FALLBACKS['mmdet'] = dict(SimpleFPN=build_simple_fpn, LN2d=LayerNorm2d)
 
 
 def toolbox_builder(family, toolbox: str):

@@ -201,6 +201,15 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         """Constructor arguments that fix the shapes of this network."""
         return dict(self._build_args)
 
+    def layer_types(self) -> Dict[str, Tuple[str, List[int]]]:
+        """The layer types MAP and the prune hook count, by name: a spec
+        kind and its blocks.  Each of :attr:`REMOVABLE_KINDS` over every
+        block, and the partitions of a kind a family adds (the windowed
+        ViTs' ``attn_window`` and ``attn_global``), which specs and records
+        never name."""
+        blocks = list(range(self.depth))
+        return {kind: (kind, blocks) for kind in self.REMOVABLE_KINDS}
+
     def _frozen_modules(self) -> List[nn.Module]:
         """The modules ``frozen_stages`` keeps in eval mode."""
         return []

@@ -47,11 +47,18 @@ _TIE_ORDER = (ACT, FFN, ATTN)
 
 
 def removal_order(counts: Mapping[str, int]) -> List[str]:
-    """Interleave the kinds, the one with the larger count first (ties to
-    GELU, then to FFN branches), then the rest of the larger ones."""
+    """Interleave the kinds (or layer types: a windowed ViT's
+    ``attn_window``, ``attn_global``), the one with the larger count first
+    (ties to GELU, then to FFN branches, then to attention types by name),
+    then the rest of the larger ones."""
+
+    def tie(kind: str):
+        position = _TIE_ORDER.index(kind) if kind in _TIE_ORDER else 2
+        return (position, kind != ATTN, kind)
+
     kinds = sorted(
-        (kind for kind in LAYER_KINDS if counts.get(kind)),
-        key=lambda kind: (-counts[kind], _TIE_ORDER.index(kind)),
+        (kind for kind in counts if counts[kind]),
+        key=lambda kind: (-counts[kind], tie(kind)),
     )
     order = []
     for step in range(max((counts[kind] for kind in kinds), default=0)):
@@ -180,13 +187,15 @@ class CyclicSchedule(CollectSchedule):
 
     Args:
         kinds: the repeating pattern of layer kinds, e.g. ``['act', 'act',
-            'attn']``.
+            'attn']``, or of a family's layer types (a windowed ViT's
+            ``'attn_window'``, ``'attn_global'``).
     """
 
     def __init__(self, kinds: Sequence[str]):
         kinds = tuple(kinds)
-        if not kinds or any(kind not in LAYER_KINDS for kind in kinds):
-            raise ValueError(f'kinds must be a list of {LAYER_KINDS}')
+        # A family's layer types split a kind: attn_window, attn_global.
+        if not kinds or any(k.split('_')[0] not in LAYER_KINDS for k in kinds):
+            raise ValueError(f'kinds must be a list of {LAYER_KINDS} or types')
         self.pattern = kinds
 
     @property

@@ -47,11 +47,16 @@ def resolve_arch(arch: Union[str, Mapping]) -> Dict:
 
 
 def recognizes(state: Mapping) -> bool:
-    # LayerScale ViTs are their own family (HetDPTLayerScaleViT).
+    # LayerScale ViTs (HetDPTLayerScaleViT) and windowed ViTs
+    # (HetDPTWindowedViT: SAM, ViTDet) are their own families.
     return (
-        vit_state_dict.is_vit_state_dict(state)
-        or vit_state_dict.is_openmmlab_vit_state_dict(state)
-    ) and not vit_state_dict.has_layer_scale(state)
+        (
+            vit_state_dict.is_vit_state_dict(state)
+            or vit_state_dict.is_openmmlab_vit_state_dict(state)
+        )
+        and not vit_state_dict.has_layer_scale(state)
+        and not vit_state_dict.has_window_keys(state)
+    )
 
 
 def describe_keys() -> str:

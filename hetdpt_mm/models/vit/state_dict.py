@@ -94,6 +94,19 @@ def has_layer_scale(state_dict: Mapping) -> bool:
     )
 
 
+def has_window_keys(state_dict: Mapping) -> bool:
+    """Whether ViT-like weights are a windowed ViT's (SAM's image encoder,
+    ViTDet): decomposed relative positions, an NHWC position embedding or
+    SAM's neck, which a plain ViT has none of."""
+    pos_embed = state_dict.get('pos_embed')
+    return (
+        any(key.endswith('attn.rel_pos_h') for key in state_dict)
+        or getattr(pos_embed, 'ndim', 3) == 4
+        or 'neck.0.weight' in state_dict
+        or 'channel_reduction.0.weight' in state_dict
+    )
+
+
 def is_openmmlab_vit_state_dict(state_dict: Mapping) -> bool:
     return all(k in state_dict for k in OPENMMLAB_VIT_MARKERS) and any(
         map(_OPENMMLAB_BLOCK_KEY.match, state_dict)

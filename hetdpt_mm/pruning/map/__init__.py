@@ -42,6 +42,17 @@ from .points import (
     parse_points,
     points_t_kind,
 )
+from .types import (
+    TypeAllocation,
+    TypeCandidate,
+    TypeCost,
+    TypeFit,
+    TypePoint,
+    allocate_types,
+    allocate_types_for_speedup,
+    fit_types,
+    load_type_points,
+)
 
 __all__ = [
     'MAPPoint',
@@ -69,4 +80,13 @@ __all__ = [
     'allocate_for_speedup',
     'allocate_for_accuracy',
     'smallest_budget_reaching',
+    'TypePoint',
+    'TypeFit',
+    'TypeCost',
+    'TypeCandidate',
+    'TypeAllocation',
+    'load_type_points',
+    'fit_types',
+    'allocate_types',
+    'allocate_types_for_speedup',
 ]

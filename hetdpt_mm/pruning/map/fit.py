@@ -1,6 +1,8 @@
 """The MAP polynomial fit, its degree chosen by leave-2-out CV."""
 
+import functools
 import math
+import operator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import (
@@ -31,28 +33,54 @@ FIT_FORMAT = 'hetdpt_mm.map_fit'
 FIT_FORMAT_VERSION = 1
 
 
-def polynomial_terms(degree: int) -> List[Tuple[int, int]]:
-    """Exponents ``(i, j)`` of ``a^i t^j``, ``i + j <= degree``, by total
-    degree, then by decreasing power of ``a``."""
+def polynomial_terms(degree: int, axes: int = 2) -> List[Tuple[int, ...]]:
+    """Exponents of the monomials of ``axes`` variables up to ``degree``,
+    by total degree, then by decreasing power of the first variable, then
+    of the second, ...: two variables give ``(i, j)`` of ``a^i t^j``."""
     return [
-        (total - j, j) for total in range(degree + 1) for j in range(total + 1)
+        term for total in range(degree + 1) for term in _exponents(total, axes)
     ]
 
 
-def term_name(a_power: int, t_power: int) -> str:
-    """``'1'``, ``'a'``, ``'a^2*t'``, ..."""
+def _exponents(total: int, axes: int) -> List[Tuple[int, ...]]:
+    if axes == 1:
+        return [(total,)]
+    return [
+        (first, *rest)
+        for first in range(total, -1, -1)
+        for rest in _exponents(total - first, axes - 1)
+    ]
+
+
+def term_name(powers: Sequence[int], names: Sequence[str] = ('a', 't')) -> str:
+    """``'1'``, ``'a'``, ``'a^2*t'``, ... (``names``: the variables)."""
     factors = [
         name if power == 1 else f'{name}^{power}'
-        for name, power in (('a', a_power), ('t', t_power))
+        for name, power in zip(names, powers)
         if power
     ]
     return '*'.join(factors) or '1'
 
 
+def monomials(
+    columns: Sequence[np.ndarray], terms: Sequence[Tuple[int, ...]]
+) -> np.ndarray:
+    """The design matrix: each term's product of powers of ``columns``."""
+    return np.stack(
+        [
+            functools.reduce(
+                operator.mul, (c**e for c, e in zip(columns, term))
+            )
+            for term in terms
+        ],
+        axis=-1,
+    )
+
+
 def _design_matrix(
     a: np.ndarray, t: np.ndarray, terms: Sequence[Tuple[int, int]]
 ) -> np.ndarray:
-    return np.stack([a**i * t**j for i, j in terms], axis=-1)
+    return monomials((a, t), terms)
 
 
 def _broadcast(a, t) -> Sequence[np.ndarray]:
@@ -116,13 +144,13 @@ def _average_duplicates(points: Iterable[MAPPoint]) -> Tuple[MAPPoint, ...]:
 
 
 def _score_degree(
-    degree: int, a: np.ndarray, t: np.ndarray, y: np.ndarray
+    degree: int, columns: Sequence[np.ndarray], y: np.ndarray
 ) -> Tuple[DegreeScore, Optional[np.ndarray]]:
-    terms, n = polynomial_terms(degree), len(y)
+    terms, n = polynomial_terms(degree, len(columns)), len(y)
     if len(terms) > n - 2:
         skipped = f'{len(terms)} terms > {n - 2} points per training fold'
         return DegreeScore(degree, len(terms), skipped=skipped), None
-    X = _design_matrix(a, t, terms)
+    X = monomials(columns, terms)
     theta, _, rank, _ = np.linalg.lstsq(X, y, rcond=None)
     # Without full rank the points do not determine the polynomial: the
     # coefficients, and predictions away from the points, would be arbitrary.
@@ -145,6 +173,54 @@ def _score_degree(
     return score, theta
 
 
+def fit_degrees(
+    columns: Sequence[np.ndarray],
+    y: np.ndarray,
+    degrees: Iterable[int],
+    what: str = '(a, t)',
+) -> Tuple[int, Tuple[float, ...], Tuple[DegreeScore, ...]]:
+    """Least squares of ``y`` on the monomials of ``columns`` (one array
+    per variable, one value per distinct point) at the degree of lowest
+    leave-2-out CV RMSE (ties: the lower): ``(degree, coefficients,
+    scores)``; ``what`` names a point's variables in errors."""
+    degrees = _check_degrees(degrees)
+    n = len(y)
+    if n > MAX_CV_POINTS:
+        raise ValueError(
+            f'{n} distinct {what} points: leave-2-out CV is capped '
+            f'at {MAX_CV_POINTS} points '
+            f'({n * (n - 1) // 2} folds here); MAP needs '
+            'one point per split tried, so average repeated measurements or '
+            'subsample'
+        )
+    needed = len(polynomial_terms(degrees[0], len(columns))) + 2
+    if n < needed:
+        raise ValueError(
+            f'MAP needs at least {needed} points to fit degree {degrees[0]} '
+            f'({needed - 2} terms, and leave-2-out CV trains on n - 2 '
+            f'points); got {n} distinct {what} points'
+        )
+    scores, coefficients = [], {}
+    for degree in degrees:
+        score, theta = _score_degree(degree, columns, y)
+        scores.append(score)
+        if theta is not None:
+            coefficients[degree] = theta
+    if not coefficients:
+        reasons = '; '.join(f'degree {s.degree}: {s.skipped}' for s in scores)
+        raise ValueError(
+            f'no degree could be fitted to {n} points ({reasons})'
+        )
+    chosen = min(
+        (s for s in scores if s.skipped is None), key=lambda s: s.cv_rmse
+    )
+    return (
+        chosen.degree,
+        tuple(map(float, coefficients[chosen.degree])),
+        tuple(scores),
+    )
+
+
 def fit_map(
     points: Iterable[Union[MAPPoint, Sequence[float]]],
     degrees: Iterable[int] = (1, 2, 3, 4),
@@ -157,41 +233,12 @@ def fit_map(
         p if isinstance(p, MAPPoint) else MAPPoint(*map(float, p))
         for p in points
     )
-    degrees = _check_degrees(degrees)
-    if len(points) > MAX_CV_POINTS:
-        raise ValueError(
-            f'{len(points)} distinct (a, t) points: leave-2-out CV is capped '
-            f'at {MAX_CV_POINTS} points '
-            f'({len(points) * (len(points) - 1) // 2} folds here); MAP needs '
-            'one point per split tried, so average repeated measurements or '
-            'subsample'
-        )
-    needed = len(polynomial_terms(degrees[0])) + 2
-    if len(points) < needed:
-        raise ValueError(
-            f'MAP needs at least {needed} points to fit degree {degrees[0]} '
-            f'({needed - 2} terms, and leave-2-out CV trains on n - 2 '
-            f'points); got {len(points)} distinct (a, t) points'
-        )
     a, t, y = np.array([(p.a, p.t, p.accuracy) for p in points], float).T
-    scores, coefficients = [], {}
-    for degree in degrees:
-        score, theta = _score_degree(degree, a, t, y)
-        scores.append(score)
-        if theta is not None:
-            coefficients[degree] = theta
-    if not coefficients:
-        reasons = '; '.join(f'degree {s.degree}: {s.skipped}' for s in scores)
-        raise ValueError(
-            f'no degree could be fitted to {len(points)} points ({reasons})'
-        )
-    chosen = min(
-        (s for s in scores if s.skipped is None), key=lambda s: s.cv_rmse
-    )
+    degree, coefficients, scores = fit_degrees((a, t), y, degrees)
     return MAPFit(
-        degree=chosen.degree,
-        coefficients=tuple(map(float, coefficients[chosen.degree])),
-        scores=tuple(scores),
+        degree=degree,
+        coefficients=coefficients,
+        scores=scores,
         points=points,
         t_kind=t_kind,
     )
@@ -234,7 +281,7 @@ class MAPFit:
 
     @property
     def term_names(self) -> List[str]:
-        return [term_name(i, j) for i, j in self.terms]
+        return [term_name(term) for term in self.terms]
 
     @property
     def chosen(self) -> DegreeScore:
@@ -257,11 +304,7 @@ class MAPFit:
     def in_data_hull(self, a, t) -> np.ndarray:
         """Whether ``(a, t)`` lies in the fitted points' convex hull, where
         the polynomial interpolates."""
-        # Rows of `equations` are unit outward normals n and offsets c of
-        # the hull's edges: inside <=> n.x + c <= 0 for every edge.
-        normals, offsets = np.split(self._hull.equations, [2], axis=1)
-        distances = np.stack(_broadcast(a, t), -1) @ normals.T + offsets[:, 0]
-        return np.all(distances <= HULL_TOLERANCE, axis=-1)
+        return inside_hull(self._hull, np.stack(_broadcast(a, t), -1))
 
     @property
     def hull_vertices(self) -> np.ndarray:
@@ -286,7 +329,7 @@ class MAPFit:
             'degree': self.degree,
             'terms': [
                 {
-                    'name': term_name(i, j),
+                    'name': term_name((i, j)),
                     'a_power': i,
                     't_power': j,
                     'coefficient': c,
@@ -346,35 +389,57 @@ class MAPFit:
 
     def format_table(self) -> str:
         """The CV table over degrees, the chosen one marked with ``*``."""
-        lines = [
-            f'{"degree":>7} {"terms":>5} {"cv_mae":>8} {"cv_rmse":>8} '
-            f'{"train_rmse":>10}  note'
-        ]
-        n_folds = len(self.points) * (len(self.points) - 1) // 2
-        for s in self.scores:
-            head = f'{"*" if s.degree == self.degree else " "}{s.degree:>6}'
-            if s.skipped:
-                lines.append(
-                    f'{head} {s.n_terms:>5} {"-":>8} {"-":>8} {"-":>10}  '
-                    f'skipped: {s.skipped}'
-                )
-                continue
-            notes = ['chosen (lowest CV RMSE)'] * (s.degree == self.degree)
-            if s.rank_deficient_folds:
-                notes.append(
-                    f'{s.rank_deficient_folds} of {n_folds} folds '
-                    'rank-deficient'
-                )
-            lines.append(
-                f'{head} {s.n_terms:>5} {s.cv_mae:>8.4f} {s.cv_rmse:>8.4f} '
-                f'{s.train_rmse:>10.4f}  {", ".join(notes)}'.rstrip()
-            )
-        return '\n'.join(lines)
+        return format_cv_table(self.scores, self.degree, len(self.points))
 
     def format_polynomial(self) -> str:
         """``P(a, t) = c0 + c1*a + ...`` with the fitted coefficients."""
-        parts = [
-            f'{c:+.6g}' + ('' if name == '1' else f'*{name}')
-            for c, name in zip(self.coefficients, self.term_names)
-        ]
-        return 'P(a, t) = ' + ' '.join(parts).lstrip('+')
+        return format_polynomial(self.coefficients, self.term_names, 'P(a, t)')
+
+
+def inside_hull(hull: ConvexHull, coords: np.ndarray) -> np.ndarray:
+    """Whether each point of ``coords`` (``(..., dims)``) lies in
+    ``hull``: rows of its ``equations`` are unit outward normals ``n`` and
+    offsets ``c`` of its facets, inside <=> ``n.x + c <= 0`` for each."""
+    normals, offsets = np.split(hull.equations, [hull.ndim], axis=1)
+    distances = coords @ normals.T + offsets[:, 0]
+    return np.all(distances <= HULL_TOLERANCE, axis=-1)
+
+
+def format_cv_table(
+    scores: Sequence[DegreeScore], degree: int, n_points: int
+) -> str:
+    """The CV table over degrees, the chosen ``degree`` marked with ``*``."""
+    lines = [
+        f'{"degree":>7} {"terms":>5} {"cv_mae":>8} {"cv_rmse":>8} '
+        f'{"train_rmse":>10}  note'
+    ]
+    n_folds = n_points * (n_points - 1) // 2
+    for s in scores:
+        head = f'{"*" if s.degree == degree else " "}{s.degree:>6}'
+        if s.skipped:
+            lines.append(
+                f'{head} {s.n_terms:>5} {"-":>8} {"-":>8} {"-":>10}  '
+                f'skipped: {s.skipped}'
+            )
+            continue
+        notes = ['chosen (lowest CV RMSE)'] * (s.degree == degree)
+        if s.rank_deficient_folds:
+            notes.append(
+                f'{s.rank_deficient_folds} of {n_folds} folds rank-deficient'
+            )
+        lines.append(
+            f'{head} {s.n_terms:>5} {s.cv_mae:>8.4f} {s.cv_rmse:>8.4f} '
+            f'{s.train_rmse:>10.4f}  {", ".join(notes)}'.rstrip()
+        )
+    return '\n'.join(lines)
+
+
+def format_polynomial(
+    coefficients: Sequence[float], names: Sequence[str], head: str
+) -> str:
+    """``head = c0 + c1*a + ...`` with the fitted coefficients."""
+    parts = [
+        f'{c:+.6g}' + ('' if name == '1' else f'*{name}')
+        for c, name in zip(coefficients, names)
+    ]
+    return f'{head} = ' + ' '.join(parts).lstrip('+')
