@@ -79,7 +79,9 @@ def initial_structure(
     where given (``None``: not given), else those of the ``init_cfg``
     checkpoint's record ``loaded``, else dense, unmerged and ``defaults``."""
     if loaded is not None:
-        check_family(family, loaded)
+        check_family(family, loaded, convert=True)
+        if loaded.family != family:
+            loaded = None  # a start: its weights, not its structure
     if prune_spec is None and loaded is not None:
         require_known_gelus(loaded)
     if prune_spec is not None or loaded is None:
@@ -142,12 +144,26 @@ def require_known_gelus(loaded: HetDPTRecord) -> None:
         )
 
 
-def check_family(family: str, loaded: HetDPTRecord) -> None:
-    if loaded.family != family:
+def check_family(
+    family: str, loaded: HetDPTRecord, convert: bool = False
+) -> None:
+    """``loaded`` is of ``family``, or (``convert``) dense weights of a
+    family it starts from (a ViTDet from MAE's plain ViT)."""
+    if loaded.family != family and not (convert and is_start(family, loaded)):
         raise StateDictMismatch(
             f'{loaded.source} holds a {loaded.family}: build type='
             f"'{get_family(loaded.family).__name__}'"
         )
+
+
+def is_start(family: str, loaded: HetDPTRecord) -> bool:
+    """Whether ``loaded`` is dense weights of another family that
+    ``family`` starts from (``STARTS_FROM``): a start, not a structure."""
+    return (
+        loaded.family in get_family(family).STARTS_FROM
+        and loaded.form != 'gated'
+        and loaded.spec.is_dense
+    )
 
 
 def settle(
@@ -163,7 +179,9 @@ def settle(
     they load (or, ``convert``, are converted) into it, else ``loaded``'s,
     rebuilt.  Raises naming what does not fit."""
     source = loaded.source
-    check_family(configured.family, loaded)
+    check_family(configured.family, loaded, convert)
+    if loaded.family != configured.family:
+        return configured  # dense weights of a family this one starts from
     check_settings(
         configured.arch, loaded, CONVERTED_ARGS if convert else ADAPTED_ARGS
     )

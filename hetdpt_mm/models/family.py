@@ -109,6 +109,8 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     WIDTH_PRUNABLE: ClassVar[bool] = False
     #: The layer kinds the family removes, which ``gates`` answers.
     REMOVABLE_KINDS: ClassVar[Tuple[str, ...]] = (ATTN, ACT)
+    #: Families whose dense weights start this one (ViTDet from MAE's ViT).
+    STARTS_FROM: ClassVar[Tuple[str, ...]] = ()
     #: Whether it takes ``token_merge`` (docs/user_guides/token_merge.md).
     MERGES_TOKENS: ClassVar[bool] = False
     #: Toolbox -> its stock backbone's defaults that differ from ours.

@@ -129,6 +129,8 @@ class PretrainedLoading:
         record = loaded.record
         structure.settle(self.record(), True, record, convert=True)
         state = loaded.state
+        if record.family != self.family:  # a start: read in our layout
+            state = self.codec.canonical_state(state)
         if record.form == 'gated':
             # A search checkpoint's weights are those of its own spec.
             state = self.convert_weights(

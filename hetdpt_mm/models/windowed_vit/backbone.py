@@ -18,7 +18,6 @@ from timm.layers import (
 from timm.models.vision_transformer import init_weights_vit_timm
 from torch.utils.checkpoint import checkpoint
 
-from ...checkpoint.reader import read_backbone_checkpoint
 from ...spec import ACT, ATTN, PruneSpec
 from ..backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from ..family import HetDPTBackbone
@@ -83,6 +82,7 @@ class HetDPTWindowedViT(HetDPTBackbone):
     """
 
     family = 'windowed_vit'
+    STARTS_FROM = ('vit',)  # MAE's plain ViT starts a ViTDet
     codec = windowed_codec
     RECORD_ARCH_KEYS = frozenset(
         {
@@ -172,7 +172,7 @@ class HetDPTWindowedViT(HetDPTBackbone):
         self.pos_embed_antialias = pos_embed_antialias
         self.with_cp = with_cp
         self.frozen_stages = max(frozen_stages, 0)
-        spec, form, semantics = self._resolve_structure(
+        spec, form, semantics = self._initial_structure(
             depth,
             prune_spec,
             gated,
@@ -353,34 +353,6 @@ class HetDPTWindowedViT(HetDPTBackbone):
             trunc_normal_(self.pos_embed, std=0.02)
         for block in self.blocks:
             block.apply(init_weights_vit_timm)
-
-    def _checkpoint_record(self):
-        record = super()._checkpoint_record()
-        return None if self._plain_vit(record) else record
-
-    @staticmethod
-    def _plain_vit(record) -> bool:
-        """A dense plain ViT's weights (MAE's): a start, not a structure."""
-        return (
-            record is not None
-            and record.family == 'vit'
-            and record.form != 'gated'
-            and record.spec.is_dense
-        )
-
-    def load_pretrained(self, source: str, prefix: Optional[str] = None):
-        peek = read_backbone_checkpoint(source, prefix=prefix, mmap=True)
-        if not self._plain_vit(peek.record):
-            return super().load_pretrained(source, prefix)
-        state = self.convert_weights(
-            windowed_state_dict.canonical_layout(
-                read_backbone_checkpoint(source, prefix=prefix).state
-            ),
-            self.prune_spec,
-            self.form,
-            self.semantics,
-        )
-        self._load_checked(self._adapt_pretrained(state), source)
 
     def _adapt_pretrained(self, state: Dict) -> Dict:
         own = self.state_dict()
