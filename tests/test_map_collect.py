@@ -435,28 +435,28 @@ def test_hook_arguments_are_validated():
             5,
             {},
             ValueError,
-            r'3 steps of 2 epochs need train_cfg.max_epochs >= 6, got 5',
+            'max_epochs >= 6',
         ),
         (
             dict(schedule='attn', interval=1, max_removed=5),
             5,
             {},
             ValueError,
-            r'removes 5 attention layers, but only 4 are present',
+            'removes 5 attn layers',
         ),
         (
             dict(schedule='attn', interval=3),
             2,
             {},
             ValueError,
-            r'no step fits: train_cfg.max_epochs=2, interval=3',
+            'no step fits',
         ),
         (
             dict(schedule='attn'),
             2,
             dict(gated=False),
             TypeError,
-            r"needs backbone=dict\(type='HetDPTViT', gated=True.*pruned form",
+            'gated=True.*pruned form',
         ),
         (
             dict(schedule='attn', calib_images=5000),
@@ -675,8 +675,7 @@ def test_hook_collects_ffn_branch_points(
             dict(schedule='ffn'),
             dict(removed_attn_output='norm'),
             'MissingGatesError',
-            r"schedule 'ffn' asks for ffn removals \(FFN "
-            r"branch\).*removed_attn_output='identity'",
+            'no ffn gates',
         ),
         # A SwiGLU FFN has no GELU.
         (dict(schedule='act'), {}, 'MissingGatesError', r'no act gates'),
@@ -685,7 +684,7 @@ def test_hook_collects_ffn_branch_points(
             dict(schedule=dict(type='cyclic', kinds=['ffn', 'act'])),
             dict(type='HetDPTViT', arch=TINY_ARCH),
             'ValueError',
-            "mixes GELU and FFN-branch removals; MAP's t counts one of them",
+            'act or ffn',
         ),
         # A block keeps one of its two branches: 4 blocks, 5 branches.
         (
@@ -695,8 +694,7 @@ def test_hook_collects_ffn_branch_points(
             ),
             {},
             'ValueError',
-            r'removes 5 attention and FFN branches, '
-            r'but only 4 blocks have both',
+            'removes 5 branches of 4 blocks',
         ),
     ],
 )

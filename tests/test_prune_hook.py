@@ -144,12 +144,7 @@ def test_validation_accepts_a_good_setup():
 def test_schedule_longer_than_the_run_is_rejected():
     runner = fake_runner(tiny_classifier(), max_epochs=2)
     hook = HetDPTPruneHook(counts=dict(attn=1, act=2), stages=1)
-    with pytest.raises(
-        ValueError,
-        match='prune schedule is longer than the '
-        r'training run: its last removal comes after '
-        r'iteration 12 \(epoch 3.*the run has 8 iterations',
-    ):
+    with pytest.raises(ValueError, match='longer than the run'):
         hook.before_train(runner)
 
 
@@ -166,7 +161,7 @@ def test_backbone_must_be_gated_and_start_dense():
         hook.before_train(fake_runner(tiny_classifier(gated=False)))
     model = tiny_classifier()
     model.backbone.set_spec(dict(attn_removed=[1]))
-    with pytest.raises(ValueError, match='starts with closed gates'):
+    with pytest.raises(ValueError, match='closed gates'):
         hook.before_train(fake_runner(model))
 
 
@@ -174,11 +169,14 @@ def test_candidates_must_cover_the_counts():
     hook = HetDPTPruneHook(
         counts=dict(attn=2, act=1), stages=1, candidates=dict(attn=[3])
     )
-    with pytest.raises(
-        ValueError,
-        match=r'2 attn layers are to be removed '
-        r"but candidates\['attn'\] lists only 1",
-    ):
+    with pytest.raises(ValueError, match=r"candidates\['attn'\]"):
+        hook.before_train(fake_runner(tiny_classifier()))
+
+
+def test_counts_of_types_the_backbone_lacks_are_refused():
+    """A plain ViT has no windowed attention to count."""
+    hook = HetDPTPruneHook(counts=dict(attn=1, act=1, attn_window=1))
+    with pytest.raises(ValueError, match='attn_window'):
         hook.before_train(fake_runner(tiny_classifier()))
 
 
@@ -729,5 +727,5 @@ def test_a_merged_file_into_the_gated_config_names_the_fix_error(
     err = capsys.readouterr().err
     assert code == 2
     assert 'HetDPTViT in the merged form' in err
-    assert 'start from a dense or gated checkpoint' in err
+    assert 'gated=True' in err
     assert 'object at 0x' not in err

@@ -312,9 +312,7 @@ def test_prune_hook_follows_a_policy_from_the_config(highest_index):
     resumed.after_load_checkpoint(runner, checkpoint)
     with pytest.raises(
         ValueError,
-        match='saved with selection='
-        "'HighestIndex', this configuration gives "
-        "'LowestGateScore'",
+        match="selection='HighestIndex'",
     ):
         resumed.before_train(runner)
 
@@ -347,11 +345,7 @@ def test_map_hook_takes_the_selection_or_the_calibration_arguments():
     assert MAPCollectHook(calib_images=32).selection.calib_images == 32
     hook = MAPCollectHook(selection=dict(type='LowestGateScore'))
     assert type(hook.selection) is LowestGateScore
-    with pytest.raises(
-        ValueError,
-        match=r"\['calib_images'\] configure the "
-        'default TransferEntropy selection',
-    ):
+    with pytest.raises(ValueError, match='calib_images'):
         MAPCollectHook(calib_images=32, selection='LowestGateScore')
 
 

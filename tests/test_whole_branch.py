@@ -333,18 +333,13 @@ def test_prune_hook_removes_ffn_branches_with_map_counts():
         (
             dict(type='HetDPTViT', arch=TINY),
             dict(attn=1, act=0, ffn=2),
-            r"counts=\{'attn': 1, 'act': 0, 'ffn': 2\} asks for ffn removals "
-            r'\(FFN branch\), but the backbone has no ffn gates: '
-            r'HetDPTViT gates FFN branches only under whole-branch removal'
-            r".*'identity'",
+            'no ffn gates',
         ),
         # A SwiGLU FFN has no GELU to remove.
         (
             dict(type='HetDPTLayerScaleViT', arch=TINY_SWIGLU, **WHOLE),
             dict(attn=1, act=1),
-            r'asks for act removals \(GELU\), but the backbone '
-            r'has no act gates: '
-            r'this HetDPTLayerScaleViT gates none \(a SwiGLU',
+            'no act gates',
         ),
     ],
 )
@@ -385,5 +380,5 @@ def test_prune_hook_refuses_more_branches_than_blocks():
         )
     )
     hook = HetDPTPruneHook(counts=dict(attn=2, act=0, ffn=3), stages=1)
-    with pytest.raises(ValueError, match='remove 5 branches of 4 blocks'):
+    with pytest.raises(ValueError, match='remove 5 branches of 4'):
         hook.before_train(fake_runner(model, max_epochs=6))

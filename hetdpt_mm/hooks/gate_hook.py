@@ -96,23 +96,17 @@ class GateHookBase(HetDPTMetaHook):
         ]
         gated = [backbone for _, form, backbone in found if form == 'gated']
         if len(gated) != 1:
-            described = ', '.join(
-                f'{type(b).__name__} in the {form} form at {prefix!r}'
-                for prefix, form, b in found
-            )
             # A config asking for gated=True gets the structure of a merged
             # or pruned file it loads (load_from, init_cfg).
-            cut = any(form in ('merged', 'pruned') for _, form, _ in found)
-            raise GatedBackboneError(
-                f'{type(self).__name__} removes layers by closing gates: the '
-                "model needs backbone=dict(type='HetDPTViT', gated=True, ...)"
-                f' (exactly one); found: {described or "none"}'
-                + (
-                    '; a merged or pruned checkpoint cannot be searched: '
-                    'start from a dense or gated checkpoint'
-                    if cut
-                    else ''
+            described = (
+                ', '.join(
+                    f'{type(b).__name__} in the {form} form at {prefix!r}'
+                    for prefix, form, b in found
                 )
+                or 'none'
+            )
+            raise GatedBackboneError(
+                f'{self} needs one gated=True backbone, found: {described}'
             )
         return gated[0]
 
@@ -120,29 +114,11 @@ class GateHookBase(HetDPTMetaHook):
         """Raise :class:`MissingGatesError` unless ``backbone`` gates every
         one of ``kinds`` (``asked``: what asks for them, for the message)."""
         for kind in kinds:
-            if kind in backbone.REMOVABLE_KINDS and backbone.gates(kind):
-                continue
-            name = type(backbone).__name__
-            if kind not in backbone.REMOVABLE_KINDS:
-                reason = (
-                    f'{name} removes only {list(backbone.REMOVABLE_KINDS)}'
+            gated = kind in backbone.REMOVABLE_KINDS and backbone.gates(kind)
+            if not gated:
+                raise MissingGatesError(
+                    f'{asked}: no {kind} gates (docs/user_guides/dinov2.md)'
                 )
-            elif kind == FFN:
-                reason = (
-                    f'{name} gates FFN branches only under whole-branch '
-                    'removal: build it with removed_attn_output='
-                    "'identity'"
-                )
-            else:
-                reason = (
-                    f'this {name} gates none (a SwiGLU FFN has no GELU: '
-                    'remove FFN branches, ffn, instead)'
-                )
-            raise MissingGatesError(
-                f'{type(self).__name__}: {asked} asks for {kind} removals '
-                f'({KIND_NAMES[kind]}), but the backbone has no {kind} gates:'
-                f' {reason}'
-            )
 
     def check_wrapper(self, runner) -> None:
         """Closed gates leave parameters without gradients: DDP must expect
@@ -153,10 +129,7 @@ class GateHookBase(HetDPTMetaHook):
             and not model.find_unused_parameters
         ):
             raise ValueError(
-                f'{type(self).__name__} under DistributedDataParallel needs '
-                'find_unused_parameters=True (set `find_unused_parameters = '
-                'True` in the config, or in model_wrapper_cfg): a closed gate '
-                'skips its layer, whose parameters then get no gradient'
+                f'{self} under DDP needs find_unused_parameters=True'
             )
 
     # ----------------------------------------------------------- selection
@@ -172,10 +145,7 @@ class GateHookBase(HetDPTMetaHook):
         self._model = runner.model
         if is_fsdp(runner.model) and not self.selection.sharding_safe:
             raise ValueError(
-                f'{type(self).__name__}: selection {self.selection.name} '
-                'cannot run under sharded training (FSDP): it runs forward '
-                'passes on rank 0 alone; use LowestGateScore, or DDP '
-                '(docs/user_guides/dinov2.md, Sharding)'
+                f'under FSDP use LowestGateScore, not {self.selection.name}'
             )
         if self.selects_here:
             self.selection.setup(runner, backbone)
@@ -245,16 +215,8 @@ class GateHookBase(HetDPTMetaHook):
         if state is None:
             return None
         version = state.pop('version', 1)
-        if (
-            isinstance(version, bool)
-            or not isinstance(version, int)
-            or not 1 <= version <= self.STATE_VERSION
-        ):
-            raise ValueError(
-                f'{type(self).__name__}: unsupported state version '
-                f'{version!r} in meta[{self.STATE_KEY!r}] (this version '
-                f'writes {self.STATE_VERSION}; is the checkpoint newer?)'
-            )
+        if version not in range(1, self.STATE_VERSION + 1):
+            raise ValueError(f'{self}: unsupported state version {version!r}')
         for older in range(version, self.STATE_VERSION):
             state = self.upgrade_state(state, older)
         return state
@@ -266,9 +228,7 @@ class GateHookBase(HetDPTMetaHook):
         for key, value in current.items():
             if state.get(key) != value:
                 raise ValueError(
-                    f'{type(self).__name__}: the checkpoint was saved with '
-                    f'{key}={state.get(key)!r}, this configuration gives '
-                    f'{value!r}; resume with the same setting'
+                    f'resume with {key}={state.get(key)!r}, not {value!r}'
                 )
 
     def check_resumed_gates(
@@ -281,7 +241,5 @@ class GateHookBase(HetDPTMetaHook):
             expected = expected.with_removed(kind, index)
         if backbone.prune_spec != expected:
             raise ValueError(
-                f'{type(self).__name__}: inconsistent resume state: the '
-                f'checkpoint gates give {backbone.prune_spec} but its '
-                f'recorded removals give {expected}'
+                f'gates {backbone.prune_spec} differ from the state {expected}'
             )

@@ -19,7 +19,7 @@ from ..fileio import atomic_write_text
 from ..pruning.schedules import CollectSchedule, build_collect_schedule
 from ..pruning.selection import SelectionPolicy
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, PruneSpec, positive_int
-from .gate_hook import KIND_NAMES, GateHookBase, removable_blocks
+from .gate_hook import GateHookBase, removable_blocks
 
 __all__ = [
     'POINT_COLUMNS',
@@ -121,11 +121,7 @@ class MAPCollectHook(GateHookBase):
         if selection is None:
             selection = dict(type='TransferEntropy', **calibration)
         elif calibration:
-            raise ValueError(
-                f'MAPCollectHook: {sorted(calibration)} configure the default '
-                'TransferEntropy selection; with selection=... give them in '
-                'its config'
-            )
+            raise ValueError(f'{sorted(calibration)} belong in selection=...')
         super().__init__(selection)
         self.schedule = build_collect_schedule(schedule)
         self.interval = positive_int(interval, 'interval')
@@ -172,26 +168,17 @@ class MAPCollectHook(GateHookBase):
             ):
                 steps += 1
             if steps == 0:
-                raise ValueError(
-                    f'MAPCollectHook: no step fits: train_cfg.max_epochs='
-                    f'{max_epochs}, interval={self.interval} epochs, '
-                    f'schedule {name!r} on {start}'
-                )
+                raise ValueError(f'no step fits in max_epochs={max_epochs}')
             return steps
         too_many = self._too_many(
             start, self.schedule.kinds(self.max_removed), types
         )
         if too_many:
-            raise ValueError(
-                f'MAPCollectHook: schedule {name!r} with max_removed='
-                f'{self.max_removed} {too_many} in {start}'
-            )
+            raise ValueError(f'schedule {name!r} {too_many}')
         needed = self.interval * self.max_removed
         if needed > max_epochs:
             raise ValueError(
-                f'MAPCollectHook: {self.max_removed} steps of {self.interval} '
-                f'epochs need train_cfg.max_epochs >= {needed}, got '
-                f'{max_epochs}'
+                f'{self.max_removed} steps need max_epochs >= {needed}'
             )
         return self.max_removed
 
@@ -211,19 +198,14 @@ class MAPCollectHook(GateHookBase):
                 else kinds.count(name)
             )
             if wanted > present:
-                of = '' if name == kind else f' ({name})'
                 return (
-                    f'removes {wanted} {KIND_NAMES[kind]} layers{of}, but '
-                    f'only {present} are present'
+                    f'removes {wanted} {name} layers, only {present} are left'
                 )
         # Whole-branch removal keeps one branch of every block.
         branches = kinds.count(ATTN) + kinds.count(FFN)
         free = len(removable_blocks(start, FFN))
         if FFN in kinds and branches > free:
-            return (
-                f'removes {branches} attention and FFN branches, but '
-                f'only {free} blocks have both (a block keeps one)'
-            )
+            return f'removes {branches} branches of {free} blocks'
         return ''
 
     def _check_kinds(
@@ -236,25 +218,11 @@ class MAPCollectHook(GateHookBase):
             types.get(name, (name,))[0]
             for name in self.schedule.kinds(max_removed)
         }
-        unknown = sorted(
-            set(self.schedule.kinds(max_removed)) - set(types) - set(kinds)
-        )
-        if unknown:
-            raise ValueError(
-                f'MAPCollectHook: schedule {self.schedule.name!r} names '
-                f'{unknown}, not layer types of {type(backbone).__name__} '
-                f'({sorted(types)})'
-            )
         self.check_gates(
             backbone, sorted(kinds), f'schedule {self.schedule.name!r}'
         )
         if FFN in kinds and (ACT in kinds or start.act_removed):
-            raise ValueError(
-                f'MAPCollectHook: schedule {self.schedule.name!r} from '
-                f"{start} mixes GELU and FFN-branch removals; MAP's t "
-                'counts one of them: collect (attn, act) and (attn, ffn) '
-                'points in separate runs'
-            )
+            raise ValueError("MAP's t counts act or ffn: collect them apart")
 
     @property
     def t_kind(self) -> str:
@@ -269,16 +237,9 @@ class MAPCollectHook(GateHookBase):
 
     def _check_runner(self, runner) -> None:
         if not isinstance(runner.train_loop, EpochBasedTrainLoop):
-            raise TypeError(
-                'MAPCollectHook counts steps in epochs: use an epoch based '
-                'train loop (train_cfg=dict(by_epoch=True, ...)), got '
-                f'{type(runner.train_loop).__name__}'
-            )
+            raise TypeError('MAPCollectHook needs an epoch based train loop')
         if runner.val_loop is None:
-            raise ValueError(
-                'MAPCollectHook evaluates every step: the config '
-                'needs val_dataloader, val_cfg and val_evaluator'
-            )
+            raise ValueError('MAPCollectHook needs a val_dataloader')
 
     # --------------------------------------------------------------- state
     def state_dict(self) -> Optional[Dict]:
@@ -320,9 +281,7 @@ class MAPCollectHook(GateHookBase):
             path = self.points_path(runner)
             if is_main_process() and osp.exists(path) and not self.overwrite:
                 raise FileExistsError(
-                    f'MAPCollectHook: {path} already exists (points of an '
-                    'earlier run?); continue that run with --resume, use '
-                    'another --work-dir, or set overwrite=True'
+                    f'{path} exists: --resume or overwrite=True'
                 )
             self.setup_selection(runner, backbone)
             self._state = dict(
@@ -348,11 +307,7 @@ class MAPCollectHook(GateHookBase):
     def _resumed_state(self, runner, backbone) -> Dict:
         state = self.resumed_state()
         if state is None:
-            raise ValueError(
-                'MAPCollectHook: resuming from a checkpoint without MAP '
-                f'collection state (no meta[{STATE_KEY!r}]); resume from a '
-                'checkpoint of the same MAP run or start a new run'
-            )
+            raise ValueError(f'{self}: the checkpoint has no {STATE_KEY}')
         self.check_resumed_settings(
             state,
             dict(
@@ -368,11 +323,7 @@ class MAPCollectHook(GateHookBase):
         state['max_removed'] = self._resolve_max_removed(runner, start)
         self._check_kinds(backbone, start, state['max_removed'])
         if state['max_removed'] < len(state['removed']):
-            raise ValueError(
-                f'MAPCollectHook: the checkpoint has already removed '
-                f'{len(state["removed"])} layers, more than the '
-                f'{state["max_removed"]} steps configured now'
-            )
+            raise ValueError(f'{self}: max_removed < the removals so far')
         return state
 
     def before_train_epoch(self, runner) -> None:
@@ -438,10 +389,7 @@ class MAPCollectHook(GateHookBase):
         metrics = val_loop.evaluator.evaluate(len(val_loop.dataloader.dataset))
         model.train(was_training)
         if self.metric not in metrics:
-            raise KeyError(
-                f'MAPCollectHook: the evaluator returned '
-                f'{sorted(metrics)}, not metric={self.metric!r}'
-            )
+            raise KeyError(f'metric={self.metric!r}: not in {sorted(metrics)}')
         return float(metrics[self.metric])
 
     def _record_point(self, runner) -> None:

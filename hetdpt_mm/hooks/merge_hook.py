@@ -58,19 +58,14 @@ class MergeCheckpointHook(Hook):
 
     def before_train(self, runner) -> None:
         if hetdpt_record(runner.model) is None:
-            raise ValueError(
-                'MergeCheckpointHook needs a model with a HetDPTViT backbone'
-            )
+            raise ValueError('MergeCheckpointHook needs a HetDPT backbone')
         if (
             self.at_each_save
             and is_fsdp(runner.model)
             and not _saves_full_state_dict(runner)
         ):
             raise ValueError(
-                'MergeCheckpointHook(at_each_save=True) under FSDP needs '
-                "whole checkpoints: strategy=dict(type='FSDPStrategy', "
-                "state_dict_cfg='full', ...) (sharded ones hold a shard of "
-                'each weight per rank)'
+                "at_each_save under FSDP needs strategy state_dict_cfg='full'"
             )
         follow_structure_in_ema(runner)  # loading may have rebuilt it
 

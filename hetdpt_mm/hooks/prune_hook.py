@@ -8,7 +8,6 @@ their own type.  Closing a gate keeps every parameter, so the optimizer, its
 state and the DDP wrapper stay valid.  Rank 0 decides and broadcasts
 (:class:`~.gate_hook.GateHookBase`)."""
 
-import math
 import os.path as osp
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
@@ -109,13 +108,9 @@ class HetDPTPruneHook(GateHookBase):
         counts, map_kinds = check_count_sources(
             counts, map_points, map_fit, budget, map_kinds
         )
-        if candidates is not None:
-            unknown = set(candidates) - set(LAYER_KINDS)
-            if unknown:
-                raise ValueError(
-                    f'candidates keys must be some of '
-                    f'{LAYER_KINDS}, got {sorted(unknown)}'
-                )
+        unknown = sorted(set(candidates or ()) - set(LAYER_KINDS))
+        if unknown:
+            raise ValueError(f'candidates keys {unknown}: use {LAYER_KINDS}')
         super().__init__(selection)
         self.schedule = build_prune_schedule(
             schedule, stages=stages, by_epoch=by_epoch, prune_epoch=prune_epoch
@@ -181,11 +176,7 @@ class HetDPTPruneHook(GateHookBase):
                 raise type(error)(f'candidates[{kind!r}]: {error}') from error
             resolved[name] = [i for i in spec.removed(kind) if i in blocks]
             if len(resolved[name]) < self.counts.get(name, 0):
-                raise ValueError(
-                    f'{self.counts[name]} {name} layers are to be removed '
-                    f'but candidates[{kind!r}] lists only '
-                    f'{len(resolved[name])} of them: {resolved[name]}'
-                )
+                raise ValueError(f'candidates[{kind!r}] are fewer than counts')
         return resolved
 
     # -------------------------------------------------------------- hooks
@@ -195,24 +186,16 @@ class HetDPTPruneHook(GateHookBase):
         if is_fsdp(runner.model) and getattr(
             unwrap_model(runner.model), 'wants_teacher_snapshot', False
         ):
-            raise ValueError(
-                'HetDPTPruneHook: the self-distillation teacher snapshot '
-                '(HetDPTDistillClassifier) copies the model, which under FSDP '
-                'holds one shard per rank; train without it or under DDP '
-                '(docs/user_guides/dinov2.md, Sharding)'
-            )
+            raise ValueError('no teacher snapshot under FSDP: use DDP')
         self.setup_selection(runner, backbone)
         if self.log_score_grads:
             self._watch_score_grads(runner, backbone)
         depth = backbone.depth
         types = backbone.layer_types()
-        self.counts = self._resolve_counts(depth, runner.logger, types)
-        unknown = sorted(set(self.counts) - set(types) - set(LAYER_KINDS))
+        unknown = set(self.counts_cfg or ()) - set(types) - set(LAYER_KINDS)
         if unknown:
-            raise ValueError(
-                f'HetDPTPruneHook: counts name {unknown}, which are not layer '
-                f'types of {type(backbone).__name__} ({sorted(types)})'
-            )
+            raise ValueError(f'counts {sorted(unknown)}: no such layer types')
+        self.counts = self._resolve_counts(depth, runner.logger, types)
         self.types = {
             name: types.get(name, (name, range(depth))) for name in self.counts
         }
@@ -231,11 +214,7 @@ class HetDPTPruneHook(GateHookBase):
         )
         branches = removed[ATTN] + removed[FFN]
         if self.counts.get(FFN) and branches > depth:
-            raise ValueError(
-                f'counts={self.counts} remove {branches} branches of '
-                f'{depth} blocks, but whole-branch removal keeps one branch '
-                f'of every block: attn + ffn must be at most {depth}'
-            )
+            raise ValueError(f'counts remove {branches} branches of {depth}')
         self.candidates = self._resolve_candidates(depth, types)
         self.order = self.schedule.order(self.counts)
         iters_per_epoch = len(runner.train_dataloader)
@@ -245,14 +224,8 @@ class HetDPTPruneHook(GateHookBase):
             else []
         )
         if self.positions and self.positions[-1] > runner.max_iters:
-            last = self.positions[-1]
             raise ValueError(
-                f'the prune schedule is longer than the training run: its '
-                f'last removal comes after iteration {last} (epoch '
-                f'{math.ceil(last / iters_per_epoch)} at {iters_per_epoch} '
-                f'iterations per epoch), but the run has {runner.max_iters} '
-                f'iterations ({runner.max_epochs} epochs); shorten stages / '
-                'prune_epoch or train longer'
+                'the prune schedule is longer than the run: train longer'
             )
         self._restore_or_start(runner, backbone)
         follow_structure_in_ema(runner)
@@ -283,11 +256,7 @@ class HetDPTPruneHook(GateHookBase):
 
     def _watch_score_grads(self, runner, backbone) -> None:
         if is_fsdp(runner.model):
-            raise ValueError(
-                'HetDPTPruneHook: log_score_grads reads each '
-                "gate score's gradient, which FSDP flattens "
-                'into shards; leave it off under FSDP'
-            )
+            raise ValueError('log_score_grads does not work under FSDP')
         for kind in backbone.REMOVABLE_KINDS:
             for gate in backbone.gates(kind):
                 # A closed gate's score gets no gradient: only open ones
@@ -310,38 +279,27 @@ class HetDPTPruneHook(GateHookBase):
         if runner.iter == 0:
             if not backbone.prune_spec.is_dense:
                 raise ValueError(
-                    f'the gated backbone starts with closed gates '
-                    f'({backbone.prune_spec}); HetDPTPruneHook removes '
-                    'layers from a dense network: start from dense weights, '
-                    'or --resume the pruning run'
+                    'closed gates at the start: load dense weights or --resume'
                 )
             self.decisions = []
             return
         state = self.resumed_state()
+        if state is not None:
+            self.check_resumed_settings(
+                state,
+                dict(
+                    counts=self.counts,
+                    order=self.order,
+                    positions=self.positions,
+                    selection=self.selection.name,
+                ),
+            )
+        # A checkpoint without the hook's state has made no removal.
+        self.decisions = [dict(d) for d in (state or {}).get('decisions', [])]
         done = sum(p <= runner.iter for p in self.positions)
-        if state is None:
-            if done:
-                raise ValueError(
-                    f'resumed at iteration {runner.iter}, after {done} '
-                    'scheduled removals, from a checkpoint without HetDPT '
-                    'prune state (was it saved by a run with this hook?)'
-                )
-            self.decisions = []
-            return
-        self.check_resumed_settings(
-            state,
-            dict(
-                counts=self.counts,
-                order=self.order,
-                positions=self.positions,
-                selection=self.selection.name,
-            ),
-        )
-        self.decisions = [dict(d) for d in state['decisions']]
         if len(self.decisions) != done:
             raise ValueError(
-                f'inconsistent resume state at iteration {runner.iter}: '
-                f'{len(self.decisions)} recorded decisions, {done} due'
+                f'{self}: {done} removals due, {len(self.decisions)} made'
             )
         self.check_resumed_gates(
             backbone,

@@ -59,13 +59,9 @@ class WidthPruneHook(MergeCheckpointHook):
     ):
         super().__init__(name=name, out_dir=out_dir, at_each_save=at_each_save)
         if (target_macs is None) == (ratio is None):
-            raise ValueError(
-                'WidthPruneHook needs either target_macs or ratio'
-            )
+            raise ValueError('WidthPruneHook takes one of target_macs, ratio')
         if importance not in IMPORTANCES:
-            raise ValueError(
-                f'importance must be one of {IMPORTANCES}, got {importance!r}'
-            )
+            raise ValueError(f'importance {importance!r}: use {IMPORTANCES}')
         self.importance = importance
         self.calib_images = calib_images
         self.plot = plot

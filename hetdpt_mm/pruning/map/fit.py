@@ -187,18 +187,13 @@ def fit_degrees(
     n = len(y)
     if n > MAX_CV_POINTS:
         raise ValueError(
-            f'{n} distinct {what} points: leave-2-out CV is capped '
-            f'at {MAX_CV_POINTS} points '
-            f'({n * (n - 1) // 2} folds here); MAP needs '
-            'one point per split tried, so average repeated measurements or '
-            'subsample'
+            f'{n} distinct {what} points: CV is capped at {MAX_CV_POINTS}'
         )
+    # Leave-2-out CV trains each fold on n - 2 points.
     needed = len(polynomial_terms(degrees[0], len(columns))) + 2
     if n < needed:
         raise ValueError(
-            f'MAP needs at least {needed} points to fit degree {degrees[0]} '
-            f'({needed - 2} terms, and leave-2-out CV trains on n - 2 '
-            f'points); got {n} distinct {what} points'
+            f'degree {degrees[0]} needs {needed} points, got {n} distinct'
         )
     scores, coefficients = [], {}
     for degree in degrees:
@@ -208,9 +203,7 @@ def fit_degrees(
             coefficients[degree] = theta
     if not coefficients:
         reasons = '; '.join(f'degree {s.degree}: {s.skipped}' for s in scores)
-        raise ValueError(
-            f'no degree could be fitted to {n} points ({reasons})'
-        )
+        raise ValueError(f'no degree fits the {n} points: {reasons}')
     chosen = min(
         (s for s in scores if s.skipped is None), key=lambda s: s.cv_rmse
     )
@@ -246,20 +239,14 @@ def fit_map(
 
 def check_t_kind(t_kind: Any) -> str:
     if t_kind not in T_KINDS:
-        raise ValueError(
-            f"t_kind must be one of {T_KINDS} (the kind MAP's "
-            f't counts), got {t_kind!r}'
-        )
+        raise ValueError(f't_kind {t_kind!r} is not one of {T_KINDS}')
     return t_kind
 
 
 def _check_degrees(degrees: Iterable[int]) -> List[int]:
-    degrees = sorted(as_int(d, 'degree') for d in degrees)
-    if not degrees or degrees[0] < 1 or len(set(degrees)) < len(degrees):
-        raise ValueError(
-            f'degrees must be one or more distinct integers >= 1, got '
-            f'{degrees}'
-        )
+    degrees = sorted({as_int(d, 'degree') for d in degrees})
+    if not degrees or degrees[0] < 1:
+        raise ValueError(f'degrees must be integers >= 1, got {degrees}')
     return degrees
 
 
@@ -316,9 +303,7 @@ class MAPFit:
         try:  # a fit of full rank spans an area; a saved one may not
             return ConvexHull([(p.a, p.t) for p in self.points])
         except QhullError:
-            raise ValueError(
-                'MAP points must not all lie on one line'
-            ) from None
+            raise ValueError('the MAP points lie on one line') from None
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON form for :meth:`from_dict`; a fit without ``t_kind`` counts
@@ -347,15 +332,10 @@ class MAPFit:
     def from_dict(cls, data: Mapping[str, Any]) -> 'MAPFit':
         """The fit :meth:`to_dict` saved; ``ValueError`` if malformed."""
         try:
-            if data.get('format') != FIT_FORMAT:
-                raise ValueError(
-                    f'format is {data.get("format")!r}, '
-                    f'expected {FIT_FORMAT!r}'
-                )
-            if data.get('version') != FIT_FORMAT_VERSION:
-                raise ValueError(
-                    f'unsupported version {data.get("version")!r}'
-                )
+            written = (data.get('format'), data.get('version'))
+            expected = (FIT_FORMAT, FIT_FORMAT_VERSION)
+            if written != expected:
+                raise ValueError(f'format {written}, not {expected}')
             degree = as_int(data['degree'], 'degree')
             terms = [(t['a_power'], t['t_power']) for t in data['terms']]
             if terms != polynomial_terms(degree):
@@ -379,12 +359,8 @@ class MAPFit:
                 t_kind=check_t_kind(data.get('t_kind', ACT)),
             )
             fit.hull_vertices  # noqa: B018  fails unless points span an area
-        except (KeyError, TypeError, AttributeError) as err:
-            raise ValueError(
-                f'malformed MAP fit: {type(err).__name__}: {err}'
-            ) from None
-        except ValueError as err:
-            raise ValueError(f'malformed MAP fit: {err}') from None
+        except (KeyError, TypeError, AttributeError, ValueError) as err:
+            raise ValueError(f'malformed MAP fit: {err!r}') from None
         return fit
 
     def format_table(self) -> str:

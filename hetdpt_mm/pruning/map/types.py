@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy.spatial import ConvexHull, QhullError
+from scipy.spatial import ConvexHull
 
 from ...fileio import check_input_file, read_json_file
 from ..validation import as_int, check_depth, is_finite_number
@@ -104,18 +104,14 @@ def parse_type_points(
             float('nan'),
         )
         if not 0 <= accuracy <= 100:
-            raise ValueError(
-                f'{where}: accuracy {accuracy:g} is not a percentage or a '
-                'fraction'
-            )
+            raise ValueError(f'{where}: accuracy {accuracy:g} is not 0..100')
         counts = []
         for column in map(count_column, types):
             value = fields.get(column)
             count = _as_number(value, column, where) if _is_given(value) else 0
             if not (float(count).is_integer() and 0 <= count <= depth):
                 raise ValueError(
-                    f'{where}: {column}={count:g} is not a number of '
-                    f'removed layers in 0..{depth}'
+                    f'{where}: {column}={count:g} not in 0..{depth}'
                 )
             counts.append(int(count))
         points.append(TypePoint(tuple(counts), accuracy))
@@ -168,13 +164,8 @@ class TypeFit:
 
     @cached_property
     def _hull(self) -> ConvexHull:
-        try:
-            return ConvexHull(self.ratios([p.counts for p in self.points]))
-        except QhullError:
-            raise ValueError(
-                f'the MAP points of {self.fitted} do not span a volume: '
-                'collect points that vary the types apart'
-            ) from None
+        # The fit has full rank, so its points span a volume.
+        return ConvexHull(self.ratios([p.counts for p in self.points]))
 
     def format_table(self) -> str:
         return format_cv_table(self.scores, self.degree, len(self.points))
@@ -238,10 +229,7 @@ class TypeCost:
     def __post_init__(self):
         values = [self.dense_total, *self.savings.values()]
         if not all(map(is_finite_number, values)) or min(values) < 0:
-            raise ValueError(
-                f'{self.source}: dense_total and savings must be '
-                'non-negative numbers'
-            )
+            raise ValueError(f'{self.source}: costs must be numbers >= 0')
 
     @classmethod
     def from_layer_macs(
@@ -269,18 +257,12 @@ class TypeCost:
         try:
             return cls(data['dense_total'], dict(data['savings']), str(path))
         except (KeyError, TypeError):
-            raise ValueError(
-                f'{path}: expected {{"dense_total": ..., "savings": '
-                '{"<type>": ...}}'
-            ) from None
+            raise ValueError(f'{path}: give dense_total and savings') from None
 
     def speedup(self, counts: Mapping[str, int]) -> float:
         saved = sum(n * self.savings[t] for t, n in counts.items())
         if saved >= self.dense_total:
-            raise ValueError(
-                f'{self.source}: removing {dict(counts)} saves more than '
-                'the dense total'
-            )
+            raise ValueError(f'{self.source}: {counts} save all dense_total')
         return self.dense_total / (self.dense_total - saved)
 
     def describe(self) -> str:
@@ -393,8 +375,7 @@ def allocate_types(
     candidates = _candidates(fit, _splits(fit, sizes, bounds, budget), cost)
     if not candidates:
         raise ValueError(
-            f'no split of budget {budget} over {fit.fitted} fits bounds '
-            f'{bounds!r} and the layers of each type ({dict(sizes)})'
+            f'budget {budget} does not fit {dict(sizes)} in bounds {bounds!r}'
         )
     best = max(candidates, key=lambda c: c.predicted_accuracy)
     return TypeAllocation(fit.types, best, tuple(candidates))
@@ -412,10 +393,9 @@ def allocate_types_for_speedup(
     candidates = _candidates(fit, _splits(fit, sizes, bounds), cost)
     feasible = [c for c in candidates if c.speedup >= target * (1 - 1e-12)]
     if not feasible:
-        fastest = max(candidates, key=lambda c: c.speedup)
+        fastest = max(c.speedup for c in candidates)
         raise ValueError(
-            f'no split reaches a {target:g}x speedup; the fastest is '
-            f'{fastest.speedup:.3f}x at {fastest.counts}'
+            f'no split reaches {target:g}x, at most {fastest:.3f}x'
         )
     best = max(feasible, key=lambda c: (c.predicted_accuracy, c.speedup))
     return TypeAllocation(fit.types, best, tuple(feasible))
