@@ -487,12 +487,8 @@ def test_options_given_0_are_values(tools, tmp_path, capsys, option):
 
 def test_a_huge_token_merge_r_is_refused():
     """r=10**400 with a schedule was an OverflowError traceback."""
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match='token_merge r=1000'):
         TokenMerge.coerce(dict(r=10**400, schedule='decreasing'))
-    assert str(error.value).startswith(
-        f'token_merge r must be a non-negative integer (at most {MAX_R}) '
-        'or a list of them, got 1000000000'
-    )
     assert TokenMerge.coerce(dict(r=MAX_R, schedule='decreasing')).per_block(
         12
     )
