@@ -1,16 +1,19 @@
 """Atomic outputs, the checks of input and output paths, and the one strict
-reading of user-given JSON, shared by every tool and hook."""
+reading of user-given JSON, shared by every tool and hook: only what
+Python's ``json`` / ``os`` and MMEngine's ``fileio`` lack, each piece with
+a line saying what."""
 
 import contextlib
 import errno
 import functools
+import itertools
 import json
 import logging
 import os
 import re
+import secrets
 import shutil
 import stat
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, Mapping, Union
@@ -32,43 +35,37 @@ class NotARegularFileError(OSError):
     """A directory, FIFO, device or socket where a file is needed."""
 
 
-_KINDS = (
-    (stat.S_ISDIR, 'a directory'),
-    (stat.S_ISFIFO, 'a FIFO'),
-    (stat.S_ISCHR, 'a character device'),
-    (stat.S_ISBLK, 'a block device'),
-    (stat.S_ISSOCK, 'a socket'),
-)
+# Python's open() and MMEngine's backends read a FIFO or /dev/zero forever.
+#: What a path that is not a regular file is, by ``os.stat``'s file type.
+_KINDS = {
+    stat.S_IFDIR: 'a directory',
+    stat.S_IFIFO: 'a FIFO',
+    stat.S_IFCHR: 'a character device',
+    stat.S_IFBLK: 'a block device',
+    stat.S_IFSOCK: 'a socket',
+}
 
 
 def _special_kind(path: Path) -> Union[str, None]:
     """What ``path`` is (``'a FIFO'`` ...) when it exists and is not a
     regular file."""
-    try:
-        mode = path.stat().st_mode
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    if stat.S_ISREG(mode):
-        return None
-    return next(
-        (kind for is_kind, kind in _KINDS if is_kind(mode)), 'a special file'
-    )
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        return _KINDS.get(stat.S_IFMT(path.stat().st_mode))
+    return None
 
 
 def check_input_file(path: PathLike, what: str) -> Path:
-    """``path`` if it is a regular file, before anything reads it: a FIFO
-    blocks its reader forever, /dev/zero never ends."""
-    path = Path(os.path.expanduser(os.fspath(path)))
+    """``path`` if it is a regular file, before anything reads it."""
+    path = Path(path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f'{what} {path} does not exist')
-    kind = _special_kind(path)
-    if kind is not None:
-        raise NotARegularFileError(
-            f'{what} {path} is not a regular file ({kind})'
-        )
+    if kind := _special_kind(path):
+        raise NotARegularFileError(f'{what} {path} is {kind}, not a file')
     return path
 
 
+# json.loads keeps the last of a key given twice, reads NaN, and names no
+# input when it recurses too deep or meets an integer of 4300 digits.
 #: Deepest nesting of user-given JSON: ours nests a few levels, and Python's
 #: parser recurses once per level (a ``RecursionError`` names no input).
 MAX_JSON_DEPTH = 32
@@ -89,53 +86,43 @@ def nesting_depth(text: str) -> int:
     return deepest
 
 
+def _unique_keys(pairs: list) -> dict:
+    twice = [key for key, n in Counter(k for k, _ in pairs).items() if n > 1]
+    if twice:
+        raise ValueError(f'key {json.dumps(twice[0])} given more than once')
+    return dict(pairs)
+
+
+def _short_int(digits: str) -> int:
+    if len(digits.lstrip('-')) > MAX_JSON_INT_DIGITS:
+        raise ValueError(f'an integer of {len(digits)} digits')
+    return int(digits)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f'{name} is not a number')
+
+
 def loads_json(
     text: str,
     source: str,
     max_depth: int = MAX_JSON_DEPTH,
     constants: bool = False,
 ) -> Any:
-    """The one reading of JSON from outside: a key given twice, nesting
-    deeper than ``max_depth``, an integer of more than
-    :data:`MAX_JSON_INT_DIGITS` digits, ``NaN`` / ``Infinity`` (unless
-    ``constants``: a record's schema names them) and invalid JSON raise
-    ``ValueError`` naming ``source``."""
-    if nesting_depth(text) > max_depth:
-        raise ValueError(
-            f'{source}: JSON nested deeper than {max_depth} levels; '
-            'no input here nests more than a few'
-        )
-
-    def unique_keys(pairs: list) -> dict:
-        value = dict(pairs)
-        if len(value) < len(pairs):
-            counts = Counter(key for key, _ in pairs)
-            twice = [json.dumps(key) for key, n in counts.items() if n > 1]
-            raise ValueError(
-                f'{source}: key {", ".join(twice)} given more than once in '
-                'one object; give each key once'
-            )
-        return value
-
-    def bounded_int(digits: str) -> int:
-        if len(digits.lstrip('-')) > MAX_JSON_INT_DIGITS:
-            raise ValueError(
-                f'{source}: the integer {digits[:12]}... has {len(digits)} '
-                f'digits; no value here has more than {MAX_JSON_INT_DIGITS}'
-            )
-        return int(digits)
-
-    def no_constant(name: str) -> Any:
-        raise ValueError(f'{source}: {name} is not a JSON number')
-
+    """``json.loads`` that refuses a key given twice, nesting deeper than
+    ``max_depth``, an integer of more than :data:`MAX_JSON_INT_DIGITS`
+    digits and ``NaN`` / ``Infinity`` (unless ``constants``: a record's
+    schema names them): a ``ValueError`` naming ``source``."""
     try:
+        if nesting_depth(text) > max_depth:
+            raise ValueError(f'nested deeper than {max_depth} levels')
         return json.loads(
             text,
-            object_pairs_hook=unique_keys,
-            parse_int=bounded_int,
-            parse_constant=None if constants else no_constant,
+            object_pairs_hook=_unique_keys,
+            parse_int=_short_int,
+            parse_constant=None if constants else _no_constant,
         )
-    except json.JSONDecodeError as err:
+    except ValueError as err:  # json's own messages name no input
         raise ValueError(f'{source}: not valid JSON ({err})') from None
 
 
@@ -144,34 +131,28 @@ def read_json_file(path: PathLike, what: str) -> Any:
     path = check_input_file(path, what)
     try:
         text = path.read_text(encoding='utf-8-sig')
-    except UnicodeDecodeError as err:
-        raise ValueError(
-            f'{what} {path}: not UTF-8 text ({err.reason})'
-        ) from None
+    except UnicodeDecodeError as err:  # Python's message names no file
+        raise ValueError(f'{what} {path}: not UTF-8 ({err.reason})') from None
     return loads_json(text, f'{what} {path}')
 
 
+# Neither Python nor MMEngine checks an output before the work: an input,
+# a device or a link is replaced, an unwritable folder fails at the end.
 def _check_replaceable(out: Path) -> None:
-    """Only regular files are replaced (as root, replacing /dev/null would
-    break the system), and never through a link (renaming over it replaces
-    the link, not the file it names; /dev/stdout is one)."""
+    """Only regular files are replaced, never through a link (renaming over
+    it replaces the link; /dev/stdout is one)."""
     kind = _special_kind(out) or (
         'a symbolic link' if out.is_symlink() else None
     )
-    if kind is not None:
-        raise NotARegularFileError(
-            f'output {out} is not a regular file ({kind}); it is never '
-            'replaced, even with --force: choose a file path'
-        )
+    if kind:
+        raise NotARegularFileError(f'output {out} is {kind}: never replaced')
 
 
 def output_file(text: str) -> Path:
     """An output's path as typed (an argparse ``type``: ``Path`` drops a
     trailing ``/``), which names a file."""
     if text.endswith(('/', os.sep)):
-        raise ValueError(
-            f'output {text} ends with "/", so it names a folder; give a file'
-        )
+        raise ValueError(f'output {text} names a folder; give a file')
     return Path(text)
 
 
@@ -183,25 +164,18 @@ def check_output_path(
     or in a folder it cannot go into, and an existing file only with
     ``force``."""
     out = output_file(out) if isinstance(out, str) else Path(out)
-    for inp in map(Path, inputs):
+    for inp in inputs:
         if same_file(out, inp):
-            raise ValueError(
-                f'output {out} is the same file as input {inp}; '
-                'choose another output path'
-            )
+            raise ValueError(f'output {out} is the same file as input {inp}')
     _check_replaceable(out)
     if (out.exists() or out.is_symlink()) and not force:
-        raise FileExistsError(
-            f'output {out} already exists; pass --force to replace it'
-        )
+        raise FileExistsError(f'output {out} already exists; pass --force')
     # The nearest existing folder: atomic_path creates the missing ones.
     folder = next(p for p in out.absolute().parents if p.exists())
     if not folder.is_dir():
         raise NotADirectoryError(f'output {out}: {folder} is not a directory')
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(
-            f'output {out}: directory {folder} is not writable'
-        )
+        raise PermissionError(f'output {out}: {folder} is not writable')
     return out
 
 
@@ -213,30 +187,23 @@ def check_output_paths(
     """:func:`check_output_path` for every output of one run, no two of them
     the same file."""
     outputs, inputs = [Path(p) for p in outputs], list(inputs)
-    for index, out in enumerate(outputs):
-        for other in outputs[index + 1 :]:
-            if same_file(out, other):
-                raise ValueError(
-                    f'outputs {out} and {other} are the same '
-                    'file; give each output its own path'
-                )
+    for out, other in itertools.combinations(outputs, 2):
+        if same_file(out, other):
+            raise ValueError(f'outputs {out} and {other} are the same file')
+    for out in outputs:
         check_output_path(out, inputs, force)
 
 
 def same_file(a: PathLike, b: PathLike) -> bool:
-    """The same path, or the same file through a symlink or hard link."""
+    """The same path, or the same file through a symlink or hard link
+    (``os.path.samefile`` needs both to exist)."""
     a, b = Path(a), Path(b)
     return a.resolve() == b.resolve() or (
         a.exists() and b.exists() and os.path.samefile(a, b)
     )
 
 
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
+# A killed writer's temporary file stays: nothing in Python removes it.
 def _temp_pattern(name: str) -> 're.Pattern[str]':
     """Our temporary files for ``name``: ``.<name>.<pid>.<random>.tmp``."""
     return re.compile(rf'^\.{re.escape(name)}\.(\d+)\.[^.]+\.tmp$')
@@ -272,51 +239,40 @@ def remove_stale_temps(path: PathLike) -> None:
                 )
 
 
-def _new_temp(path: Path) -> Path:
-    """An empty temporary file beside ``path`` with the mode ``open(path,
-    'w')`` would give (``mkstemp`` makes it 0600)."""
-    _check_replaceable(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(path)
-    try:
-        fd, tmp = tempfile.mkstemp(
-            prefix=f'.{path.name}.{os.getpid()}.',
-            suffix='.tmp',
-            dir=path.parent,
-        )
-    except OSError as err:  # it names the temporary file
-        raise OSError(
-            err.errno, f'{err.strerror} while writing {path}'
-        ) from None
-    os.close(fd)
-    tmp = Path(tmp)
-    tmp.chmod(
-        path.stat().st_mode & 0o7777
-        if path.exists()
-        else 0o666 & ~current_umask()
-    )
-    return tmp
-
-
 @contextlib.contextmanager
 def _errors_naming(path: Path, tmp: Path) -> Iterator[None]:
     """Errors writing ``tmp`` name ``path``: torch.save on a full disk says
     only "unexpected pos 576 vs 534"."""
     try:
         yield
-    except OSError as err:
-        if err.errno is None or err.filename not in (None, str(tmp)):
-            raise
-        raise OSError(
-            err.errno, f'{err.strerror} while writing {path}'
-        ) from None
     except Exception as err:
-        if shutil.disk_usage(path.parent).free >= FULL_DISK_BYTES:
+        if isinstance(err, OSError):
+            if not err.errno or err.filename not in (None, str(tmp)):
+                raise
+            code, reason = err.errno, err.strerror
+        elif shutil.disk_usage(path.parent).free < FULL_DISK_BYTES:
+            code, reason = errno.ENOSPC, f'{os.strerror(errno.ENOSPC)} ({err})'
+        else:
             raise
-        raise OSError(
-            errno.ENOSPC,
-            f'no space left on the device while writing {path} ({err})',
-        ) from None
+        raise OSError(code, f'{reason} while writing {path}') from None
+
+
+def _new_temp(path: Path) -> Path:
+    """An empty temporary file beside ``path`` with the mode ``open(path,
+    'w')`` would give (``tempfile.mkstemp`` makes it 0600, whatever the
+    umask)."""
+    _check_replaceable(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(path)
+    name = f'.{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp'
+    tmp = path.with_name(name)
+    with _errors_naming(path, tmp):
+        os.close(
+            os.open(str(tmp), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        )
+    if path.exists():
+        shutil.copymode(path, tmp)
+    return tmp
 
 
 def _move_in_place(temps: Mapping[Path, Path], exclusive: bool) -> None:
@@ -332,11 +288,10 @@ def _move_in_place(temps: Mapping[Path, Path], exclusive: bool) -> None:
             os.link(tmp, path)
             linked.append(path)
     except FileExistsError:
-        for path in linked:
-            path.unlink()
+        for done in linked:
+            done.unlink()
         raise FileExistsError(
-            f'output {path} was created by another process while this one '
-            'was writing it; pass --force to replace it'
+            f'output {path} was created by another process; pass --force'
         ) from None
 
 
@@ -345,6 +300,8 @@ def _remove(tmp: Path) -> None:
         tmp.unlink()
 
 
+# Python and MMEngine write in place: a run killed mid-write leaves a
+# partial file at the final path (one --resume would pick).
 @contextlib.contextmanager
 def atomic_path(path: PathLike, exclusive: bool = False) -> Iterator[Path]:
     """A temporary path beside ``path``, moved there on success and deleted

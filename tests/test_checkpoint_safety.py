@@ -124,9 +124,7 @@ def test_full_objects_need_an_explicit_opt_in(tmp_path, monkeypatch, payload):
 def test_unreadable_files_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match='does not exist'):
         load_checkpoint_file(tmp_path / 'missing.pth')
-    with pytest.raises(
-        NotARegularFileError, match=r'is not a regular file \(a directory\)'
-    ):
+    with pytest.raises(NotARegularFileError, match='is a directory'):
         load_checkpoint_file(tmp_path)
     noise = tmp_path / 'noise.pth'
     noise.write_bytes(os.urandom(4096))

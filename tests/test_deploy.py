@@ -221,7 +221,7 @@ def test_a_difference_above_the_tolerance_fails_and_writes_nothing(
         )
         == 1
     )
-    assert 'differ from PyTorch by more than 0.0001' in capsys.readouterr().err
+    assert 'differ from PyTorch' in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == [other]
 
 
@@ -287,11 +287,11 @@ def test_benchmark_refuses_a_runtime_outside_the_tolerance():
     [
         (
             ['--verify-sizes', '8', '8'],
-            'input size 8x8 cannot work with this model: a 8x8 input',
+            'input size 8x8: a 8x8 input',
         ),
         (
             ['--static-hw', '--verify-sizes', '320', '256'],
-            'it cannot be verified at 320x256',
+            '--static-hw',
         ),
         (['--batch-size', '1'], 'must be >= 2'),
     ],

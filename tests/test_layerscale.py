@@ -344,7 +344,7 @@ def test_mmpretrain_layer_scale_vit_is_refused_by_the_plain_vit(tmp_path):
     torch.save(model.state_dict(), tmp_path / 'mmpretrain.pth')
     with pytest.raises(
         StateDictMismatch,
-        match="layerscale_vit backbone.*type='HetDPTLayerScaleViT'",
+        match="layerscale_vit.*type='HetDPTLayerScaleViT'",
     ):
         HetDPTViT(
             arch=dict(TINY, num_layers=2),

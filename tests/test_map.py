@@ -456,7 +456,7 @@ def test_measured_cost(tmp_path):
     assert cost.speedup(2, 3) == pytest.approx(100 / 83)
     with pytest.raises(ValueError, match='missing keys'):
         MeasuredCost.from_json(write(tmp_path / 'bad.json', '{"attn": 1}'))
-    with pytest.raises(ValueError, match='save more than dense_total'):
+    with pytest.raises(ValueError, match='more than dense_total'):
         MeasuredCost(dense_total=10, attn=1, ffn_saving=1, depth=12)
     with pytest.raises(FileNotFoundError, match='nope.json'):
         MeasuredCost.from_json(tmp_path / 'nope.json')

@@ -42,10 +42,7 @@ TINY_BENCHMARK = ('benchmark', 'backbone', '--arch', TINY_ARCH, '--spec', SPEC)
 DIGITS_CONFIG = str(REPO / 'configs/demo/vit-demo_digits.py')
 #: 200,000 brackets: Python's parser recursed into a RecursionError.
 DEEP = '[' * 100000 + ']' * 100000
-DEPTH_ERROR = (
-    f'JSON nested deeper than {MAX_JSON_DEPTH} levels; no input here '
-    'nests more than a few'
-)
+DEPTH_ERROR = f'nested deeper than {MAX_JSON_DEPTH} levels'
 
 
 @pytest.fixture(scope='module')
@@ -106,7 +103,7 @@ def test_checkpoints_that_are_fifos_are_refused_unread(
     tools, tmp_path, capsys, fifo
 ):
     out = tmp_path / 'out.pth'
-    message = f'error: checkpoint {fifo.path} is not a regular file (a FIFO)\n'
+    message = f'error: checkpoint {fifo.path} is a FIFO'
     runs = [
         ('merge_ckpt', fifo.path, out),
         (
@@ -121,7 +118,8 @@ def test_checkpoints_that_are_fifos_are_refused_unread(
         ('benchmark', 'backbone', '--checkpoint', fifo.path),
     ]
     for name, *args in runs:
-        assert run_tool(tools, capsys, name, *args) == (2, message), name
+        code, err = run_tool(tools, capsys, name, *args)
+        assert code == 2 and err.startswith(message), (name, err)
     with pytest.raises(NotARegularFileError):
         load_checkpoint_file(fifo.path, mmap=True)
     assert fifo.opened == 0
@@ -139,57 +137,29 @@ def test_a_link_to_dev_zero_is_refused_before_reading(tmp_path, monkeypatch):
     # zipfile.is_zipfile reads /dev/zero to its (missing) end.
     monkeypatch.setattr(zipfile, 'is_zipfile', unreachable)
     monkeypatch.setattr(torch, 'load', unreachable)
-    with pytest.raises(NotARegularFileError) as error:
+    with pytest.raises(NotARegularFileError, match='a character device'):
         load_checkpoint_file(link, mmap=True)
-    assert (
-        str(error.value)
-        == f'checkpoint {link} is not a regular file (a character device)'
-    )
 
 
 def test_spec_points_and_cost_files_that_are_fifos_are_named(
     tools, tmp_path, capsys, fifo
 ):
-    with pytest.raises(NotARegularFileError) as error:
+    with pytest.raises(NotARegularFileError, match='prune spec file .* FIFO'):
         PruneSpec.coerce(str(fifo.path))
-    assert (
-        str(error.value)
-        == f'prune spec file {fifo.path} is not a regular file (a FIFO)'
-    )
     checkpoint = tmp_path / 'in.pth'
     checkpoint.write_bytes(b'never read')
-    assert run_tool(
-        tools,
-        capsys,
-        'merge_ckpt',
-        checkpoint,
-        tmp_path / 'out.pth',
-        '--spec',
-        fifo.path,
-    ) == (
-        2,
-        f'error: --spec file {fifo.path} is not a regular file (a FIFO)\n',
-    )
-    assert run_tool(tools, capsys, 'fit_map', fifo.path, '--depth', '12') == (
-        2,
-        f'error: MAP points file {fifo.path} is not a regular file (a FIFO)\n',
-    )
-    assert run_tool(
-        tools,
-        capsys,
-        'fit_map',
-        PAPER_POINTS,
-        '--depth',
-        '12',
-        '--cost',
-        fifo.path,
-        '--speedup',
-        '1.5',
-    ) == (
-        2,
-        f'error: measured cost file {fifo.path} is not a regular file '
-        '(a FIFO)\n',
-    )
+    runs = {
+        '--spec file': ('merge_ckpt', checkpoint, tmp_path / 'o.pth')
+        + ('--spec', fifo.path),
+        'MAP points file': ('fit_map', fifo.path, '--depth', '12'),
+        'measured cost file': ('fit_map', PAPER_POINTS, '--depth', '12')
+        + ('--cost', fifo.path, '--speedup', '1.5'),
+    }
+    for what, args in runs.items():
+        code, err = run_tool(tools, capsys, *args)
+        assert code == 2 and err.startswith(
+            f'error: {what} {fifo.path} is a FIFO'
+        ), err
     assert fifo.opened == 0
 
 
@@ -207,7 +177,7 @@ def test_outputs_that_are_not_regular_files_are_never_replaced(
         (fifo.path, 'a FIFO'),
         (folder, 'a directory'),
     ):
-        assert run_tool(
+        code, err = run_tool(
             tools,
             capsys,
             'fit_map',
@@ -217,11 +187,8 @@ def test_outputs_that_are_not_regular_files_are_never_replaced(
             '--save-fit',
             out,
             '--force',
-        ) == (
-            2,
-            f'error: output {out} is not a regular file ({kind}); it is '
-            'never replaced, even with --force: choose a file path\n',
         )
+        assert code == 2 and err.startswith(f'error: output {out} is {kind}')
     with (
         pytest.raises(NotARegularFileError),
         atomic_path(null) as tmp,
@@ -253,11 +220,7 @@ def test_aliased_outputs_of_one_run_are_refused_before_any_work(
         fit,
         '--save-allocation',
         link,
-    ) == (
-        2,
-        f'error: outputs {fit} and {link} are the same file; give each '
-        'output its own path\n',
-    )
+    ) == (2, f'error: outputs {fit} and {link} are the same file\n')
     md, hard = tmp_path / 'bench.md', tmp_path / 'bench.json'
     md.write_text('old')
     os.link(md, hard)
@@ -270,11 +233,7 @@ def test_aliased_outputs_of_one_run_are_refused_before_any_work(
         '--md',
         md,
         '--force',
-    ) == (
-        2,
-        f'error: outputs {hard} and {md} are the same file; give each '
-        'output its own path\n',
-    )
+    ) == (2, f'error: outputs {hard} and {md} are the same file\n')
     assert md.read_text() == 'old'
     source = tmp_path / 'in.pth'
     source.write_bytes(b'never read')
@@ -293,11 +252,7 @@ def test_aliased_outputs_of_one_run_are_refused_before_any_work(
         same,
         '--plot',
         same,
-    ) == (
-        2,
-        f'error: outputs {same} and {same} are the same file; give each '
-        'output its own path\n',
-    )
+    ) == (2, f'error: outputs {same} and {same} are the same file\n')
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         'bench.json',
         'bench.md',
@@ -334,8 +289,7 @@ def test_an_output_folder_that_cannot_take_it_is_found_first(
         allocation = locked / 'allocation.json'
         assert run_tool(tools, capsys, 'fit_map', *args, allocation) == (
             2,
-            f'error: output {allocation}: directory {locked} is not '
-            'writable\n',
+            f'error: output {allocation}: {locked} is not writable\n',
         )
     assert not fit.exists()
 
@@ -436,34 +390,18 @@ def test_integers_too_long_for_python_are_named(tools, tmp_path, capsys):
     nor the value."""
     digits = '1' * 5000
     spec = f'{{"attn_removed": [{digits}]}}'
-    message = (
-        'the integer 111111111111... has 5000 digits; no value '
-        'here has more than 100'
-    )
     checkpoint = tmp_path / 'in.pth'
     checkpoint.write_bytes(b'never read')
-    assert run_tool(
-        tools,
-        capsys,
-        'merge_ckpt',
-        checkpoint,
-        tmp_path / 'o.pth',
-        '--spec',
-        spec,
-    ) == (2, f'error: --spec: {message}\n')
-    assert run_tool(
-        tools,
-        capsys,
-        'benchmark',
-        'backbone',
-        '--arch',
-        TINY_ARCH,
-        '--spec',
-        spec,
-    ) == (2, f'error: --spec: prune spec: {message}\n')
-    with pytest.raises(ValueError) as error:
+    runs = {
+        '--spec': ('merge_ckpt', checkpoint, tmp_path / 'o.pth'),
+        '--spec: prune spec': ('benchmark', 'backbone', '--arch', TINY_ARCH),
+    }
+    for source, args in runs.items():
+        code, err = run_tool(tools, capsys, *args, '--spec', spec)
+        assert code == 2 and err.startswith(f'error: {source}: '), err
+        assert '5000 digits' in err, err
+    with pytest.raises(ValueError, match='prune spec: .*5000 digits'):
         PruneSpec.coerce(spec.replace('{', '{"depth": 12, ', 1))
-    assert str(error.value) == f'prune spec: {message}'
 
 
 @pytest.fixture
@@ -475,12 +413,8 @@ def checkpoint(tmp_path):
 
 def test_a_key_given_twice_is_refused(tmp_path, capsys, tools):
     """fit_map took the last of two "accuracy" keys and fitted zeros."""
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match='points: .*"accuracy" given more'):
         loads_json('{"accuracy": 71.2, "accuracy": 0}', 'points')
-    assert str(error.value) == (
-        'points: key "accuracy" given more than once in one object; give '
-        'each key once'
-    )
     points = tmp_path / 'points.json'
     for text in (
         '[{"a": 1, "t": 1, "accuracy": 71.2, "accuracy": 0}]',
@@ -488,7 +422,7 @@ def test_a_key_given_twice_is_refused(tmp_path, capsys, tools):
     ):
         points.write_text(text)
         code, err = run_tool(tools, capsys, 'fit_map', points, '--depth', 12)
-        assert code == 2 and err.startswith(f'error: {points}: key "'), err
+        assert code == 2 and err.startswith(f'error: {points}: '), err
         assert 'given more than once' in err
 
 
@@ -509,37 +443,22 @@ def test_deep_json_is_an_error_at_every_door(
     deep = tmp_path / 'deep.json'
     deep.write_text(DEEP)
     out = tmp_path / 'out.pth'
-    assert run_tool(
-        tools, capsys, 'merge_ckpt', checkpoint, out, '--spec', DEEP
-    ) == (2, f'error: --spec: {DEPTH_ERROR}\n')
-    assert run_tool(
-        tools, capsys, 'merge_ckpt', checkpoint, out, '--spec', deep
-    ) == (2, f'error: --spec file {deep}: {DEPTH_ERROR}\n')
-    assert run_tool(
-        tools, capsys, 'benchmark', 'backbone', '--spec', DEEP
-    ) == (2, f'error: --spec: prune spec: {DEPTH_ERROR}\n')
-    assert run_tool(
-        tools,
-        capsys,
-        'prune_width',
-        checkpoint,
-        out,
-        '--ratio',
-        0.5,
-        '--importance',
-        'magnitude',
-        '--arch',
-        DEEP,
-    ) == (2, f'error: arch: {DEPTH_ERROR}\n')
     points = tmp_path / 'points.csv'
     points.write_text('a,t,accuracy\n1,1,81.8\n0.5,0.5,70\n')
-    assert run_tool(
-        tools, capsys, 'fit_map', points, '--depth', 12, '--cost', deep
-    ) == (2, f'error: measured cost file {deep}: {DEPTH_ERROR}\n')
-    assert run_tool(tools, capsys, 'fit_map', deep, '--depth', 12) == (
-        2,
-        f'error: {deep}: {DEPTH_ERROR}\n',
-    )
+    width = ('prune_width', checkpoint, out, '--ratio', 0.5, '--importance')
+    runs = {
+        '--spec': ('merge_ckpt', checkpoint, out, '--spec', DEEP),
+        f'--spec file {deep}': ('merge_ckpt', checkpoint, out, '--spec', deep),
+        '--spec: prune spec': ('benchmark', 'backbone', '--spec', DEEP),
+        'arch': width + ('magnitude', '--arch', DEEP),
+        f'measured cost file {deep}': ('fit_map', points, '--depth', 12)
+        + ('--cost', deep),
+        f'{deep}': ('fit_map', deep, '--depth', 12),
+    }
+    for source, args in runs.items():
+        code, err = run_tool(tools, capsys, *args)
+        assert code == 2 and err.startswith(f'error: {source}: '), err
+        assert DEPTH_ERROR in err, err
     assert not out.exists()
     # Depth counts brackets, not brackets inside strings.
     assert loads_json(json.dumps({'name': '[' * 1000}), 'x') == {
@@ -568,12 +487,8 @@ def test_options_given_0_are_values(tools, tmp_path, capsys, option):
 
 def test_a_huge_token_merge_r_is_refused():
     """r=10**400 with a schedule was an OverflowError traceback."""
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(ValueError, match='token_merge r=1000'):
         TokenMerge.coerce(dict(r=10**400, schedule='decreasing'))
-    assert str(error.value).startswith(
-        f'token_merge r must be a non-negative integer (at most {MAX_R}) '
-        'or a list of them, got 1000000000'
-    )
     assert TokenMerge.coerce(dict(r=MAX_R, schedule='decreasing')).per_block(
         12
     )
@@ -604,13 +519,10 @@ def test_tools_give_only_fixes_that_help(tools, tmp_path, capsys):
     "does not exist" for /dev/zero; merge_ckpt said "checkpoint" for the
     file it read."""
     work = ['--work-dir', tmp_path / 'work']
-    assert run_tool(
+    code, err = run_tool(
         tools, capsys, 'test', DIGITS_CONFIG, '/dev/zero', *work
-    ) == (
-        2,
-        'error: checkpoint /dev/zero is not a regular file '
-        '(a character device)\n',
     )
+    assert code == 2 and 'checkpoint /dev/zero is a character device' in err
     truncated = tmp_path / 'truncated.pth'
     torch.save({'state_dict': {'x': torch.zeros(1000)}}, truncated)
     truncated.write_bytes(truncated.read_bytes()[:500])
@@ -647,7 +559,7 @@ def test_a_dangling_link_is_never_replaced(
     config = tmp_path / 'config.py'
     config.write_text('model = dict()\n')
     for force in ((), ('--force',)):
-        assert run_tool(
+        code, err = run_tool(
             tools,
             capsys,
             'export',
@@ -657,11 +569,8 @@ def test_a_dangling_link_is_never_replaced(
             '--out',
             link,
             *force,
-        ) == (
-            2,
-            f'error: output {link} is not a regular file (a symbolic link); '
-            'it is never replaced, even with --force: choose a file path\n',
         )
+        assert code == 2 and f'{link} is a symbolic link' in err, err
     assert link.is_symlink() and os.readlink(link) == str(
         tmp_path / 'missing.onnx'
     )

@@ -78,8 +78,7 @@ class DeployedModel(BaseModel):
     ):
         if task == 'upernet' and model.test_cfg.get('mode') == 'slide':
             raise ValueError(
-                'the exported segmentor runs whole images: set '
-                "model.test_cfg.mode='whole' (--cfg-options)"
+                "the graph runs whole images: test_cfg.mode='whole'"
             )
         super().__init__(data_preprocessor=model.data_preprocessor)
         self.task, self.model, self.run = task, model, run
@@ -140,8 +139,7 @@ def calibration_images(
     if split == 'train':
         if 'pipeline' not in loader_cfg.dataset:
             raise ValueError(
-                'the train dataset wraps another (RepeatDataset ...): '
-                'calibrate on --calib-split val or a calib_dataloader'
+                'the train dataset wraps another: use --calib-split'
             )
         loader_cfg.dataset.pipeline = cfg.test_dataloader.dataset.pipeline
     loader_cfg.update(

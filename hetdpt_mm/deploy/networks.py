@@ -107,10 +107,7 @@ class AdaptiveAvgPool2dExport(nn.Module):
         super().__init__()
         size = nn.modules.utils._pair(output_size)
         if None in size:
-            raise ValueError(
-                'an output size of None (keep the input size) '
-                'is not supported for export'
-            )
+            raise ValueError('an output size of None cannot export')
         self.output_size = size
 
     @staticmethod
@@ -180,16 +177,11 @@ def load_model(
 def check_task(task: str, model: nn.Module, scope: Optional[str]) -> None:
     """Raise ``ValueError`` unless ``model``, of the toolbox ``scope``,
     has the network of ``task``."""
-    if task != 'backbone' and scope != TASK_SCOPES[task]:
-        raise ValueError(
-            f'task {task} needs a {TASK_SCOPES[task]} config; '
-            f'this one is {scope}'
-        )
+    needed = TASK_SCOPES.get(task, scope)
+    if scope != needed:
+        raise ValueError(f'task {task} needs a {needed} config, not {scope}')
     if task == 'detr' and not hasattr(model, 'forward_transformer'):
-        raise ValueError(
-            f'task detr needs a DETR-like detector; the '
-            f'config builds a {type(model).__name__}'
-        )
+        raise ValueError(f'task detr needs a DETR, not {type(model).__name__}')
 
 
 def build_network(

@@ -105,13 +105,8 @@ def make_session(
     """A function running the ONNX model at ``path`` in ``runtime`` on the
     CPU in ``dtype`` (one of ``RUNTIME_DTYPES[runtime]``; ``threads``
     intra-op threads, 0: the runtime's default): one NCHW float32 array
-    in, the list of outputs out."""
-    if runtime in RUNTIME_DTYPES and dtype not in RUNTIME_DTYPES[runtime]:
-        raise ValueError(
-            f'{runtime} runs '
-            f'{" or ".join(RUNTIME_DTYPES[runtime])} here, not '
-            f'{dtype}'
-        )
+    in, the list of outputs out (the tools' command lines check
+    ``runtime`` and ``dtype``)."""
     if runtime == 'onnxruntime':
         ort = require_extra('onnxruntime', 'deploy')
         options = ort.SessionOptions()
@@ -122,26 +117,21 @@ def make_session(
         )
         name = session.get_inputs()[0].name
         return lambda array: session.run(None, {name: array})
-    if runtime == 'openvino':
-        ov = require_extra('openvino', 'deploy')
-        precision = {'fp32': 'f32', 'bf16': 'bf16'}[dtype]
-        config = {'INFERENCE_PRECISION_HINT': precision}
-        if threads:
-            config['INFERENCE_NUM_THREADS'] = threads
-        with signal_stack_kept():
-            compiled = ov.Core().compile_model(str(path), 'CPU', config)
-        # A hint the CPU cannot follow is not an error to the plugin.
-        used = compiled.get_property('INFERENCE_PRECISION_HINT')
-        if used.get_type_name() != precision:
-            raise ValueError(
-                f'OpenVINO runs {used.get_type_name()} on this '
-                f'CPU, not {precision}'
-            )
-        request = compiled.create_infer_request()
+    ov = require_extra('openvino', 'deploy')
+    precision = {'fp32': 'f32', 'bf16': 'bf16'}[dtype]
+    config = {'INFERENCE_PRECISION_HINT': precision}
+    if threads:
+        config['INFERENCE_NUM_THREADS'] = threads
+    with signal_stack_kept():
+        compiled = ov.Core().compile_model(str(path), 'CPU', config)
+    # A hint the CPU cannot follow is not an error to the plugin.
+    used = compiled.get_property('INFERENCE_PRECISION_HINT').get_type_name()
+    if used != precision:
+        raise ValueError(f'OpenVINO runs {used} on this CPU, not {precision}')
+    request = compiled.create_infer_request()
 
-        def run(array):
-            results = request.infer([array], share_inputs=True)
-            return [np.asarray(results[out]) for out in compiled.outputs]
+    def run(array):
+        results = request.infer([array], share_inputs=True)
+        return [np.asarray(results[out]) for out in compiled.outputs]
 
-        return run
-    raise ValueError(f'unknown runtime {runtime!r}; choose from {RUNTIMES}')
+    return run

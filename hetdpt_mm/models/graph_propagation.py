@@ -27,7 +27,7 @@ from .token_merge import (
     attention_inputs,
     attention_output,
     attention_removed,
-    check_flag,
+    check_fields,
     option_keys,
 )
 
@@ -51,53 +51,26 @@ class GraphPropagation:
     token_scale: bool = True
 
     def __post_init__(self):
-        for name in ('num_prop', 'num_neighbours'):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or value < 0
-            ):
-                raise ValueError(
-                    f'graph_propagation {name} must be a non-negative '
-                    f'integer, got {value!r}'
-                )
-        if (
-            isinstance(self.alpha, bool)
-            or not isinstance(self.alpha, (int, float))
-            or not math.isfinite(self.alpha)
-        ):
-            raise ValueError(
-                'graph_propagation alpha must be a finite number, got '
-                f'{self.alpha!r}'
-            )
-        if isinstance(self.sparsity, bool) or not (
-            isinstance(self.sparsity, (int, float)) and 0 < self.sparsity <= 1
-        ):
-            raise ValueError(
-                'graph_propagation sparsity must be a number in (0, 1], '
-                f'got {self.sparsity!r}'
-            )
-        if self.graph not in GRAPHS:
-            raise ValueError(
-                f'graph_propagation graph must be one of {GRAPHS}, got '
-                f'{self.graph!r}'
-            )
-        if self.graph == 'semantic' and self.num_neighbours == 0:
-            raise ValueError(
-                'graph_propagation num_neighbours must be >= 1 with graph='
-                "'semantic' (a graph without edges)"
-            )
-        check_flag('graph_propagation', 'token_scale', self.token_scale)
+        valid = dict(
+            num_prop=type(self.num_prop) is int and self.num_prop >= 0,
+            # a semantic graph without neighbours has no edges
+            num_neighbours=type(self.num_neighbours) is int
+            and self.num_neighbours >= (self.graph == 'semantic'),
+            alpha=type(self.alpha) in (int, float)
+            and math.isfinite(self.alpha),
+            sparsity=type(self.sparsity) in (int, float)
+            and 0 < self.sparsity <= 1,
+            graph=self.graph in GRAPHS,
+            token_scale=isinstance(self.token_scale, bool),
+        )
+        check_fields('graph_propagation', self, valid)
 
     def check_patches(self, patches: int) -> None:
         """Whether images of ``patches`` patches have ``num_neighbours``
         neighbours for each (a semantic or mixed graph)."""
         if self.graph != 'spatial' and self.num_neighbours >= patches:
             raise ValueError(
-                f'graph_propagation num_neighbours={self.num_neighbours} '
-                f'needs more patches than the {patches} of img_size: lower '
-                "it or use graph='spatial'"
+                f'graph_propagation: lower num_neighbours below {patches}'
             )
 
     @classmethod
@@ -105,18 +78,8 @@ class GraphPropagation:
         """A ``GraphPropagation`` from a config value (``None``: none)."""
         if value is None or isinstance(value, cls):
             return value
-        value = option_keys(
-            'graph_propagation',
-            value,
-            set(cls.__dataclass_fields__),
-            'dict(num_prop=8)',
-        )
-        if 'num_prop' not in value:
-            raise ValueError(
-                'graph_propagation needs num_prop, the tokens propagated '
-                'per block'
-            )
-        return cls(**value)
+        keys = set(cls.__dataclass_fields__)
+        return cls(**option_keys('graph_propagation', value, keys, 'num_prop'))
 
 
 def patch_graph(

@@ -39,27 +39,26 @@ SCHEDULES = {'constant': 0.0, 'decreasing': -1.0}
 MAX_R = 2**31 - 1
 
 
-def check_flag(option: str, name: str, value) -> None:
-    if not isinstance(value, bool):
-        raise ValueError(
-            f'{option} {name} must be true or false, got {value!r}'
-        )
+#: The values each option takes.
+OPTIONS_DOC = 'docs/user_guides/token_merge.md'
 
 
-def option_keys(option: str, value, keys: set, example: str) -> dict:
-    """A backbone option's config dict, checked to be one with only
-    ``keys``."""
+def option_keys(option: str, value, keys: set, required: str) -> dict:
+    """A backbone option's config dict: ``required`` and other ``keys``."""
     if not isinstance(value, dict):
-        raise ValueError(
-            f'{option} must be a dict like {example} or None, got {value!r}'
-        )
-    unknown = set(value) - keys
-    if unknown:
-        raise ValueError(
-            f'unknown {option} key(s) {sorted(unknown)}; it takes '
-            f'{", ".join(sorted(keys))}'
-        )
+        raise ValueError(f'{option} must be a dict or None, got {value!r}')
+    if required not in value or not set(value) <= keys:
+        raise ValueError(f'{option} needs {required} and takes {sorted(keys)}')
     return dict(value)
+
+
+def check_fields(option: str, options, valid: dict) -> None:
+    """Refuse the first field of ``options`` (a dataclass) whose value is
+    not ``valid`` (``{field: bool}``)."""
+    bad = next((name for name, ok in valid.items() if not ok), None)
+    if bad:
+        value = getattr(options, bad)
+        raise ValueError(f'{option} {bad}={value!r:.40} ({OPTIONS_DOC})')
 
 
 @dataclass(frozen=True)
@@ -78,37 +77,17 @@ class TokenMerge:
 
     def __post_init__(self):
         values = self.r if isinstance(self.r, tuple) else (self.r,)
-        if any(
-            isinstance(v, bool)
-            or not isinstance(v, int)
-            or not 0 <= v <= MAX_R
-            for v in values
-        ):
-            raise ValueError(
-                'token_merge r must be a non-negative integer '
-                f'(at most {MAX_R}) '
-                f'or a list of them, got {self.r!r:.80}'
-            )
-        if (
-            isinstance(self.inflect, bool)
-            or not isinstance(self.inflect, (int, float))
-            or not -1 <= self.inflect <= 1
-        ):
-            raise ValueError(
-                'token_merge inflect must be a number from -1 to 1, '
-                f'got {self.inflect!r}'
-            )
-        if isinstance(self.r, tuple) and self.inflect != 0:
-            raise ValueError(
-                'token_merge takes a list r or a schedule (inflect), not both'
-            )
-        if self.removed_attn not in REMOVED_ATTN_METRICS:
-            raise ValueError(
-                f'token_merge removed_attn must be one of '
-                f'{REMOVED_ATTN_METRICS}, got '
-                f'{self.removed_attn!r}'
-            )
-        check_flag('token_merge', 'prop_attn', self.prop_attn)
+        inflect = self.inflect
+        valid = dict(
+            r=all(type(v) is int and 0 <= v <= MAX_R for v in values),
+            # a number from -1 to 1, none with a list r
+            inflect=type(inflect) in (int, float)
+            and -1 <= inflect <= 1
+            and not (inflect and values is self.r),
+            removed_attn=self.removed_attn in REMOVED_ATTN_METRICS,
+            prop_attn=isinstance(self.prop_attn, bool),
+        )
+        check_fields('token_merge', self, valid)
 
     @classmethod
     def coerce(cls, value) -> Optional['TokenMerge']:
@@ -117,23 +96,14 @@ class TokenMerge:
         if value is None or isinstance(value, cls):
             return value
         keys = {'r', 'schedule', 'inflect', 'removed_attn', 'prop_attn'}
-        value = option_keys('token_merge', value, keys, 'dict(r=8)')
-        if 'r' not in value:
-            raise ValueError(
-                'token_merge needs r, the tokens merged per block'
-            )
-        if isinstance(value['r'], (list, tuple)):
+        value = option_keys('token_merge', value, keys, 'r')
+        if isinstance(value['r'], list):
             value['r'] = tuple(value['r'])
         if 'schedule' in value:
             schedule = value.pop('schedule')
-            if schedule not in SCHEDULES:
+            if schedule not in SCHEDULES or 'inflect' in value:
                 raise ValueError(
-                    f'token_merge schedule must be one of '
-                    f'{tuple(SCHEDULES)}, got {schedule!r}'
-                )
-            if 'inflect' in value:
-                raise ValueError(
-                    'token_merge takes a schedule or an inflect, not both'
+                    f'token_merge schedule: one of {[*SCHEDULES]}, no inflect'
                 )
             value['inflect'] = SCHEDULES[schedule]
         return cls(**value)
@@ -142,12 +112,9 @@ class TokenMerge:
         """Tokens merged in each of ``depth`` blocks (before the cap by the
         tokens there are): ToMe's ``parse_r``, truncating toward zero (one
         block: the first block's value)."""
+        if isinstance(self.r, tuple) and len(self.r) != depth:
+            raise ValueError(f'token_merge r lists {len(self.r)} blocks')
         if isinstance(self.r, tuple):
-            if len(self.r) != depth:
-                raise ValueError(
-                    f'token_merge r lists {len(self.r)} '
-                    f'blocks, the network has {depth}'
-                )
             return list(self.r)
         first = int(self.r * (1.0 - self.inflect))
         if depth == 1:

@@ -14,6 +14,7 @@ count pairs against a speedup or accuracy target with MAP predicting the
 accuracy.
 """
 
+import abc
 import math
 import numbers
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from .validation import as_int, check_depth, is_finite_number
 __all__ = ['ARCH_PRESETS', 'CostModel', 'AnalyticCost', 'MeasuredCost']
 
 
-class CostModel:
+class CostModel(abc.ABC):
     """Cost (MACs, milliseconds, ...) of a depth-pruned, merged ViT.
 
     Subclasses define :meth:`total` and :meth:`describe`; ``depth`` is the
@@ -38,11 +39,11 @@ class CostModel:
 
     depth: Optional[int] = None
 
+    @abc.abstractmethod
     def total(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
         """Cost with ``n_attn`` attention sublayers removed, ``n_act``
         GELU-free FFNs merged into one linear each and ``n_ffn`` FFN
         branches removed (whole-branch removal)."""
-        raise NotImplementedError
 
     def speedup(self, n_attn: int, n_act: int = 0, n_ffn: int = 0) -> float:
         """Dense cost over pruned (merged) cost."""
@@ -54,8 +55,9 @@ class CostModel:
         ``'ffn'``: FFN branches) removed."""
         return self.speedup(**{f'n_{ATTN}': n_attn, f'n_{t_kind}': n_t})
 
+    @abc.abstractmethod
     def describe(self) -> str:
-        raise NotImplementedError
+        """One line naming the cost and where it comes from."""
 
     def _check_counts(
         self, n_attn: int, n_act: int, n_ffn: int
@@ -246,14 +248,11 @@ class MeasuredCost(CostModel):
         costs = [0 if c is None else c for c in costs]
         if not all(map(is_finite_number, costs)) or min(costs) < 0:
             raise ValueError(f'{self.source}: costs must be numbers >= 0')
-        if self.depth is not None:
-            object.__setattr__(self, 'depth', check_depth(self.depth))
-            ffn = max(self.ffn_saving, self.ffn_branch or 0)
-            if self.dense_total <= self.depth * (self.attn + ffn):
-                raise ValueError(
-                    f'{self.source}: removing all would save more than '
-                    'dense_total'
-                )
+        depth = None if self.depth is None else check_depth(self.depth)
+        object.__setattr__(self, 'depth', depth)
+        ffn = max(self.ffn_saving, self.ffn_branch or 0)  # all removed
+        if depth and self.dense_total <= depth * (self.attn + ffn):
+            raise ValueError(f'{self.source}: saves more than dense_total')
 
     @classmethod
     def from_json(cls, path: Union[str, Path]) -> 'MeasuredCost':

@@ -15,6 +15,7 @@ The classes are registered in :data:`~hetdpt_mm.registry.REMOVAL_SCHEDULES`;
 the hooks take a schedule as its name or as a config dict.
 """
 
+import abc
 import inspect
 import math
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Type, Union
@@ -66,7 +67,7 @@ def removal_order(counts: Mapping[str, int]) -> List[str]:
     return order
 
 
-class PruneSchedule:
+class PruneSchedule(abc.ABC):
     """When ``HetDPTPruneHook`` removes each layer.  Positions are "after
     training iteration i", counted from 1 over the whole run, so epoch- and
     iteration-based loops work alike."""
@@ -80,9 +81,9 @@ class PruneSchedule:
         """The kind of each removal, in order."""
         return removal_order(counts)
 
+    @abc.abstractmethod
     def iterations(self, num_removals: int, iters_per_epoch: int) -> List[int]:
         """The training iteration after which each removal happens."""
-        raise NotImplementedError
 
 
 class ProgressiveSchedule(PruneSchedule):
@@ -160,15 +161,15 @@ class EpochSchedule(PruneSchedule):
         return f'EpochSchedule(prune_epoch={self.prune_epoch})'
 
 
-class CollectSchedule:
+class CollectSchedule(abc.ABC):
     """Which kind of layer each ``MAPCollectHook`` step removes."""
 
     #: Name in the points file, the logs and the hook's checkpoint state.
     name: str
 
+    @abc.abstractmethod
     def kinds(self, steps: int) -> List[str]:
         """The kind removed at steps ``1..steps``."""
-        raise NotImplementedError
 
 
 #: The named MAP collection schedules: attention only (points (a, 1)), GELU

@@ -16,6 +16,7 @@ Registered in :data:`~hetdpt_mm.registry.SELECTION_POLICIES`, so a hook's
   (``MAPCollectHook``'s default, docs/method.md §2, :mod:`.te`).
 """
 
+import abc
 import copy
 from dataclasses import dataclass
 from typing import List, Mapping, Optional, Sequence, Tuple, Union
@@ -59,7 +60,7 @@ class Decision:
     table: str
 
 
-class SelectionPolicy:
+class SelectionPolicy(abc.ABC):
     """Base of the selection policies."""
 
     #: True when :meth:`select` is cheap and reads only state that every
@@ -77,16 +78,16 @@ class SelectionPolicy:
         """Recorded in the hooks' state: a resume must select the same way."""
         return type(self).__name__
 
-    def setup(self, runner, backbone) -> None:
+    def setup(self, runner, backbone) -> None:  # noqa: B027  optional
         """Check that the run suits the policy and prepare what
         :meth:`select` needs; called before training."""
 
+    @abc.abstractmethod
     def select(
         self, backbone, kind: str, candidates: Sequence[int]
     ) -> Decision:
         """Choose one of ``candidates``: open ``kind`` layers, at least
         one."""
-        raise NotImplementedError
 
 
 @SELECTION_POLICIES.register_module()

@@ -113,12 +113,13 @@ class HetDPTLayerScaleViT(HetDPTViT):
     ):
         # mmseg's spelling of the architecture (the rest: HetDPTViT's).
         arch = arch_from_stock(arch, self.DEFAULT_ARCH, kwargs)
+        name = arch
         if isinstance(arch, str) and arch not in LAYERSCALE_ARCH_PRESETS:
-            name, arch = arch, mmpretrain_arch(arch)  # 'dinov2-s', 'base', ...
-            if arch is None:
-                raise ValueError(
-                    unknown_arch_message(name, LAYERSCALE_ARCH_PRESETS)
-                )
+            arch = mmpretrain_arch(arch)  # 'dinov2-s', 'base', ...
+        if arch is None:
+            raise ValueError(
+                unknown_arch_message(name, LAYERSCALE_ARCH_PRESETS)
+            )
         self.pos_embed_antialias = pos_embed_antialias
         defaults = (
             LAYERSCALE_ARCH_PRESETS[arch]
@@ -201,8 +202,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
         if self.ffn == 'swiglu' and spec.act_removed:
             blocks = list(spec.act_removed)
             raise ValueError(
-                f'block(s) {blocks}: a SwiGLU activation cannot be removed '
-                '(docs/user_guides/dinov2.md)'
+                f'block(s) {blocks}: a SwiGLU activation cannot be removed'
             )
 
     def _build_structure(
@@ -234,21 +234,22 @@ class HetDPTLayerScaleViT(HetDPTViT):
 
     # -------------------------------------------------------------- weights
     def _adapt_pretrained(self, state: Dict) -> Dict:
-        if 'pos_embed' in state:
-            positioned = ls_state_dict.positioned_prefix_tokens(state)
-            if positioned != self.num_positioned_tokens:
-                raise StateDictMismatch(
-                    f'pos_embed holds {positioned} prefix tokens: set '
-                    "no_embed_class / reg_tokens (DeiT3: type='HetDPTDeiT3')"
-                )
-            state['pos_embed'] = vit_state_dict.resize_pos_embed(
-                state['pos_embed'],
-                positioned,
-                positioned,
-                self.patch_grid,
-                self.interpolate_mode,
-                antialias=self.pos_embed_antialias,
+        if 'pos_embed' not in state:
+            return state
+        positioned = ls_state_dict.positioned_prefix_tokens(state)
+        if positioned != self.num_positioned_tokens:
+            raise StateDictMismatch(
+                f'pos_embed has {positioned} prefix tokens: set reg_tokens, '
+                "or type='HetDPTDeiT3'"
             )
+        state['pos_embed'] = vit_state_dict.resize_pos_embed(
+            state['pos_embed'],
+            positioned,
+            positioned,
+            self.patch_grid,
+            self.interpolate_mode,
+            antialias=self.pos_embed_antialias,
+        )
         return state
 
     def _output_args(self) -> Dict:

@@ -90,11 +90,9 @@ DICT_ARCH_DEFAULTS = dict(
 def resolve_layerscale_arch(arch: Union[str, Mapping]) -> Dict:
     """Block shapes of a preset or an arch dict (the ViT's keys and
     ``ffn``: ``'mlp'`` or ``'swiglu'``)."""
+    if isinstance(arch, str) and arch not in LAYERSCALE_ARCH_PRESETS:
+        raise ValueError(f'unknown arch {arch!r} (docs/user_guides/dinov2.md)')
     if isinstance(arch, str):
-        if arch not in LAYERSCALE_ARCH_PRESETS:
-            raise ValueError(
-                f'unknown arch {arch!r}: {sorted(LAYERSCALE_ARCH_PRESETS)}'
-            )
         arch = LAYERSCALE_ARCH_PRESETS[arch]['arch']
     arch = dict(arch)
     ffn = arch.pop('ffn', 'mlp')
@@ -172,15 +170,11 @@ def build_args_from_tensors(
             and found.get('ffn', p['arch']['ffn']) == p['arch']['ffn']
         ]
         if not matches:
-            raise ValueError(
-                f'no preset has width {dim}, depth {depth}: give --arch'
-            )
+            raise ValueError(f'no preset of width {dim}: give --arch')
         arch = matches[0]
     arch = dict(resolve_layerscale_arch(arch), **found)
     if arch['embed_dims'] != dim or arch['num_layers'] != depth:
-        raise StateDictMismatch(
-            f'arch does not fit width {dim}, depth {depth}'
-        )
+        raise StateDictMismatch(f'arch is not of width {dim}, depth {depth}')
     positioned = ls_state_dict.positioned_prefix_tokens(state)
     side = math.isqrt(state['pos_embed'].shape[1] - positioned)
     patch = int(proj.shape[-1])

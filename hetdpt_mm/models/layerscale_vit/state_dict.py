@@ -80,7 +80,5 @@ def positioned_prefix_tokens(state_dict: Mapping) -> int:
         prefix += state_dict['reg_token'].shape[1]
     side = math.isqrt(length - prefix)
     if side * side != length - prefix:
-        raise StateDictMismatch(
-            f'pos_embed: {length} positions, no square grid'
-        )
+        raise StateDictMismatch(f'pos_embed of {length} positions: no grid')
     return prefix

@@ -29,11 +29,9 @@ def deit3_arch(arch: Union[str, Mapping]) -> dict:
     from mmpretrain.models.backbones.deit3 import DeiT3
 
     if isinstance(arch, str):
-        if arch.lower() not in DeiT3.arch_zoo:
-            raise ValueError(
-                f'unknown arch {arch!r}: {sorted(DeiT3.arch_zoo)}'
-            )
-        arch = DeiT3.arch_zoo[arch.lower()]
+        arch = DeiT3.arch_zoo.get(arch.lower(), arch)
+    if isinstance(arch, str):
+        raise ValueError(f'unknown arch {arch!r}: {[*DeiT3.arch_zoo]}')
     arch = dict(arch)
     if 'feedforward_channels' in arch:
         arch['mlp_ratio'] = (

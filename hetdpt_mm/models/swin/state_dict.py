@@ -133,9 +133,7 @@ def table_side(table: torch.Tensor, key: str) -> int:
     """The side ``2w - 1`` of a window's relative position bias table."""
     side = int(round(table.shape[0] ** 0.5))
     if side * side != table.shape[0] or side % 2 == 0:
-        raise StateDictMismatch(
-            f'{key} has {table.shape[0]} rows, not (2w - 1)^2 for a window w'
-        )
+        raise StateDictMismatch(f'{key}: {table.shape[0]} rows, no window')
     return side
 
 
@@ -235,9 +233,7 @@ def build_args_from_tensors(state: Mapping, arch=None) -> Dict:
             )
         )
         if known is None:
-            raise ValueError(
-                'a stage without attention, no preset: give --arch'
-            )
+            raise ValueError('a stage has no attention left: give --arch')
         heads = [
             h if h is not None else known['num_heads'][s]
             for s, h in enumerate(heads)
@@ -314,9 +310,7 @@ def convert_state_dict(
     ``fc2 fc1``) on globally numbered blocks."""
     flat, depths = to_global_blocks(state)
     if sum(depths) != spec.depth:
-        raise StateDictMismatch(
-            f'the Swin weights have {sum(depths)} blocks, spec {spec.depth}'
-        )
+        raise StateDictMismatch(f'{sum(depths)} blocks, spec {spec.depth}')
     return from_global_blocks(
         vit_state_dict.convert_state_dict(flat, spec, form), depths
     )

@@ -61,20 +61,16 @@ _PATCH_DEFAULTS = dict(
 def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
     if isinstance(arch, str):
         name = _PRESET_ALIASES.get(arch.lower(), arch.lower())
-        if name not in SWIN_ARCH_PRESETS:
-            raise ValueError(
-                f'unknown Swin arch {arch!r} (docs/user_guides/swin.md)'
-            )
-        arch = SWIN_ARCH_PRESETS[name]
+        arch = SWIN_ARCH_PRESETS.get(name, arch)
+    if isinstance(arch, str):
+        raise ValueError(f'unknown arch {arch!r} (docs/user_guides/swin.md)')
     arch = dict(arch)
     if (
         not {'embed_dims', 'depths', 'num_heads'}
         <= set(arch)
         <= set(ARCH_KEYS)
     ):
-        raise ValueError(
-            f'a Swin arch dict takes {ARCH_KEYS}, got {sorted(arch)}'
-        )
+        raise ValueError(f'a Swin arch takes {ARCH_KEYS}, not {[*arch]}')
     depths = arch['depths'] = [int(d) for d in arch['depths']]
     heads = arch['num_heads'] = [int(h) for h in arch['num_heads']]
     widths = [arch['embed_dims'] * 2**stage for stage in range(len(heads))]
@@ -83,9 +79,7 @@ def resolve_swin_arch(arch: Union[str, Mapping]) -> Dict:
         or min(depths, default=0) < 1
         or any(h < 1 or w % h for h, w in zip(heads, widths))
     ):
-        raise ValueError(
-            f'Swin stages need >= 1 block and heads dividing the width: {arch}'
-        )
+        raise ValueError('Swin stages: blocks >= 1, heads dividing widths')
     # A float either way, so that a stock dict's ``mlp_ratio=4`` records as
     # the preset's 4.0.
     arch['mlp_ratio'] = float(arch.get('mlp_ratio', 4.0))
@@ -272,8 +266,6 @@ def toolbox_args(toolbox: str, args: Dict) -> Dict:
     if toolbox == 'mmpretrain' and frozen is not None and frozen >= 0:
         stages = len(resolve_swin_arch(out.get('arch', 'tiny'))['depths'])
         if frozen >= stages:
-            raise ValueError(
-                f"mmpretrain's frozen_stages must be in -1..{stages - 1}"
-            )
+            raise ValueError(f'frozen_stages must be in -1..{stages - 1}')
         out['frozen_stages'] = frozen + 1
     return out

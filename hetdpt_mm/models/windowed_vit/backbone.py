@@ -147,12 +147,7 @@ class HetDPTWindowedViT(HetDPTBackbone):
         **stock_args,
     ):
         if token_merge is not None or graph_propagation is not None:
-            raise ValueError(
-                'token_merge, graph_propagation: windowed attention '
-                'partitions the token grid into fixed windows; merged or '
-                'propagated tokens leave no grid, so ToMe and GTP-ViT do '
-                'not apply to SAM / ViTDet encoders (use a ViT family)'
-            )
+            raise ValueError('token merging needs a ViT, not windows')
         if out_type not in OUT_TYPES:
             raise ValueError(f'out_type must be one of {OUT_TYPES}')
         eps = read_stock_args(stock_args, type(self))
@@ -281,11 +276,7 @@ class HetDPTWindowedViT(HetDPTBackbone):
             semantics['removed_attn_output'] == WHOLE_BRANCH
             or spec.ffn_removed
         ):
-            raise ValueError(
-                'whole-branch removal (removed_attn_output='
-                f"'{WHOLE_BRANCH}', ffn_removed) is for the plain ViTs; a "
-                "windowed ViT removes attention with 'norm' or 'zero'"
-            )
+            raise ValueError('whole-branch removal is for plain ViTs')
         self.form = form
         self.semantics = dict(semantics)
         self._spec = spec  # fixed for pruned/merged; gates own it if gated

@@ -51,22 +51,14 @@ def resolve_windowed_arch(arch: Union[str, Mapping]) -> Dict:
     ``feedforward_channels``) and ``global_attn_indexes``, spelled out."""
     if isinstance(arch, str):
         name = _ALIASES.get(arch.lower(), arch.lower())
-        if name not in WINDOWED_ARCH_PRESETS:
-            raise ValueError(
-                f'unknown windowed ViT arch {arch!r}; choose one of '
-                f'{sorted(WINDOWED_ARCH_PRESETS)} or pass a dict'
-            )
-        arch = WINDOWED_ARCH_PRESETS[name]
+        arch = WINDOWED_ARCH_PRESETS.get(name, arch)
+    if isinstance(arch, str):
+        raise ValueError(f'unknown arch {arch!r}: {[*WINDOWED_ARCH_PRESETS]}')
     arch = dict(arch)
     global_blocks = sorted({int(i) for i in arch.pop('global_attn_indexes')})
     arch = resolve_arch(arch)
-    if global_blocks and not (
-        global_blocks[0] >= 0 and global_blocks[-1] < arch['num_layers']
-    ):
-        raise ValueError(
-            f'global_attn_indexes {global_blocks} must name blocks of '
-            f'0..{arch["num_layers"] - 1}'
-        )
+    if not set(global_blocks) <= set(range(arch['num_layers'])):
+        raise ValueError(f'global_attn_indexes {global_blocks}: no such block')
     arch['mlp_ratio'] = float(arch['mlp_ratio'])
     return dict(arch, global_attn_indexes=global_blocks)
 
@@ -149,11 +141,7 @@ def build_args_from_tensors(
     elif known is not None:
         global_blocks = known['global_attn_indexes']
     else:
-        raise ValueError(
-            f'the windowed ViT weights (width {dim}, {depth} blocks) do not '
-            'show which blocks attend globally and match no preset: give '
-            'the architecture (global_attn_indexes) with --arch'
-        )
+        raise ValueError('the weights show no global blocks: give --arch')
     sides = {
         is_global: {
             (int(t.shape[0]) + 1) // 2
@@ -167,10 +155,7 @@ def build_args_from_tensors(
     head_dim = int(next(iter(tables.values())).shape[1]) if tables else None
     heads = dim // head_dim if head_dim else (known or {}).get('num_heads')
     if heads is None:
-        raise ValueError(
-            'the windowed ViT weights have no attention left to show the '
-            'number of heads: give the architecture with --arch'
-        )
+        raise ValueError('the weights show no number of heads: give --arch')
     fc1 = next((k for k in state if k.endswith('mlp.fc1.weight')), None)
     mlp_ratio = state[fc1].shape[0] / dim if fc1 else 4.0
     pos_embed = state.get('pos_embed')
@@ -203,10 +188,7 @@ def build_args_from_tensors(
         known['embed_dims'],
         known['num_layers'],
     ) != (dim, depth):
-        raise StateDictMismatch(
-            f'arch {known} does not match the checkpoint (width {dim}, '
-            f'{depth} blocks)'
-        )
+        raise StateDictMismatch(f'arch is not of width {dim}, depth {depth}')
     return args
 
 

@@ -95,15 +95,11 @@ def grid_pos_embed(pos_embed: torch.Tensor) -> torch.Tensor:
     """A ``(1, [1 +] S*S, D)`` position embedding (ViTDet's, MAE's: the
     first row the class token's, unused) as the ``(1, S, S, D)`` grid."""
     length = pos_embed.shape[1]
-    side = math.isqrt(length)
-    if side * side != length:
-        side = math.isqrt(length - 1)
-        if side * side != length - 1:
-            raise StateDictMismatch(
-                f'pos_embed has {length} positions: neither a square grid '
-                'nor a class token and a square grid'
-            )
+    if math.isqrt(length) ** 2 != length:
         pos_embed = pos_embed[:, 1:]
+    side = math.isqrt(pos_embed.shape[1])
+    if side * side != pos_embed.shape[1]:
+        raise StateDictMismatch(f'pos_embed of {length} positions: no grid')
     return pos_embed.reshape(1, side, side, -1)
 
 

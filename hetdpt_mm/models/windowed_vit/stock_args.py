@@ -12,12 +12,8 @@ from ..vit.stock_args import norm_eps
 
 #: mmpretrain's ``ViTSAM`` arguments that must keep their default here.
 FIXED_ARGS = {
-    'patch_cfg': ({}, 'the patch embedding is patch_size and in_channels'),
-    'layer_cfgs': (
-        {},
-        "blocks are configured by the backbone's own arguments "
-        '(window_size, arch.global_attn_indexes, qkv_bias, norm_cfg)',
-    ),
+    'patch_cfg': ({}, 'give patch_size, in_channels'),
+    'layer_cfgs': ({}, 'give window_size, arch, qkv_bias, norm_cfg'),
 }
 #: The defaults of mmpretrain's ``ViTSAM`` where they differ from ours
 #: (its position embedding resamples without antialiasing).
@@ -74,15 +70,9 @@ def build_vitdet(
     from .backbone import HetDPTWindowedViT
 
     if dict(act_cfg or dict(type='GELU')) != dict(type='GELU'):
-        raise ValueError(
-            f'act_cfg={act_cfg!r}: HetDPT removes the FFN GELUs, '
-            "act_cfg=dict(type='GELU')"
-        )
-    if not rel_pos_zero_init:
-        raise ValueError(
-            'rel_pos_zero_init=False: the relative position tables start '
-            'at zero here (as ViTDet from MAE weights); leave it True'
-        )
+        raise ValueError(f'act_cfg={act_cfg!r}: HetDPT builds GELU only')
+    if not rel_pos_zero_init:  # as ViTDet from MAE weights
+        raise ValueError('rel_pos_zero_init=False: the tables start at zero')
     windowed = set(window_block_indexes) if window_size else set()
     hetdpt_args.setdefault('out_channels', 0)
     hetdpt_args.setdefault('pos_embed_antialias', False)
