@@ -49,6 +49,7 @@ from pathlib import Path
 
 import pytest
 import warm_tools
+from helpers import write_folder_dataset
 from mmengine.config import Config
 from myst_parser.mdit_to_docutils.base import default_slugify
 
@@ -350,9 +351,24 @@ def run_block(script: str, cwd: Path, server: Path, **env) -> None:
 
 @pytest.fixture(scope='module')
 def scratch(tmp_path_factory, warm_server):
-    """The runnable blocks' directory."""
+    """The runnable blocks' directory: the reader's own folder dataset
+    (docs/user_guides/own_dataset.md) in it, and a ``wget`` whose official
+    DeiT files are tiny stand-ins (:func:`helpers.write_official_deit`)."""
     root = tmp_path_factory.mktemp('runnable')
-    command_dir(root, ('configs', 'tools', 'tests'))
+    wget = (
+        'while [ $# -gt 0 ]; do\n'
+        '  case $1 in -P) dir=$2; shift;; -*) ;; *) url=$1;; esac\n'
+        '  shift\n'
+        'done\n'
+        'python - "$dir/${url##*/}" <<\'PY\'\n'
+        'import sys\n'
+        "sys.path.insert(0, 'tests')\n"
+        'from helpers import write_official_deit\n'
+        'write_official_deit(sys.argv[1])\n'
+        'PY'
+    )
+    command_dir(root, ('configs', 'tools', 'tests'), dict(wget=wget))
+    write_folder_dataset(root / 'data/my_dataset')
     return root
 
 
@@ -464,4 +480,20 @@ def test_command_blocks_run_on_a_fresh_clone(page, warm_server, tmp_path):
             tmp_path,
             warm_server,
             **{warm_tools.DRY_VARIABLE: '1'},
+        )
+
+
+def test_a_block_that_downloads_too_little_fails(warm_server, tmp_path):
+    """What the dry run is for (issue 60 item 4): README's DeiT-B path
+    without the teacher's file fails on a fresh clone, naming it."""
+    command_dir(tmp_path, CLONE, STAND_INS)
+    block = (
+        'mkdir -p checkpoints\n'
+        'wget -P checkpoints https://dl.fbaipublicfiles.com/deit/'
+        'deit_base_distilled_patch16_224-df68dfff.pth\n'
+        'bash tools/dist_train.sh configs/hetdpt/deit-b_prune-10l_in1k.py 8\n'
+    )
+    with pytest.raises(AssertionError, match="distillation teacher's"):
+        run_block(
+            block, tmp_path, warm_server, **{warm_tools.DRY_VARIABLE: '1'}
         )
