@@ -1,5 +1,6 @@
 """The tools' one error convention: ``error: <message>`` on stderr, exit
-status 2, no traceback."""
+status 2, no traceback but for an exception raised inside an installed
+library (a toolbox, MMEngine, torch)."""
 
 import argparse
 import ast
@@ -23,6 +24,8 @@ T = TypeVar('T')
 EXIT_USAGE = 2
 #: Set to 1 for the traceback of a failure no check anticipated.
 TRACEBACK_ENV = 'HETDPT_TRACEBACK'
+#: Packages of this project, wherever installed.
+OWN_PACKAGES = ('hetdpt_mm', 'hetdpt_demo', 'hetdpt_benchmark')
 #: What a tool reports with its message alone; any other exception is
 #: reported with its type's name too.
 INPUT_ERRORS = (ValueError, TypeError, OSError, KeyError)
@@ -195,19 +198,43 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def raised_in_a_library(err: BaseException) -> bool:
+    """Whether ``err`` was raised inside an installed library (mmengine, a
+    toolbox, torch), whose traceback is the user's lead, not in this
+    project's code or the tools; an exception a registry re-raised with
+    its class name is judged by the one it was handling."""
+    while (
+        inner := err.__cause__
+        or (None if err.__suppress_context__ else err.__context__)
+    ) is not None:
+        err = inner
+    tb = err.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = tb.tb_frame
+    package = frame.f_globals.get('__name__', '').partition('.')[0]
+    installed = re.search(
+        r'[/\\](site|dist)-packages[/\\]', frame.f_code.co_filename
+    )
+    return package not in OWN_PACKAGES and installed is not None
+
+
 def run_reporting_errors(
     action: Callable[[], None],
     statuses: Mapping[Type[Exception], int] = MappingProxyType({}),
 ) -> int:
     """Run a tool's work and return its exit status: any exception ends it
-    with ``error: <message>`` and status 2 (or ``statuses``'s).  SIGTERM
-    runs the ``finally`` blocks that remove partial outputs."""
+    with ``error: <message>`` and status 2 (or ``statuses``'s), after its
+    traceback if a library raised it.  SIGTERM runs the ``finally`` blocks
+    that remove partial outputs."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         action()
     except Exception as err:
-        shown = os.environ.get(TRACEBACK_ENV) == '1'
+        shown = os.environ.get(TRACEBACK_ENV) == '1' or raised_in_a_library(
+            err
+        )
         if shown:
             traceback.print_exc()
         # A KeyError's str() is its repr; the message is its argument.

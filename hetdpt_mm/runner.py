@@ -155,15 +155,24 @@ def release_distributed() -> None:
         torch.distributed.destroy_process_group()
 
 
-def check_pretrained_exist(cfg) -> None:
-    """Fail before the runner is built (and its log written) if the model's
-    ``init_cfg`` names a local ``Pretrained`` checkpoint that does not
-    exist, e.g. the merged classifier a DETR / UperNet config starts from."""
+def check_pretrained_exist(cfg, loads_weights: bool = False) -> None:
+    """Fail before the runner is built (and its log written) if the model
+    names a local file that does not exist: a distillation teacher's
+    weights, or (unless the run loads weights, which replace them) an
+    ``init_cfg`` checkpoint, e.g. the merged classifier a DETR / UperNet
+    config starts from."""
     for key, value in config_strings(cfg.get('model', {}), 'model'):
-        if (
-            re.search(r'init_cfg(\[\d+\])?\.checkpoint$', key)
-            and '://' not in value
-            and not osp.exists(value)
+        if '://' in value or osp.exists(value):
+            continue
+        if key == 'model.teacher_checkpoint':
+            raise RunError(
+                f'{key} = {value!r}: no such file, the distillation '
+                "teacher's weights. Download them (the config names the "
+                'URL) or distil from a snapshot of the model: --cfg-options '
+                'model.teacher=None model.teacher_checkpoint=None'
+            )
+        if not loads_weights and re.search(
+            r'init_cfg(\[\d+\])?\.checkpoint$', key
         ):
             raise RunError(
                 f'{key}: no file {value!r}; make it (docs/user_guides/'

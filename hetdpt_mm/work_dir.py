@@ -154,10 +154,12 @@ def job_rank(launcher: str) -> int:
 @contextlib.contextmanager
 def work_dir_lock(work_dir) -> Iterator[None]:
     """Hold the training lock of ``work_dir``, or name its holder: a
-    ``flock`` the OS drops when its holder ends, so never stale."""
+    ``flock`` the OS drops when its holder ends, so never stale, on a file
+    removed when the run ends."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    with open(work_dir / TRAIN_LOCK_NAME, 'a+') as lock:
+    path = work_dir / TRAIN_LOCK_NAME
+    with open(path, 'a+') as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -168,6 +170,12 @@ def work_dir_lock(work_dir) -> Iterator[None]:
                 f'({holder}); wait for it to end or choose another '
                 '--work-dir'
             ) from None
+        if not os.fstat(lock.fileno()).st_nlink:
+            # Locked as the run holding it removed it at its end: lock anew.
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            with work_dir_lock(work_dir):
+                yield
+            return
         try:
             lock.truncate(0)
             lock.write(
@@ -177,8 +185,10 @@ def work_dir_lock(work_dir) -> Iterator[None]:
             lock.flush()
             yield
         finally:
-            # Forked data-loader workers share the lock; unlocking drops it
-            # for them too.
+            # Removed while held (a run that opened it meanwhile finds it
+            # unlinked); the forked data-loader workers share the lock, and
+            # unlocking drops it for them too.
+            path.unlink(missing_ok=True)
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 

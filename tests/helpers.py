@@ -328,3 +328,61 @@ def assert_distilled_forms_agree(reference, models, x, rtol=1e-5):
             ((cls, dist),) = model(x)
             assert (cls - ref_cls).abs().max() <= rtol * ref_cls.abs().max()
             assert (dist - ref_dist).abs().max() <= rtol * ref_dist.abs().max()
+
+
+# ------------------------------------------- your own data (own_dataset.md)
+#: The generated folder dataset's classes: two regions of each of
+#: scikit-learn's two sample photos.
+FOLDER_CLASSES = ('china_sky', 'china_temple', 'flower_petals', 'flower_bud')
+
+
+def write_folder_dataset(root: Path, train: int = 8, val: int = 4) -> Path:
+    """An ImageNet-style folder dataset under ``root`` (``train/CLASS/*.jpg``
+    and ``val/CLASS/*.jpg``, as mmpretrain's ``CustomDataset`` reads it):
+    seeded 80 x 80 crops of real photos, one class per photo region."""
+    import mmcv
+    import numpy as np
+    from sklearn.datasets import load_sample_images
+
+    china, flower = load_sample_images().images
+    regions = dict(
+        zip(
+            FOLDER_CLASSES,
+            (china[:160], china[200:], flower[:, :300], flower[:, 300:]),
+        )
+    )
+    rng = np.random.default_rng(0)
+    for split, count in (('train', train), ('val', val)):
+        for name, region in regions.items():
+            for index in range(count):
+                y = rng.integers(0, region.shape[0] - 80)
+                x = rng.integers(0, region.shape[1] - 80)
+                crop = np.ascontiguousarray(region[y : y + 80, x : x + 80])
+                mmcv.imwrite(
+                    crop[..., ::-1], str(root / split / name / f'{index}.jpg')
+                )
+    return root
+
+
+def write_official_deit(path: Path) -> Path:
+    """A stand-in for an official DeiT release file of that name (distilled
+    or not, ``{'model': timm's state dict}``), of :data:`TINY_DEIT_ARCH`
+    with random weights."""
+    from timm.models.deit import VisionTransformerDistilled
+    from timm.models.vision_transformer import VisionTransformer
+
+    cls = (
+        VisionTransformerDistilled
+        if 'distilled' in Path(path).name
+        else VisionTransformer
+    )
+    model = cls(
+        embed_dim=TINY_DEIT_DIMS,
+        depth=TINY_DEIT_ARCH['num_layers'],
+        num_heads=TINY_DEIT_ARCH['num_heads'],
+        patch_size=TINY_DEIT_PATCH,
+        num_classes=TINY_DEIT_CLASSES,
+    )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(model=randomize_(model, seed=1).state_dict()), path)
+    return Path(path)

@@ -1,10 +1,11 @@
 """The docs (docs/, README.md, CHANGELOG.md): the Sphinx site builds in strict
 mode, README's links resolve, pages stay short and tell no project history,
-and every command block a guide marks runnable runs.
+the tools, modules and configs they name exist, and every command block of
+README and the guides runs.
 
-A guide marks a fenced block it asks users to run with an HTML comment on the
-line before it, ``<!-- runnable -->`` or ``<!-- runnable: WORD ... -->``
-(words split as the shell does):
+A guide marks a fenced block it asks users to run on the demo data with an
+HTML comment on the line before it, ``<!-- runnable -->`` or
+``<!-- runnable: WORD ... -->`` (words split as the shell does):
 
 * ``tiny`` appends :data:`TINY`'s arguments to every command line of those
   tools (``python tools/NAME.py ...``): a few images for training and
@@ -15,17 +16,32 @@ line before it, ``<!-- runnable -->`` or ``<!-- runnable: WORD ... -->``
   more ``--cfg-options`` for ``train.py`` and ``test.py``, more flags for
   the benchmark.
 
-Blocks run with bash in one scratch directory (``configs``, ``tools`` and
-``tests`` linked in; ``python`` is this interpreter, with the tools run by a
-:mod:`warm_tools` server that has imported the package), in the site's page
-order
-(docs/index.md), so that a later guide uses what an earlier one made, as a
-reader following them would.
+Runnable blocks run with bash in one scratch directory (``configs``,
+``tools`` and ``tests`` linked in; ``python`` is this interpreter, with the
+tools run by a :mod:`warm_tools` server that has imported the package), in
+the site's page order (docs/index.md), so that a later guide uses what an
+earlier one made, as a reader following them would.
+
+Every other ``bash`` block (ImageNet, COCO and ADE20K runs, full-size
+benchmarks) runs **dry** in a fresh clone per page, in the page's order:
+its tools run as :mod:`dry_tools` says (parsed, configs loaded and models
+built on the meta device, what they read required, what they write made
+empty), ``wget`` makes an empty file of the URL's name, ``make`` prints its
+recipe (``make -n``) and ``pip`` requires its requirements file; the rest
+(``mkdir``, ``cp``, loops, ``cat``) runs as written.  A block that would
+fail on a fresh clone where its data exist (a file used before any command
+makes or downloads it, an option a tool does not take, a config that does
+not build) fails.  Its optional marker ``<!-- dry: WORD ... -->`` takes
+``OLD=>NEW`` replacements and ``needs=PATH``: a file of the reader's own
+(another guide's result) made empty before the block runs.  A synopsis
+(``tool IN OUT [--option ...]``) is a ``text`` block, not a command.
 """
 
+import importlib
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -33,6 +49,7 @@ from pathlib import Path
 
 import pytest
 import warm_tools
+from helpers import write_folder_dataset
 from mmengine.config import Config
 from myst_parser.mdit_to_docutils.base import default_slugify
 
@@ -150,9 +167,31 @@ def test_page_tells_no_project_history(page):
 
 
 DOC_PATH = re.compile(r'\bdocs/[\w/.-]+\.md\b')
+#: A file of the repository a page names by its path (not a glob or a
+#: brace pattern, nor a toolbox's own ``.../tools/...``).
+REPO_PATH = re.compile(
+    r'(?<![\w/.-])(?:tools|hetdpt_mm|hetdpt_demo|hetdpt_benchmark|configs|'
+    r'tests)/[\w/.-]*\w\.(?:py|sh|csv|json)\b(?![{*])'
+)
+#: A module, class or function of the project a page names in dotted form.
+DOTTED_NAME = re.compile(r'(?<![\w/.])hetdpt_(?:mm|demo|benchmark)(?:\.\w+)+')
 CHECKPOINT = re.compile(
     r'\bwork_dirs/(?P<config>[\w.-]+)/epoch_(?P<epoch>\d+)\.pth'
 )
+
+
+def resolves(name: str) -> bool:
+    """Whether the dotted ``name`` is a module or an attribute of one."""
+    parts = name.split('.')
+    for end in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module('.'.join(parts[:end]))
+        except ImportError:
+            continue
+        for part in parts[end:]:
+            found = getattr(found, part, None)
+        return found is not None
+    return False
 
 
 @pytest.mark.parametrize(
@@ -160,12 +199,18 @@ CHECKPOINT = re.compile(
     [ROOT / 'README.md', *GUIDES],
     ids=lambda page: str(page.relative_to(ROOT)),
 )
-def test_named_pages_and_checkpoints_exist(page):
-    """A page named in the text exists, and an ``epoch_N.pth`` of a
-    project config's work dir is one its schedule writes."""
+def test_named_pages_tools_and_checkpoints_exist(page):
+    """A page, tool, module, config or data file named in the text by its
+    path exists, and an ``epoch_N.pth`` of a project config's work dir is
+    one its schedule writes."""
     text = page.read_text()
     missing = [
-        path for path in DOC_PATH.findall(text) if not (ROOT / path).exists()
+        path
+        for path in DOC_PATH.findall(text) + REPO_PATH.findall(text)
+        if not (ROOT / path).exists()
+    ]
+    missing += [
+        name for name in DOTTED_NAME.findall(text) if not resolves(name)
     ]
     unwritten = []
     for match in CHECKPOINT.finditer(text):
@@ -237,20 +282,10 @@ def script_of(words: str, body: str) -> str:
 
 
 @pytest.fixture(scope='module')
-def scratch(tmp_path_factory):
-    """The blocks' directory, with a ``python`` that runs the tools through
-    a :mod:`warm_tools` server (the package imported once, not per
-    command)."""
-    root = tmp_path_factory.mktemp('runnable')
-    for name in ('configs', 'tools', 'tests'):
-        (root / name).symlink_to(ROOT / name)
-    (root / 'bin').mkdir()
-    python = root / 'bin' / 'python'
-    python.write_text(
-        f'#!/bin/sh\nexec {sys.executable} -S '
-        f'{ROOT / "tests" / "warm_tools.py"} "$@"\n'
-    )
-    python.chmod(0o755)
+def warm_server(tmp_path_factory):
+    """The socket of a :mod:`warm_tools` server (the package imported once,
+    not per command)."""
+    root = tmp_path_factory.mktemp('warm')
     socket_path = root / 'warm.sock'
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS='1')
     with open(root / 'warm.log', 'w') as log:
@@ -269,10 +304,72 @@ def scratch(tmp_path_factory):
         while not socket_path.exists():
             assert server.poll() is None, (root / 'warm.log').read_text()
             time.sleep(0.2)
-        yield root
+        yield socket_path
     finally:
         server.terminate()
         server.wait()
+
+
+def command_dir(root: Path, links, stand_ins=()) -> dict:
+    """``root`` with ``links`` to the repository's entries and a ``bin`` of
+    a ``python`` that runs the tools through the warm server and of
+    ``stand_ins`` (name -> shell script); returns what the blocks' PATH
+    starts with."""
+    for name in links:
+        (root / name).symlink_to(ROOT / name)
+    (root / 'bin').mkdir()
+    scripts = dict(
+        python=f'exec {sys.executable} -S '
+        f'{ROOT / "tests" / "warm_tools.py"} "$@"',
+        **dict(stand_ins),
+    )
+    for name, script in scripts.items():
+        (root / 'bin' / name).write_text(f'#!/bin/sh\n{script}\n')
+        (root / 'bin' / name).chmod(0o755)
+    return root / 'bin'
+
+
+def run_block(script: str, cwd: Path, server: Path, **env) -> None:
+    bin_dir = cwd / 'bin'
+    result = subprocess.run(
+        ['bash', '-euo', 'pipefail', '-c', script],
+        cwd=cwd,
+        env=dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            OMP_NUM_THREADS='1',
+            PATH=f'{bin_dir}{os.pathsep}{os.environ["PATH"]}',
+            **{warm_tools.SOCKET_VARIABLE: str(server)},
+            **env,
+        ),
+        capture_output=True,
+        text=True,
+    )
+    output = result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.returncode == 0, output
+
+
+@pytest.fixture(scope='module')
+def scratch(tmp_path_factory, warm_server):
+    """The runnable blocks' directory: the reader's own folder dataset
+    (docs/user_guides/own_dataset.md) in it, and a ``wget`` whose official
+    DeiT files are tiny stand-ins (:func:`helpers.write_official_deit`)."""
+    root = tmp_path_factory.mktemp('runnable')
+    wget = (
+        'while [ $# -gt 0 ]; do\n'
+        '  case $1 in -P) dir=$2; shift;; -*) ;; *) url=$1;; esac\n'
+        '  shift\n'
+        'done\n'
+        'python - "$dir/${url##*/}" <<\'PY\'\n'
+        'import sys\n'
+        "sys.path.insert(0, 'tests')\n"
+        'from helpers import write_official_deit\n'
+        'write_official_deit(sys.argv[1])\n'
+        'PY'
+    )
+    command_dir(root, ('configs', 'tools', 'tests'), dict(wget=wget))
+    write_folder_dataset(root / 'data/my_dataset')
+    return root
 
 
 def test_there_are_runnable_blocks():
@@ -306,20 +403,97 @@ def test_marker_words_replace_and_append():
 
 
 @pytest.mark.parametrize('words, body', runnable_blocks())
-def test_runnable_block_runs(words, body, scratch):
-    env = dict(
-        os.environ,
-        PYTHONPATH=str(ROOT),
-        OMP_NUM_THREADS='1',
-        PATH=f'{scratch / "bin"}{os.pathsep}{os.environ["PATH"]}',
-        **{warm_tools.SOCKET_VARIABLE: str(scratch / 'warm.sock')},
+def test_runnable_block_runs(words, body, scratch, warm_server):
+    run_block(script_of(words, body), scratch, warm_server)
+
+
+# ------------------------------------------------------------- dry blocks
+#: The pages whose commands a reader runs.
+COMMAND_PAGES = [
+    ROOT / 'README.md',
+    DOCS / 'get_started.md',
+    *sorted((DOCS / 'user_guides').glob('*.md')),
+]
+BASH_BLOCK = re.compile(
+    r'^(?:<!-- (?P<kind>runnable|dry)(?::? (?P<words>[^\n]*?))? -->\n)?'
+    r'```bash\n(?P<body>.*?)^```$',
+    re.M | re.S,
+)
+#: What a fresh clone holds that the blocks use.
+CLONE = (
+    'configs',
+    'tools',
+    'tests',
+    'requirements',
+    'hetdpt_mm',
+    'hetdpt_demo',
+    'hetdpt_benchmark',
+    'Makefile',
+    'setup.py',
+)
+STAND_INS = dict(
+    # the file the URL names, empty (-P DIR or -O FILE)
+    wget='dir=. out=\n'
+    'while [ $# -gt 0 ]; do\n'
+    '  case $1 in -P) dir=$2; shift;; -O) out=$2; shift;; -*) ;; '
+    '*) url=$1;; esac\n'
+    '  shift\n'
+    'done\n'
+    'mkdir -p "$dir" && : > "${out:-$dir/${url##*/}}"',
+    # the recipe, printed
+    make=f'exec {shutil.which("make")} -n "$@"',
+    # the requirements files, required
+    pip='while [ $# -gt 0 ]; do\n'
+    '  if [ "$1" = -r ] && [ ! -f "$2" ]; then echo "no $2" >&2; exit 1; fi\n'
+    '  shift\n'
+    'done',
+)
+
+
+def dry_blocks(page: Path):
+    """``(words, body)`` of the page's bash blocks not marked runnable."""
+    return [
+        (match['words'] or '', match['body'])
+        for match in BASH_BLOCK.finditer(page.read_text())
+        if match['kind'] != 'runnable'
+    ]
+
+
+@pytest.mark.parametrize(
+    'page',
+    [page for page in COMMAND_PAGES if dry_blocks(page)],
+    ids=lambda page: str(page.relative_to(ROOT)),
+)
+def test_command_blocks_run_on_a_fresh_clone(page, warm_server, tmp_path):
+    """Each block of the page, dry, in order, in a fresh clone."""
+    command_dir(tmp_path, CLONE, STAND_INS)
+    for words, body in dry_blocks(page):
+        split = shlex.split(words)
+        for path in (
+            w[len('needs=') :] for w in split if w.startswith('needs=')
+        ):
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).touch()
+        replacements = shlex.join(w for w in split if REPLACE in w)
+        run_block(
+            script_of(replacements, body),
+            tmp_path,
+            warm_server,
+            **{warm_tools.DRY_VARIABLE: '1'},
+        )
+
+
+def test_a_block_that_downloads_too_little_fails(warm_server, tmp_path):
+    """What the dry run is for (issue 60 item 4): README's DeiT-B path
+    without the teacher's file fails on a fresh clone, naming it."""
+    command_dir(tmp_path, CLONE, STAND_INS)
+    block = (
+        'mkdir -p checkpoints\n'
+        'wget -P checkpoints https://dl.fbaipublicfiles.com/deit/'
+        'deit_base_distilled_patch16_224-df68dfff.pth\n'
+        'bash tools/dist_train.sh configs/hetdpt/deit-b_prune-10l_in1k.py 8\n'
     )
-    result = subprocess.run(
-        ['bash', '-euo', 'pipefail', '-c', script_of(words, body)],
-        cwd=scratch,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    output = result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.returncode == 0, output
+    with pytest.raises(AssertionError, match="distillation teacher's"):
+        run_block(
+            block, tmp_path, warm_server, **{warm_tools.DRY_VARIABLE: '1'}
+        )

@@ -580,8 +580,27 @@ def test_bad_points_files(tmp_path, name, text, depth, message):
 
 
 def test_missing_points_file(tmp_path):
+    """Issue 60 item 3: the error says what writes a points file and where
+    the paper's points are."""
     with pytest.raises(FileNotFoundError, match='not found: .*absent.csv'):
         load_points(tmp_path / 'absent.csv')
+    with pytest.raises(FileNotFoundError) as error:
+        load_points(tmp_path / 'absent.csv')
+    assert 'map-collect' in str(error.value)
+    assert (REPO / 'tests/data/map_points_paper.csv').exists()
+    assert 'tests/data/map_points_paper.csv' in str(error.value)
+
+
+@pytest.mark.parametrize(
+    'config', ['deit-b_prune-10l_in1k.py', 'deit-s_prune-10l_in1k.py']
+)
+def test_the_one_run_configs_run_on_the_shipped_points(config):
+    """Issue 60 item 3: the one-run configs need no collection run first
+    (the paper's points ship with the clone)."""
+    from mmengine.config import Config
+
+    cfg = Config.fromfile(REPO / 'configs/hetdpt' / config)
+    assert len(load_points(cfg.custom_hooks[0].map_points)) > 10
 
 
 # -------------------------------------------------------------------- CLI --

@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 import timm
 import torch
-from helpers import load_tool, randomize_
+from helpers import (
+    REPO,
+    load_tool,
+    randomize_,
+    write_tiny_config,
+    write_tiny_deit_inputs,
+)
 from mmengine.config import Config
 from mmengine.runner import load_checkpoint
 
@@ -156,3 +162,72 @@ def test_merged_timm_file_loads_in_every_documented_api(merged_timm_file):
         assert (got[0] - expected[0]).abs().max() <= 1e-5
     record = load_checkpoint_file(merged)['meta']['hetdpt']
     assert record['prefix'] == 'backbone.' and record['form'] == 'merged'
+
+
+def test_the_merged_file_of_a_distillation_run_is_the_student_alone(
+    tmp_path, monkeypatch, one_thread
+):
+    """Issue 60 item 1: a prune run with a dense teacher (the DeiT-B prune
+    config, tiny) writes a merged file whose model, built from that config
+    by mmpretrain's get_model, its inferencer and tools/test.py, is the
+    pruned student alone: the teacher is training state."""
+    from mmpretrain.apis import ImageClassificationInferencer, get_model
+
+    from hetdpt_mm import runner as hetdpt_runner
+
+    files = write_tiny_deit_inputs(tmp_path)
+    config = write_tiny_config(
+        REPO / 'configs/hetdpt/deit-b_prune-10l_in1k.py',
+        tmp_path,
+        files['distilled'],
+        teacher=files['dense'],
+    )
+    cfg = Config.fromfile(config)
+    cfg.test_dataloader, cfg.test_evaluator = (
+        cfg.val_dataloader,
+        cfg.val_evaluator,
+    )
+    cfg.dump(config)
+    monkeypatch.chdir(tmp_path)
+    # one removal per iteration: the 10 layers in the first 10 of 12
+    options = [
+        'custom_hooks.0.by_epoch=False',
+        'custom_hooks.0.stages=1',
+        'train_cfg.max_epochs=6',
+        'param_scheduler.0.end=1',
+        'param_scheduler.1.begin=1',
+    ]
+    argv = [str(config), '--work-dir', 'run', '--cfg-options', *options]
+    assert load_tool('train').main(argv) == 0
+    merged = tmp_path / 'run/deit-b_prune-10l_in1k_merged.pth'
+    state = load_checkpoint_file(merged)['state_dict']
+    student = sum(
+        value.numel()
+        for key, value in state.items()
+        if not key.endswith('_extra_state')
+    )
+    assert not any(key.startswith('teacher.') for key in state)
+
+    def assert_student(model):
+        assert model.teacher is None
+        assert model.backbone.form == 'merged'
+        spec = model.backbone.prune_spec
+        assert spec.n_attn + spec.n_act == 10
+        assert sum(p.numel() for p in model.parameters()) == student
+
+    assert_student(get_model(str(config), pretrained=str(merged)))
+    inferencer = ImageClassificationInferencer(
+        str(config), pretrained=str(merged), device='cpu'
+    )
+    assert_student(inferencer.model)
+    runners = []
+    build_runner = hetdpt_runner.build_runner
+    monkeypatch.setattr(
+        hetdpt_runner,
+        'build_runner',
+        lambda *args, **kwargs: (
+            runners.append(build_runner(*args, **kwargs)) or runners[-1]
+        ),
+    )
+    assert load_tool('test').main([str(config), str(merged)]) == 0
+    assert_student(runners[0].model)

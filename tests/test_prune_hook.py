@@ -358,6 +358,9 @@ def test_counts_come_from_map_and_each_closed_gate_had_the_lowest_score(
     assert 'HetDPT prune counts (MAP): attn=1 act=2' in log
     assert log.count('<- lowest') == 3
     assert 'HetDPT self-distillation: the teacher is a frozen copy' in log
+    # the paper's ImageNet points on the digits: their units are said
+    assert '"predicted" is in the units of the points\' accuracies' in log
+    assert log.count('requires_grad=False') == 0  # the teacher's neither
 
 
 def test_score_gradients_are_logged_and_decisions_keep_every_score(map_run):

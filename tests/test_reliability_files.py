@@ -514,6 +514,36 @@ def test_any_exception_is_an_error_line(capsys, monkeypatch):
     )
 
 
+def test_an_exception_raised_in_a_toolbox_shows_its_traceback(capsys):
+    """Issue 60 item 8: a toolbox's own error (here MMEngine's registry)
+    is the user's lead: its traceback comes before the error line; one of
+    ours (a ValueError with its fix) stays a line."""
+    from mmengine.registry import Registry
+
+    def build_unknown():
+        Registry('demo').build(dict(type='NoSuchModule'))
+
+    assert run_reporting_errors(build_unknown) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('Traceback') and 'mmengine/registry' in err
+    assert err.splitlines()[-1].startswith('error: NoSuchModule')
+
+    def ours():
+        raise ValueError('bad spec; give --spec')
+
+    assert run_reporting_errors(ours) == 2
+    assert capsys.readouterr().err == 'error: bad spec; give --spec\n'
+
+    def ours_through_a_registry():  # which re-raises it with its name
+        from mmpretrain.registry import MODELS
+
+        MODELS.build(dict(type='HetDPTViT', arch='deit-huge'))
+
+    assert run_reporting_errors(ours_through_a_registry) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('error: ') and err.count('\n') == 1, err
+
+
 def test_tools_give_only_fixes_that_help(tools, tmp_path, capsys):
     """tools/test.py said "pass --non-strict" where it cannot help, and
     "does not exist" for /dev/zero; merge_ckpt said "checkpoint" for the

@@ -146,6 +146,8 @@ def test_the_deit_b_prune_config_tests_without_its_teacher(
 
 
 def test_a_loaded_file_without_the_whole_teacher_is_named(tmp_path):
+    """In training (the teacher built by init_weights) a file without any
+    teacher keeps the model's, and a file with part of one is an error."""
     files = write_tiny_deit_inputs(tmp_path)
     model = build_model(
         Config.fromfile(
@@ -157,11 +159,13 @@ def test_a_loaded_file_without_the_whole_teacher_is_named(tmp_path):
             )
         )
     )
+    model.init_weights()
     state = model.state_dict()
     without_teacher = {
         k: v for k, v in state.items() if not k.startswith('teacher.')
     }
     model.load_state_dict(without_teacher)
+    assert model.teacher_ready
     partial = {
         k: v
         for k, v in state.items()

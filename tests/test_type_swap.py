@@ -186,16 +186,19 @@ def test_a_swapped_mmseg_vit_config_computes_and_trains_as_stock(
     monkeypatch.setattr(
         vit_backbone, 'print_log', lambda message, **_: logged.append(message)
     )
+    monkeypatch.setattr(vit_backbone, '_NORM_NAMES_NOTED', set())
     with DefaultScope.overwrite_default_scope('mmseg'):
-        ours = MODELS.build(
-            dict(
-                backbone,
-                type='HetDPTViT',
-                init_cfg=dict(
-                    type='Pretrained', checkpoint=str(tmp_path / 'vit.pth')
-                ),
+        for _ in range(2):  # once per process (issue 60 item 8)
+            ours = MODELS.build(
+                dict(
+                    backbone,
+                    type='HetDPTViT',
+                    init_cfg=dict(
+                        type='Pretrained',
+                        checkpoint=str(tmp_path / 'vit.pth'),
+                    ),
+                )
             )
-        )
     ours.init_weights()
     assert_same_outputs(stock, ours.eval(), STOCK_INPUT_SHAPE)
     assert {openmmlab_name(name) for name, _ in ours.named_parameters()} == {
@@ -217,3 +220,79 @@ def test_a_swapped_mmseg_vit_config_computes_and_trains_as_stock(
     fixed = dict(custom_keys=custom_keys)
     assert no_decay_names(ours, fixed, openmmlab_name) == stock_no_decay
     assert no_decay_names(stock, fixed) == stock_no_decay
+
+
+def stock_config(toolbox, path: str):
+    from importlib import import_module
+
+    from mmengine.config import Config
+
+    root = Path(import_module(toolbox).__file__).parent / '.mim/configs'
+    return Config.fromfile(root / path)
+
+
+def test_a_swapped_distilled_deit_config_is_refused_or_computes_as_stock(
+    tmp_path,
+):
+    """Issue 60 item 5: mmpretrain's distilled DeiT config (shrunk) with
+    ``type='HetDPTViT'``: its DeiTClsHead takes two tokens, which only
+    ``distilled=True`` gives; the classifier is refused when it is built,
+    naming that, and with it the classifier computes as the stock one."""
+    from mmpretrain.models.backbones import DistilledVisionTransformer
+    from mmpretrain.registry import MODELS
+
+    model = stock_config(
+        'mmpretrain', 'deit/deit-tiny-distilled_4xb256_in1k.py'
+    ).model
+    model.backbone.update(MMPRETRAIN_TINY)
+    model.head.in_channels = MMPRETRAIN_TINY['arch']['embed_dims']
+    stock = randomized_stock(DistilledVisionTransformer, **MMPRETRAIN_TINY)
+    torch.save(dict(state_dict=stock.state_dict()), tmp_path / 'deit.pth')
+    model.backbone.update(
+        type='HetDPTViT',
+        init_cfg=dict(
+            type='Pretrained', checkpoint=str(tmp_path / 'deit.pth')
+        ),
+    )
+    with (
+        DefaultScope.overwrite_default_scope('mmpretrain'),
+        pytest.raises(ValueError, match='distilled=True'),
+    ):
+        MODELS.build(model)
+    model.backbone.distilled = True
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        ours = MODELS.build(model)
+    ours.backbone.init_weights()
+    assert_same_outputs(stock, ours.backbone.eval(), STOCK_INPUT_SHAPE)
+    with torch.no_grad():
+        assert ours.eval()(torch.randn(2, 3, 32, 32)).shape == (2, 1000)
+
+
+@pytest.mark.parametrize('family', ['HetDPTViT', 'HetDPTLayerScaleViT'])
+def test_mmsegs_mae_swap_gets_one_hint_that_builds(family):
+    """Issue 60 item 6: mmseg's MAE UperNet config (shrunk) with ``type``
+    swapped: ``init_values`` (mmseg's BEiT / MAE, with a relative position
+    bias in every attention) gets one hint, and what it names builds."""
+    from mmseg.registry import MODELS
+
+    backbone = dict(
+        stock_config(
+            'mmseg', 'mae/mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py'
+        ).model.backbone,
+        type=family,
+        img_size=(32, 32),
+        embed_dims=32,
+        num_layers=4,
+        num_heads=2,
+        out_indices=[1, 3],
+    )
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        with pytest.raises(TypeError) as error:
+            MODELS.build(backbone)
+        hint = str(error.value)
+        assert 'relative position bias' in hint
+        assert "type='HetDPTViT' with mmseg's VisionTransformer" in hint
+        backbone.pop('init_values')
+        ours = MODELS.build(dict(backbone, type='HetDPTViT'))
+    features = ours(torch.randn(2, 3, 32, 32))
+    assert [f.shape for f in features] == [(2, 32, 2, 2)] * 2

@@ -71,6 +71,28 @@ def test_a_live_work_dir_is_refused_until_its_run_ends(tmp_path, capsys):
             .read_text()
             .startswith(f'pid {os.getpid()}, since ')
         )
+    assert not (work / TRAIN_LOCK_NAME).exists()
+
+
+def test_a_lock_file_removed_as_it_is_locked_is_made_anew(
+    tmp_path, monkeypatch
+):
+    """A run that ends removes its lock file; one that opened the file
+    just before locks it anew, not the removed file."""
+    import fcntl
+
+    flock, calls = fcntl.flock, []
+
+    def removed_first(file, operation):
+        if not calls:
+            (tmp_path / TRAIN_LOCK_NAME).unlink()
+        calls.append(operation)
+        flock(file, operation)
+
+    monkeypatch.setattr(fcntl, 'flock', removed_first)
+    with work_dir_lock(tmp_path):
+        assert (tmp_path / TRAIN_LOCK_NAME).read_text().startswith('pid ')
+    assert len(calls) == 4 and not (tmp_path / TRAIN_LOCK_NAME).exists()
 
 
 def test_only_rank_0_of_a_job_takes_the_lock(tmp_path, monkeypatch):
@@ -140,6 +162,7 @@ def test_overwrite_starts_the_run_over(tmp_path, capsys):
         tmp_path / 'dense.py', DENSE_CONFIG, tmp_path / 'cls'
     )
     assert train(capsys, config, '--work-dir', work, '--overwrite')[0] == 0
+    assert not (work / TRAIN_LOCK_NAME).exists()  # a finished run's
     # Nothing of the earlier run is left for a later --resume to pick up.
     assert [path.name for path in run_checkpoints(work)] == [
         'epoch_1.pth',

@@ -1,9 +1,14 @@
 # HetDPT on DeiT-S, ImageNet-1k, in one run: deit-b_prune-10l_in1k.py (MAP
 # split of 10 removed layers, progressive within-type pruning at the end of
 # epochs 3, 8, 15, ..., hard distillation from the dense DeiT-S, 400 epochs,
-# merged checkpoint) with the DeiT-S model and batch of deit-s_dense_in1k.py
-# and DeiT-S's own MAP points.  The authors' two-stage pipeline:
-# deit-s_search-8l_in1k.py, deit-s_finetune-8l_in1k.py.
+# merged checkpoint) with the DeiT-S model and batch of deit-s_dense_in1k.py.
+# MAP splits the budget on the paper's DeiT-B points, as the DeiT-B config;
+# DeiT-S's own points (the runs of deit-s_map-collect_in1k.py, concatenated:
+# docs/user_guides/map.md) replace them with
+#   --cfg-options \
+#   custom_hooks.0.map_points=work_dirs/deit-s_map-collect_in1k/map_points.csv
+# The authors' two-stage pipeline: deit-s_search-8l_in1k.py,
+# deit-s_finetune-8l_in1k.py.
 _base_ = [
     '../_base_/models/hetdpt_deit-s_hard-distill.py',
     '../_base_/datasets/imagenet_bs256_swin_224.py',
@@ -11,14 +16,4 @@ _base_ = [
     'mmpretrain::_base_/default_runtime.py',
 ]
 
-# The points of deit-s_map-collect_in1k.py (the three schedules' CSV files
-# concatenated; the paper gives points for DeiT-B only).
-map_points = 'work_dirs/deit-s_map-collect_in1k/map_points.csv'
-
 model = dict(backbone=dict(gated=True))
-
-# The pruning hooks of the schedule, reading these points.
-custom_hooks = [
-    dict(_base_.custom_hooks[0], map_points=map_points),
-    dict(type='MergeCheckpointHook'),
-]

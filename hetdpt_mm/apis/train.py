@@ -43,8 +43,10 @@ def run_train(args: argparse.Namespace) -> None:
         resume_from=cfg.load_from if cfg.get('resume') else None,
         training=True,
     )
-    if not cfg.get('load_from') and not cfg.get('resume'):
-        check_pretrained_exist(cfg)  # loaded weights replace init_cfg's
+    # loaded weights replace init_cfg's
+    check_pretrained_exist(
+        cfg, loads_weights=bool(cfg.get('load_from') or cfg.get('resume'))
+    )
     try:
         with claim_work_dir(
             cfg, resume=args.resume is not None, overwrite=args.overwrite

@@ -161,7 +161,10 @@ def resolve_counts(
         f'by leave-2-out CV:\n{fit.format_table()}\n'
         f'{fit.format_polynomial()}\n'
         f'allocation of budget {budget} at depth {depth} (bounds '
-        f'{allocation.bounds}):\n{allocation.format_table()}\n'
+        f'{allocation.bounds}; "predicted" is in the units of the points\' '
+        'accuracies, those of the model and task they were measured on, '
+        "e.g. the paper's DeiT-B ImageNet top-1 %, not this run's; the "
+        f'split is what counts):\n{allocation.format_table()}\n'
         f'HetDPT prune counts (MAP): attn={allocation.n_attn} '
         f'{t_kind}={allocation.n_act}'
     )

@@ -12,7 +12,6 @@ from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
-from mmengine.logging import print_log
 from mmpretrain.models.classifiers import ImageClassifier
 from mmpretrain.models.heads import DeiTClsHead
 from mmpretrain.registry import MODELS
@@ -73,27 +72,23 @@ def teacher_init_cfg(teacher: dict, checkpoint: str) -> None:
 def _teacher_is_optional(
     model: 'HetDPTDistillClassifier', incompatible_keys
 ) -> None:
-    """Loading weights without any of the teacher's (a merged checkpoint:
-    a test, or the start of a fine-tune) keeps the teacher's own
-    (``teacher_checkpoint``, or the snapshot still to be taken)."""
-    teacher = model._teacher_left_out
+    """Loading weights without a teacher's into a model that has one (a
+    merged checkpoint at the start of a fine-tune) keeps the teacher's own
+    (``teacher_checkpoint``, or the snapshot still to be taken); a loaded
+    teacher without a model to take it (testing, inference) is skipped."""
+    teacher = model._teacher_keys_skipped
     if teacher is None:
         return
-    missing = incompatible_keys.missing_keys
-    kept = [key for key in missing if not key.startswith(teacher)]
-    if len(kept) < len(missing):
-        print_log(
-            'HetDPTDistillClassifier: the loaded weights hold no '
-            'teacher (a merged checkpoint); the teacher keeps its own '
-            f'({model.teacher_source}), which only training uses',
-            logger='current',
-        )
-    missing[:] = kept
+    for keys in incompatible_keys:
+        keys[:] = [key for key in keys if not key.startswith(teacher)]
 
 
 @MODELS.register_module()
 class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
-    """ImageClassifier with a frozen teacher and a KD loss.
+    """ImageClassifier with a frozen teacher and a KD loss.  The teacher is
+    training state: built when training starts (``init_weights``) or by the
+    snapshot, and in no model that only tests or infers, so the model of a
+    merged file is the student alone in every API.
 
     Args:
         backbone, neck, head, ...: as for ``ImageClassifier``.
@@ -146,16 +141,24 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
                 type='ImageClassifier', backbone=backbone, neck=neck, head=head
             )
         teacher = copy.deepcopy(dict(teacher))
+        teacher_classes = (teacher.get('head') or {}).get('num_classes')
+        if teacher_classes != head.get('num_classes'):
+            raise ValueError(
+                f'the teacher classifies {teacher_classes} classes, the '
+                f'model {head.get("num_classes")}: give a teacher of these '
+                'classes or none (teacher=None, teacher_checkpoint=None: a '
+                'snapshot of the model; docs/user_guides/own_dataset.md)'
+            )
         if teacher_checkpoint is not None:
             teacher_init_cfg(teacher, teacher_checkpoint)
-        self.teacher = MODELS.build(teacher)
-        self.teacher.requires_grad_(False)
-        # Saved with the teacher's weights (so a resumed run knows whether
-        # the snapshot was taken) and dropped with them on merging.
-        self.teacher.register_buffer(
-            'hetdpt_ready', torch.tensor(self.teacher_source != 'snapshot')
-        )
-        self._teacher_left_out = None
+        self._teacher_cfg = teacher
+        # Training state, built when training starts (init_weights, which
+        # MMEngine's runners call after building the optimizer: the frozen
+        # teacher is in none of its parameter groups) or by the snapshot;
+        # testing and inference never build it, so the model of a merged
+        # file is the student alone.
+        self.teacher = None
+        self._teacher_keys_skipped = None
         self.register_load_state_dict_post_hook(_teacher_is_optional)
 
     def state_record(self) -> dict:
@@ -163,19 +166,37 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
         # (the merge) knows which tensors are the teacher's.
         return dict(teacher_prefix='teacher.')
 
+    def build_teacher(self) -> None:
+        """Build the frozen teacher on the model's device (its weights:
+        ``init_weights`` or :meth:`snapshot_teacher`), once."""
+        if self.teacher is not None:
+            return
+        teacher = MODELS.build(self._teacher_cfg).requires_grad_(False)
+        # Saved with the teacher's weights (so a resumed run knows whether
+        # the snapshot was taken) and dropped with them on merging.
+        teacher.register_buffer(
+            'hetdpt_ready', torch.tensor(self.teacher_source != 'snapshot')
+        )
+        self.teacher = teacher.to(next(self.parameters()).device).eval()
+
+    def init_weights(self) -> None:
+        self.build_teacher()
+        super().init_weights()
+
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
-        # Merged checkpoints leave the teacher out; testing never runs it.
+        # A file without a teacher keeps the model's (a merged checkpoint at
+        # the start of a fine-tune); a file's teacher loads into the
+        # model's, and is skipped where there is none (testing, inference).
         teacher = prefix + 'teacher.'
-        self._teacher_left_out = (
-            None
-            if any(key.startswith(teacher) for key in state_dict)
-            else teacher
+        holds_teacher = any(key.startswith(teacher) for key in state_dict)
+        self._teacher_keys_skipped = (
+            teacher if holds_teacher != (self.teacher is not None) else None
         )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def teacher_ready(self) -> bool:
-        return bool(self.teacher.hetdpt_ready)
+        return self.teacher is not None and bool(self.teacher.hetdpt_ready)
 
     @property
     def wants_teacher_snapshot(self) -> bool:
@@ -184,6 +205,7 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
     @torch.no_grad()
     def snapshot_teacher(self) -> None:
         """Make the teacher a frozen copy of the model as it is now."""
+        self.build_teacher()
         for name in ('backbone', 'neck', 'head'):
             student = getattr(self, name, None)
             if student is not None:
@@ -194,7 +216,8 @@ class HetDPTDistillClassifier(RecordInStateDict, ImageClassifier):
 
     def train(self, mode: bool = True):
         super().train(mode)
-        self.teacher.eval()  # frozen: no dropout, no statistics updates
+        if self.teacher is not None:
+            self.teacher.eval()  # frozen: no dropout, no statistics updates
         return self
 
     def loss(self, inputs: torch.Tensor, data_samples: List) -> dict:

@@ -68,11 +68,22 @@ class PretrainedHeadsInit:
             for key, value in tensors.items():
                 own = getattr(linear, key)
                 if own is None or own.shape != value.shape:
+                    other_classes = own is not None and (
+                        own.shape[1:] == value.shape[1:]
+                    )
                     raise StateDictMismatch(
                         f'{self.checkpoint}: {name}.{key} has shape '
                         f"{tuple(value.shape)}, the classifier's "
                         f'{None if own is None else tuple(own.shape)} '
-                        '(check num_classes and in_channels)'
+                        + (
+                            '(another number of classes: start the head '
+                            'anew, head.init_cfg=None, and distil from a '
+                            'teacher of these classes or none, teacher=None '
+                            'teacher_checkpoint=None; '
+                            'docs/user_guides/own_dataset.md)'
+                            if other_classes
+                            else '(check in_channels)'
+                        )
                     )
                 own.copy_(value)
         loaded = sorted(set(targets) & set(heads))

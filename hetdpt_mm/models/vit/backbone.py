@@ -24,6 +24,9 @@ from . import stock_args as stock_vit
 from .codec import RELEASED_SEMANTICS, resolve_arch
 from .forward import ViTForward
 
+#: The classes whose note on mmseg's norm names this process has logged.
+_NORM_NAMES_NOTED = set()
+
 
 class HetDPTViT(ViTForward, HetDPTBackbone):
     """DeiT/ViT with removable attention sublayers and FFN GELUs (HetDPT).
@@ -252,7 +255,9 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
 
     @classmethod
     def toolbox_args(cls, toolbox: str, args: Mapping) -> Dict:
-        if toolbox == 'mmseg':
+        # Once per process: a test or an inference builds the model again.
+        if toolbox == 'mmseg' and cls not in _NORM_NAMES_NOTED:
+            _NORM_NAMES_NOTED.add(cls)
             print_log(
                 stock_vit.MMSEG_NORM_NAMES.format(cls.__name__),
                 logger='current',
@@ -448,3 +453,28 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     def num_positioned_tokens(self) -> int:
         """Prefix tokens with a position in ``pos_embed``."""
         return self.num_prefix_tokens
+
+
+def refuse_a_deit_head_without_its_token(module, name, submodule) -> None:
+    """mmpretrain's distilled DeiT config swapped to ``type='HetDPTViT'``
+    (``DistilledVisionTransformer`` says ``distilled`` by its type): its
+    ``DeiTClsHead`` takes the class and distillation tokens, so the
+    classifier is refused as it is built, not at its first forward."""
+    backbone = getattr(module, 'backbone', None)
+    if (
+        name == 'head'
+        and type(submodule).__name__ == 'DeiTClsHead'
+        and isinstance(backbone, HetDPTViT)
+        and backbone.out_type == 'cls_token'
+        and not backbone.distilled
+    ):
+        raise ValueError(
+            'DeiTClsHead takes the class and distillation tokens of a '
+            'distilled DeiT: build the backbone with distilled=True (what '
+            "mmpretrain's DistilledVisionTransformer implies)"
+        )
+
+
+nn.modules.module.register_module_module_registration_hook(
+    refuse_a_deit_head_without_its_token
+)

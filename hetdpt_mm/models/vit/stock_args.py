@@ -81,6 +81,11 @@ UNSUPPORTED_BACKBONES = {
         "VisionTransformer (type='HetDPTViT') and LayerScale ViTs with "
         "absolute positions, DeiT-III and DINOv2 (type='HetDPTLayerScaleViT')",
     ),
+    'init_values': "mmseg's BEiT and MAE have a relative position bias in "
+    'every attention, which the ViTs here do not (MAE-pretrained weights '
+    "load into type='HetDPTViT' with mmseg's VisionTransformer arguments); "
+    "timm's init_values of a LayerScale ViT (DeiT-III, DINOv2) is "
+    "type='HetDPTLayerScaleViT' with layer_scale_init_value",
 }
 
 

@@ -54,7 +54,11 @@ def load_points_and_kind(
     (:func:`points_t_kind`)."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f'MAP points file not found: {path}')
+        raise FileNotFoundError(
+            f'MAP points file not found: {path}; MAP collection runs write '
+            'it (the *_map-collect configs: docs/user_guides/map.md), or use '
+            "the paper's DeiT-B points, tests/data/map_points_paper.csv"
+        )
     try:
         text = check_input_file(path, 'MAP points file').read_text(
             encoding='utf-8-sig'
