@@ -70,10 +70,11 @@ def run_info(demo) -> Dict[str, Any]:
 
 
 def dense_text(r, v, epochs: int) -> str:
+    curve = ', '.join(f'{a:.2f} ({e})' for e, a in r['dense']['curve'])
     if 'trained_to_end' not in v:
-        return f'top-1 {r["dense"]["accuracy"]:.2f} %'
+        return f'top-1 (epoch): {curve}'
     return (
-        f"top-1 {r['dense']['accuracy']:.2f} %; given a prune run's "
+        f"top-1 (epoch): {curve}; given a prune run's "
         f'{epochs} epochs without removing a layer '
         f'{v["extra_epochs_gain"]:+.2f} points (seed spread ± '
         f'{v["extra_epochs_spread"]:.2f}): trained to the end '

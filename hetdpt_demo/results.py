@@ -154,7 +154,13 @@ def collect(demo) -> Dict[str, Any]:
             chance=100 / len(SHAPE_PAIR_CLASSES),
             depth=demo.depth,
         ),
-        dense=dict(accuracy=last_accuracy(work / 'dense')),
+        dense=dict(
+            accuracy=last_accuracy(work / 'dense'),
+            curve=[
+                [r['step'], r['accuracy/top1']]
+                for r in val_records(work / 'dense')
+            ],
+        ),
         map=dict(
             points=points,
             degree=fit['degree'],

@@ -414,7 +414,7 @@ class Demo:
                 time.monotonic() - start,
                 cpu_seconds() - cpu,
             ]
-            self.finished.append(name)
+            self.finished = [n for n in STAGES if n in {*self.finished, name}]
             state = dict(version=STATE_VERSION, settings=o.state_settings())
             state.update(finished=self.finished, seconds=self.seconds)
             state.update(commands=self.jobs.commands)
