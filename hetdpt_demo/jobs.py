@@ -13,7 +13,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, List, Sequence
 
 from hetdpt_mm.cli import RunError
 
@@ -22,11 +22,7 @@ from hetdpt_mm.cli import RunError
 IN_PROCESS = ('tools/fit_map.py', 'tools/merge_ckpt.py', 'tools/benchmark.py')
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Looked up before any fork: a child must not load libraries.
-PRCTL = (
-    ctypes.CDLL(None, use_errno=True).prctl
-    if sys.platform.startswith('linux')
-    else None
-)
+PRCTL = ctypes.CDLL(None).prctl if sys.platform == 'linux' else None
 
 
 def die_with(parent: int) -> Callable[[], None]:
@@ -58,7 +54,6 @@ class Jobs:
         self.repo, self.log_dir, self.log = repo, log_dir, log
         self.threads, self.jobs = threads, jobs
         self.commands: List[str] = []
-        self.seconds: Dict[str, float] = {}
         self._running: set = set()
         self._lock = threading.Lock()
         self._in_process = threading.Lock()  # one owns stdout and the cwd
@@ -116,7 +111,6 @@ class Jobs:
                 else self._subprocess(argv, env, log)
             )
         seconds = time.monotonic() - start
-        self.seconds[name] = seconds
         if code != 0:
             tail = log_path.read_text(encoding='utf-8').splitlines()[-15:]
             raise RunError(

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
+import numpy as np
+
 from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 from hetdpt_mm.fileio import read_json_file
 from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE
@@ -52,6 +54,11 @@ def scalars(run_dir: Path) -> List[Dict[str, Any]]:
     raise FileNotFoundError(f'no training scalars under {run_dir}')
 
 
+def values(records, key: str) -> List:
+    """The logged values of ``key``, in order."""
+    return [record[key] for record in records if key in record]
+
+
 def val_records(run_dir, metric: str = 'accuracy/top1') -> List[Dict]:
     """Every validation of the training run in ``run_dir``, in order."""
     return [r for r in scalars(run_dir) if metric in r]
@@ -92,7 +99,7 @@ def collect(demo) -> Dict[str, Any]:
     """Everything the report states, from the work dir of ``demo``."""
     work, s = demo.work, demo.settings
     runs = demo.split_runs()
-    main_name = next(iter(runs))
+    main_name, classes = next(iter(runs)), len(SHAPE_PAIR_CLASSES)
     main = work / 'splits' / main_name
     with open(work / 'map' / 'map_points.csv', encoding='utf-8') as file:
         points = list(csv.DictReader(file))
@@ -128,20 +135,12 @@ def collect(demo) -> Dict[str, Any]:
             first = prune_meta(work / 'splits' / name)['decisions'][0]
             removed = rank_across_types(first['gate_scores'], s.budget)
             naive[str(seed)] = [len(removed['attn']), len(removed['act'])]
-    meta = prune_meta(main)
-    records = scalars(main)
-    grads = {
-        kind: [
-            r[f'score_grad_{kind}']
-            for r in records
-            if f'score_grad_{kind}' in r
-        ]
-        for kind in ('attn', 'act')
-    }
+    meta, records = prune_meta(main), scalars(main)
+    grads = {k: values(records, f'score_grad_{k}') for k in ('attn', 'act')}
     transfer = {}
     for kind, metric in TRANSFER_METRICS.items():
         validations = val_records(work / kind, metric)
-        losses = [r['loss'] for r in scalars(work / kind) if 'loss' in r]
+        losses = values(scalars(work / kind), 'loss')
         transfer[kind] = dict(
             metric=metric.split('/')[-1],
             before=validations[0][metric],
@@ -149,11 +148,7 @@ def collect(demo) -> Dict[str, Any]:
             loss=[losses[0], losses[-1]],
         )
     return dict(
-        task=dict(
-            classes=len(SHAPE_PAIR_CLASSES),
-            chance=100 / len(SHAPE_PAIR_CLASSES),
-            depth=demo.depth,
-        ),
+        task=dict(classes=classes, chance=100 / classes, depth=demo.depth),
         dense=dict(
             accuracy=last_accuracy(work / 'dense'),
             curve=[
@@ -178,7 +173,7 @@ def collect(demo) -> Dict[str, Any]:
                 dict(kind=d['kind'], block=d['index'], epoch=d['epoch'])
                 for d in meta['decisions']
             ],
-            score_grads={k: sum(v) / len(v) for k, v in grads.items() if v},
+            score_grads={k: float(np.mean(v)) for k, v in grads.items() if v},
         ),
         transfer=transfer,
         fig8=fig8_points(demo),

@@ -361,18 +361,13 @@ class Demo:
                 f'({old}); start it again without --resume'
             )
         # Keep the stages before the first one a changed setting reaches.
-        changed = [
-            SETTING_STAGES[k] for k in SETTING_STAGES if old.get(k) != new[k]
-        ]
-        keep = [
-            name
-            for name in state['finished']
-            if all(
-                list(STAGES).index(name) < list(STAGES).index(c)
-                for c in changed
-            )
-        ]
-        self.finished = [name for name in keep if name in STAGE_OUTPUTS]
+        changed = [k for k in SETTING_STAGES if old.get(k) != new[k]]
+        stop = min(
+            [list(STAGES).index(SETTING_STAGES[k]) for k in changed],
+            default=len(STAGES),
+        )
+        kept = state['finished'][:stop]  # the first stages, in order
+        self.finished = [name for name in kept if name in STAGE_OUTPUTS]
         missing = [
             STAGE_OUTPUTS[name]
             for name in self.finished
