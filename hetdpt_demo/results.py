@@ -18,7 +18,9 @@ from .data import SHAPE_PAIR_CLASSES
 from .settings import CONFIGS
 
 MERGED_NAME = f'{Path(CONFIGS["prune"]).stem}_merged.pth'
-TRANSFER_METRICS = dict(detr='coco/bbox_mAP', upernet='mIoU')
+#: The dense-prediction metrics, and their scale to percent (COCO's are
+#: fractions).
+TRANSFER_METRICS = dict(detr=('coco/bbox_mAP', 100), upernet=('mIoU', 1))
 
 
 def label(counts) -> str:
@@ -138,13 +140,13 @@ def collect(demo) -> Dict[str, Any]:
     meta, records = prune_meta(main), scalars(main)
     grads = {k: values(records, f'score_grad_{k}') for k in ('attn', 'act')}
     transfer = {}
-    for kind, metric in TRANSFER_METRICS.items():
+    for kind, (metric, scale) in TRANSFER_METRICS.items():
         validations = val_records(work / kind, metric)
         losses = values(scalars(work / kind), 'loss')
         transfer[kind] = dict(
             metric=metric.split('/')[-1],
-            before=validations[0][metric],
-            after=validations[-1][metric],
+            before=scale * validations[0][metric],
+            after=scale * validations[-1][metric],
             loss=[losses[0], losses[-1]],
         )
     return dict(

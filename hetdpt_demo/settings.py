@@ -59,8 +59,8 @@ FULL = Settings(
     map_steps=5,
     map_interval=1,
     options={},
-    tome_r=(2, 4, 6),
-    gtp_num_prop=(3, 5, 7),
+    tome_r=(4, 6, 8),
+    gtp_num_prop=(1, 3, 5),
     bench_batch=64,
     bench_repeats=15,
 )
