@@ -14,6 +14,7 @@ from hetdpt_mm.visualization import image_bytes, new_figure, write_image
 
 from . import verdicts
 from .results import collect
+from .stages import STAGES
 
 METHODS = dict(none='none', tome='ToMe', gtp='GTP-ViT')
 SETTING = dict(none='-', tome='r={}', gtp='num_prop={}')
@@ -64,7 +65,11 @@ def run_info(demo) -> Dict[str, Any]:
         finished_at=time.strftime('%Y-%m-%dT%H:%M:%S'),
         wall_seconds=sum(v[0] for v in seconds.values()),
         cpu_seconds=sum(v[1] for v in seconds.values()),
-        stages={k: dict(wall=v[0], cpu=v[1]) for k, v in seconds.items()},
+        stages={
+            k: dict(wall=seconds[k][0], cpu=seconds[k][1])
+            for k in STAGES
+            if k in seconds
+        },
         commands=demo.jobs.commands,
     )
 

@@ -112,12 +112,12 @@ def collect(demo) -> Dict[str, Any]:
         (c['n_attn'], c['n_act']): c for c in allocation['full']['candidates']
     }
     speed = benchmark_speed(work / 'benchmark' / 'splits.json')
-    names = {
-        pick: 'MAP',
-        (s.budget, 0): 'attention only',
-        (0, s.budget): 'GELU only',
-        (0, 0): 'no removal',
-    }
+    names = [
+        (pick, 'MAP'),
+        ((s.budget, 0), 'attention only'),
+        ((0, s.budget), 'GELU only'),
+        ((0, 0), 'no removal'),
+    ]
     splits: Dict[Tuple[int, int], Dict[str, Any]] = {}
     naive = {}
     for name, (counts, seed) in runs.items():
@@ -125,7 +125,7 @@ def collect(demo) -> Dict[str, Any]:
             counts,
             dict(
                 counts=list(counts),
-                names=[n for c, n in names.items() if c == counts],
+                names=[n for c, n in names if c == counts],
                 accuracy={},
                 predicted=predicted.get(counts, {}).get('predicted_accuracy'),
                 extrapolated=predicted.get(counts, {}).get('extrapolated'),
