@@ -87,6 +87,9 @@ def split_counts(budget: int, best, all_splits: bool) -> List[Tuple]:
 
 
 class Demo:
+    """One demo run: ``stage_<name>`` for each of ``STAGES``, and the state
+    that lets ``--resume`` skip the finished ones."""
+
     def __init__(self, options: DemoOptions):
         self.options, self.settings = options, options.settings
         self.repo, self.work = options.repo, options.work_dir
@@ -321,7 +324,7 @@ class Demo:
         self.jobs.run([lane])
 
     def stage_report(self) -> None:
-        from .report import write_report  # matplotlib only here
+        from .report import write_report  # it imports this module
 
         write_report(self)
 
