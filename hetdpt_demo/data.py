@@ -3,10 +3,9 @@
 * ``cls/``: scikit-learn's 8x8 handwritten digits (real data that ships inside
   the PyPI package), upscaled to 32x32 RGB, in ImageNet folder layout
   (``train/<class>/*.png``, ``val/<class>/*.png``, ``meta/{train,val}.txt``).
-* ``pairs/``: the demo's classification task: two small glyphs of random
-  shapes far apart on a noisy 32x32 background; the label says whether they
-  have the same colour (and which) or different colours, so it needs token
-  mixing (:func:`make_pairs`); ImageNet folder layout.
+* ``shapes/``: the demo's classification task: two small glyphs far apart
+  on a noisy 32x32 background; the label says whether they have the same
+  shape, and which (:func:`make_pairs`); ImageNet folder layout.
 * ``coco/``: procedurally drawn shapes with exact boxes and instance masks
   (compressed RLE of the visible part), COCO 2017 layout (``train2017/``,
   ``val2017/``, ``annotations/instances_{train,val}2017.json``).
@@ -33,8 +32,7 @@ from pycocotools import mask as mask_utils
 DIGIT_CLASSES = tuple(f'digit_{i}' for i in range(10))
 SHAPE_CLASSES = ('rectangle', 'ellipse', 'triangle')
 #: Colours of the glyphs of the pairs task (six hues 60 degrees apart,
-#: saturation 0.8, value 0.9) and its labels: both glyphs in the same
-#: colour (which one), or in two different colours.
+#: saturation 0.8, value 0.9), drawn at random.
 PAIR_COLOURS = dict(
     red=(229, 45, 45),
     yellow=(229, 229, 45),
@@ -43,18 +41,15 @@ PAIR_COLOURS = dict(
     blue=(45, 45, 229),
     magenta=(229, 45, 229),
 )
-PAIR_CLASSES = tuple(f'same_{name}' for name in PAIR_COLOURS) + ('different',)
 PAIR_GLYPHS = ('square', 'disc', 'triangle', 'cross')
-#: Labels of the shape-matching pairs (``make_pairs(match='shape')``).
+#: Labels of the pairs: the same shape (which), or different shapes.
 SHAPE_PAIR_CLASSES = tuple(f'same_{glyph}' for glyph in PAIR_GLYPHS) + (
     'different',
 )
-#: The demo's classification task (docs/user_guides/demo.md): shape matching on
-#: 12-pixel glyphs, which the demo ViT (patch 8) learns to about 92 % in
-#: 20 epochs on 4,000 images, every block's layers carrying part of it.
-#: 3,000 validation images: a binomial standard error of 0.6 points at
-#: 90 % (600 gave 1.3, about the differences MAP has to fit).
-SHAPES_TASK = dict(match='shape', glyph_size=12, num_train=4000, num_val=3000)
+#: The demo's classification task (docs/user_guides/demo.md): 12-pixel
+#: glyphs, 3 to 4 patches of 4 across; 3,000 validation images (a binomial
+#: standard error of 0.6 points at 90 %).
+SHAPES_TASK = dict(glyph_size=12, num_train=4000, num_val=3000)
 #: ADE-style segmentation classes (label value = index + 1; 0 = other).
 SEG_CLASSES = ('background',) + SHAPE_CLASSES
 MANIFEST = 'hetdpt_demo.json'
@@ -125,14 +120,7 @@ def make_classification(
     return _build_atomically(Path(root), settings, build)
 
 
-def _draw_glyph(
-    draw: ImageDraw.ImageDraw,
-    glyph: str,
-    x0: int,
-    y0: int,
-    size: int,
-    colour: Tuple[int, int, int],
-) -> None:
+def _draw_glyph(draw, glyph: str, x0: int, y0: int, size: int, colour):
     x1, y1 = x0 + size - 1, y0 + size - 1
     if glyph == 'square':
         draw.rectangle([x0, y0, x1, y1], fill=colour)
@@ -156,34 +144,15 @@ def make_pairs(
     glyph_size: int = 8,
     min_distance: int = 14,
     colour_jitter: float = 25.0,
-    match: str = 'hue',
 ) -> bool:
-    """Two glyphs at distant random positions; the label says whether they
-    match and how, or that they differ (uniform).  ``match='hue'``
-    (``PAIR_CLASSES``): the same colour (which) or different colours, the
-    shapes random; ``match='shape'`` (``SHAPE_PAIR_CLASSES``): the same
-    shape (which) or different shapes, the colours random.  ImageNet folder
-    layout.
-
-    One glyph alone does not give the label: it follows from two patches at
-    least ``min_distance`` pixels apart, so the class token needs attention
-    to gather both and the blocks after it to compare them (token mixing
-    matters, unlike on the digits).  What does not give the label (sizes,
-    positions, the other attribute) is independent of it.  Each glyph's
-    colour is its hue's plus Gaussian noise of std ``colour_jitter`` per
-    channel.  A hue is one linear function of a patch; a shape, on patches
-    as large as the glyph and at any offset to them, takes the blocks'
-    nonlinear layers too (the demo's task, docs/user_guides/demo.md).
-    """
-    if match not in ('hue', 'shape'):
-        raise ValueError(f"match must be 'hue' or 'shape', got {match!r}")
+    """Two glyphs (``PAIR_GLYPHS``) at random positions at least
+    ``min_distance`` pixels apart on a noisy background, each in a random
+    one of ``PAIR_COLOURS`` plus Gaussian noise of std ``colour_jitter``;
+    the label (``SHAPE_PAIR_CLASSES``, uniform) says whether they have the
+    same shape, and which.  No single patch gives it: attention must
+    gather both glyphs and the blocks tell their shapes at any offset to
+    the patches.  ImageNet folder layout."""
     colours = list(PAIR_COLOURS.values())
-    classes = PAIR_CLASSES if match == 'hue' else SHAPE_PAIR_CLASSES
-    # What the label is about, and the attribute drawn at random.
-    matched, others = (
-        (colours, PAIR_GLYPHS) if match == 'hue' else (PAIR_GLYPHS, colours)
-    )
-    # The colours are settings too: a dataset of other colours is rebuilt.
     settings = dict(
         kind='pairs',
         seed=seed,
@@ -194,49 +163,44 @@ def make_pairs(
         min_distance=min_distance,
         colours=[list(colour) for colour in colours],
         colour_jitter=colour_jitter,
-        match=match,
+        match='shape',
     )
 
     def build(out: Path):
         rng = np.random.default_rng(seed + 2)
         (out / 'meta').mkdir(parents=True)
+        classes = SHAPE_PAIR_CLASSES
         for split, count in (('train', num_train), ('val', num_val)):
             lines = []
             for index in range(count):
                 label = index % len(classes)
-                if label < len(matched):
+                if label < len(PAIR_GLYPHS):
                     pair = (label, label)
                 else:
-                    pair = tuple(rng.choice(len(matched), 2, replace=False))
+                    pair = tuple(
+                        rng.choice(len(PAIR_GLYPHS), 2, replace=False)
+                    )
                 noise = rng.normal(0, 10, size=(size, size, 3))
-                canvas = np.clip(
-                    rng.integers(20, 60, size=3) + noise, 0, 255
-                ).astype(np.uint8)
-                image = Image.fromarray(canvas)
+                canvas = rng.integers(20, 60, size=3) + noise
+                image = Image.fromarray(
+                    np.clip(canvas, 0, 255).astype(np.uint8)
+                )
                 draw = ImageDraw.Draw(image)
-                high = size - glyph_size
                 while True:
-                    corners = rng.integers(0, high + 1, size=(2, 2))
+                    corners = rng.integers(0, size - glyph_size + 1, (2, 2))
                     if np.hypot(*(corners[0] - corners[1])) >= min_distance:
                         break
-                for matched_index, (x0, y0) in zip(pair, corners):
-                    other = int(rng.integers(len(others)))
-                    colour, glyph_index = (
-                        (matched_index, other)
-                        if match == 'hue'
-                        else (other, matched_index)
-                    )
-                    glyph = PAIR_GLYPHS[glyph_index]
+                for glyph, (x0, y0) in zip(pair, corners):
+                    colour = colours[int(rng.integers(len(colours)))]
                     side = glyph_size - int(rng.integers(0, 3))
                     rgb = np.clip(
-                        np.array(colours[colour])
-                        + rng.normal(0, colour_jitter, size=3),
+                        np.array(colour) + rng.normal(0, colour_jitter, 3),
                         0,
                         255,
                     )
                     _draw_glyph(
                         draw,
-                        glyph,
+                        PAIR_GLYPHS[glyph],
                         int(x0),
                         int(y0),
                         side,
@@ -261,13 +225,9 @@ def _draw_scene(
     object_size: Tuple[float, float] = (1 / 6, 1 / 2),
 ) -> Tuple[Image.Image, List[Dict], np.ndarray]:
     """A noisy background with 1..max_objects filled shapes (they may
-    overlap), each side between ``object_size`` fractions of the image's.
-
-    Returns the image, the objects (class index, exact box, visible mask)
-    and a label map
-    (SEG_CLASSES index + 1 per pixel; later shapes paint over earlier ones,
-    so boxes are computed from the final masks).
-    """
+    overlap), each side between ``object_size`` fractions of the image's;
+    returns the image, the objects (class index, exact box and mask of the
+    visible part) and a label map (SEG_CLASSES index + 1 per pixel)."""
     background = rng.integers(40, 90, size=3)
     noise = rng.normal(0, 12, size=(height, width, 3))
     canvas = np.clip(background + noise, 0, 255).astype(np.uint8)
@@ -280,35 +240,25 @@ def _draw_scene(
     objects = []
     for obj_id in range(1, int(rng.integers(1, max_objects + 1)) + 1):
         cls = int(rng.integers(len(SHAPE_CLASSES)))
-        w = int(
-            rng.integers(
-                int(width * object_size[0]), int(width * object_size[1])
-            )
-        )
-        h = int(
-            rng.integers(
-                int(height * object_size[0]), int(height * object_size[1])
-            )
+        w, h = (
+            int(rng.integers(int(n * object_size[0]), int(n * object_size[1])))
+            for n in (width, height)
         )
         x0 = int(rng.integers(0, width - w))
         y0 = int(rng.integers(0, height - h))
         colour = tuple(int(c) for c in rng.integers(130, 256, size=3))
         mask_image = Image.new('L', (width, height), 0)
         mask_draw = ImageDraw.Draw(mask_image)
-        box = [x0, y0, x0 + w - 1, y0 + h - 1]
-        if SHAPE_CLASSES[cls] == 'rectangle':
-            shape = ('rectangle', box)
-        elif SHAPE_CLASSES[cls] == 'ellipse':
-            shape = ('ellipse', box)
-        else:
-            shape = (
-                'polygon',
-                [
-                    (x0, y0 + h - 1),
-                    (x0 + w - 1, y0 + h - 1),
-                    (x0 + w // 2, y0),
-                ],
-            )
+        triangle = [
+            (x0, y0 + h - 1),
+            (x0 + w - 1, y0 + h - 1),
+            (x0 + w // 2, y0),
+        ]
+        shape = dict(
+            rectangle=('rectangle', [x0, y0, x0 + w - 1, y0 + h - 1]),
+            ellipse=('ellipse', [x0, y0, x0 + w - 1, y0 + h - 1]),
+            triangle=('polygon', triangle),
+        )[SHAPE_CLASSES[cls]]
         getattr(draw, shape[0])(shape[1], fill=colour)
         getattr(mask_draw, shape[0])(shape[1], fill=1)
         mask = np.asarray(mask_image, dtype=bool)
@@ -383,14 +333,8 @@ def make_detection(
                 file_name = f'{index:012d}.jpg'
                 image.save(out / split / file_name, quality=95)
                 image_id = index + 1
-                images.append(
-                    dict(
-                        id=image_id,
-                        file_name=file_name,
-                        height=size[0],
-                        width=size[1],
-                    )
-                )
+                image = dict(id=image_id, file_name=file_name)
+                images.append(dict(image, height=size[0], width=size[1]))
                 for obj in objects:
                     annotations.append(
                         dict(
@@ -404,15 +348,8 @@ def make_detection(
                         )
                     )
             ann_file = out / 'annotations' / f'instances_{split}.json'
-            ann_file.write_text(
-                json.dumps(
-                    dict(
-                        images=images,
-                        annotations=annotations,
-                        categories=categories,
-                    )
-                )
-            )
+            coco = dict(images=images, annotations=annotations)
+            ann_file.write_text(json.dumps(dict(coco, categories=categories)))
 
     return _build_atomically(Path(root), settings, build)
 
@@ -457,12 +394,7 @@ def make_segmentation(
 def make_all(root, seed: int = 0) -> Dict[str, Path]:
     """All four demo datasets under ``root``; returns their directories."""
     root = Path(root)
-    paths = dict(
-        cls=root / 'cls',
-        shapes=root / 'shapes',
-        coco=root / 'coco',
-        ade=root / 'ade',
-    )
+    paths = {name: root / name for name in ('cls', 'shapes', 'coco', 'ade')}
     make_classification(paths['cls'], seed)
     make_pairs(paths['shapes'], seed, **SHAPES_TASK)
     make_detection(paths['coco'], seed)

@@ -1,274 +1,156 @@
-"""A small job pool for the demo: runs the project's tools as subprocesses,
-independent ones side by side, with a filtered live view of their output
-(the full output goes to one log file per job), and shares the cores out
-among the jobs of a stage."""
+"""The demo's jobs: the project's tools as subprocesses, independent ones
+side by side, each logged to its own file; they never outlive the demo."""
 
 import contextlib
-import dataclasses
+import ctypes
 import importlib.util
-import io
 import os
-import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, List, Sequence
 
-__all__ = [
-    'JobError',
-    'Job',
-    'JobRunner',
-    'default_jobs',
-    'load_average',
-    'stage_threads',
-]
+from hetdpt_mm.cli import RunError
 
-#: Log lines of the subprocesses shown on the console (all are in the logs).
-PROGRESS_LINE = re.compile(
-    r'Epoch\((?:val|test)\)|Iter\((?:val|test)\)|MAPCollectHook (?:point|'
-    r'step \d+: removed)|HetDPT prune \d|HetDPT prune counts|spec now|'
-    r'merged checkpoint written|Traceback|Error|error:'
-)
-TRAIN_LINE = re.compile(
-    r'((?:Epoch|Iter)\(train\)\s*(?:\[\d+\])?\s*'
-    r'\[\s*\d+/\d+\])'
-)
-MMENGINE_PREFIX = re.compile(
-    r'^(?:\d{4}/)?\d\d/\d\d \d\d:\d\d:\d\d - \S+ - '
-    r'\w+ - '
-)
-NOISY_FIELDS = re.compile(
-    r'\s+(?:data_time|time|base_lr|lr|grad_norm|eta): '
-    r'\S+'
-)
-TRAIN_LINE_SECONDS = 20  # at most one training line per job this often
+#: Short tools without an MMEngine runner run their ``main(argv)`` in the
+#: demo's process: a new interpreter's imports cost more than their work.
+IN_PROCESS = ('tools/fit_map.py', 'tools/merge_ckpt.py', 'tools/benchmark.py')
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# Looked up before any fork: a child must not load libraries.
+PRCTL = ctypes.CDLL(None).prctl if sys.platform == 'linux' else None
 
 
-class JobError(Exception):
-    """A job failed; the message has its command and the end of its log."""
+def die_with(parent: int) -> Callable[[], None]:
+    """A ``preexec_fn`` that has the kernel kill the child when the thread
+    that started it ends (the demo killed, even by SIGKILL; Linux only),
+    and ends the child at once if its parent is already gone."""
+
+    def preexec() -> None:
+        if PRCTL is not None:
+            PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return preexec
 
 
-@dataclasses.dataclass
-class Job:
-    """One subprocess: ``python ARGV...`` from the repository root."""
-
-    name: str
-    #: the arguments, or a function giving them when the job starts (its
-    #: input is made by an earlier job of the same lane)
-    argv: Union[List[str], Callable[[], List[str]]]
-    show_all: bool = False  # print every line (short tools) or progress only
-    #: run the tool's ``main(argv)`` in the demo's own process: for short
-    #: tools that need no MMEngine runner, a new interpreter's start-up
-    #: (seconds of imports) would cost more than their work
-    in_process: bool = False
-    last_train_line: float = -float('inf')  # when a training line was shown
+def default_jobs() -> int:
+    """Jobs side by side: one more than the cores, at most 3 (three
+    similar jobs on 2 cores end in about 1.5 job lengths)."""
+    return max(1, min(3, (os.cpu_count() or 1) + 1))
 
 
-class JobRunner:
-    """Runs jobs as subprocesses in ``cwd`` with a live, filtered view of
-    their output; the full output of each goes to ``<log_dir>/<name>.log``."""
+class Jobs:
+    """Runs lanes of ``(name, argv)`` jobs (``python argv...`` from
+    ``repo``), each lane in order, up to ``jobs`` lanes at a time; the
+    first failure stops the others and is raised."""
 
-    def __init__(
-        self,
-        logger,
-        cwd: Path,
-        log_dir: Path,
-        threads: Optional[int],
-        jobs: int,
-    ):
-        self.logger = logger
-        self.cwd = cwd
-        self.log_dir = log_dir
-        self.threads = threads  # None: chosen per stage (stage_threads)
-        self.jobs = jobs
+    def __init__(self, repo: Path, log_dir: Path, threads, jobs: int, log):
+        self.repo, self.log_dir, self.log = repo, log_dir, log
+        self.threads, self.jobs = threads, jobs
         self.commands: List[str] = []
-        self.durations: Dict[str, float] = {}
-        self.threads_used: Dict[str, int] = {}
-        self._lock = threading.Lock()
-        # One in-process job at a time: they share sys.stdout / sys.stderr.
-        self._in_process_lock = threading.Lock()
         self._running: set = set()
-        self._failure: Optional[Exception] = None
+        self._lock = threading.Lock()
+        self._in_process = threading.Lock()  # one owns stdout and the cwd
+        self._failed = False
 
-    def run_lanes(self, lanes: Sequence[Sequence[Job]]) -> None:
-        """Run each lane's jobs in order, up to ``jobs`` lanes at a time.
-        The first failure stops the other lanes (their running jobs are
-        terminated) and is raised; so is an interruption of the demo."""
-        lanes = [lane for lane in lanes if lane]
-        if not lanes:
-            return
-        workers = min(self.jobs, len(lanes))
-        threads = self.threads or stage_threads(len(lanes))
-        self._failure = None
-        with ThreadPoolExecutor(max_workers=workers) as pool:
+    def run(self, lanes: Sequence) -> None:
+        """``lanes``: lists of jobs, or single jobs, each a lane."""
+        lanes = [[x] if isinstance(x, tuple) else x for x in lanes if x]
+        # The cores shared among the stage's lanes, whatever the load and
+        # --jobs: a command's threads (its float reductions) never change.
+        threads = self.threads or max(1, (os.cpu_count() or 1) // len(lanes))
+        self._failed = False
+        with ThreadPoolExecutor(min(self.jobs, len(lanes)) or 1) as pool:
             futures = [
-                pool.submit(self._run_lane, lane, threads) for lane in lanes
+                pool.submit(self._lane, lane, threads) for lane in lanes
             ]
             try:
-                for future in futures:
-                    future.result()
-            except BaseException:  # Ctrl-C or SIGTERM of the demo itself
-                self._stop_all()
+                errors = [future.exception() for future in futures]
+            except BaseException:  # Ctrl-C: stop the running jobs
+                self._stop()
                 raise
-        if self._failure is not None:
-            raise self._failure
+        error = next((error for error in errors if error), None)
+        if error is not None:
+            raise error
 
-    def _run_lane(self, lane: Sequence[Job], threads: int) -> None:
-        for job in lane:
-            if self._failure is not None:
+    def _lane(self, lane: Sequence, threads: int) -> None:
+        for name, argv in lane:
+            if self._failed:
                 return
             try:
-                self._run(job, threads)
-            except Exception as err:  # raised by run_lanes
-                with self._lock:
-                    if self._failure is None:
-                        self._failure = err
-                self._stop_all()
-                return
+                self._job(name, list(argv), threads)
+            except BaseException:
+                self._failed = True
+                self._stop()
+                raise
 
-    def _stop_all(self) -> None:
+    def _stop(self) -> None:
         with self._lock:
             for process in self._running:
                 process.terminate()
 
-    def _run(self, job: Job, threads: int) -> None:
-        argv = job.argv() if callable(job.argv) else job.argv
+    def _job(self, name: str, argv: List[str], threads: int) -> None:
         command = shlex.join([f'OMP_NUM_THREADS={threads}', 'python'] + argv)
+        log_path = self.log_dir / f'{name}.log'
         with self._lock:
             self.commands.append(command)
-            self.threads_used[job.name] = threads
-        log_path = self.log_dir / f'{job.name}.log'
-        self.logger.info(f'[{job.name}] $ {command}')
+        self.log(f'[{name}] $ {command}')
         start = time.monotonic()
-        if job.in_process:
-            returncode = self._run_in_process(job, argv, log_path)
-        else:
-            returncode = self._run_subprocess(job, argv, threads, log_path)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        env['MKL_NUM_THREADS'] = str(threads)
+        with open(log_path, 'w', encoding='utf-8') as log:
+            code = (
+                self._main(argv, log)
+                if argv[0] in IN_PROCESS
+                else self._subprocess(argv, env, log)
+            )
         seconds = time.monotonic() - start
-        with self._lock:
-            self.durations[job.name] = seconds
-        if returncode != 0:
-            tail = log_path.read_text(encoding='utf-8').splitlines()[-25:]
-            raise JobError(
-                f'job {job.name} failed with exit status '
-                f'{returncode} after {seconds:.0f} s:\n  $ {command}'
-                '\n  last lines of its output:\n    '
+        if code != 0:
+            tail = log_path.read_text(encoding='utf-8').splitlines()[-15:]
+            raise RunError(
+                f'job {name} failed (exit status {code}) after {seconds:.0f}'
+                f' s: $ {command}\n    '
                 + '\n    '.join(tail)
                 + f'\n  full log: {log_path}'
             )
-        self.logger.info(f'[{job.name}] done in {seconds:.1f} s')
+        self.log(f'[{name}] done in {seconds:.1f} s')
 
-    def _run_in_process(
-        self, job: Job, argv: Sequence[str], log_path: Path
-    ) -> int:
-        """``main(argv[1:])`` of the tool ``argv[0]`` (a path relative to
-        ``cwd``), run in ``cwd`` as the subprocesses are (the arguments'
-        relative paths are relative to it), its output to the log; returns
-        its exit status."""
-        path = self.cwd / argv[0]
+    def _subprocess(self, argv: List[str], env, log) -> int:
+        process = subprocess.Popen(
+            [sys.executable] + argv,
+            cwd=self.repo,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with(os.getpid()),
+        )
+        with self._lock:
+            self._running.add(process)
+        try:
+            return process.wait()
+        finally:
+            with self._lock:
+                self._running.discard(process)
+
+    def _main(self, argv: List[str], log) -> int:
+        """The tool's ``main(argv[1:])``, run from the repository root as
+        a subprocess would be, its output to ``log``."""
         spec = importlib.util.spec_from_file_location(
-            f'hetdpt_demo_{path.stem}', path
+            f'demo_{Path(argv[0]).stem}', self.repo / argv[0]
         )
         module = importlib.util.module_from_spec(spec)
-        output = io.StringIO()
         with (
-            self._in_process_lock,
-            contextlib.redirect_stdout(output),
-            contextlib.redirect_stderr(output),
+            self._in_process,
+            contextlib.redirect_stdout(log),
+            contextlib.redirect_stderr(log),
+            contextlib.chdir(self.repo),
         ):
-            previous_cwd = os.getcwd()
-            os.chdir(self.cwd)
-            try:
-                spec.loader.exec_module(module)
-                returncode = module.main(list(argv[1:]))
-            except SystemExit as exit_:
-                returncode = (
-                    exit_.code
-                    if isinstance(exit_.code, int)
-                    else int(exit_.code is not None)
-                )
-            except Exception:  # reported like a crashed subprocess
-                traceback.print_exc()
-                returncode = 1
-            finally:
-                os.chdir(previous_cwd)
-        log_path.write_text(output.getvalue(), encoding='utf-8')
-        for line in output.getvalue().splitlines():
-            self._show(job, MMENGINE_PREFIX.sub('', line.rstrip()))
-        return returncode or 0
-
-    def _run_subprocess(
-        self, job: Job, argv: Sequence[str], threads: int, log_path: Path
-    ) -> int:
-        """``python argv...`` in ``cwd``; returns its exit status."""
-        with (
-            open(log_path, 'w', encoding='utf-8') as log,
-            subprocess.Popen(
-                [sys.executable] + argv,
-                cwd=self.cwd,
-                env=dict(
-                    os.environ,
-                    PYTHONUNBUFFERED='1',
-                    OMP_NUM_THREADS=str(threads),
-                    MKL_NUM_THREADS=str(threads),
-                ),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                bufsize=1,
-            ) as process,
-        ):
-            with self._lock:
-                self._running.add(process)
-            try:
-                for line in process.stdout:
-                    log.write(line)
-                    self._show(job, MMENGINE_PREFIX.sub('', line.rstrip()))
-            finally:
-                with self._lock:
-                    self._running.discard(process)
-        return process.returncode
-
-    def _show(self, job: Job, text: str) -> None:
-        """Print a job's output line if it tells the user something: all of
-        it for short tools, else results and decisions, and a training line
-        now and then."""
-        if job.show_all:
-            self.logger.info(f'[{job.name}] {text}')
-        elif PROGRESS_LINE.search(text):
-            self.logger.info(f'[{job.name}] {NOISY_FIELDS.sub("", text)}')
-        elif TRAIN_LINE.search(text) and (
-            time.monotonic() - job.last_train_line >= TRAIN_LINE_SECONDS
-        ):
-            job.last_train_line = time.monotonic()
-            eta = re.search(r'eta: (\S+)', text)
-            self.logger.info(
-                f'[{job.name}] {NOISY_FIELDS.sub("", text)}'
-                + (f'  eta {eta.group(1)}' if eta else '')
-            )
-
-
-def default_jobs() -> int:
-    """Jobs side by side by default: one more than the cores, at most 3.
-    Several of the demo's stages have three similar jobs (the MAP
-    schedules, the compared splits): on 2 cores, three at once end in about
-    1.5 job lengths where two at a time take 2."""
-    return max(1, min(3, (os.cpu_count() or 1) + 1))
-
-
-def load_average() -> float:
-    return os.getloadavg()[0] if hasattr(os, 'getloadavg') else float('nan')
-
-
-def stage_threads(lanes: int) -> int:
-    """Threads per job of a stage of ``lanes`` independent jobs: the cores
-    shared out among them, at least 1.  Never the load nor ``--jobs``: the
-    number of OpenMP threads changes a run's floating-point reductions, so
-    a command gives the same results however busy the machine is and
-    however many jobs run at once."""
-    return max(1, (os.cpu_count() or 1) // lanes)
+            spec.loader.exec_module(module)
+            return module.main(argv[1:])

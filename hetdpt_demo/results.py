@@ -1,403 +1,214 @@
-"""Typed results of the demo's stages (:mod:`hetdpt_demo`) and
-their JSON form, the one the state file keeps and ``summary.json`` shows.
+"""What the demo measured, read back from the tools' outputs in its work
+dir (:func:`collect`): checkpoints, validation scalars, MAP's points, fit
+and allocation, test metrics and benchmark JSON."""
 
-Each stage writes its own record into :class:`DemoResults`; the report
-(:mod:`.report`) reads them.  :func:`to_json` writes a record as JSON
-data (a field marked :data:`OPTIONAL` is left out while it has its default);
-:func:`from_json` reads it back and says which entry is malformed.
-"""
+import csv
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
 
-import dataclasses
-import typing
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Type, TypeVar, Union
+import numpy as np
 
-#: Field metadata: left out of the JSON form while at its default.
-OPTIONAL = dict(optional=True)
-T = TypeVar('T')
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
+from hetdpt_mm.fileio import read_json_file
+from hetdpt_mm.hooks.prune_hook import STATE_KEY as PRUNE_STATE
+from hetdpt_mm.pruning import rank_across_types
+
+from .data import SHAPE_PAIR_CLASSES
+from .settings import CONFIGS
+
+MERGED_NAME = f'{Path(CONFIGS["prune"]).stem}_merged.pth'
+#: The dense-prediction metrics, and their scale to percent (COCO's are
+#: fractions).
+TRANSFER_METRICS = dict(detr=('coco/bbox_mAP', 100), upernet=('mIoU', 1))
 
 
-def unset() -> Any:
-    """A field that is ``None`` (and left out of the JSON) until set."""
-    return field(default=None, metadata=OPTIONAL)
+def label(counts) -> str:
+    return f'attn{counts[0]}-act{counts[1]}'
 
 
-def json_type(value: Any) -> str:
-    """How JSON names the type of a decoded ``value``."""
-    if isinstance(value, bool):
-        return 'a boolean'
-    if isinstance(value, (int, float)):
-        return 'a number'
-    return {dict: 'an object', list: 'an array', str: 'a string'}.get(
-        type(value), 'null'
+def last_checkpoint(run_dir: Path) -> Path:
+    """The checkpoint MMEngine saved last in ``run_dir``."""
+    marker = run_dir / 'last_checkpoint'
+    if not marker.is_file():
+        raise FileNotFoundError(f'no checkpoint in {run_dir} ({marker})')
+    return Path(marker.read_text(encoding='utf-8').strip())
+
+
+def merged_file(run_dir: Path) -> Path:
+    """What a prune run's MergeCheckpointHook wrote."""
+    return run_dir / MERGED_NAME
+
+
+def map_pick(work: Path) -> Tuple[int, int]:
+    best = read_json_file(work / 'map' / 'map_allocation.json', 'MAP')
+    return best['full']['best']['n_attn'], best['full']['best']['n_act']
+
+
+def scalars(run_dir: Path) -> List[Dict[str, Any]]:
+    """The scalars MMEngine logged in ``run_dir``'s training run (the one
+    timestamp directory whose records have a ``loss``)."""
+    for path in sorted(Path(run_dir).glob('*/vis_data/scalars.json')):
+        lines = path.read_text(encoding='utf-8').splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        if any('loss' in record for record in records):
+            return records
+    raise FileNotFoundError(f'no training scalars under {run_dir}')
+
+
+def values(records, key: str) -> List:
+    """The logged values of ``key``, in order."""
+    return [record[key] for record in records if key in record]
+
+
+def val_records(run_dir, metric: str = 'accuracy/top1') -> List[Dict]:
+    """Every validation of the training run in ``run_dir``, in order."""
+    return [r for r in scalars(run_dir) if metric in r]
+
+
+def last_accuracy(run_dir: Path) -> float:
+    """Top-1 of the run's last validation: its last checkpoint on the
+    validation split (the demo's val and test splits are one)."""
+    return val_records(run_dir)[-1]['accuracy/top1']
+
+
+def test_metric(run_dir: Path, metric: str = 'accuracy/top1') -> float:
+    return read_json_file(run_dir / 'test_metrics.json', 'metrics')[metric]
+
+
+def prune_meta(run_dir: Path) -> Dict[str, Any]:
+    """The HetDPTPruneHook state in the run's last checkpoint."""
+    checkpoint = load_checkpoint_file(last_checkpoint(run_dir), mmap=True)
+    return checkpoint['meta'][PRUNE_STATE]
+
+
+def benchmark_speed(path: Path) -> Dict[str, Dict[str, float]]:
+    """Per model of a ``tools/benchmark.py`` JSON: throughput, MACs and
+    paired speedup over its first model."""
+    result = read_json_file(path, 'benchmark')
+    return {
+        model['name']: dict(
+            throughput=model['timing']['throughput'],
+            macs=model['macs']['total'],
+            speedup=model['speedup']['paired_median'],
+            macs_ratio=model['speedup'].get('macs', 1.0),
+        )
+        for model in result['models']
+    }
+
+
+def collect(demo) -> Dict[str, Any]:
+    """Everything the report states, from the work dir of ``demo``."""
+    work, s = demo.work, demo.settings
+    runs = demo.split_runs()
+    main_name, classes = next(iter(runs)), len(SHAPE_PAIR_CLASSES)
+    main = work / 'splits' / main_name
+    with open(work / 'map' / 'map_points.csv', encoding='utf-8') as file:
+        points = list(csv.DictReader(file))
+    fit = read_json_file(work / 'map' / 'map_fit.json', 'MAP fit')
+    allocation = read_json_file(work / 'map' / 'map_allocation.json', 'MAP')
+    pick = map_pick(work)
+    predicted = {
+        (c['n_attn'], c['n_act']): c for c in allocation['full']['candidates']
+    }
+    speed = benchmark_speed(work / 'benchmark' / 'splits.json')
+    names = [
+        (pick, 'MAP'),
+        ((s.budget, 0), 'attention only'),
+        ((0, s.budget), 'GELU only'),
+        ((0, 0), 'no removal'),
+    ]
+    splits: Dict[Tuple[int, int], Dict[str, Any]] = {}
+    naive = {}
+    for name, (counts, seed) in runs.items():
+        split = splits.setdefault(
+            counts,
+            dict(
+                counts=list(counts),
+                names=[n for c, n in names if c == counts],
+                accuracy={},
+                predicted=predicted.get(counts, {}).get('predicted_accuracy'),
+                extrapolated=predicted.get(counts, {}).get('extrapolated'),
+                **speed.get(label(counts), dict(speedup=1.0, macs_ratio=1.0)),
+            ),
+        )
+        split['accuracy'][str(seed)] = last_accuracy(work / 'splits' / name)
+        if counts == pick:  # the naive ranking of this seed's first scores
+            first = prune_meta(work / 'splits' / name)['decisions'][0]
+            removed = rank_across_types(first['gate_scores'], s.budget)
+            naive[str(seed)] = [len(removed['attn']), len(removed['act'])]
+    meta, records = prune_meta(main), scalars(main)
+    grads = {k: values(records, f'score_grad_{k}') for k in ('attn', 'act')}
+    transfer = {}
+    for kind, (metric, scale) in TRANSFER_METRICS.items():
+        validations = val_records(work / kind, metric)
+        losses = values(scalars(work / kind), 'loss')
+        transfer[kind] = dict(
+            metric=metric.split('/')[-1],
+            before=scale * validations[0][metric],
+            after=scale * validations[-1][metric],
+            loss=[losses[0], losses[-1]],
+        )
+    return dict(
+        task=dict(classes=classes, chance=100 / classes, depth=demo.depth),
+        dense=dict(
+            accuracy=last_accuracy(work / 'dense'),
+            curve=[
+                [r['step'], r['accuracy/top1']]
+                for r in val_records(work / 'dense')
+            ],
+        ),
+        map=dict(
+            points=points,
+            degree=fit['degree'],
+            cv=fit['cv'],
+            pick=list(pick),
+            candidates=allocation['full']['candidates'],
+        ),
+        splits=list(splits.values()),
+        naive=naive,
+        main=dict(
+            run=main_name,
+            gated=last_accuracy(main),
+            merged=test_metric(work / 'merged' / 'test'),
+            decisions=[
+                dict(kind=d['kind'], block=d['index'], epoch=d['epoch'])
+                for d in meta['decisions']
+            ],
+            score_grads={k: float(np.mean(v)) for k, v in grads.items() if v},
+        ),
+        transfer=transfer,
+        fig8=fig8_points(demo),
     )
 
 
-def to_json(value: Any) -> Any:
-    """``value`` (records, and dicts and lists of them) as JSON data."""
-    if dataclasses.is_dataclass(value):
-        return {
-            f.name: to_json(getattr(value, f.name))
-            for f in dataclasses.fields(value)
-            if not (
-                f.metadata.get('optional')
-                and getattr(value, f.name) == f.default
+def fig8_points(demo) -> List[Dict[str, Any]]:
+    """Accuracy, throughput and MACs of both classifiers at every Fig. 8
+    setting (value 0: no token reduction)."""
+    work, s = demo.work, demo.settings
+    out = work / 'fig8'
+    base = benchmark_speed(out / 'bench-none.json')
+    accuracy = dict(
+        dense=last_accuracy(work / 'dense'),
+        hetdpt=test_metric(work / 'merged' / 'test'),
+    )
+    points = [
+        dict(model=m, method='none', value=0, accuracy=accuracy[m], **base[m])
+        for m in ('dense', 'hetdpt')
+    ]
+    settings = [('tome', r) for r in s.tome_r]
+    settings += [('gtp', n) for n in s.gtp_num_prop]
+    for method, value in settings:
+        speed = benchmark_speed(out / f'bench-{method}{value}.json')
+        for model in ('dense', 'hetdpt'):
+            test = out / f'{model}-{method}{value}'
+            points.append(
+                dict(
+                    model=model,
+                    method=method,
+                    value=value,
+                    accuracy=test_metric(test),
+                    **speed[model],
+                )
             )
-        }
-    if isinstance(value, dict):
-        return {key: to_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(item) for item in value]
-    return value
-
-
-def from_json(kind: Type[T], value: Any, where: str = 'results') -> T:
-    """``value`` (JSON data) read as ``kind``, a record or a type hint made
-    of them; numbers are kept as they are.  ``ValueError`` names the first
-    malformed entry (``where`` is the name of ``value``)."""
-    if dataclasses.is_dataclass(kind):
-        if not isinstance(value, dict):
-            raise ValueError(f'"{where}" is {json_type(value)}, not an object')
-        hints = typing.get_type_hints(kind)
-        fields = {f.name: f for f in dataclasses.fields(kind)}
-        unknown = [key for key in value if key not in fields]
-        if unknown:
-            raise ValueError(f'"{where}" has an unknown entry, {unknown[0]!r}')
-        for name, spec in fields.items():
-            if (
-                name not in value
-                and spec.default is dataclasses.MISSING
-                and spec.default_factory is dataclasses.MISSING
-            ):
-                raise ValueError(f'"{where}" has no "{name}" entry')
-        return kind(
-            **{
-                name: from_json(hints[name], item, f'{where}.{name}')
-                for name, item in value.items()
-            }
-        )
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin is Union:
-        if value is None and type(None) in args:
-            return value
-        problem = None
-        for arg in (arg for arg in args if arg is not type(None)):
-            try:
-                return from_json(arg, value, where)
-            except ValueError as err:
-                problem = err
-        raise problem
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ValueError(f'"{where}" is {json_type(value)}, not an object')
-        return {
-            key: from_json(args[1], item, f'{where}.{key}')
-            for key, item in value.items()
-        }
-    if origin is list:
-        if not isinstance(value, list):
-            raise ValueError(f'"{where}" is {json_type(value)}, not an array')
-        return [
-            from_json(args[0], item, f'{where}[{index}]')
-            for index, item in enumerate(value)
-        ]
-    expected = {
-        float: 'a number',
-        int: 'a number',
-        str: 'a string',
-        bool: 'a boolean',
-    }.get(kind)
-    if expected is not None and json_type(value) != expected:
-        raise ValueError(f'"{where}" is {json_type(value)}, not {expected}')
-    return value
-
-
-# ------------------------------------------------------------ the stages
-@dataclass
-class DenseResult:
-    """Stage ``dense``: the dense classifier."""
-
-    checkpoint: str
-    arch: Dict[str, Any]  # the build arguments in its meta
-    depth: int
-    accuracy: float  # its last validation (the test split)
-
-
-@dataclass
-class MapPoints:
-    """Stage ``map``: the MAP points of every schedule (CSV rows)."""
-
-    points: List[Dict[str, str]]
-    interval: int  # fine-tuning epochs per step
-
-
-@dataclass
-class MapFitResult:
-    """Stage ``fit``: the MAP fit and the split of the budget."""
-
-    fit: Dict[str, Any]  # MAPFit.to_dict()
-    bounds: str
-    fit_path: str
-    allocation: Dict[str, Any]  # Allocation.to_dict()
-
-
-@dataclass
-class RecoveryRun:
-    """Stage ``recovery``: one layer removed from the dense model."""
-
-    block: int
-    at_once: float
-    after_epochs: List[float]
-
-
-@dataclass
-class PruneResult:
-    """Stage ``prune``: the main run (the MAP split, first seed)."""
-
-    checkpoint: str
-    accuracy: float  # last validation, gates closed
-    hook_merged: str  # what its MergeCheckpointHook wrote
-    spec: Dict[str, Any]  # PruneSpec.to_dict() with n_attn and n_act
-    decisions: List[Dict[str, Any]]  # HetDPTPruneHook's
-    score_grads: Dict[str, List[List[float]]]  # by layer type
-
-
-@dataclass
-class CompareRun:
-    """One pruning run of the comparison: a removed-counts pair and a seed,
-    shared by the splits that remove those counts."""
-
-    counts: List[int]  # (attention, GELU)
-    seed: int
-    splits: List[str]
-    main: bool = field(default=False, metadata=OPTIONAL)  # the main run
-    merged: Optional[str] = unset()
-    work: Optional[str] = unset()
-    checkpoint: Optional[str] = unset()
-    decisions: Optional[List[Dict[str, Any]]] = unset()
-    #: its last validation (the main run's accuracy is the merged test's)
-    accuracy: Optional[float] = unset()
-
-
-@dataclass
-class NaiveSplit:
-    """The naive split of one seed: the lowest raw gate scores."""
-
-    scores: Dict[str, List[float]]  # gate scores by type at the first close
-    removed: Dict[str, List[int]]  # blocks by type
-    counts: List[int]
-
-
-@dataclass
-class CompareResult:
-    """Stages ``prune`` (the runs) and ``compare`` (the naive splits)."""
-
-    runs: Dict[str, CompareRun]
-    naive: Dict[str, NaiveSplit]  # by seed
-    seeds: List[int]
-
-
-@dataclass
-class MergeResult:
-    """Stage ``merge``."""
-
-    merged: str
-    hook_output_identical: bool  # tools/merge_ckpt.py == the hook's file
-
-
-@dataclass
-class DensePredictionRun:
-    """DETR or UperNet trained on the merged backbone."""
-
-    before: Dict[str, Any]  # validation metrics before training
-    after: Dict[str, Any]
-    loss_curve: List[List[float]]
-    loss_first: float
-    loss_last: float
-    iterations: int
-    checkpoint: str
-
-
-@dataclass
-class TransferResult:
-    """Stage ``transfer``."""
-
-    merged_accuracy: float  # tools/test.py of the merged classifier
-    detr: DensePredictionRun
-    upernet: DensePredictionRun
-
-
-@dataclass
-class PlusResult:
-    """Stage ``plus``: HetDPT+ (width pruning of the merged model)."""
-
-    checkpoint: str
-    ratio: float
-    epochs: int
-    widths: Dict[str, Any]
-    macs: List[int]  # before, after
-    macs_convention: str  # analysis.MACS_CONVENTIONS
-    params: List[int]
-    accuracy_before: float
-    accuracy: float
-    detr: Dict[str, Any]  # test metrics, untrained on it
-    upernet: Dict[str, Any]
-
-
-@dataclass
-class BenchmarkModel:
-    params: int
-    macs: int
-    median_ms: float
-    speedup: float
-    macs_speedup: float
-
-
-@dataclass
-class BenchmarkRun:
-    """What the report needs from one ``tools/benchmark.py`` JSON."""
-
-    batch_size: int
-    threads: int
-    repeats: int
-    img_size: List[int]
-    clock: str
-    macs_convention: str
-    markdown: str
-    models: Dict[str, BenchmarkModel]
-
-
-@dataclass
-class TomePoint:
-    """A classifier with ToMe at one ``r``."""
-
-    model: str
-    r: int
-    removed_attn: str
-    accuracy: float
-    median_ms: float
-    throughput: float
-    macs: int
-
-
-@dataclass
-class CurvePoint:
-    """A classifier at one operating point of a token-reduction method
-    (``'tome'``: ``setting`` 'r=R' or 'r=R, inflect=I'; ``'gtp'``:
-    'num_prop=N'), on the paper's Fig. 8 curves."""
-
-    model: str
-    method: str
-    setting: str
-    accuracy: float
-    throughput: float
-    macs: int
-
-
-@dataclass
-class TomeTiming:
-    batch_size: int
-    threads: int
-    repeats: int
-    clock: str
-    img_size: List[int]
-    macs_convention: str
-
-
-@dataclass
-class TomeTransferPoint:
-    r: int
-    metric: float
-    median_ms: float
-    throughput: float
-    macs: int
-    speedup: float
-
-
-@dataclass
-class TomeTransfer:
-    """DETR or UperNet with ToMe."""
-
-    metric: str
-    img_size: List[int]
-    batch_size: int
-    repeats: int
-    macs_convention: str
-    points: List[TomeTransferPoint]
-
-
-@dataclass
-class AttnOnlyRun:
-    attn_removed: List[int]
-    seed: int
-
-
-@dataclass
-class TomeResult:
-    """Stage ``tome``."""
-
-    r: List[int]
-    points: List[TomePoint]
-    timing: TomeTiming
-    transfer: Dict[str, TomeTransfer]
-    map_attn_removed: List[int]
-    attn_only: AttnOnlyRun
-    curves: List[CurvePoint]  # Fig. 8: dense, HetDPT; ToMe, GTP-ViT
-
-
-@dataclass
-class DemoResults:
-    """Every stage's record, ``None`` until the stage ran; ``tome_skipped``:
-    the token-merging stage ran and measured nothing (``--quick``)."""
-
-    dense: Optional[DenseResult] = unset()
-    map: Optional[MapPoints] = unset()
-    recovery: Optional[Dict[str, RecoveryRun]] = unset()
-    fit: Optional[MapFitResult] = unset()
-    prune: Optional[PruneResult] = unset()
-    compare: Optional[CompareResult] = unset()
-    merge: Optional[MergeResult] = unset()
-    transfer: Optional[TransferResult] = unset()
-    plus: Optional[PlusResult] = unset()
-    benchmark: Optional[Dict[str, BenchmarkRun]] = unset()
-    tome: Optional[TomeResult] = unset()
-    tome_skipped: bool = field(default=False, metadata=OPTIONAL)
-    headline: Optional[str] = unset()  # the report's, for the console
-
-
-# ------------------------------------------------------------ the run
-@dataclass
-class Claim:
-    """One statement of the report: whether it ``holds`` on this run, and
-    the numbers (and names) that decide it."""
-
-    name: str
-    holds: bool
-    numbers: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class StageTime:
-    name: str
-    title: str
-    seconds: float
-    cpu_seconds: float
-
-
-@dataclass
-class RunInfo:
-    """How the demo ran: its command, machine, load and times."""
-
-    mode: str
-    command: str
-    machine: str
-    jobs: int
-    threads: Union[int, str]  # 'auto': the cores shared out per stage
-    job_threads: Dict[str, int]
-    load_before: float
-    load_after: float
-    finished_at: str
-    wall_seconds: float
-    stages: List[StageTime]
-    job_seconds: Dict[str, float]
-    commands: List[str]
+    return points

@@ -1,193 +1,103 @@
-"""The demo's settings (full and ``--quick``), options, file names and
-errors."""
+"""The demo's settings (full and ``--quick``), its configs and its saved
+state (``demo_state.json``: the settings and the finished stages, checked
+once where it is read)."""
 
 import dataclasses
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
-from .data import SHAPE_PAIR_CLASSES
+from hetdpt_mm.cli import UsageError
+from hetdpt_mm.fileio import read_json_file
 
-DENSE_CONFIG = 'configs/demo/vit-demo_digits.py'
-MAP_CONFIG = 'configs/demo/vit-demo_digits_map.py'
-PRUNE_CONFIG = 'configs/demo/vit-demo_digits_hetdpt.py'
-#: The dense-prediction tasks the demo classifier's backbone goes into:
-#: their configs and the metric each is judged by.
-TRANSFER_CONFIGS = dict(
-    detr='configs/demo/detr_hetdpt_demo.py',
-    upernet='configs/demo/upernet_hetdpt_demo.py',
+#: The configs the demo runs (their recipes are the full demo's; --quick
+#: shortens them with --cfg-options).
+CONFIGS = dict(
+    dense='configs/demo/vit-demo_shapes.py',
+    map='configs/demo/vit-demo_shapes_map.py',
+    prune='configs/demo/vit-demo_shapes_hetdpt.py',
+    detr='configs/demo/detr_hetdpt_shapes.py',
+    upernet='configs/demo/upernet_hetdpt_shapes.py',
 )
-TRANSFER_METRICS = dict(detr='coco/bbox_mAP', upernet='mIoU')
 DEFAULT_DATA_ROOT = 'data/demo'
-#: The classification task of the demo (``make_pairs``): its directory in
-#: the data root and its number of classes (the configs' are the digits').
-CLS_DATA = 'shapes'
-CLS_CLASSES = len(SHAPE_PAIR_CLASSES)
-#: ``--cfg-options`` for every model the demo classifier's backbone goes
-#: into: patch 8 (the configs' 4 is the digits'): a 12-pixel glyph then
-#: spans up to four patches at any offset, so telling its shape takes the
-#: blocks' GELUs and attention, and the steps are about 2.4x cheaper.
-#: UperNet's neck scales give its strides 4, 8, 16, 32 again.
-CLS_PATCH_SIZE = 8
-BACKBONE_OPTIONS = dict(
-    cls=[f'model.backbone.patch_size={CLS_PATCH_SIZE}'],
-    detr=[f'model.backbone.patch_size={CLS_PATCH_SIZE}'],
-    upernet=[
-        f'model.backbone.patch_size={CLS_PATCH_SIZE}',
-        'model.neck.scales=[2,1,0.5,0.25]',
-    ],
-)
-STATE_FILE = 'demo_state.json'
-# Raised whenever the state's form changes: an older state is refused.
-STATE_VERSION = 8
-#: What a demo run creates in its work dir (all of it is replaced by a new
-#: run; nothing else there is touched).
-OUTPUTS = (
-    'configs',
-    'vit-demo_digits',
-    'map',
-    'recovery',
-    'compare',
-    'vit-demo_digits_hetdpt',
-    'detr_hetdpt_demo',
-    'upernet_hetdpt_demo',
-    'vit-demo_digits_plus',
-    'benchmark',
-    'tome',
-    'logs',
-    'report.md',
-    'summary.json',
-    'accuracy_vs_speedup.png',
-    'losses.png',
-    'score_grads.png',
-    'recovery.png',
-    'comparison.png',
-    'tome.png',
-    'fig8.png',
-    'demo.log',
-    STATE_FILE,
-)
 MAP_SCHEDULES = ('attn', 'act', 'interleaved')
-
-
-class DemoError(Exception):
-    """A stage failed or the inputs are unusable; the message says which."""
-
-
-class DemoInputError(DemoError):
-    """The work dir or the saved state of an earlier run is unusable: bad
-    input, found before anything runs."""
+STATE_FILE = 'demo_state.json'
+STATE_VERSION = 9  # raised whenever the state's form changes
+#: What a demo run makes in its work dir: a new run replaces these (only
+#: in a work dir whose state file is a demo state) and nothing else.
+OUTPUTS = (
+    'dense map splits merged detr upernet benchmark fig8 logs report.md '
+    f'summary.json splits.png fig8.png demo.log {STATE_FILE}'
+).split()
+#: Characters MMEngine's --cfg-options parser drops or splits at: a path
+#: holding one cannot be passed to the tools.
+UNSAFE_PATH_CHARACTERS = set(' \t\n,\'"[]()=')
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Sizes of one demo variant.  ``None`` keeps the config's value."""
+    """What differs between the full demo and ``--quick``: the configs'
+    recipes are the full demo's, ``options`` shorten them."""
 
-    dense_epochs: Optional[int]
-    dense_train_images: Optional[int]  # the first N images only
-    map_steps: Dict[str, int]  # removal steps per schedule
-    map_interval: int  # fine-tuning epochs per step
-    map_subset: Union[int, float]  # fast fine-tune: images or fraction
-    map_lr: float  # fast fine-tune: its constant learning rate
-    map_calib_images: int  # TE score
-    budget: int  # layers to remove, split by MAP
-    prune_epochs: Optional[int]
-    prune_train_images: Optional[int]  # and the recovery runs'
-    detr_epochs: Optional[int]
-    detr_train_images: Optional[int]
-    upernet_iters: Optional[int]
-    transfer_log_interval: Optional[int]  # iterations per logged loss
+    budget: int  # layers removed in total (MAP splits it)
+    seeds: Tuple[int, ...]  # prune runs of every compared split, each
+    finetune_epochs: int  # after a prune run's last removal
+    map_steps: int  # removals per MAP schedule
+    map_interval: int  # fine-tuning epochs per MAP step
+    #: --cfg-options per config (CONFIGS' keys; test: tools/test.py of a
+    #: classifier) shortening its recipe
+    options: Dict[str, Tuple[str, ...]]
+    tome_r: Tuple[int, ...]  # Fig. 8: ToMe's r per block
+    gtp_num_prop: Tuple[int, ...]  # Fig. 8: GTP-ViT's patches per block
     bench_batch: int
     bench_repeats: int
-    context_bench: bool  # also time DeiT-S at 224 (context)
-    plus_ratio: float  # HetDPT+: channel ratio of the width pruning
-    plus_epochs: int  # HetDPT+: fine-tuning epochs (>= 2: 1 of warm-up)
-    plus_train_images: Optional[int]
-    recovery_epochs: int  # after one removal (>= 2: 1 of warm-up)
-    seeds: Tuple[int, ...]  # one prune run of every compared split each
-    #: ToMe r of the classifiers (dense and HetDPT) and of the DETR and
-    #: UperNet (besides r=0); empty: no token-merging stage
-    tome_r: Tuple[int, ...]
-    tome_transfer_r: Dict[str, Tuple[int, ...]]
-    #: Fig. 8's further operating points of the classifiers: ToMe's
-    #: (r, inflect) schedules besides the constant tome_r, and GTP-ViT's
-    #: num_prop besides 0 (more than 15 per model's propagating blocks
-    #: meets the library's cap: later blocks keep one patch)
-    fig8_schedules: Tuple[Tuple[int, float], ...]
-    fig8_num_prop: Tuple[int, ...]
 
 
-# Sized for 13 minutes on 2 idle cores: the dense model learns the shapes
-# in 20 epochs on all 4,000 training images; a MAP step fine-tunes two
-# epochs on all of them at 2e-4 (one left the 4-attention point on a cliff
-# the fit could not predict: CV RMSE 0.66 of the points' spread, 0.31 with
-# two; the MAP config's 5e-4 gave points far off their neighbours; 500
-# images, noise-level points), the recovery, prune and HetDPT+ runs on the
-# first half.  A budget of 6, half the removable layers, removed one per
-# epoch and then fine-tuned 4 epochs: there MAP's mixed split beats both
-# single-type splits by more than the seed spread (a budget of 3, 4 or 5,
-# or 6 without the fine-tuning epochs, left its lead over GELU only within
-# the spread: docs/results.md).  3 seeds per
-# compared split (2 left a 4.75-point half range); DETR and UperNet train
-# long enough to show that the pruned backbone transfers and improves
-# (their configs' full schedules: 12 epochs, 400 iterations).  ToMe: the
-# classifier has 16 patch tokens in 6 blocks, so r=3 leaves one in the
-# last block; DETR and UperNet test on 36 and 64 patches.  --quick skips it.
 FULL = Settings(
-    dense_epochs=20,
-    dense_train_images=None,
-    map_steps=dict(attn=5, act=5, interleaved=5),
-    map_interval=2,
-    map_subset=1.0,
-    map_lr=2e-4,
-    map_calib_images=128,
-    budget=6,
-    prune_epochs=10,
-    prune_train_images=2000,
-    detr_epochs=5,
-    detr_train_images=None,
-    upernet_iters=200,
-    transfer_log_interval=None,
+    budget=5,
+    seeds=(0, 1, 2),
+    finetune_epochs=3,
+    map_steps=5,
+    map_interval=1,
+    options={},
+    tome_r=(4, 6, 8),
+    gtp_num_prop=(1, 3, 5),
     bench_batch=64,
     bench_repeats=15,
-    context_bench=True,
-    plus_ratio=0.3,
-    plus_epochs=3,
-    plus_train_images=2000,
-    recovery_epochs=2,
-    seeds=(0, 1, 2),
-    tome_r=(0, 1, 2, 3),
-    tome_transfer_r=dict(detr=(2, 4), upernet=(4, 8)),
-    fig8_schedules=((1, -1), (2, -1), (3, -1)),
-    fig8_num_prop=(1, 2, 3, 4),
 )
+SMALL_VAL = (
+    'val_dataloader.dataset.indices=200 test_dataloader.dataset.indices=200'
+)
+LOG_EVERY_ITER = 'default_hooks.logger.interval=1'
 QUICK = Settings(
-    dense_epochs=2,
-    dense_train_images=256,
-    map_steps=dict(attn=2, act=2, interleaved=2),
-    map_interval=1,
-    map_subset=64,
-    map_lr=2e-4,
-    map_calib_images=64,
     budget=2,
-    prune_epochs=3,
-    prune_train_images=128,
-    detr_epochs=1,
-    detr_train_images=16,
-    upernet_iters=4,
-    transfer_log_interval=1,
+    seeds=(0,),
+    finetune_epochs=1,
+    map_steps=2,
+    map_interval=1,
+    options={
+        key: tuple(options.split())
+        for key, options in dict(
+            dense=f'train_cfg.max_epochs=2 train_cfg.val_interval=2 '
+            f'train_dataloader.dataset.indices=256 {SMALL_VAL}',
+            map='train_dataloader.sampler.subset=64 '
+            f'custom_hooks.0.calib_images=64 {SMALL_VAL}',
+            prune=f'train_dataloader.dataset.indices=128 {SMALL_VAL}',
+            test=SMALL_VAL,
+            detr=f'{LOG_EVERY_ITER} train_cfg.max_epochs=1 '
+            'train_cfg.val_interval=1 train_dataloader.dataset.indices=16 '
+            'val_dataloader.dataset.indices=16 '
+            'test_dataloader.dataset.indices=16',
+            upernet=f'{LOG_EVERY_ITER} train_cfg.max_iters=4 '
+            'train_cfg.val_interval=4',
+        ).items()
+    },
+    tome_r=(4,),
+    gtp_num_prop=(4,),
     bench_batch=16,
     bench_repeats=2,
-    context_bench=False,
-    plus_ratio=0.3,
-    plus_epochs=2,
-    plus_train_images=128,
-    recovery_epochs=2,
-    seeds=(0,),
-    tome_r=(),
-    tome_transfer_r={},
-    fig8_schedules=(),
-    fig8_num_prop=(),
 )
+#: Seeds of --all-splits when --seeds is not given.
+ALL_SPLITS_SEEDS = (0, 1, 2, 3, 4)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,24 +108,75 @@ class DemoOptions:
     work_dir: Path
     data_root: Path
     quick: bool = False
-    budget: Optional[int] = None  # None: the variant's (FULL or QUICK)
+    budget: Optional[int] = None  # None: the variant's
     seeds: Optional[Tuple[int, ...]] = None  # None: the variant's
-    jobs: int = 1  # independent jobs side by side
-    threads: Optional[int] = None  # per job; None: stage_threads
+    all_splits: bool = False  # every split of the budget, not only four
+    jobs: int = 1
+    threads: Optional[int] = None  # per job; None: the cores shared out
     resume: bool = False
     command: str = ''  # how it was started, for the report
 
     @property
-    def mode(self) -> str:
-        return 'quick' if self.quick else 'full'
-
-    @property
     def settings(self) -> Settings:
         variant = QUICK if self.quick else FULL
-        chosen = dict(budget=self.budget, seeds=self.seeds)
+        seeds = self.seeds or (
+            ALL_SPLITS_SEEDS if self.all_splits else variant.seeds
+        )
         return dataclasses.replace(
-            variant, **{k: v for k, v in chosen.items() if v is not None}
+            variant, budget=self.budget or variant.budget, seeds=seeds
+        )
+
+    def state_settings(self) -> Dict[str, Any]:
+        """The settings a resumed run must share (as JSON keeps them)."""
+        return dict(
+            quick=self.quick,
+            data_root=str(self.data_root),
+            budget=self.settings.budget,
+            seeds=list(self.settings.seeds),
+            all_splits=self.all_splits,
         )
 
 
-# -------------------------------------------------------------------- demo
+def check_path(path: Path, option: str) -> None:
+    bad = sorted(UNSAFE_PATH_CHARACTERS & set(str(path)))
+    if bad:
+        raise UsageError(
+            f'{option} {str(path)!r} holds {"".join(bad)!r}, which the '
+            "tools' --cfg-options cannot pass on: choose a path without it"
+        )
+
+
+def read_state(path: Path, stages) -> Dict[str, Any]:
+    """The state an earlier run saved at ``path``, checked whole: any
+    problem is a ``ValueError`` naming it, before anything runs."""
+    state = read_json_file(path, 'demo state')
+    problem = None
+    keys = {'version', 'settings', 'finished', 'seconds', 'commands'}
+    if not isinstance(state, dict) or set(state) != keys:
+        problem = f'it is not an object with the keys {sorted(keys)}'
+    elif state['version'] != STATE_VERSION:
+        problem = f'it is of version {state["version"]!r}, not {STATE_VERSION}'
+    elif not isinstance(state['settings'], dict):
+        problem = '"settings" is not an object'
+    elif not isinstance(state['finished'], list) or (
+        state['finished'] != list(stages)[: len(state['finished'])]
+    ):
+        problem = f'"finished" is not the first of the stages {list(stages)}'
+    elif not isinstance(state['seconds'], dict) or not all(
+        name in state['finished']
+        and isinstance(value, list)
+        and len(value) == 2
+        and all(type(number) in (int, float) for number in value)
+        for name, value in state['seconds'].items()
+    ):
+        problem = '"seconds" is not [wall, CPU] seconds of finished stages'
+    elif not isinstance(state['commands'], list) or not all(
+        isinstance(command, str) for command in state['commands']
+    ):
+        problem = '"commands" is not a list of strings'
+    if problem is not None:
+        raise ValueError(
+            f'demo state {path} is malformed: {problem}; delete it to start '
+            'over'
+        )
+    return state

@@ -307,7 +307,7 @@ def test_test_loads_strictly_and_checks_options_first(
 
 
 def test_train_validates_first_when_asked(dense_run, tmp_path, capsys):
-    from hetdpt_demo.helpers import val_records
+    from hetdpt_demo.results import val_records
 
     config = small_config(
         tmp_path / 'dense.py', DENSE_CONFIG, dense_run / 'cls'
