@@ -9,8 +9,9 @@ import torch
 from mmengine.config import Config
 
 from hetdpt_mm.analysis import MACS_CONVENTIONS
-from hetdpt_mm.cli import UsageError, config_option_value
+from hetdpt_mm.cli import config_option_value
 from hetdpt_mm.deploy.runtimes import RUNTIME_DTYPES
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.fileio import check_input_file, check_output_paths
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.spec import PruneSpec, read_json_value

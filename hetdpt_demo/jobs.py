@@ -15,7 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, List, Sequence
 
-from hetdpt_mm.cli import RunError
+
+class StageError(Exception):
+    """A stage of the demo that failed: the demo exits with status 1."""
+
 
 #: Short tools without an MMEngine runner run their ``main(argv)`` in the
 #: demo's process: a new interpreter's imports cost more than their work.
@@ -113,7 +116,7 @@ class Jobs:
         seconds = time.monotonic() - start
         if code != 0:
             tail = log_path.read_text(encoding='utf-8').splitlines()[-15:]
-            raise RunError(
+            raise StageError(
                 f'job {name} failed (exit status {code}) after {seconds:.0f}'
                 f' s: $ {command}\n    '
                 + '\n    '.join(tail)

@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from hetdpt_mm.cli import UsageError
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.fileio import read_json_file
 
 #: The configs the demo runs (their recipes are the full demo's; --quick

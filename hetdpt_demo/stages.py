@@ -14,12 +14,12 @@ from typing import Dict, List, Tuple
 
 from mmengine.config import Config
 
-from hetdpt_mm.cli import RunError, UsageError
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.fileio import atomic_write_text
 
 from . import results
 from .data import make_all
-from .jobs import Jobs
+from .jobs import Jobs, StageError
 from .settings import (
     CONFIGS,
     DEFAULT_DATA_ROOT,
@@ -405,9 +405,9 @@ class Demo:
             try:
                 getattr(self, f'stage_{name}')()
             except (OSError, ValueError, KeyError, TypeError) as err:
-                if isinstance(err, RunError):
+                if isinstance(err, StageError):
                     raise
-                raise RunError(f'stage "{title}": {err}') from err
+                raise StageError(f'stage "{title}": {err}') from err
             self.seconds[name] = [
                 time.monotonic() - start,
                 cpu_seconds() - cpu,

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Type, TypeVar
 
 from mmengine.config import DictAction
 
+from .errors import UsageError
 from .fileio import MAX_JSON_DEPTH, nesting_depth, output_file
 
 T = TypeVar('T')
@@ -29,14 +30,6 @@ OWN_PACKAGES = ('hetdpt_mm', 'hetdpt_demo', 'hetdpt_benchmark')
 #: What a tool reports with its message alone; any other exception is
 #: reported with its type's name too.
 INPUT_ERRORS = (ValueError, TypeError, OSError, KeyError)
-
-
-class UsageError(Exception):
-    """Invalid command-line usage, reported like any other error."""
-
-
-class RunError(ValueError):
-    """A run that cannot start or continue."""
 
 
 class ArgumentParser(argparse.ArgumentParser):

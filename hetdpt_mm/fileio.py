@@ -31,10 +31,6 @@ Content = Union[str, bytes, Callable[[Path], None]]
 FULL_DISK_BYTES = 1 << 20
 
 
-class NotARegularFileError(OSError):
-    """A directory, FIFO, device or socket where a file is needed."""
-
-
 # Python's open() and MMEngine's backends read a FIFO or /dev/zero forever.
 #: What a path that is not a regular file is, by ``os.stat``'s file type.
 _KINDS = {
@@ -60,7 +56,7 @@ def check_input_file(path: PathLike, what: str) -> Path:
     if not path.exists():
         raise FileNotFoundError(f'{what} {path} does not exist')
     if kind := _special_kind(path):
-        raise NotARegularFileError(f'{what} {path} is {kind}, not a file')
+        raise OSError(f'{what} {path} is {kind}, not a file')
     return path
 
 
@@ -145,7 +141,7 @@ def _check_replaceable(out: Path) -> None:
         'a symbolic link' if out.is_symlink() else None
     )
     if kind:
-        raise NotARegularFileError(f'output {out} is {kind}: never replaced')
+        raise OSError(f'output {out} is {kind}: never replaced')
 
 
 def output_file(text: str) -> Path:

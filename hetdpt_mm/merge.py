@@ -26,7 +26,7 @@ from .checkpoint.record import (
     HetDPTRecord,
     with_record,
 )
-from .checkpoint.safe_load import StateDictMismatch
+from .errors import CheckpointError
 from .spec import META_KEY, PruneSpec, read_json_value
 from .structure import (
     build,
@@ -142,7 +142,7 @@ def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
         return record.spec
     spec = PruneSpec.coerce(spec, record.spec.depth)
     if record.form in ('gated', 'merged') and spec != record.spec:
-        raise StateDictMismatch(f'a {record.form} file keeps its own spec')
+        raise CheckpointError(f'a {record.form} file keeps its own spec')
     return spec
 
 
@@ -171,7 +171,7 @@ def merge_checkpoint(
     to the unmerged parameters and a finished run; the summary names them).
     Keys of a distillation teacher are dropped.  An input that is already
     merged is returned as is.  Raises ``ValueError``
-    (:class:`StateDictMismatch` for tensors that do not fit) naming the
+    (:class:`CheckpointError` for tensors that do not fit) naming the
     problem.
     """
     loaded = read_backbone_checkpoint(checkpoint, source, prefix)
@@ -179,7 +179,7 @@ def merge_checkpoint(
     prefix = record.prefix
     final_spec = _resolve_spec(record, spec)
     if record.form == 'merged' and form == 'pruned':
-        raise StateDictMismatch('a merged file cannot be unmerged')
+        raise CheckpointError('a merged file cannot be unmerged')
     if record.form == 'merged':
         size = _numel(backbone)
         return dict(checkpoint), MergeSummary(

@@ -10,7 +10,7 @@ from typing import Callable, Dict, Iterable, Mapping, Optional, Set, Type
 
 from mmengine.registry import Registry
 
-from .checkpoint.safe_load import StateDictMismatch
+from .errors import CheckpointError
 
 #: Family name -> backbone class (a ``HetDPTBackbone`` subclass).
 FAMILIES: Dict[str, Type] = {}
@@ -23,7 +23,7 @@ TOOLBOX_FALLBACKS: Dict[str, Dict[str, Callable]] = {}
 
 def get_family(name: str) -> Type:
     if name not in FAMILIES:
-        raise StateDictMismatch(f'unknown backbone family {name!r}')
+        raise CheckpointError(f'unknown backbone family {name!r}')
     return FAMILIES[name]
 
 

@@ -19,8 +19,9 @@ from mmengine.runner import Runner
 from mmengine.runner.checkpoint import find_latest_checkpoint, load_checkpoint
 
 from .checkpoint.reader import read_backbone_checkpoint
-from .checkpoint.safe_load import TRUST_ENV, CheckpointError
-from .cli import ConfigOptionsAction, RunError
+from .checkpoint.safe_load import TRUST_ENV
+from .cli import ConfigOptionsAction
+from .errors import CheckpointError, UsageError
 from .fileio import check_input_file
 from .hooks import EpochSeedHook
 from .registry import FAMILIES
@@ -73,7 +74,7 @@ def load_config(args: argparse.Namespace) -> Config:
         TypeError,
         OSError,
     ) as err:
-        raise RunError(f'config {args.config}: {str(err).strip()}') from None
+        raise UsageError(f'config {args.config}: {str(err).strip()}') from None
     cfg.launcher = args.launcher
     if args.cfg_options is not None:
         cfg.merge_from_dict(args.cfg_options)
@@ -130,7 +131,7 @@ def apply_resume(cfg, resume: Optional[str]) -> None:
         return
     latest = find_latest_checkpoint(cfg.work_dir)
     if latest is not None and not osp.isfile(latest):
-        raise RunError(f'--resume: no file {latest!r}; give --resume PATH')
+        raise UsageError(f'--resume: no file {latest!r}; give --resume PATH')
     if latest is None:
         print_log(
             f'--resume: no checkpoint in {cfg.work_dir} yet; starting '
@@ -165,7 +166,7 @@ def check_pretrained_exist(cfg, loads_weights: bool = False) -> None:
         if '://' in value or osp.exists(value):
             continue
         if key == 'model.teacher_checkpoint':
-            raise RunError(
+            raise UsageError(
                 f'{key} = {value!r}: no such file, the distillation '
                 "teacher's weights. Download them (the config names the "
                 'URL) or distil from a snapshot of the model: --cfg-options '
@@ -174,7 +175,7 @@ def check_pretrained_exist(cfg, loads_weights: bool = False) -> None:
         if not loads_weights and re.search(
             r'init_cfg(\[\d+\])?\.checkpoint$', key
         ):
-            raise RunError(
+            raise UsageError(
                 f'{key}: no file {value!r}; make it (docs/user_guides/'
                 f'transfer.md) or give --cfg-options {key}=PATH'
             )
@@ -194,15 +195,15 @@ def checked_load_or_resume(runner: Runner) -> None:
         try:
             load_or_resume()
         except KeyError as err:
-            raise RunError(
+            raise UsageError(
                 f"cannot {action} {source}: no {err} (not a training run's)"
             ) from None
         except (CheckpointError, OSError) as err:
-            raise RunError(f'cannot {action} {source}: {err}') from None
+            raise UsageError(f'cannot {action} {source}: {err}') from None
         except (ValueError, RuntimeError) as err:
-            if isinstance(err, RunError):
+            if isinstance(err, UsageError):
                 raise
-            raise RunError(f'cannot {action} {source}: {err}') from None
+            raise UsageError(f'cannot {action} {source}: {err}') from None
 
     runner.load_or_resume = load_or_resume_checked
 
@@ -256,10 +257,10 @@ def take_checkpoint_structure(cfg, checkpoint: Optional[str] = None) -> None:
         record = read_backbone_checkpoint(
             checkpoint, prefix='backbone.', mmap=True
         ).record
-    except (ValueError, OSError) as err:  # CheckpointError, StateDictMismatch
+    except (ValueError, OSError) as err:  # CheckpointError too
         if not resume:
             return  # loading it reports what is wrong
-        raise RunError(f'cannot resume from {checkpoint}: {err}') from None
+        raise UsageError(f'cannot resume from {checkpoint}: {err}') from None
     backbone.update(structure_args(record))
 
 
@@ -307,7 +308,7 @@ def follow_backbone_width(cfg, weights: Optional[str] = None) -> None:
         widths = read_backbone_checkpoint(
             source, prefix=prefix, mmap=True
         ).record.spec.widths
-    except (ValueError, OSError):  # CheckpointError, StateDictMismatch
+    except (ValueError, OSError):  # CheckpointError too
         return  # loading it reports what is wrong, where it is loaded
     if widths is None:
         return

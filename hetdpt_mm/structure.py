@@ -17,8 +17,9 @@ from typing import Dict, Mapping, Optional, Tuple
 
 import torch
 
-from .checkpoint.record import HetDPTRecord, RecordError, plain_data
-from .checkpoint.safe_load import EXTRA_STATE_KEY, StateDictMismatch
+from .checkpoint.record import HetDPTRecord, plain_data
+from .checkpoint.safe_load import EXTRA_STATE_KEY
+from .errors import CheckpointError
 from .registry import get_family, recognising_family
 from .spec import LAYER_KINDS, SEMANTICS_CHOICES, PruneSpec
 
@@ -89,7 +90,7 @@ def initial_structure(
     else:
         spec = loaded.spec
     if spec.depth != depth:
-        raise StateDictMismatch(f'{loaded.source}: not {depth} blocks')
+        raise CheckpointError(f'{loaded.source}: not {depth} blocks')
     if gated and merged:
         raise ValueError('a gated (search) backbone cannot be merged')
     if merged is None:
@@ -115,7 +116,7 @@ def check_settings(
         if name == 'patch_bias' and 'patch_bias' in mine and adapted:
             continue  # a converted file's patch bias is dropped, as mmseg's
         if mine.get(name) != theirs.get(name):
-            raise StateDictMismatch(
+            raise CheckpointError(
                 f'{loaded.source} has {name}={theirs.get(name)!r}, the config '
                 f'{mine.get(name)!r}: set model.backbone.{name} as the file'
             )
@@ -138,7 +139,7 @@ def require_known_gelus(loaded: HetDPTRecord) -> None:
     """Unmerged FFNs look alike with or without their GELU: tensors with
     attention removed and no record cannot say which GELUs are gone."""
     if loaded.act_unknown:
-        raise StateDictMismatch(
+        raise CheckpointError(
             f'{loaded.source}: its removed GELUs are unknown without a '
             'record: give prune_spec'
         )
@@ -150,7 +151,7 @@ def check_family(
     """``loaded`` is of ``family``, or (``convert``) dense weights of a
     family it starts from (a ViTDet from MAE's plain ViT)."""
     if loaded.family != family and not (convert and is_start(family, loaded)):
-        raise StateDictMismatch(
+        raise CheckpointError(
             f'{loaded.source} holds a {loaded.family}: build type='
             f"'{get_family(loaded.family).__name__}'"
         )
@@ -192,7 +193,7 @@ def settle(
             for kind in LAYER_KINDS
         }
         if theirs.depth != mine.depth or any(lost.values()):
-            raise StateDictMismatch(
+            raise CheckpointError(
                 f'{source} lacks layers the config keeps: {loaded.describe()}'
             )
         return configured
@@ -208,7 +209,7 @@ def settle(
                 configured, tensors
             )
             return configured
-        except StateDictMismatch:
+        except CheckpointError:
             require_known_gelus(loaded)
     if not given:
         return replace(loaded, arch=configured.arch)
@@ -219,7 +220,7 @@ def settle(
         return configured  # a gated network holds the unmerged tensors
     if _is_merged_result(configured, loaded):
         return replace(loaded, arch=configured.arch)
-    raise StateDictMismatch(
+    raise CheckpointError(
         f'{source} is a {loaded.describe()}, the config '
         f'{configured.describe()}: leave prune_spec / merged out of the config'
     )
@@ -294,7 +295,7 @@ def verify(record: HetDPTRecord, state: Mapping) -> None:
             if k in found and tuple(found[k].shape) != shape
         ][:5]
     if problems:
-        raise StateDictMismatch(f'{record.source}: {"; ".join(problems)}')
+        raise CheckpointError(f'{record.source}: {"; ".join(problems)}')
 
 
 @functools.lru_cache(maxsize=64)
@@ -316,13 +317,15 @@ def _record_shapes(record_json: str, source: str) -> Dict[str, tuple]:
         ValueError,
         RuntimeError,
     ) as err:
-        raise RecordError(f'{source}: {type(err).__name__}: {err}') from None
+        raise CheckpointError(
+            f'{source}: {type(err).__name__}: {err}'
+        ) from None
     built, given = plain_data(network.build_args()), plain_data(record.arch)
     if built != given:
         differ = sorted(
             k for k in {**built, **given} if built.get(k) != given.get(k)
         )
-        raise RecordError(
+        raise CheckpointError(
             f"{source}: the record's {differ} are not what it builds"
         )
     shapes = {}

@@ -12,7 +12,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from mmengine.registry import HOOKS
 
-from .cli import RunError
+from .errors import UsageError
 from .fileio import check_output_paths, same_file
 from .registry import named_arguments, unexpected_keywords_message
 
@@ -104,20 +104,20 @@ def check_work_dir(
     where its custom hooks' outputs would (a test runs none)."""
     work_dir = Path(cfg.work_dir)
     if work_dir.exists() and not work_dir.is_dir():
-        raise RunError(f'work dir {work_dir} is a file, not a directory')
+        raise UsageError(f'work dir {work_dir} is a file, not a directory')
     config_dump = work_dir / osp.basename(config_path)
     for path in input_files(cfg, config_path):
         if resume_from is not None and same_file(path, resume_from):
             continue
         if same_file(path, config_dump):
-            raise RunError(
+            raise UsageError(
                 f'{path} is an input of this run, and MMEngine writes the '
                 f'config it runs to {config_dump}; choose another --work-dir'
             )
         if same_file(Path(path).parent, work_dir) and RUN_OUTPUT_NAMES.match(
             Path(path).name
         ):
-            raise RunError(
+            raise UsageError(
                 f'{path} is an input of this run, and the run saves files '
                 f'of that name into its work dir {work_dir}; move the file or '
                 'choose another --work-dir'
@@ -139,7 +139,7 @@ def check_not_run_file(path) -> None:
         RUN_OUTPUT_NAMES.match(path.name)
         or (path.suffix == '.py' and run_checkpoints(path.parent))
     ):
-        raise RunError(
+        raise UsageError(
             f'output {path} is a file of the training run in {path.parent}; '
             'choose another path'
         )
@@ -165,7 +165,7 @@ def work_dir_lock(work_dir) -> Iterator[None]:
         except BlockingIOError:
             lock.seek(0)
             holder = lock.read(200).strip() or 'its pid not written yet'
-            raise RunError(
+            raise UsageError(
                 f'work dir {work_dir} is in use by another training run '
                 f'({holder}); wait for it to end or choose another '
                 '--work-dir'
@@ -224,7 +224,7 @@ def claim_work_dir(cfg, resume: bool, overwrite: bool) -> Iterator[None]:
             names = ', '.join(path.name for path in previous[:3]) + (
                 f', ... ({len(previous)} in all)' if len(previous) > 3 else ''
             )
-            raise RunError(
+            raise UsageError(
                 f'work dir {cfg.work_dir} already holds checkpoints of a run '
                 f'({names}); pass --resume to continue it, --overwrite to '
                 'start over, or choose another --work-dir'

@@ -7,8 +7,8 @@ from helpers import MIXED_SPEC, randomize_, timm_state_dict
 from timm.layers import Attention
 
 from hetdpt_mm import META_KEY, PruneSpec
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.models import HetDPTViT
-from hetdpt_mm.models.vit.state_dict import StateDictMismatch
 
 torch.set_num_threads(2)
 
@@ -343,7 +343,7 @@ def test_mismatched_checkpoints_are_named(tmp_path):
         'deit-tiny', init_cfg=dict(type='Pretrained', checkpoint=str(path))
     )
     with pytest.raises(
-        StateDictMismatch,
+        CheckpointError,
         match=r'blocks\.0\.norm1\.weight: checkpoint \(384,\)',
     ):
         tiny.init_weights()
@@ -363,14 +363,14 @@ def test_mismatched_checkpoints_are_named(tmp_path):
         merged=False,
         init_cfg=dict(type='Pretrained', checkpoint=str(path)),
     )
-    with pytest.raises(StateDictMismatch, match='merged=True'):
+    with pytest.raises(CheckpointError, match='merged=True'):
         model.init_weights()
     model = HetDPTViT(
         'deit-tiny',
         prune_spec=dict(attn_removed=[0]),
         init_cfg=dict(type='Pretrained', checkpoint=str(path)),
     )
-    with pytest.raises(StateDictMismatch, match='lacks layers'):
+    with pytest.raises(CheckpointError, match='lacks layers'):
         model.init_weights()
 
     resnet = {'conv1.weight': torch.zeros(64, 3, 7, 7)}
@@ -407,13 +407,13 @@ def test_loaded_weights_bring_their_structure():
     # A structure given in the config must fit the weights.
     other = build('deit-small', prune_spec=dict(attn_removed=[1]))
     with pytest.raises(
-        StateDictMismatch,
+        CheckpointError,
         match=r'vit merged PruneSpec.*the config vit pruned',
     ):
         other.load_state_dict(state)
     wider = HetDPTViT('deit-base')
     with pytest.raises(
-        StateDictMismatch,
+        CheckpointError,
         match=r"arch=\{'embed_dims': 384.*the config \{'embed_dims': 768",
     ):
         wider.load_state_dict(state)

@@ -25,12 +25,8 @@ from mmengine.runner import checkpoint as mmengine_checkpoint
 from torch.utils.data import Dataset
 
 import hetdpt_mm.checkpoint.safe_load
-from hetdpt_mm.checkpoint.safe_load import (
-    TRUST_ENV,
-    CheckpointError,
-    load_checkpoint_file,
-)
-from hetdpt_mm.fileio import NotARegularFileError
+from hetdpt_mm.checkpoint.safe_load import TRUST_ENV, load_checkpoint_file
+from hetdpt_mm.errors import CheckpointError
 
 
 class ToyModel(BaseModel):
@@ -124,7 +120,7 @@ def test_full_objects_need_an_explicit_opt_in(tmp_path, monkeypatch, payload):
 def test_unreadable_files_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match='does not exist'):
         load_checkpoint_file(tmp_path / 'missing.pth')
-    with pytest.raises(NotARegularFileError, match='is a directory'):
+    with pytest.raises(OSError, match='is a directory'):
         load_checkpoint_file(tmp_path)
     noise = tmp_path / 'noise.pth'
     noise.write_bytes(os.urandom(4096))

@@ -15,7 +15,7 @@ from helpers import fake_runner, randomize_
 from timm.layers import Attention
 
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
-from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.hooks import HetDPTMetaHook, HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import FAMILIES, HetDPTBackbone, merge_ffn_weights
@@ -82,10 +82,6 @@ class ToyCodec:
         return 'stem.weight' in state and any(map(BLOCK.match, state))
 
     @classmethod
-    def describe_keys(cls):
-        return 'toy keys stem.weight, layers.0.mixer.qkv.weight'
-
-    @classmethod
     def canonical_state(cls, state):
         return state  # one layout
 
@@ -135,7 +131,7 @@ class ToyCodec:
             list(record.spec.attn_removed),
             merged,
         ):
-            raise StateDictMismatch(
+            raise CheckpointError(
                 f'{record.source}: toy record does not match the tensors'
             )
 
@@ -300,5 +296,5 @@ def test_a_second_family_is_pruned_merged_and_rebuilt(toy_family):
         )
 
     # The record names the family: another family refuses it.
-    with pytest.raises(StateDictMismatch, match='unknown backbone family'):
+    with pytest.raises(CheckpointError, match='unknown backbone family'):
         ToyNet.from_record(record.__class__(spec, 'merged', family='nope'))

@@ -38,7 +38,7 @@ from hetdpt_demo.data import (
 )
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
-from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.runner import build_runner
 
@@ -373,7 +373,7 @@ def test_a_given_structure_that_differs_is_an_error_naming_both(workspace):
 
     cfg = workspace.loaded_config('det')
     cfg.model.backbone.update(prune_spec=dict(attn_removed=[1]), merged=True)
-    with pytest.raises(StateDictMismatch) as error:
+    with pytest.raises(CheckpointError) as error:
         init_detector(cfg, str(workspace.checkpoints['det']), device='cpu')
     message = str(error.value)
     assert str(workspace.spec) in message
@@ -384,7 +384,6 @@ def test_an_absent_init_cfg_checkpoint_waits_for_loaded_weights(tmp_path):
     """Where the config's classification checkpoint is absent, weights loaded
     after init_weights make it irrelevant; without them the first forward
     names the file (a run never starts silently from random weights)."""
-    from hetdpt_mm.checkpoint.safe_load import CheckpointError
     from hetdpt_mm.models import HetDPTViT
 
     arch = dict(embed_dims=32, num_layers=2, num_heads=2)

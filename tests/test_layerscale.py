@@ -21,8 +21,8 @@ from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
 from hetdpt_benchmark.run import run_benchmark
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
-from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
 from hetdpt_mm.deploy.networks import build_from_config
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
@@ -301,7 +301,7 @@ def test_checkpoints_know_their_family_and_merge(tmp_path):
     torch.save(timm_state_dict(dense), tmp_path / 'dense.pth')
     record = read_backbone_checkpoint(str(tmp_path / 'dense.pth')).record
     assert record.family == 'layerscale_vit'
-    with pytest.raises(StateDictMismatch, match='layerscale_vit'):
+    with pytest.raises(CheckpointError, match='layerscale_vit'):
         vit = HetDPTViT(
             arch=TINY,
             init_cfg=dict(
@@ -343,7 +343,7 @@ def test_mmpretrain_layer_scale_vit_is_refused_by_the_plain_vit(tmp_path):
     )
     torch.save(model.state_dict(), tmp_path / 'mmpretrain.pth')
     with pytest.raises(
-        StateDictMismatch,
+        CheckpointError,
         match="layerscale_vit.*type='HetDPTLayerScaleViT'",
     ):
         HetDPTViT(

@@ -13,6 +13,7 @@ from mmengine.runner import Runner
 
 from hetdpt_demo.data import make_classification
 from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.hooks.map_collect_hook import (
     POINT_COLUMNS,
     STATE_KEY,
@@ -674,11 +675,11 @@ def test_hook_collects_ffn_branch_points(
         (
             dict(schedule='ffn'),
             dict(removed_attn_output='norm'),
-            'MissingGatesError',
+            'UsageError',
             'no ffn gates',
         ),
         # A SwiGLU FFN has no GELU.
-        (dict(schedule='act'), {}, 'MissingGatesError', r'no act gates'),
+        (dict(schedule='act'), {}, 'UsageError', r'no act gates'),
         # MAP's t counts GELUs or FFN branches (a GELU ViT gates both).
         (
             dict(schedule=dict(type='cyclic', kinds=['ffn', 'act'])),
@@ -701,13 +702,12 @@ def test_hook_collects_ffn_branch_points(
 def test_ffn_schedules_are_checked_before_any_point(
     tmp_path, digits_root, hook, backbone, error, message
 ):
-    from hetdpt_mm.hooks.gate_hook import MissingGatesError
 
     model = dict(
         SWIGLU_CLASSIFIER,
         backbone=dict(SWIGLU_CLASSIFIER['backbone'], **backbone),
     )
-    errors = dict(MissingGatesError=MissingGatesError, ValueError=ValueError)
+    errors = dict(UsageError=UsageError, ValueError=ValueError)
     runner = Runner.from_cfg(
         run_cfg(
             tmp_path,

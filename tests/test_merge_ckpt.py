@@ -35,11 +35,9 @@ from hetdpt_mm.checkpoint.record import (
     HetDPTRecord,
     encode_record,
 )
-from hetdpt_mm.checkpoint.safe_load import (
-    StateDictMismatch,
-    load_checkpoint_file,
-)
-from hetdpt_mm.fileio import NotARegularFileError, atomic_path
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
+from hetdpt_mm.errors import CheckpointError
+from hetdpt_mm.fileio import atomic_path
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.spec import META_KEY, PruneSpec
@@ -230,7 +228,7 @@ def test_a_record_that_contradicts_the_tensors_is_refused(
     torch.save(dict(state_dict=state, meta={META_KEY: meta}), source)
     code, _, err = run_tool(tool, capsys, source, tmp_path / 'out.pth')
     assert code == 2 and 'does not match the tensors' in err, err
-    with pytest.raises(StateDictMismatch, match='does not match the tensors'):
+    with pytest.raises(CheckpointError, match='does not match the tensors'):
         HetDPTViT(
             arch=ARCH,
             img_size=32,
@@ -647,7 +645,7 @@ def test_a_link_or_a_folder_is_never_written_as_an_output(
         assert code == 2 and word in err, err
     assert folder_state(tmp_path) == before
     with (
-        pytest.raises(NotARegularFileError, match='symbolic link'),
+        pytest.raises(OSError, match='symbolic link'),
         atomic_path(link) as tmp,
     ):  # hooks' and MMEngine's saves
         tmp.write_bytes(b'new')

@@ -21,7 +21,8 @@ from mmengine.registry import MODELS, DefaultScope
 
 import hetdpt_mm  # noqa: F401  registers modules and the safe loader
 import hetdpt_mm.models.distill  # noqa: F401  HetDPTDistillClassifier
-from hetdpt_mm.checkpoint.safe_load import TRUST_ENV, CheckpointError
+from hetdpt_mm.checkpoint.safe_load import TRUST_ENV
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.models import HetDPTViT
 
 torch.set_num_threads(2)

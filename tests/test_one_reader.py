@@ -15,16 +15,11 @@ from mmengine.registry import MODELS, DefaultScope
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
-    RecordError,
     decode_record,
     encode_record,
 )
-from hetdpt_mm.checkpoint.safe_load import (
-    CheckpointError,
-    StateDictMismatch,
-    load_checkpoint_file,
-)
-from hetdpt_mm.cli import RunError
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
+from hetdpt_mm.errors import CheckpointError, UsageError
 from hetdpt_mm.registry import FAMILIES
 from hetdpt_mm.runner import build_runner
 
@@ -93,7 +88,7 @@ def test_runner_load_from_refuses(damaged, tmp_path, one_thread):
     cfg = Config.fromfile(CONFIG)
     cfg.work_dir = str(tmp_path / 'work')
     cfg.load_from = str(path)
-    with pytest.raises(RunError, match=message):
+    with pytest.raises(UsageError, match=message):
         build_runner(cfg).load_or_resume()
 
 
@@ -150,7 +145,7 @@ def test_settings_no_shape_shows_are_compared(family, saved_with, name):
     network; refused naming the argument."""
     cls = FAMILIES[family]
     state = cls(**cls.SMALL_ARGS, **saved_with).state_dict()
-    with pytest.raises(StateDictMismatch, match=name):
+    with pytest.raises(CheckpointError, match=name):
         cls(**cls.SMALL_ARGS).load_state_dict(state, strict=False)
 
 
@@ -177,7 +172,7 @@ def test_a_record_the_constructor_refuses_is_a_checkpoint_error(
     state[KEY] = encode_record(record)
     path = tmp_path / 'unbuildable.pth'
     torch.save(dict(state_dict=state), path)
-    with pytest.raises(RecordError, match=reason):
+    with pytest.raises(CheckpointError, match=reason):
         read_backbone_checkpoint(str(path))
     out = tmp_path / 'merged.pth'
     assert load_tool('merge_ckpt').main([str(path), str(out)]) != 0
@@ -217,7 +212,7 @@ def test_a_head_split_that_lies_is_refused(tmp_path, capsys, one_thread):
     path = tmp_path / 'plus_lie.pth'
     torch.save(dict(state_dict=state, meta=dict()), path)
     message = f'{path}.*widths of blocks.*prune_width'
-    with pytest.raises(RecordError, match=message):
+    with pytest.raises(CheckpointError, match=message):
         plus_classifier([2, 2], [26, 28]).load_state_dict(
             load_checkpoint_file(path)['state_dict']
         )

@@ -19,12 +19,10 @@ from mmengine.registry import MODELS, DefaultScope
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.record import (
     EXTRA_STATE_KEY,
-    RecordError,
     decode_record,
     encode_record,
 )
-from hetdpt_mm.checkpoint.safe_load import CheckpointError, StateDictMismatch
-from hetdpt_mm.cli import RunError
+from hetdpt_mm.errors import CheckpointError, UsageError
 from hetdpt_mm.models import HetDPTViT
 from hetdpt_mm.pruning.width_checkpoint import prune_width_checkpoint
 from hetdpt_mm.runner import build_runner
@@ -75,18 +73,18 @@ def test_non_strict_loading_checks_the_record_against_the_tensors(tmp_path):
     lying = forged(source.state_dict(), spec=dict(attn_removed=[0, 2]))
     for strict in (True, False):
         with pytest.raises(
-            StateDictMismatch,
+            CheckpointError,
             match=r'the loaded state dict: .*removes \[0, 2\]',
         ):
             HetDPTViT(**DEMO_ARCH).load_state_dict(lying, strict=strict)
     path = saved(tmp_path / 'lying.pth', lying)
     from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
 
-    with pytest.raises(StateDictMismatch, match=f'{path}: '):
+    with pytest.raises(CheckpointError, match=f'{path}: '):
         HetDPTViT(**DEMO_ARCH).load_state_dict(
             load_checkpoint_file(path)['state_dict'], strict=False
         )
-    with pytest.raises(StateDictMismatch, match=f'{path}: '):
+    with pytest.raises(CheckpointError, match=f'{path}: '):
         read_backbone_checkpoint(path)
 
 
@@ -110,7 +108,7 @@ def test_tensors_left_over_or_missing_are_refused():
             'norm.weight is \\(95,\\)',
         ),
     ):
-        with pytest.raises(StateDictMismatch, match=message):
+        with pytest.raises(CheckpointError, match=message):
             HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
 
 
@@ -142,19 +140,19 @@ def test_the_toolboxes_loading_paths_verify_the_record(
     if task == 'det':
         from mmdet.apis import init_detector
 
-        with pytest.raises(StateDictMismatch, match=message):
+        with pytest.raises(CheckpointError, match=message):
             init_detector(str(config), path, device='cpu')
     elif task == 'seg':
         from mmseg.apis import init_model
 
-        with pytest.raises(StateDictMismatch, match=message):
+        with pytest.raises(CheckpointError, match=message):
             init_model(str(config), path, device='cpu')
     else:
         cfg = Config.fromfile(config)
         cfg.work_dir = str(tmp_path / 'work')
         cfg.load_from = path
         runner = build_runner(cfg)
-        with pytest.raises(RunError, match=f'cannot load {path}: {message}'):
+        with pytest.raises(UsageError, match=f'cannot load {path}: {message}'):
             runner.load_or_resume()
 
 
@@ -168,7 +166,7 @@ def test_a_configured_architecture_must_be_the_records():
         img_size=32,
         patch_size=4,
     )
-    with pytest.raises(StateDictMismatch, match="'num_heads': 3"):
+    with pytest.raises(CheckpointError, match="'num_heads': 3"):
         six_heads.load_state_dict(state, strict=False)
 
 
@@ -210,11 +208,11 @@ def test_a_record_naming_a_url_or_a_file_is_refused(tmp_path, loopback_server):
         path = saved(tmp_path / f'{name}.pth', bad)
         message = f'{path}: .*{name}.*not structural'
 
-        with pytest.raises(RecordError, match=message):
+        with pytest.raises(CheckpointError, match=message):
             read_backbone_checkpoint(path)
-        with pytest.raises(RecordError, match=message):
+        with pytest.raises(CheckpointError, match=message):
             prune_width_checkpoint(torch.load(path), source=path, ratio=0.25)
-        with pytest.raises(RecordError, match='not structural'):
+        with pytest.raises(CheckpointError, match='not structural'):
             HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
     assert RecordingHandler.requests == []
 
@@ -242,9 +240,9 @@ def test_a_corrupt_record_is_an_error_not_a_fallback(data, message, tmp_path):
     ).state_dict()
     bad = with_raw_record(state, data)
     path = saved(tmp_path / 'corrupt.pth', bad)
-    with pytest.raises(RecordError, match=message):
+    with pytest.raises(CheckpointError, match=message):
         read_backbone_checkpoint(path)
-    with pytest.raises(RecordError, match=message):
+    with pytest.raises(CheckpointError, match=message):
         HetDPTViT(**DEMO_ARCH).load_state_dict(bad, strict=False)
 
 

@@ -19,17 +19,10 @@ import torch
 from helpers import REPO, load_tool
 
 from hetdpt_benchmark.options import parse_cfg_options
-from hetdpt_mm.checkpoint.safe_load import (
-    CheckpointError,
-    load_checkpoint_file,
-)
-from hetdpt_mm.cli import UsageError, run_reporting_errors
-from hetdpt_mm.fileio import (
-    MAX_JSON_DEPTH,
-    NotARegularFileError,
-    atomic_path,
-    loads_json,
-)
+from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
+from hetdpt_mm.cli import run_reporting_errors
+from hetdpt_mm.errors import CheckpointError, UsageError
+from hetdpt_mm.fileio import MAX_JSON_DEPTH, atomic_path, loads_json
 from hetdpt_mm.models.token_merge import MAX_R, TokenMerge
 from hetdpt_mm.pruning import load_points
 from hetdpt_mm.spec import PruneSpec
@@ -120,7 +113,7 @@ def test_checkpoints_that_are_fifos_are_refused_unread(
     for name, *args in runs:
         code, err = run_tool(tools, capsys, name, *args)
         assert code == 2 and err.startswith(message), (name, err)
-    with pytest.raises(NotARegularFileError):
+    with pytest.raises(OSError):
         load_checkpoint_file(fifo.path, mmap=True)
     assert fifo.opened == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ['fifo.pth']
@@ -137,14 +130,14 @@ def test_a_link_to_dev_zero_is_refused_before_reading(tmp_path, monkeypatch):
     # zipfile.is_zipfile reads /dev/zero to its (missing) end.
     monkeypatch.setattr(zipfile, 'is_zipfile', unreachable)
     monkeypatch.setattr(torch, 'load', unreachable)
-    with pytest.raises(NotARegularFileError, match='a character device'):
+    with pytest.raises(OSError, match='a character device'):
         load_checkpoint_file(link, mmap=True)
 
 
 def test_spec_points_and_cost_files_that_are_fifos_are_named(
     tools, tmp_path, capsys, fifo
 ):
-    with pytest.raises(NotARegularFileError, match='prune spec file .* FIFO'):
+    with pytest.raises(OSError, match='prune spec file .* FIFO'):
         PruneSpec.coerce(str(fifo.path))
     checkpoint = tmp_path / 'in.pth'
     checkpoint.write_bytes(b'never read')
@@ -190,7 +183,7 @@ def test_outputs_that_are_not_regular_files_are_never_replaced(
         )
         assert code == 2 and err.startswith(f'error: output {out} is {kind}')
     with (
-        pytest.raises(NotARegularFileError),
+        pytest.raises(OSError),
         atomic_path(null) as tmp,
     ):  # MMEngine's saves
         tmp.write_bytes(b'checkpoint')
@@ -380,8 +373,7 @@ def test_a_repeated_points_column_is_refused(tmp_path):
     with pytest.raises(ValueError) as error:
         load_points(points)
     assert (
-        str(error.value) == f'{points}: column "accuracy" appears twice '
-        'in the header; give each column once'
+        str(error.value) == f'{points}: the header repeats column "accuracy"'
     )
 
 

@@ -19,7 +19,7 @@ from mmpretrain.models.backbones.deit3 import DeiT3
 from mmpretrain.registry import MODELS
 
 import hetdpt_mm.registry
-from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.models import HetDPTLayerScaleViT
 from hetdpt_mm.models.layerscale_vit.stock_args import deit3_arch
 
@@ -151,5 +151,5 @@ def test_deit3_weights_under_the_family_name_name_the_alias(tmp_path):
             init_cfg=dict(type='Pretrained', checkpoint=str(path)),
         )
     )
-    with pytest.raises(StateDictMismatch, match="type='HetDPTDeiT3'"):
+    with pytest.raises(CheckpointError, match="type='HetDPTDeiT3'"):
         ours.init_weights()

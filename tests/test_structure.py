@@ -28,8 +28,8 @@ from hetdpt_demo.data import (
     make_segmentation,
 )
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
-from hetdpt_mm.checkpoint.record import RecordError, decode_record
-from hetdpt_mm.checkpoint.safe_load import CheckpointError, StateDictMismatch
+from hetdpt_mm.checkpoint.record import decode_record
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import FAMILIES, HetDPTSwin, HetDPTViT
 from hetdpt_mm.runner import build_runner
@@ -68,7 +68,7 @@ def test_init_cfg_refuses_another_setting(family, saved_with, name, tmp_path):
         **cls.SMALL_ARGS,
         init_cfg=dict(type='Pretrained', checkpoint=path, prefix='backbone.'),
     )
-    with pytest.raises(StateDictMismatch, match=name):
+    with pytest.raises(CheckpointError, match=name):
         backbone.init_weights()
 
 
@@ -213,7 +213,7 @@ def test_a_null_setting_is_not_the_default(tmp_path):
     from hetdpt_mm.checkpoint.record import encode_record
 
     state[KEY] = encode_record(record)
-    with pytest.raises(RecordError, match='patch_bias'):
+    with pytest.raises(CheckpointError, match='patch_bias'):
         HetDPTViT(**HetDPTViT.SMALL_ARGS).load_state_dict(state, strict=False)
 
 
@@ -262,14 +262,14 @@ def test_a_corrupt_swin_bias_table_is_refused(rows):
     state = timm_state_dict(HetDPTSwin(**HetDPTSwin.SMALL_ARGS))
     key = next(k for k in state if k.endswith('relative_position_bias_table'))
     state[key] = torch.zeros(rows, state[key].shape[1])
-    with pytest.raises(StateDictMismatch, match='rows'):
+    with pytest.raises(CheckpointError, match='rows'):
         merge_checkpoint(state, spec=dict(attn_removed=[1]))
 
 
 def test_bool_weights_are_refused():
     state = timm_state_dict(HetDPTViT(**HetDPTViT.SMALL_ARGS))
     state['blocks.0.mlp.fc1.weight'] = state['blocks.0.mlp.fc1.weight'] > 0
-    with pytest.raises(StateDictMismatch, match='torch.bool'):
+    with pytest.raises(CheckpointError, match='torch.bool'):
         merge_checkpoint(state, spec=dict(act_removed=[0]), arch='deit-tiny')
 
 

@@ -17,8 +17,8 @@ from hetdpt_benchmark.run import run_benchmark
 from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import analytic_macs
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
-from hetdpt_mm.cli import UsageError
 from hetdpt_mm.deploy.networks import build_from_config
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTSwin

@@ -27,7 +27,7 @@ from helpers import (
 from mmengine.config import Config
 
 from hetdpt_demo.data import make_classification
-from hetdpt_mm.checkpoint.safe_load import StateDictMismatch
+from hetdpt_mm.errors import CheckpointError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTViT
@@ -229,7 +229,7 @@ def test_a_file_that_is_not_the_configured_runs_result_is_an_error(
 ):
     backbone = HetDPTViT(**DEMO_ARCH, **configured)
     with pytest.raises(
-        StateDictMismatch,
+        CheckpointError,
         match='is a vit merged .*, the config vit',
     ):
         backbone.load_state_dict(merged_state(**semantics))

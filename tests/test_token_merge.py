@@ -20,7 +20,7 @@ from mmengine.optim import build_optim_wrapper
 
 from hetdpt_benchmark.options import BenchmarkOptions, resolve_options
 from hetdpt_benchmark.run import run_benchmark
-from hetdpt_mm.cli import UsageError
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTSwin, HetDPTViT
 from hetdpt_mm.models.graph_propagation import GraphPropagation
 from hetdpt_mm.models.token_merge import TokenMerge, bipartite_merge

@@ -22,6 +22,7 @@ from hetdpt_mm import PruneSpec
 from hetdpt_mm.analysis import count_params
 from hetdpt_mm.checkpoint.reader import read_backbone_checkpoint
 from hetdpt_mm.checkpoint.record import HetDPTRecord
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.hooks import HetDPTPruneHook
 from hetdpt_mm.merge import merge_checkpoint
 from hetdpt_mm.models import HetDPTLayerScaleViT, HetDPTViT
@@ -347,8 +348,6 @@ def test_prune_hook_refuses_counts_without_gates(backbone, counts, message):
     """Before training, not at the first removal mid-run."""
     from mmpretrain.registry import MODELS
 
-    from hetdpt_mm.hooks.gate_hook import MissingGatesError
-
     model = MODELS.build(
         dict(
             type='ImageClassifier',
@@ -357,7 +356,7 @@ def test_prune_hook_refuses_counts_without_gates(backbone, counts, message):
         )
     )
     hook = HetDPTPruneHook(counts=counts, stages=1)
-    with pytest.raises(MissingGatesError, match=message):
+    with pytest.raises(UsageError, match=message):
         hook.before_train(fake_runner(model))
     assert model.backbone.prune_spec.is_dense
 

@@ -13,7 +13,7 @@ from helpers import DENSE_CONFIG, REPO, load_tool, small_config
 from mmengine.config import Config
 
 from hetdpt_mm.checkpoint.safe_load import load_checkpoint_file
-from hetdpt_mm.cli import RunError
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.work_dir import (
     TRAIN_LOCK_NAME,
     claim_work_dir,
@@ -103,7 +103,9 @@ def test_only_rank_0_of_a_job_takes_the_lock(tmp_path, monkeypatch):
             pass
         monkeypatch.setenv('RANK', '0')  # rank 0 of another job
         with (
-            pytest.raises(RunError, match='is in use by another training run'),
+            pytest.raises(
+                UsageError, match='is in use by another training run'
+            ),
             claim_work_dir(cfg, resume=False, overwrite=False),
         ):
             pass

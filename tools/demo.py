@@ -24,9 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a clone without installing
 
 from hetdpt_demo import settings  # noqa: E402
-from hetdpt_demo.jobs import default_jobs  # noqa: E402
+from hetdpt_demo.jobs import StageError, default_jobs  # noqa: E402
 from hetdpt_demo.stages import Demo  # noqa: E402
 from hetdpt_mm import cli  # noqa: E402
+from hetdpt_mm.errors import UsageError  # noqa: E402
 
 
 def parse_args(argv: Sequence[str]) -> settings.DemoOptions:
@@ -72,11 +73,11 @@ def parse_args(argv: Sequence[str]) -> settings.DemoOptions:
     args = parser.parse_args(argv)
     for name in ('jobs', 'threads', 'budget'):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise cli.UsageError(f'--{name} must be at least 1')
+            raise UsageError(f'--{name} must be at least 1')
     if args.seeds and (
         len(set(args.seeds)) < len(args.seeds) or min(args.seeds) < 0
     ):
-        raise cli.UsageError('--seeds must be distinct integers >= 0')
+        raise UsageError('--seeds must be distinct integers >= 0')
     return settings.DemoOptions(
         repo=REPO,
         work_dir=args.work_dir.resolve(),
@@ -95,7 +96,7 @@ def parse_args(argv: Sequence[str]) -> settings.DemoOptions:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     run = lambda: Demo(parse_args(argv)).run()  # noqa: E731
-    return cli.run_reporting_errors(run, {cli.RunError: 1})
+    return cli.run_reporting_errors(run, {StageError: 1})
 
 
 if __name__ == '__main__':

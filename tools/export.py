@@ -31,11 +31,7 @@ from hetdpt_mm.cli import (
     run_reporting_errors,
 )
 from hetdpt_mm.deploy.evaluate import CALIB_SPLITS
-from hetdpt_mm.deploy.export import (
-    ExportOptions,
-    VerificationError,
-    run_export,
-)
+from hetdpt_mm.deploy.export import ExportOptions, run_export
 from hetdpt_mm.deploy.networks import TASKS
 from hetdpt_mm.deploy.quantize import (
     CALIBRATION_METHODS,
@@ -44,6 +40,7 @@ from hetdpt_mm.deploy.quantize import (
     SCOPES,
 )
 from hetdpt_mm.deploy.runtimes import OPSET, RUNTIMES
+from hetdpt_mm.errors import VerificationError
 
 
 def parse_args(argv: List[str]) -> ExportOptions:

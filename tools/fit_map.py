@@ -31,12 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from hetdpt_mm.cli import (
-    ArgumentParser,
-    UsageError,
-    output_path,
-    run_reporting_errors,
-)
+from hetdpt_mm.cli import ArgumentParser, output_path, run_reporting_errors
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.fileio import check_output_paths, write_outputs
 from hetdpt_mm.pruning import (
     ARCH_PRESETS,

@@ -25,8 +25,9 @@ from mmengine.config import Config
 from mmengine.model import BaseTTAModel, is_model_wrapper
 from mmengine.runner import Runner
 
-from hetdpt_mm.cli import ArgumentParser, UsageError, run_reporting_errors
+from hetdpt_mm.cli import ArgumentParser, run_reporting_errors
 from hetdpt_mm.deploy.runtimes import RUNTIMES
+from hetdpt_mm.errors import UsageError
 from hetdpt_mm.fileio import (
     atomic_write_text,
     check_input_file,

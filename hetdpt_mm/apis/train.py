@@ -3,7 +3,7 @@ the config, its inputs and the work dir before a runner is built."""
 
 import argparse
 
-from ..cli import UsageError
+from ..errors import UsageError
 from ..runner import (
     apply_resume,
     build_runner,

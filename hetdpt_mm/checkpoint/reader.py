@@ -8,17 +8,12 @@ from typing import Any, Dict, Mapping, Optional, Union
 
 import torch
 
+from ..errors import CheckpointError
 from ..registry import FAMILIES, get_family, recognising_family
 from ..spec import META_KEY
 from ..structure import read_tensors, verify
 from .record import HetDPTRecord, records_in
-from .safe_load import (
-    EXTRA_STATE_KEY,
-    CheckpointError,
-    StateDictMismatch,
-    load_checkpoint_file,
-    source_of,
-)
+from .safe_load import EXTRA_STATE_KEY, load_checkpoint_file, source_of
 
 
 @dataclass
@@ -126,7 +121,7 @@ def read_backbone_checkpoint(
         and prefix in extra
         and not meta_record.same_structure(record)
     ):
-        raise StateDictMismatch(
+        raise CheckpointError(
             f'{source}: meta["{META_KEY}"] says {meta_record.describe()}, '
             f'the weights {record.describe()}'
         )

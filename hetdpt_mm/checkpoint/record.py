@@ -14,9 +14,10 @@ from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from ..errors import CheckpointError
 from ..fileio import loads_json
 from ..spec import FORMS, PruneSpec
-from .safe_load import EXTRA_STATE_KEY, CheckpointError, source_of
+from .safe_load import EXTRA_STATE_KEY, source_of
 
 #: The fields of a record and their types; anything else is refused.
 RECORD_FIELDS = dict(
@@ -41,17 +42,15 @@ RECORD_VERSION = 2
 _FAMILY_NAME = re.compile(r'[a-z][a-z0-9_]{0,63}')
 
 
-class RecordError(CheckpointError):
-    """A HetDPT record that is corrupt or outside the record's schema."""
-
-
 def parse_record_text(text: str, where: str) -> Any:
     """A record's JSON, read by the one strict reader (a record given as a
     dict in ``meta`` goes through it too: plain data only)."""
     try:
         return loads_json(text, where, max_depth=MAX_RECORD_NESTING)
     except ValueError as err:
-        raise RecordError(f'{where}: corrupt HetDPT record ({err})') from None
+        raise CheckpointError(
+            f'{where}: corrupt HetDPT record ({err})'
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -108,10 +107,12 @@ class HetDPTRecord:
             try:
                 text = json.dumps(data, allow_nan=False)
             except (TypeError, ValueError) as err:
-                raise RecordError(f'{source}: HetDPT record: {err}') from None
+                raise CheckpointError(
+                    f'{source}: HetDPT record: {err}'
+                ) from None
             data = parse_record_text(text, source)
         if not isinstance(data, Mapping):
-            raise RecordError(f'{source}: HetDPT record is not a dict')
+            raise CheckpointError(f'{source}: HetDPT record is not a dict')
         version, family = data.get('version', 1), data.get('family', 'vit')
         spec, semantics = data.get('spec'), data.get('semantics') or {}
         invalid = [
@@ -138,14 +139,16 @@ class HetDPTRecord:
             if not valid
         ]
         if invalid:
-            raise RecordError(
+            raise CheckpointError(
                 f'{source}: HetDPT record with invalid {sorted(set(invalid))}'
                 ' (docs/advanced/checkpoint_record.md)'
             )
         try:
             spec = PruneSpec.from_dict(spec)
         except (TypeError, ValueError) as err:
-            raise RecordError(f'{source}: HetDPT record spec: {err}') from None
+            raise CheckpointError(
+                f'{source}: HetDPT record spec: {err}'
+            ) from None
         return cls(
             spec=spec,
             form=data['form'],
@@ -186,14 +189,14 @@ def decode_record(
 ) -> Dict[str, Any]:
     """The record in a state-dict entry (a 1-D byte tensor of UTF-8 JSON, or
     its dict), for every reader of ``*_extra_state``: anything else is a
-    :class:`RecordError` naming ``where``, never taken for no record."""
+    :class:`CheckpointError` naming ``where``, never taken for no record."""
     if isinstance(value, torch.Tensor):
         if (
             value.dtype != torch.uint8
             or value.dim() != 1
             or (value.numel() > MAX_RECORD_BYTES)
         ):
-            raise RecordError(
+            raise CheckpointError(
                 f'{where}: corrupt HetDPT record (a {tuple(value.shape)} '
                 f'{value.dtype} tensor, not at most 1 MiB of uint8 JSON)'
             )
@@ -201,7 +204,7 @@ def decode_record(
             value.numpy().tobytes().decode('utf-8', 'replace'), where
         )
     if not isinstance(value, Mapping):
-        raise RecordError(f'{where}: corrupt HetDPT record (not a dict)')
+        raise CheckpointError(f'{where}: corrupt HetDPT record (not a dict)')
     return dict(value)
 
 

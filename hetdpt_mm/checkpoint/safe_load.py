@@ -28,6 +28,7 @@ from mmengine.runner import checkpoint as mmengine_checkpoint
 from safetensors import SafetensorError
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..errors import CheckpointError
 from ..fileio import check_input_file
 
 #: Setting this environment variable to 1 trusts every checkpoint file.
@@ -38,14 +39,6 @@ EXTRA_STATE_KEY = '_extra_state'
 #: is checked deep inside torch's ``load_state_dict`` (mmdet's
 #: ``init_detector``, ``load_from``), where nothing else knows the file.
 _SOURCE_ATTR = '_hetdpt_source'
-
-
-class CheckpointError(ValueError):
-    """A file that cannot be used as a checkpoint, with the reason."""
-
-
-class StateDictMismatch(ValueError):
-    """Weights that do not fit the structure they are loaded into."""
 
 
 def _numpy_safe_globals():

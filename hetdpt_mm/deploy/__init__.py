@@ -4,8 +4,9 @@ config's metric, and the ONNX Runtime / OpenVINO runtimes that
 ``tools/benchmark.py --runtime`` times. Needs the ``deploy`` extra
 (requirements/deploy.txt); see docs/user_guides/deploy.md."""
 
+from ..errors import VerificationError
 from .evaluate import DeployedModel, evaluate
-from .export import ExportOptions, VerificationError, run_export
+from .export import ExportOptions, run_export
 from .networks import TASKS, build_network, exportable, load_model
 from .quantize import QUANTIZERS, fp32_nodes
 from .runtimes import OPSET, RUNTIMES, export_onnx, make_session

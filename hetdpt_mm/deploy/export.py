@@ -32,7 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..cli import UsageError
+from ..errors import UsageError, VerificationError
 from ..fileio import check_input_file, check_output_paths, write_outputs
 from .evaluate import (
     METRICS,
@@ -53,10 +53,6 @@ __all__ = ['ExportOptions', 'VerificationError', 'run_export']
 
 #: The backbones' token reductions, and what each does to the tokens.
 TOKEN_REDUCTIONS = {'token_merge': 'merges', 'graph_propagation': 'propagates'}
-
-
-class VerificationError(Exception):
-    """The exported graph does not compute what the PyTorch model does."""
 
 
 @dataclass

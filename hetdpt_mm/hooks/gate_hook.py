@@ -21,6 +21,7 @@ from mmengine.dist import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
+from ..errors import UsageError
 from ..models.lookup import find_hetdpt_backbones
 from ..pruning.selection import Decision, SelectionPolicy, build_selection
 from ..sharding import full_params, is_fsdp
@@ -29,8 +30,6 @@ from .spec_meta_hook import HetDPTMetaHook
 
 __all__ = [
     'KIND_NAMES',
-    'GatedBackboneError',
-    'MissingGatesError',
     'removable_blocks',
     'GateHookBase',
 ]
@@ -44,16 +43,6 @@ def removable_blocks(spec: PruneSpec, kind: str) -> List[int]:
     if kind == FFN:
         excluded |= set(spec.attn_removed) | set(spec.act_removed)
     return [index for index in range(spec.depth) if index not in excluded]
-
-
-class GatedBackboneError(TypeError, ValueError):
-    """The model has no single gated backbone (a TypeError and a
-    ValueError, so callers may catch either)."""
-
-
-class MissingGatesError(ValueError):
-    """The hook is asked to remove a layer kind the backbone has no gates
-    for (e.g. FFN branches without whole-branch removal)."""
 
 
 class GateHookBase(HetDPTMetaHook):
@@ -105,18 +94,18 @@ class GateHookBase(HetDPTMetaHook):
                 )
                 or 'none'
             )
-            raise GatedBackboneError(
+            raise UsageError(
                 f'{self} needs one gated=True backbone, found: {described}'
             )
         return gated[0]
 
     def check_gates(self, backbone, kinds: Iterable[str], asked: str) -> None:
-        """Raise :class:`MissingGatesError` unless ``backbone`` gates every
+        """Raise :class:`UsageError` unless ``backbone`` gates every
         one of ``kinds`` (``asked``: what asks for them, for the message)."""
         for kind in kinds:
             gated = kind in backbone.REMOVABLE_KINDS and backbone.gates(kind)
             if not gated:
-                raise MissingGatesError(
+                raise UsageError(
                     f'{asked}: no {kind} gates (docs/user_guides/dinov2.md)'
                 )
 

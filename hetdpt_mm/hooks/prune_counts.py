@@ -4,11 +4,12 @@ given counts, a MAP points file, or a saved MAP fit with a budget.
 The sources are checked when the hook is built (:func:`check_count_sources`)
 and resolved at the backbone's depth before training
 (:func:`resolve_counts`); a points file or fit recorded for other kinds than
-the hook's ``map_kinds`` is refused then with :class:`MAPKindsError`.
+the hook's ``map_kinds`` is refused then with :class:`UsageError`.
 """
 
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
+from ..errors import UsageError
 from ..fileio import read_json_file
 from ..pruning import (
     MAPFit,
@@ -21,7 +22,7 @@ from ..pruning import (
 )
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS
 
-__all__ = ['MAPKindsError', 'check_count_sources', 'resolve_counts']
+__all__ = ['UsageError', 'check_count_sources', 'resolve_counts']
 
 #: The kind pairs MAP's retained ratios ``(a, t)`` can count; three or
 #: more names are layer types (``backbone.layer_types()``, e.g. a windowed
@@ -30,12 +31,6 @@ __all__ = ['MAPKindsError', 'check_count_sources', 'resolve_counts']
 MAP_KINDS = ((ATTN, ACT), (ATTN, FFN))
 #: What ``t`` counts, by the kind of its layers.
 T_COUNTS = {ACT: 'GELUs', FFN: 'FFN branches'}
-
-
-class MAPKindsError(ValueError):
-    """A MAP points file or fit counts other layer kinds than the prune
-    hook's ``map_kinds`` (e.g. FFN-branch points with the paper's
-    ``('attn', 'act')``)."""
 
 
 def check_count_sources(
@@ -187,7 +182,7 @@ def _type_counts(
     of ``map_kinds``, ``types`` the backbone's)."""
     unknown = sorted(set(map_kinds) - set(types))
     if unknown:
-        raise MAPKindsError(
+        raise UsageError(
             f'HetDPTPruneHook: map_kinds names {unknown}, which are not '
             f'layer types of this backbone ({sorted(types)})'
         )
@@ -213,7 +208,7 @@ def _check_recorded_kind(
     (``recorded`` None: the data do not say)."""
     if recorded is None or recorded == t_kind:
         return
-    raise MAPKindsError(
+    raise UsageError(
         f'HetDPTPruneHook: {what} counts {(ATTN, recorded)} ({where}: t '
         f'counts the {T_COUNTS[recorded]} kept), but map_kinds is '
         f'{(ATTN, t_kind)} (t counting the {T_COUNTS[t_kind]} kept); set '

@@ -52,7 +52,7 @@ class HetDPTPruneHook(GateHookBase):
             ``n_<type>`` column each (:func:`~hetdpt_mm.pruning.fit_types`).
             A points file whose columns count the other pair (``n_ffn`` /
             ``n_act``), or a fit whose ``t_kind`` does, is refused before
-            training (:class:`~.prune_counts.MAPKindsError`); ratios alone
+            training (:class:`~.prune_counts.UsageError`); ratios alone
             say nothing and are read as ``map_kinds``.
         bounds: per-type count bounds for MAP: ``'full'`` (0..L), ``'paper'``
             (1..L-1) or ``(lo, hi)``.

@@ -28,12 +28,12 @@ from .. import structure
 from ..checkpoint.record import (
     EXTRA_STATE_KEY,
     HetDPTRecord,
-    RecordError,
     RecordInStateDict,
     decode_record,
     with_record,
 )
 from ..checkpoint.safe_load import source_of
+from ..errors import CheckpointError
 from ..registry import FAMILIES
 from ..spec import ACT, ATTN, FFN, LAYER_KINDS, SEMANTICS_CHOICES, PruneSpec
 from .layers import gated_ffn
@@ -48,9 +48,6 @@ class FamilyCodec(Protocol):
     def recognizes(self, state: Mapping) -> bool:
         """Whether ``state`` holds the family's weights (any layout)."""
 
-    def describe_keys(self) -> str:
-        """The keys that identify the family, for error messages."""
-
     def canonical_state(self, state: Mapping) -> Mapping:
         """``state`` (any layout :meth:`recognizes` accepts) in the family's
         own layout, which every other function reads."""
@@ -59,7 +56,7 @@ class FamilyCodec(Protocol):
         """The record that the key names of ``state`` imply."""
 
     def check_record(self, record: HetDPTRecord, state: Mapping) -> None:
-        """Raise :class:`StateDictMismatch` when the tensors contradict the
+        """Raise :class:`CheckpointError` when the tensors contradict the
         record (the one check every reader runs)."""
 
     def convert_state_dict(
@@ -145,7 +142,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
     # ------------------------------------------------ the record, verified
     @classmethod
     def validate_record(cls, record: HetDPTRecord) -> None:
-        """Raise :class:`RecordError` unless the record's ``arch`` and
+        """Raise :class:`CheckpointError` unless the record's ``arch`` and
         semantics are structural arguments of this family."""
         unknown = sorted(set(record.arch or ()) - cls.RECORD_ARCH_KEYS)
         unknown += [
@@ -154,7 +151,7 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
             if value not in SEMANTICS_CHOICES.get(name, ())
         ]
         if unknown:
-            raise RecordError(f'{record.source}: {unknown} not structural')
+            raise CheckpointError(f'{record.source}: {unknown} not structural')
 
     @classmethod
     def verify_record(cls, record: HetDPTRecord, state: Mapping) -> None:

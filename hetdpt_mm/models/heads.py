@@ -20,7 +20,7 @@ from mmengine.logging import print_log
 from mmengine.registry import WEIGHT_INITIALIZERS
 
 from ..checkpoint.reader import CLASS_HEAD, DIST_HEAD, read_classifier_heads
-from ..checkpoint.safe_load import StateDictMismatch
+from ..errors import CheckpointError
 
 
 def head_linears(module: nn.Module) -> Dict[str, nn.Linear]:
@@ -71,7 +71,7 @@ class PretrainedHeadsInit:
                     other_classes = own is not None and (
                         own.shape[1:] == value.shape[1:]
                     )
-                    raise StateDictMismatch(
+                    raise CheckpointError(
                         f'{self.checkpoint}: {name}.{key} has shape '
                         f"{tuple(value.shape)}, the classifier's "
                         f'{None if own is None else tuple(own.shape)} '

@@ -12,7 +12,7 @@ from mmengine.logging import print_log
 from .. import structure
 from ..checkpoint.reader import read_backbone_checkpoint
 from ..checkpoint.record import EXTRA_STATE_KEY, HetDPTRecord
-from ..checkpoint.safe_load import CheckpointError, StateDictMismatch
+from ..errors import CheckpointError
 from ..spec import PruneSpec
 from .gates import GATE_SUFFIXES
 from .layers import WHOLE_BRANCH
@@ -186,7 +186,7 @@ class PretrainedLoading:
             if k in own and v.shape != own[k].shape
         ]
         if mismatched:
-            raise StateDictMismatch(
+            raise CheckpointError(
                 f'{source}: shape mismatch for ' + '; '.join(mismatched)
             )
         unexpected = sorted(k for k in state if k not in own)

@@ -106,7 +106,7 @@ def _accumulate_taylor_gradients(
     return batches
 
 
-class EmptiedAttention(ValueError):
+class _EmptiedAttention(ValueError):
     """Global head ranking removed every head of some attention: a block
     the record cannot describe (a removed attention passes ``LN1(x)`` on)."""
 
@@ -121,7 +121,9 @@ def _sync_attention(pruner, backbone: nn.Module) -> None:
         and pruner.num_heads[block.attn.qkv] == 0
     ]
     if emptied:
-        raise EmptiedAttention(f'blocks {emptied} lose every head: prune less')
+        raise _EmptiedAttention(
+            f'blocks {emptied} lose every head: prune less'
+        )
     for block in backbone.blocks:
         attn = block.attn
         if isinstance(attn, Attention):
@@ -307,7 +309,7 @@ def prune_width(
             trial = _copy_with_gradients(model)
             try:
                 _prune_once(tp, trial, imp, trial_ratio, round_to, example)
-            except EmptiedAttention as err:
+            except _EmptiedAttention as err:
                 if logger is not None:
                     logger(f'width pruning at ratio {trial_ratio:.4f}: {err}')
                 return True

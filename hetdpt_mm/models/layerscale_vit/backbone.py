@@ -11,7 +11,7 @@ from typing import Dict, Mapping, Optional, Tuple, Union
 import torch
 import torch.nn as nn
 
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ...spec import ACT, PruneSpec
 from ..vit import state_dict as vit_state_dict
 from ..vit.backbone import HetDPTViT
@@ -238,7 +238,7 @@ class HetDPTLayerScaleViT(HetDPTViT):
             return state
         positioned = ls_state_dict.positioned_prefix_tokens(state)
         if positioned != self.num_positioned_tokens:
-            raise StateDictMismatch(
+            raise CheckpointError(
                 f'pos_embed has {positioned} prefix tokens: set reg_tokens, '
                 "or type='HetDPTDeiT3'"
             )

@@ -9,7 +9,7 @@ import functools
 import math
 from typing import Dict, Mapping, Optional, Union
 
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ...pruning.cost import AnalyticCost
 from ..vit import codec as vit_codec
 from ..vit import state_dict as vit_state_dict
@@ -125,16 +125,6 @@ def recognizes(state: Mapping) -> bool:
     ) and vit_state_dict.has_layer_scale(state)
 
 
-def describe_keys() -> str:
-    return (
-        'ViT keys with LayerScale: pos_embed, patch_embed.proj.weight '
-        'and blocks.0.ls1.gamma (timm deit3 / dinov2, official '
-        'DINOv2), blocks.0.gamma_1 (official DeiT-III), or '
-        'patch_embed.projection.weight and layers.0.attn.gamma1.weight '
-        '(mmpretrain)'
-    )
-
-
 def canonical_state(state: Mapping) -> Mapping:
     return ls_state_dict.canonical_layout(
         vit_state_dict.canonical_layout(state)
@@ -174,7 +164,7 @@ def build_args_from_tensors(
         arch = matches[0]
     arch = dict(resolve_layerscale_arch(arch), **found)
     if arch['embed_dims'] != dim or arch['num_layers'] != depth:
-        raise StateDictMismatch(f'arch is not of width {dim}, depth {depth}')
+        raise CheckpointError(f'arch is not of width {dim}, depth {depth}')
     positioned = ls_state_dict.positioned_prefix_tokens(state)
     side = math.isqrt(state['pos_embed'].shape[1] - positioned)
     patch = int(proj.shape[-1])

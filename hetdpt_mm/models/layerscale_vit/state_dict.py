@@ -23,7 +23,7 @@ import re
 from collections import OrderedDict
 from typing import Mapping
 
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ..vit.state_dict import DEIT3_GAMMA
 
 #: The official DINOv2 SwiGLU FFN: ``w12`` (both halves), ``w3``.
@@ -80,5 +80,5 @@ def positioned_prefix_tokens(state_dict: Mapping) -> int:
         prefix += state_dict['reg_token'].shape[1]
     side = math.isqrt(length - prefix)
     if side * side != length - prefix:
-        raise StateDictMismatch(f'pos_embed of {length} positions: no grid')
+        raise CheckpointError(f'pos_embed of {length} positions: no grid')
     return prefix

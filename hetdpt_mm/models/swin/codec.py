@@ -26,15 +26,6 @@ def recognizes(state: Mapping) -> bool:
     return swin_state_dict.is_swin_state_dict(state)
 
 
-def describe_keys() -> str:
-    return (
-        'Swin keys like patch_embed.proj.weight and '
-        'layers.0.blocks.0.norm1.weight (official, timm), '
-        'patch_embed.projection.weight and '
-        'stages.0.blocks.0.norm1.weight (mmpretrain, mmdet, mmseg)'
-    )
-
-
 def canonical_state(state: Mapping) -> Mapping:
     return swin_state_dict.canonical_layout(state)
 

@@ -12,7 +12,7 @@ from typing import Dict, List, Mapping, Tuple
 import torch
 from timm.layers.pos_embed_rel import resize_rel_pos_bias_table_simple
 
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ...spec import PruneSpec
 from ..vit import state_dict as vit_state_dict
 from .stock_args import SWIN_ARCH_PRESETS, resolve_swin_arch
@@ -69,7 +69,7 @@ def _drop_buffers_and_heads(key: str) -> bool:
 
 def _refuse_absolute_pos_embed(state: Mapping) -> None:
     if 'absolute_pos_embed' in state:
-        raise StateDictMismatch('HetDPTSwin has no absolute_pos_embed')
+        raise CheckpointError('HetDPTSwin has no absolute_pos_embed')
 
 
 def _reference_layout(state: Mapping) -> 'OrderedDict':
@@ -133,7 +133,7 @@ def table_side(table: torch.Tensor, key: str) -> int:
     """The side ``2w - 1`` of a window's relative position bias table."""
     side = int(round(table.shape[0] ** 0.5))
     if side * side != table.shape[0] or side % 2 == 0:
-        raise StateDictMismatch(f'{key}: {table.shape[0]} rows, no window')
+        raise CheckpointError(f'{key}: {table.shape[0]} rows, no window')
     return side
 
 
@@ -310,7 +310,7 @@ def convert_state_dict(
     ``fc2 fc1``) on globally numbered blocks."""
     flat, depths = to_global_blocks(state)
     if sum(depths) != spec.depth:
-        raise StateDictMismatch(f'{sum(depths)} blocks, spec {spec.depth}')
+        raise CheckpointError(f'{sum(depths)} blocks, spec {spec.depth}')
     return from_global_blocks(
         vit_state_dict.convert_state_dict(flat, spec, form), depths
     )

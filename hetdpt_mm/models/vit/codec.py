@@ -8,7 +8,7 @@ import math
 from typing import Dict, Mapping, Optional, Union
 
 from ...checkpoint.record import HetDPTRecord
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ...presets import ARCH_PRESETS
 from ...pruning.cost import AnalyticCost
 from ...spec import PruneSpec
@@ -59,15 +59,6 @@ def recognizes(state: Mapping) -> bool:
     )
 
 
-def describe_keys() -> str:
-    return (
-        'ViT keys like pos_embed, patch_embed.proj.weight and '
-        'blocks.0.norm1.weight (timm / DeiT), or '
-        'patch_embed.projection.weight and layers.0.ln1.weight '
-        '(mmpretrain / mmseg)'
-    )
-
-
 def canonical_state(state: Mapping) -> Mapping:
     return vit_state_dict.canonical_layout(state)
 
@@ -110,7 +101,7 @@ def record_from_tensors(
 
 
 def check_record(record: HetDPTRecord, state: Mapping) -> None:
-    """Raise :class:`StateDictMismatch` when the tensors contradict the
+    """Raise :class:`CheckpointError` when the tensors contradict the
     record."""
     layout = vit_state_dict.infer_layout(state)
     spec = record.spec
@@ -146,7 +137,7 @@ def check_record(record: HetDPTRecord, state: Mapping) -> None:
                 f'{list(spec.ffn_removed)}'
             )
     if problems:
-        raise StateDictMismatch(
+        raise CheckpointError(
             f'{record.source}: the record does not match the tensors: '
             + '; '.join(problems)
         )
@@ -172,7 +163,7 @@ def build_args_from_tensors(
     num_patches = pos_embed.shape[1] - int(with_cls) - int(distilled)
     side = math.isqrt(num_patches)
     if side * side != num_patches:
-        raise StateDictMismatch(
+        raise CheckpointError(
             f'pos_embed has {num_patches} patch positions, not a square grid'
         )
     if not arch:
@@ -188,7 +179,7 @@ def build_args_from_tensors(
         arch = matches[0]
     arch = resolve_arch(arch)
     if arch['embed_dims'] != dim or arch['num_layers'] != depth:
-        raise StateDictMismatch(f'arch {arch}: not {dim} wide, {depth} deep')
+        raise CheckpointError(f'arch {arch}: not {dim} wide, {depth} deep')
     if mlp_ratio is not None:
         arch['mlp_ratio'] = mlp_ratio
     patch = int(proj.shape[-1])

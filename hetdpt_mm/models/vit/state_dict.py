@@ -26,7 +26,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import torch
 
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ...spec import FFN, PruneSpec
 from ..gates import GATE_SUFFIXES
 from ..layers import WHOLE_BRANCH
@@ -323,7 +323,7 @@ def convert_state_dict(
     input, non-gated output),
     and merging ``fc1``/``fc2`` of GELU-removed blocks (``form='merged'``),
     with the block's LayerScale ``ls2.gamma`` folded in where it has one.
-    Raises :class:`StateDictMismatch` when the weights cannot produce the
+    Raises :class:`CheckpointError` when the weights cannot produce the
     requested layout (e.g. un-merging a merged FFN).
     """
     whole_branch = (semantics or {}).get('removed_attn_output') == WHOLE_BRANCH
@@ -353,13 +353,13 @@ def convert_state_dict(
             if bias is not None:
                 out[f'{prefix}fc.bias'] = bias
         elif form != 'merged' and has_merged:
-            raise StateDictMismatch(f'{prefix}fc is merged: build merged=True')
+            raise CheckpointError(f'{prefix}fc is merged: build merged=True')
     for index in range(spec.depth):
         if (
             index not in spec.act_removed
             and f'blocks.{index}.mlp.fc.weight' in out
         ):
-            raise StateDictMismatch(
+            raise CheckpointError(
                 f'block {index} is merged, the spec keeps it'
             )
     return out
@@ -379,7 +379,7 @@ def resize_pos_embed(
     from timm.layers import resample_abs_pos_embed
 
     if dst_prefix > src_prefix:
-        raise StateDictMismatch(
+        raise CheckpointError(
             'pos_embed lacks prefix tokens: set distilled as the file'
         )
     pos_embed = torch.cat(
@@ -390,7 +390,7 @@ def resize_pos_embed(
     if side * side != num_patches and num_patches == math.prod(dst_grid):
         return pos_embed  # a non-square grid: the configured one
     if side * side != num_patches:
-        raise StateDictMismatch(f'pos_embed: {num_patches} is no square')
+        raise CheckpointError(f'pos_embed: {num_patches} is no square')
     if (side, side) == tuple(dst_grid):
         return pos_embed
     return resample_abs_pos_embed(

@@ -9,7 +9,7 @@ import functools
 import math
 from typing import Dict, Mapping, Optional, Union
 
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ..vit import codec as vit_codec
 from ..vit import state_dict as vit_state_dict
 from ..vit.codec import resolve_arch
@@ -80,15 +80,6 @@ def arch_depth(arch) -> int:
 
 def recognizes(state: Mapping) -> bool:
     return windowed_state_dict.is_windowed_state_dict(state)
-
-
-def describe_keys() -> str:
-    return (
-        'windowed ViT keys like patch_embed.proj.weight, pos_embed of '
-        '(1, H, W, D) and blocks.0.attn.rel_pos_h (timm samvit, ViTDet), '
-        'image_encoder.* (official SAM), or patch_embed.projection.weight '
-        "and layers.0.attn.rel_pos_h (mmpretrain's ViTSAM)"
-    )
 
 
 def canonical_state(state: Mapping) -> Mapping:
@@ -188,7 +179,7 @@ def build_args_from_tensors(
         known['embed_dims'],
         known['num_layers'],
     ) != (dim, depth):
-        raise StateDictMismatch(f'arch is not of width {dim}, depth {depth}')
+        raise CheckpointError(f'arch is not of width {dim}, depth {depth}')
     return args
 
 

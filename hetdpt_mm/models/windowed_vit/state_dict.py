@@ -29,7 +29,7 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-from ...checkpoint.safe_load import StateDictMismatch
+from ...errors import CheckpointError
 from ..vit.state_dict import has_window_keys, rename_key
 
 OWN_MARKERS = ('patch_embed.proj.weight', 'blocks.0.norm1.weight')
@@ -99,7 +99,7 @@ def grid_pos_embed(pos_embed: torch.Tensor) -> torch.Tensor:
         pos_embed = pos_embed[:, 1:]
     side = math.isqrt(pos_embed.shape[1])
     if side * side != pos_embed.shape[1]:
-        raise StateDictMismatch(f'pos_embed of {length} positions: no grid')
+        raise CheckpointError(f'pos_embed of {length} positions: no grid')
     return pos_embed.reshape(1, side, side, -1)
 
 

@@ -1,10 +1,10 @@
 """MAP points: ``(a, t, accuracy)`` read from CSV or JSON files and checked
 (docs/user_guides/map.md, *Points*)."""
 
+import contextlib
 import csv
 import io
 import math
-import numbers
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +55,8 @@ def load_points_and_kind(
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
-            f'MAP points file not found: {path}; MAP collection runs write '
-            'it (the *_map-collect configs: docs/user_guides/map.md), or use '
-            "the paper's DeiT-B points, tests/data/map_points_paper.csv"
+            f'MAP points file not found: {path}; a *_map-collect run writes '
+            "it, or use the paper's tests/data/map_points_paper.csv"
         )
     try:
         text = check_input_file(path, 'MAP points file').read_text(
@@ -82,22 +81,11 @@ def _read_json_records(
 ) -> Tuple[List[Mapping[str, Any]], List[str]]:
     data = loads_json(text, str(path))
     if isinstance(data, dict):
-        if 'points' not in data:
-            raise ValueError(
-                f'{path}: a JSON object must have a "points" '
-                f'list; found keys {sorted(data)}'
-            )
-        data = data['points']
-    if not isinstance(data, list):
-        raise ValueError(
-            f'{path}: expected a list of points, got {type(data).__name__}'
-        )
-    for index, record in enumerate(data, start=1):
-        if not isinstance(record, dict):
-            raise ValueError(
-                f'{path}, point {index}: expected an object, '
-                f'got {type(record).__name__}'
-            )
+        data = data.get('points')
+    if not isinstance(data, list) or not all(
+        isinstance(p, dict) for p in data
+    ):
+        raise ValueError(f'{path}: need a list of point objects, or "points"')
     return data, [
         f'{path}, point {index}' for index in range(1, len(data) + 1)
     ]
@@ -111,11 +99,7 @@ def _read_csv_records(
     counts = Counter(map(_normalise_key, reader.fieldnames or ()))
     for name in (*ACCURACY_COLUMNS, *ALL_COUNT_COLUMNS, *RATIO_COLUMNS):
         if counts[name] > 1:
-            times = 'twice' if counts[name] == 2 else f'{counts[name]} times'
-            raise ValueError(
-                f'{path}: column "{name}" appears {times} in '
-                'the header; give each column once'
-            )
+            raise ValueError(f'{path}: the header repeats column "{name}"')
     records, locations = [], []
     for row in reader:
         records.append(row)
@@ -141,8 +125,7 @@ def points_t_kind(
     ]
     if len(kinds) > 1:
         raise ValueError(
-            f'{source}: columns count both GELUs (n_act / removed_act) and '
-            "FFN branches (n_ffn / removed_ffn); MAP's t counts one kind: "
+            f'{source}: columns count both GELUs and FFN branches; '
             'give (attn, act) and (attn, ffn) points in separate files'
         )
     return kinds[0] if kinds else unrecorded
@@ -187,18 +170,11 @@ def parse_points(
     has_ratios = set(RATIO_COLUMNS) <= columns
     if not has_accuracy or not (has_counts or has_ratios):
         raise ValueError(
-            f'{source}: no usable columns: need "accuracy" (or "acc") and '
-            'either "a" and "t" (retained ratios) or "n_attn" and "n_act" '
-            '(or "n_attn" and "n_ffn"; removed counts, with depth); found '
-            f'{sorted(columns)}'
+            f'{source}: need "accuracy" and "a", "t" (or "n_attn", "n_act"'
+            f' with depth); found {sorted(columns)}'
         )
     if has_counts and not has_ratios and depth is None:
-        raise ValueError(
-            f'{source}: points give removed counts '
-            f'({", ".join(count_columns)}) but no depth was given to '
-            'convert them into retained ratios; pass the number of blocks '
-            'as depth'
-        )
+        raise ValueError(f'{source}: removed counts need depth (blocks)')
     use_counts = has_counts and depth is not None
     points = [
         _point_from_record(
@@ -277,16 +253,12 @@ def _is_given(value: Any) -> bool:
 
 
 def _as_number(value: Any, name: str, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise ValueError(
-            f'{where}: column "{name}" value {value!r} is not a number'
-        )
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(
-            f'{where}: column "{name}" value {value!r} is not a number'
-        ) from None
+    if not isinstance(value, bool):
+        with contextlib.suppress(TypeError, ValueError):
+            return float(value)
+    raise ValueError(
+        f'{where}: column "{name}" value {value!r} is not a number'
+    )
 
 
 def _retained_ratio(
@@ -304,13 +276,7 @@ def _retained_ratio(
             )
         return value
     if not (math.isfinite(value) and value.is_integer()):
-        raise ValueError(
-            f'{where}: {name}={value:g} is not a whole number '
-            'of removed layers'
-        )
+        raise ValueError(f'{where}: {name}={value:g} is not a whole number')
     if not 0 <= value <= depth:
-        raise ValueError(
-            f'{where}: {name}={value:g} is outside [0, {depth}] '
-            f'(depth {depth})'
-        )
+        raise ValueError(f'{where}: {name}={value:g} is outside [0, {depth}]')
     return (depth - value) / depth
