@@ -135,15 +135,18 @@ def _resolve_spec(record: HetDPTRecord, spec) -> PruneSpec:
     which may remove more layers than the weights lack (applying a spec to
     dense or pruned weights; :func:`~hetdpt_mm.structure.settle` refuses
     fewer)."""
+    if record.form in ('gated', 'merged'):
+        if spec is not None and PruneSpec.coerce(spec, record.spec.depth) != (
+            record.spec
+        ):
+            raise CheckpointError(f'a {record.form} file keeps its own spec')
+        return record.spec  # a gated run that removed nothing merges too
     if spec is None:
         require_known_gelus(record)
         if record.spec.is_dense:
             raise ValueError('the checkpoint is dense: give --spec to apply')
         return record.spec
-    spec = PruneSpec.coerce(spec, record.spec.depth)
-    if record.form in ('gated', 'merged') and spec != record.spec:
-        raise CheckpointError(f'a {record.form} file keeps its own spec')
-    return spec
+    return PruneSpec.coerce(spec, record.spec.depth)
 
 
 def merge_checkpoint(

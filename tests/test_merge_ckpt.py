@@ -264,6 +264,22 @@ def test_merge_checkpoint_keeps_the_gated_function():
         assert (model(x)[0] - gated(x)[0]).abs().max() <= 1e-5
 
 
+def test_a_gated_run_that_removed_nothing_merges():
+    """The demo's no-removal baseline: its merge hook merges a gated
+    checkpoint whose spec stayed dense (a dense file without a spec does
+    not merge)."""
+    gated = tiny_backbone(spec=None, gated=True)
+    checkpoint = dict(
+        state_dict={'backbone.' + k: v for k, v in gated.state_dict().items()},
+        meta={META_KEY: dict(gated.record().to_dict(), prefix='backbone.')},
+    )
+    merged, summary = merge_checkpoint(checkpoint)
+    assert summary.form_in == 'gated' and summary.spec.is_dense
+    dense = tiny_backbone(spec=None)
+    with pytest.raises(ValueError, match='dense: give --spec'):
+        merge_checkpoint(dict(state_dict=dense.state_dict()))
+
+
 @pytest.mark.parametrize('form', ['merged', 'pruned'])
 def test_spec_applied_to_dense_weights_with_heads(
     tool, tmp_path, capsys, form

@@ -102,14 +102,12 @@ def run_tool(capsys, tool, argv):
         ('missing config', r'^error: config .*absent.py does not exist'),
         (
             'syntax error',
-            r'^error: config .*broken.py cannot be read: .*never '
-            'closed',
+            r'^error: config .*broken.py: .*never closed',
         ),
         (
             'missing pretrained',
-            r'^error: model.backbone.init_cfg.checkpoint = '
-            r"'.*absent.pth': no such file. Make it first "
-            r'.*docs/user_guides/transfer.md',
+            r'^error: model.backbone.init_cfg.checkpoint: no file '
+            r"'.*absent.pth'.*docs/user_guides/transfer.md",
         ),
         ('index out of range', 'error: attn_removed index 9 is out of range'),
         ('missing map points', 'error: MAP points file not found: absent.csv'),
@@ -117,19 +115,18 @@ def run_tool(capsys, tool, argv):
         ('unknown type', 'error: NoSuchHook is not in the .*hook registry'),
         (
             'truncated resume',
-            r'error: cannot resume from .*truncated.pth: .* is '
-            r'not a (readable )?PyTorch checkpoint',
+            r'error: cannot resume from .*truncated.pth: .*truncated or '
+            'corrupt',
         ),
         (
             'resume another config',
             'error: cannot resume from .*epoch_1.pth: '
-            'loaded state dict has a different number of parameter groups '
-            r'\(was it saved by another config\?',
+            'loaded state dict has a different number of parameter groups',
         ),
         (
             'resume without message hub',
             r'error: cannot resume from .*no_hub.pth: '
-            r"it has no 'message_hub' entry",
+            r"no 'message_hub'",
         ),
         (
             'resume from a link to /dev/zero',
@@ -279,8 +276,8 @@ def test_test_loads_strictly_and_checks_options_first(
     work = ['--work-dir', tmp_path / 'work']
     code, err = run_tool(capsys, 'test', [config, resnet] + work)
     assert code == 2 and re.search(
-        r'error: checkpoint .*resnet18.pth does not fit the model of this '
-        r'config \(unexpected key in source state_dict: conv1.weight, .*'
+        r'error: .*resnet18.pth does not fit this config '
+        r'\(unexpected key in source state_dict: conv1.weight, .*'
         r'\(122 in all\); missing keys in source state_dict: '
         r'backbone.cls_token, .*; pass --non-strict',
         err,

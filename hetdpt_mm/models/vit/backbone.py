@@ -460,11 +460,13 @@ def refuse_a_deit_head_without_its_token(module, name, submodule) -> None:
     (``DistilledVisionTransformer`` says ``distilled`` by its type): its
     ``DeiTClsHead`` takes the class and distillation tokens, so the
     classifier is refused as it is built, not at its first forward."""
-    backbone = getattr(module, 'backbone', None)
+    if name != 'head' or type(submodule).__name__ != 'DeiTClsHead':
+        return
+    # Not getattr: this runs for every module registered anywhere, and a
+    # wrapper's __getattr__ (FSDP's) recurses before its module is set.
+    backbone = module.__dict__.get('_modules', {}).get('backbone')
     if (
-        name == 'head'
-        and type(submodule).__name__ == 'DeiTClsHead'
-        and isinstance(backbone, HetDPTViT)
+        isinstance(backbone, HetDPTViT)
         and backbone.out_type == 'cls_token'
         and not backbone.distilled
     ):
