@@ -21,7 +21,7 @@ from hetdpt_mm.checkpoint.record import with_record
 from hetdpt_mm.deploy.networks import BackboneNet, output_names
 from hetdpt_mm.deploy.runtimes import export_onnx, make_session
 from hetdpt_mm.models import HetDPTWindowedViT
-from hetdpt_mm.models.windowed_vit.stock_args import build_vitdet
+from hetdpt_mm.models.windowed_vit.backbone import build_vitdet
 from hetdpt_mm.spec import PruneSpec
 
 CODEC = HetDPTWindowedViT.codec

@@ -16,9 +16,8 @@ from .swin.backbone import HetDPTSwin
 from .swin.stock_args import SWIN_ARCH_PRESETS
 from .vit.backbone import HetDPTViT
 from .vit.state_dict import convert_state_dict, merge_ffn_weights
-from .windowed_vit.backbone import HetDPTWindowedViT
+from .windowed_vit.backbone import HetDPTWindowedViT, build_vitdet
 from .windowed_vit.codec import WINDOWED_ARCH_PRESETS
-from .windowed_vit.stock_args import build_vitdet
 
 __all__ = [
     'ARCH_PRESETS',
