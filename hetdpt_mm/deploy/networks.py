@@ -73,12 +73,12 @@ class DETRNet(nn.Module):
         # Every image fills the batch: DETR then needs no padding mask and
         # takes its positional encoding from the feature map's size.
         shape = tuple(inputs.shape[2:])
-        samples = [
-            DetDataSample(
-                metainfo=dict(img_shape=shape, batch_input_shape=shape)
-            )
-        ]
-        return self.model._forward(inputs, samples)
+        sample = DetDataSample()
+        # Not metainfo=: it deep-copies, and a traced shape's copy reaches
+        # the tracer's fake tensors.
+        for name in ('img_shape', 'batch_input_shape'):
+            sample.set_field(shape, name, field_type='metainfo')
+        return self.model._forward(inputs, [sample])
 
 
 class SegmentorNet(nn.Module):

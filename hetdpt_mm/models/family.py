@@ -35,7 +35,15 @@ from ..checkpoint.record import (
 from ..checkpoint.safe_load import source_of
 from ..errors import CheckpointError
 from ..registry import FAMILIES
-from ..spec import ACT, ATTN, FFN, LAYER_KINDS, SEMANTICS_CHOICES, PruneSpec
+from ..spec import (
+    ACT,
+    ATTN,
+    FFN,
+    LAYER_KINDS,
+    SEMANTICS_CHOICES,
+    WHOLE_BRANCH,
+    PruneSpec,
+)
 from .layers import gated_ffn
 from .pretrained import PretrainedLoading
 
@@ -224,8 +232,23 @@ class HetDPTBackbone(PretrainedLoading, RecordInStateDict, BaseModule):
         self, spec: PruneSpec, form: str, semantics: Mapping
     ) -> None:
         """(Re)build the modules that depend on the spec, form and
-        semantics."""
+        semantics (starting with :meth:`_set_structure`)."""
         raise NotImplementedError
+
+    def _set_structure(
+        self, spec: PruneSpec, form: str, semantics: Mapping
+    ) -> Dict:
+        """Keep the spec, form and semantics; returns a copy of the block
+        arguments to build the blocks from."""
+        whole_branch = semantics['removed_attn_output'] == WHOLE_BRANCH
+        if FFN not in self.REMOVABLE_KINDS and (
+            whole_branch or spec.ffn_removed
+        ):
+            raise ValueError('whole-branch removal is for plain ViTs')
+        self.form = form
+        self.semantics = dict(semantics)
+        self._spec = spec  # fixed for pruned/merged; gates own it if gated
+        return dict(self._block_args)
 
     def _adapt_pretrained(self, state: Dict) -> Dict:
         """Family-specific adaptation of loaded tensors (e.g. resizing a

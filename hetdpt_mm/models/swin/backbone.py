@@ -15,7 +15,6 @@ from ...spec import ACT, ATTN, PruneSpec
 from ..backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from ..family import HetDPTBackbone
 from ..layer_decay import swin_layer_depth
-from ..layers import WHOLE_BRANCH
 from . import codec as swin_codec
 from . import state_dict as swin_state_dict
 from .codec import SWIN_SEMANTICS
@@ -235,15 +234,7 @@ class HetDPTSwin(HetDPTBackbone):
     def _build_structure(
         self, spec: PruneSpec, form: str, semantics: Mapping
     ) -> None:
-        if (
-            semantics['removed_attn_output'] == WHOLE_BRANCH
-            or spec.ffn_removed
-        ):
-            raise ValueError('whole-branch removal is for ViTs, not Swin')
-        self.form = form
-        self.semantics = dict(semantics)
-        self._spec = spec  # fixed for pruned/merged; gates own it if gated
-        args = dict(self._block_args)
+        args = self._set_structure(spec, form, semantics)
         drop_path, attn_args = args.pop('drop_path'), args.pop('attn_args')
         depths = self.arch_settings['depths']
         positions = swin_state_dict.block_positions(depths)

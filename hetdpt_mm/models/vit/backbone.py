@@ -319,10 +319,7 @@ class HetDPTViT(ViTForward, HetDPTBackbone):
     def _build_structure(
         self, spec: PruneSpec, form: str, semantics: Mapping
     ) -> None:
-        self.form = form
-        self.semantics = dict(semantics)
-        self._spec = spec  # fixed for pruned/merged; gates own it if gated
-        args = dict(self._block_args)
+        args = self._set_structure(spec, form, semantics)
         drop_path = args.pop('drop_path')
         widths = spec.widths
         if widths is not None:

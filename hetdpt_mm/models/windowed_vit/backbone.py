@@ -22,7 +22,6 @@ from ...spec import ACT, ATTN, PruneSpec
 from ..backbone_args import check_frozen_stages, init_cfg_with_pretrained
 from ..family import HetDPTBackbone
 from ..layer_decay import vit_layer_depth
-from ..layers import WHOLE_BRANCH
 from ..vit.codec import RELEASED_SEMANTICS
 from ..vit.stock_args import DEFAULT_NORM_EPS, block_indices
 from . import codec as windowed_codec
@@ -272,15 +271,7 @@ class HetDPTWindowedViT(HetDPTBackbone):
     def _build_structure(
         self, spec: PruneSpec, form: str, semantics: Mapping
     ) -> None:
-        if (
-            semantics['removed_attn_output'] == WHOLE_BRANCH
-            or spec.ffn_removed
-        ):
-            raise ValueError('whole-branch removal is for plain ViTs')
-        self.form = form
-        self.semantics = dict(semantics)
-        self._spec = spec  # fixed for pruned/merged; gates own it if gated
-        args = dict(self._block_args)
+        args = self._set_structure(spec, form, semantics)
         drop_path, attn_args = args.pop('drop_path'), args.pop('attn_args')
         windowed = set(window_blocks(self.arch_settings, self.window_size))
         self.blocks = nn.ModuleList(
