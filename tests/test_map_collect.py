@@ -456,7 +456,7 @@ def test_hook_arguments_are_validated():
             dict(schedule='attn'),
             2,
             dict(gated=False),
-            TypeError,
+            UsageError,
             'gated=True.*pruned form',
         ),
         (
