@@ -142,8 +142,8 @@ class Demo:
                 ann = f'{root}/coco/annotations/instances_val2017.json'
                 data += [f'val_evaluator.ann_file={ann}']
                 data += [f'test_evaluator.ann_file={ann}']
-        quick = list(self.settings.options.get(config, ()))
-        return ['--cfg-options', *options, *data, *quick]
+        given = [*options, *data, *self.settings.options.get(config, ())]
+        return ['--cfg-options', *given] if given else []
 
     def train(self, name, config, work, *options, first=False) -> Tuple:
         """A ``tools/train.py`` job; ``first``: validate before training."""

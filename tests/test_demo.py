@@ -276,3 +276,20 @@ def test_jobs_die_with_the_demo(tmp_path):
         time.sleep(0.1)
     status = Path(f'/proc/{job}/stat')
     assert not status.exists() or ' Z ' in status.read_text()
+
+
+def test_the_default_data_root_gives_jobs_no_empty_cfg_options(
+    tmp_path, monkeypatch
+):
+    """`make demo` (the data in data/demo, no option) passed a bare
+    --cfg-options, which tools/train.py refuses."""
+    from hetdpt_demo.stages import Demo
+
+    monkeypatch.chdir(REPO)
+    tool = load_tool('demo')
+    work = ['--work-dir', str(tmp_path / 'work')]
+    default = Demo(tool.parse_args(work))
+    assert default.options_for('dense') == []
+    assert default.options_for('dense', 'a=1') == ['--cfg-options', 'a=1']
+    moved = Demo(tool.parse_args(work + ['--data-root', str(tmp_path)]))
+    assert moved.options_for('dense')[0] == '--cfg-options'
