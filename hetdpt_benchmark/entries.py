@@ -156,7 +156,11 @@ def describe(model: nn.Module) -> str:
     if getattr(backbone, 'token_merge', None) is not None:
         merging = f', ToMe r={backbone.token_merge.r}'
     elif getattr(backbone, 'graph_propagation', None) is not None:
-        merging = f', GTP-ViT num_prop={backbone.graph_propagation.num_prop}'
+        propagation = backbone.graph_propagation
+        merging = (
+            f', GTP-ViT num_prop={propagation.num_prop} '
+            f'({propagation.graph} graph)'
+        )
     if spec.is_dense:
         return f'{name} dense{width}{merging}'
     return f'{name} {form} ({spec_text(spec)}){width}{merging}'

@@ -76,6 +76,7 @@ class BenchmarkOptions:
     macs_convention: str = 'with-attention-products'
     token_merge: Optional[int] = None  # ToMe r in every HetDPT backbone
     graph_propagation: Optional[int] = None  # GTP-ViT num_prop, alike
+    propagation_graph: Optional[str] = None  # its patch graph
     profile: int = 0  # operators to report per model (0: no profile)
     json_path: Optional[Path] = None
     md_path: Optional[Path] = None
@@ -238,7 +239,10 @@ def token_reduction(options: BenchmarkOptions) -> Dict[str, dict]:
     if options.token_merge is not None:
         return dict(token_merge=dict(r=options.token_merge))
     if options.graph_propagation is not None:
-        return dict(graph_propagation=dict(num_prop=options.graph_propagation))
+        propagation = dict(num_prop=options.graph_propagation)
+        if options.propagation_graph is not None:
+            propagation['graph'] = options.propagation_graph
+        return dict(graph_propagation=propagation)
     return {}
 
 
@@ -251,6 +255,10 @@ def check_token_reduction(options: BenchmarkOptions, family) -> None:
         )
         if value is not None
     ]
+    if options.propagation_graph is not None and (
+        options.graph_propagation is None
+    ):
+        raise UsageError('--propagation-graph needs --graph-propagation')
     if not given:
         return
     flag, value = given[0]

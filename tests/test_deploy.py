@@ -570,7 +570,7 @@ def test_benchmark_times_every_runtime(tmp_path):
     'reduction, described',
     [
         (['--token-merge', '4'], ', ToMe r=4'),
-        (['--graph-propagation', '4'], ', GTP-ViT num_prop=4'),
+        (['--graph-propagation', '4'], ', GTP-ViT num_prop=4 (mixed graph)'),
     ],
 )
 def test_benchmark_times_a_token_merging_backbone_in_the_runtimes(

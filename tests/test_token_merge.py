@@ -331,13 +331,24 @@ def short_benchmark(task, **options):
     return run_benchmark(resolved)
 
 
+def test_benchmark_refuses_a_propagation_graph_without_propagation():
+    with pytest.raises(UsageError, match='needs --graph-propagation'):
+        resolve_options(
+            BenchmarkOptions('backbone', propagation_graph='spatial')
+        )
+
+
 @pytest.mark.parametrize(
     'reduction, described',
     [
         (dict(token_merge=16), ', ToMe r=16'),
         # 16 patches: 7 propagated in each block with attention (2 of 4
         # in the pruned forms).
-        (dict(graph_propagation=7), ', GTP-ViT num_prop=7'),
+        (dict(graph_propagation=7), ', GTP-ViT num_prop=7 (mixed graph)'),
+        (
+            dict(graph_propagation=7, propagation_graph='spatial'),
+            ', GTP-ViT num_prop=7 (spatial graph)',
+        ),
     ],
 )
 def test_benchmark_merges_tokens_in_every_backbone(reduction, described):

@@ -57,6 +57,7 @@ from hetdpt_mm.cli import (  # noqa: E402
     output_path,
     run_reporting_errors,
 )
+from hetdpt_mm.models.graph_propagation import GRAPHS  # noqa: E402
 from hetdpt_mm.registry import FAMILIES  # noqa: E402
 
 
@@ -223,6 +224,12 @@ def parse_args(argv: List[str]) -> BenchmarkOptions:
         metavar='NUM_PROP',
         help='graph-based token propagation (GTP-ViT) of NUM_PROP patches '
         'per block in every HetDPT ViT backbone, instead of --token-merge',
+    )
+    run.add_argument(
+        '--propagation-graph',
+        choices=GRAPHS,
+        help="--graph-propagation's patch graph (default: the option's, "
+        'mixed)',
     )
     run.add_argument(
         '--no-macs',
