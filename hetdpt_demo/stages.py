@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import platform
 import resource
 import shutil
 import time
@@ -54,6 +55,7 @@ STAGE_OUTPUTS = dict(
     benchmark='benchmark/splits.json',
     fig8='fig8/bench-none.json',
 )
+GLIBC = platform.libc_ver()[0] == 'glibc'  # --keep-freed-memory works
 #: Fig. 8's methods: their backbone option and tools/benchmark.py's.
 FIG8_OPTIONS = dict(
     tome=('model.backbone.token_merge.r', '--token-merge'),
@@ -169,6 +171,9 @@ class Demo:
         argv += ['--img-size', '32', '--batch-size', str(s.bench_batch)]
         argv += ['--repeats', str(s.bench_repeats), '--threads', threads]
         argv += ['--clock', 'process'] if threads == '1' else []
+        # Tensors' pages kept between batches: the token-reduced models'
+        # changing shapes otherwise page-fault them in anew.
+        argv += ['--keep-freed-memory'] if GLIBC else []
         argv += ['--force', '--json', self.rel(out.with_suffix('.json'))]
         return name, argv + [
             '--md',
@@ -289,6 +294,17 @@ class Demo:
         out = self.work / 'benchmark' / 'splits'
         self.jobs.run([self.benchmark('benchmark', models, out)])
 
+    def fig8_options(self, method: str, value: int) -> Tuple[List, List]:
+        """A Fig. 8 setting's ``--cfg-options`` of ``tools/test.py`` and
+        options of ``tools/benchmark.py``."""
+        key, flag = FIG8_OPTIONS[method]
+        test, bench = [f'{key}={value}'], [flag, str(value)]
+        if method == 'gtp':
+            graph = self.settings.gtp_graph
+            test += [f'model.backbone.graph_propagation.graph={graph}']
+            bench += ['--propagation-graph', graph]
+        return test, bench
+
     def stage_fig8(self) -> None:
         """Every token-reduction setting of both classifiers: its accuracy
         (``tools/test.py``, side by side), then its speed (one
@@ -304,7 +320,7 @@ class Demo:
                     f'fig8-{model}-{method}{value}',
                     path,
                     out / f'{model}-{method}{value}',
-                    f'{FIG8_OPTIONS[method][0]}={value}',
+                    *self.fig8_options(method, value)[0],
                 )
                 for method, value in points
                 for model, path in models.items()
@@ -316,8 +332,7 @@ class Demo:
                 f'fig8-bench-{method}{value}',
                 models,
                 out / f'bench-{method}{value}',
-                FIG8_OPTIONS[method][1],
-                str(value),
+                *self.fig8_options(method, value)[1],
             )
             for method, value in points
         ]

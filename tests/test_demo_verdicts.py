@@ -102,6 +102,7 @@ def test_fig8_reads_only_between_measured_token_reduced_points():
         point('hetdpt', 'tome', 2, 89.0, 1800),  # between 91 and 87
         point('hetdpt', 'tome', 4, 91.5, 1900),  # only below dense r=0
         point('hetdpt', 'gtp', 3, 85.0, 1400),  # slower than none
+        point('hetdpt', 'gtp', 5, 80.0, 1700),  # faster than none
         point('dense', 'gtp', 3, 91.0, 1100),
     ]
     v = verdicts.fig8(points)
@@ -110,5 +111,12 @@ def test_fig8_reads_only_between_measured_token_reduced_points():
         (2, pytest.approx(1800 / 1400))
     ]
     assert [p['value'] for p in tome['on_front']] == [4]
-    assert gtp['readings'] == [] and gtp['on_front'] == []
+    # One panel per method, as the paper's: ToMe's faster, more accurate
+    # points do not take GTP-ViT's off HetDPT's front in its own panel.
+    assert gtp['readings'] == []
+    assert [p['value'] for p in gtp['on_front']] == [5]
+    assert [(p['method'], p['value']) for p in gtp['front']] == [
+        ('none', 0),
+        ('gtp', 5),
+    ]
     assert verdicts.throughput_at([], 90.0) is None

@@ -4,16 +4,16 @@
 # each time), the rest of the run fine-tunes; MergeCheckpointHook writes
 # <work_dir>/vit-demo_shapes_hetdpt_merged.pth.  The demo sets the counts
 # of each compared split (MAP's pick from tools/fit_map.py, each type
-# alone, none) and the epochs (one per removal, then 3):
+# alone, none) and the epochs (one per removal, then 2):
 #   python tools/train.py configs/demo/vit-demo_shapes_hetdpt.py \
 #       --cfg-options load_from=DENSE custom_hooks.0.counts.attn=2 \
-#       custom_hooks.0.counts.act=3 train_cfg.max_epochs=8
+#       custom_hooks.0.counts.act=3 train_cfg.max_epochs=7
 _base_ = ['./vit-demo_shapes.py', '../_base_/gated_ddp.py']
 custom_imports = dict(
     imports=['hetdpt_mm', 'hetdpt_mm.hooks'], allow_failed_imports=False
 )
 
-load_from = 'work_dirs/demo/dense/epoch_30.pth'
+load_from = 'work_dirs/demo/dense/epoch_24.pth'
 model = dict(backbone=dict(gated=True))
 custom_hooks = [
     dict(
@@ -38,5 +38,5 @@ param_scheduler = [
     _base_.param_scheduler[1],
 ]
 train_dataloader = dict(dataset=dict(indices=1000))
-train_cfg = dict(max_epochs=8, val_interval=8)
+train_cfg = dict(max_epochs=7, val_interval=7)
 default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts=1))

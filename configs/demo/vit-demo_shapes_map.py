@@ -10,7 +10,7 @@ custom_imports = dict(
     imports=['hetdpt_mm', 'hetdpt_mm.hooks'], allow_failed_imports=False
 )
 
-load_from = 'work_dirs/demo/dense/epoch_30.pth'
+load_from = 'work_dirs/demo/dense/epoch_24.pth'
 model = dict(backbone=dict(gated=True))
 train_dataloader = dict(
     sampler=dict(type='SubsetSampler', subset=0.5, subset_seed=0, shuffle=True)
