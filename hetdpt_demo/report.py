@@ -302,13 +302,11 @@ def write_report(demo) -> None:
         f'{t["loss"][0]:.3f} → {t["loss"][1]:.3f}'
         for kind, t in r['transfer'].items()
     ]
+    total = dict(wall=run['wall_seconds'], cpu=run['cpu_seconds'])
     stages = [
         f'{name} | {t["wall"]:.0f} | {t["cpu"]:.0f}'
-        for name, t in run['stages'].items()
+        for name, t in [*run['stages'].items(), ('**total**', total)]
     ]
-    stages.append(
-        f'**total** | {run["wall_seconds"]:.0f} | {run["cpu_seconds"]:.0f}'
-    )
     quick = ' (--quick: its numbers mean nothing)' * demo.options.quick
     sections = [
         f'# HetDPT end-to-end demo{quick}',

@@ -196,19 +196,10 @@ def fig8_points(demo) -> List[Dict[str, Any]]:
         dict(model=m, method='none', value=0, accuracy=accuracy[m], **base[m])
         for m in ('dense', 'hetdpt')
     ]
-    settings = [('tome', r) for r in s.tome_r]
-    settings += [('gtp', n) for n in s.gtp_num_prop]
-    for method, value in settings:
+    for method, value in s.fig8_points:
         speed = benchmark_speed(out / f'bench-{method}{value}.json')
         for model in ('dense', 'hetdpt'):
-            test = out / f'{model}-{method}{value}'
-            points.append(
-                dict(
-                    model=model,
-                    method=method,
-                    value=value,
-                    accuracy=test_metric(test),
-                    **speed[model],
-                )
-            )
+            point = dict(model=model, method=method, value=value)
+            test = test_metric(out / f'{model}-{method}{value}')
+            points.append(dict(point, accuracy=test, **speed[model]))
     return points

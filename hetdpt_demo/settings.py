@@ -4,7 +4,7 @@ once where it is read)."""
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from hetdpt_mm.errors import UsageError
 from hetdpt_mm.fileio import read_json_file
@@ -48,11 +48,15 @@ class Settings:
     options: Dict[str, Tuple[str, ...]]
     tome_r: Tuple[int, ...]  # Fig. 8: ToMe's r per block
     gtp_num_prop: Tuple[int, ...]  # Fig. 8: GTP-ViT's patches per block
-    #: Fig. 8: GTP-ViT's patch graph; spatial: at 64 patches the top-k of
-    #: the kNN graph costs more time than it gains accuracy
-    gtp_graph: str
+    gtp_graph: str  # Fig. 8: GTP-ViT's patch graph (docs/user_guides/demo.md)
     bench_batch: int
     bench_repeats: int
+
+    @property
+    def fig8_points(self) -> List[Tuple[str, int]]:
+        """Fig. 8's (method, value) settings."""
+        tome = [('tome', r) for r in self.tome_r]
+        return tome + [('gtp', n) for n in self.gtp_num_prop]
 
 
 FULL = Settings(

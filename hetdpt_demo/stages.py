@@ -56,11 +56,6 @@ STAGE_OUTPUTS = dict(
     fig8='fig8/bench-none.json',
 )
 GLIBC = platform.libc_ver()[0] == 'glibc'  # --keep-freed-memory works
-#: Fig. 8's methods: their backbone option and tools/benchmark.py's.
-FIG8_OPTIONS = dict(
-    tome=('model.backbone.token_merge.r', '--token-merge'),
-    gtp=('model.backbone.graph_propagation.num_prop', '--graph-propagation'),
-)
 #: The first stage that reads each setting: resumed with another value,
 #: the demo runs that stage and the later ones again.
 SETTING_STAGES = dict(budget='fit', seeds='prune', all_splits='prune')
@@ -171,8 +166,7 @@ class Demo:
         argv += ['--img-size', '32', '--batch-size', str(s.bench_batch)]
         argv += ['--repeats', str(s.bench_repeats), '--threads', threads]
         argv += ['--clock', 'process'] if threads == '1' else []
-        # Tensors' pages kept between batches: the token-reduced models'
-        # changing shapes otherwise page-fault them in anew.
+        # Freed pages kept: token reduction's changing shapes refault them.
         argv += ['--keep-freed-memory'] if GLIBC else []
         argv += ['--force', '--json', self.rel(out.with_suffix('.json'))]
         return name, argv + [
@@ -297,13 +291,14 @@ class Demo:
     def fig8_options(self, method: str, value: int) -> Tuple[List, List]:
         """A Fig. 8 setting's ``--cfg-options`` of ``tools/test.py`` and
         options of ``tools/benchmark.py``."""
-        key, flag = FIG8_OPTIONS[method]
-        test, bench = [f'{key}={value}'], [flag, str(value)]
-        if method == 'gtp':
-            graph = self.settings.gtp_graph
-            test += [f'model.backbone.graph_propagation.graph={graph}']
-            bench += ['--propagation-graph', graph]
-        return test, bench
+        if method == 'tome':
+            test = [f'model.backbone.token_merge.r={value}']
+            return test, ['--token-merge', str(value)]
+        graph = self.settings.gtp_graph
+        key = 'model.backbone.graph_propagation'
+        test = [f'{key}.num_prop={value}', f'{key}.graph={graph}']
+        bench = ['--graph-propagation', str(value)]
+        return test, bench + ['--propagation-graph', graph]
 
     def stage_fig8(self) -> None:
         """Every token-reduction setting of both classifiers: its accuracy
@@ -312,8 +307,6 @@ class Demo:
         s, out = self.settings, self.work / 'fig8'
         models = dict(hetdpt=self.work / 'merged' / 'merged.pth')
         models = dict(dense=self.dense(), **models)
-        points = [('tome', r) for r in s.tome_r]
-        points += [('gtp', n) for n in s.gtp_num_prop]
         self.jobs.run(
             [
                 self.test(
@@ -322,7 +315,7 @@ class Demo:
                     out / f'{model}-{method}{value}',
                     *self.fig8_options(method, value)[0],
                 )
-                for method, value in points
+                for method, value in s.fig8_points
                 for model, path in models.items()
             ]
         )
@@ -334,7 +327,7 @@ class Demo:
                 out / f'bench-{method}{value}',
                 *self.fig8_options(method, value)[1],
             )
-            for method, value in points
+            for method, value in s.fig8_points
         ]
         self.jobs.run([lane])
 

@@ -133,26 +133,16 @@ def fig8(points: Sequence[Mapping]) -> Dict[str, Any]:
     for method in sorted({p['method'] for p in points} - {'none'}):
         panel = [p for p in points if p['method'] in ('none', method)]
         hetdpt = [p for p in panel if p['model'] == 'hetdpt']
-        dense = pareto_front(
-            [
-                p
-                for p in panel
-                if p['model'] == 'dense' and p['method'] == method
-            ]
-        )
-        readings = []
-        for point in hetdpt:
-            if point['method'] != method:
-                continue
-            at = throughput_at(dense, point['accuracy'])
-            if at is not None:
-                readings.append(
-                    dict(
-                        point,
-                        dense_throughput=at,
-                        ratio=point['throughput'] / at,
-                    )
-                )
+        dense = [p for p in panel if p['model'] == 'dense']
+        dense = pareto_front([p for p in dense if p['method'] == method])
+        reduced = [p for p in hetdpt if p['method'] == method]
+        readings = [
+            dict(p, dense_throughput=at, ratio=p['throughput'] / at)
+            for p, at in (
+                (p, throughput_at(dense, p['accuracy'])) for p in reduced
+            )
+            if at is not None
+        ]
         front = pareto_front(hetdpt)
         verdict['methods'][method] = dict(
             front=front,
