@@ -135,13 +135,11 @@ def fig8(points: Sequence[Mapping]) -> Dict[str, Any]:
         hetdpt = [p for p in panel if p['model'] == 'hetdpt']
         dense = [p for p in panel if p['model'] == 'dense']
         dense = pareto_front([p for p in dense if p['method'] == method])
-        reduced = [p for p in hetdpt if p['method'] == method]
         readings = [
             dict(p, dense_throughput=at, ratio=p['throughput'] / at)
-            for p, at in (
-                (p, throughput_at(dense, p['accuracy'])) for p in reduced
-            )
-            if at is not None
+            for p in hetdpt
+            if p['method'] == method
+            and (at := throughput_at(dense, p['accuracy'])) is not None
         ]
         front = pareto_front(hetdpt)
         verdict['methods'][method] = dict(

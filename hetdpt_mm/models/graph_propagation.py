@@ -186,11 +186,11 @@ def propagate_tokens(
         scales = torch.cat([scales[:, :num_prefix], patch_scales], 1)
     destination = torch.empty_like(order)
     kept_index = torch.arange(kept.shape[1], device=x.device)
-    destination.scatter_(1, kept, kept_index.expand(x.shape[0], -1))
+    destination.scatter_(1, kept, kept_index.expand(batch, -1))
     destination.scatter_(1, removed, to_kept.argmax(dim=1))
     prefix = torch.arange(num_prefix, device=x.device)
     destination = torch.cat(
-        [prefix.expand(x.shape[0], -1), destination + num_prefix], dim=1
+        [prefix.expand(batch, -1), destination + num_prefix], dim=1
     )
     return x, graph, scales, destination
 
