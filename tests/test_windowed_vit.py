@@ -87,9 +87,9 @@ def ours(state, spec=None, form='pruned', **args):
     return network.eval()
 
 
-def close(got, want) -> None:
+def close(got, want, atol=1e-5) -> None:
     for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(a, b, atol=atol, rtol=1e-5)
 
 
 # ------------------------------------------------------ mmpretrain ViTSAM
@@ -193,9 +193,13 @@ def test_sam_b_at_1024_merged_equals_the_cut_samvit():
     spec = PruneSpec(12, attn_removed=[5, 11], act_removed=[0, 1, 3, 11])
     network = ours(reference.state_dict(), spec, 'merged', norm_cfg=TIMM_NORM)
     timm_cut(reference, spec)
-    image = torch.randn(1, 3, 1024, 1024)
+    image = torch.randn(
+        1, 3, 1024, 1024, generator=torch.Generator().manual_seed(0)
+    )
+    # The merged FFNs sum in another order over 4,096 tokens and 12 blocks:
+    # up to 1.3e-5 on outputs near 1 (seeds 0-2), over 1e-5 on a few.
     with torch.no_grad():
-        close(network(image), [reference.forward_features(image)])
+        close(network(image), [reference.forward_features(image)], 2e-5)
 
 
 # ------------------------------------------------------------ layouts
